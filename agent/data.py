@@ -1,0 +1,259 @@
+"""Typed task records for the three LifelongAgentBench streams.
+
+The public dataset (hub id ``csyq/LifelongAgentBench``) ships one parquet file per
+environment. Columns holding dicts or lists are Python-literal strings, so they are
+decoded with :func:`ast.literal_eval` (never JSON). Records come back in stream order
+(``sample_index`` 0..N-1), which is the order every method must process them in.
+
+Where the data lives, first match wins:
+
+1. the ``data_dir`` argument (the CLI's ``--data-dir``);
+2. the ``TOKENWORTH_DATA_DIR`` environment variable;
+3. ``~/.cache/tokenworth/lifelongagentbench`` (where ``tokenworth data fetch`` writes).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, Literal, Sequence, Union
+
+EnvName = Literal["db", "os", "kg"]
+
+HUB_ID = "csyq/LifelongAgentBench"
+DEFAULT_DATA_DIR = Path("~/.cache/tokenworth/lifelongagentbench").expanduser()
+ENV_SUBDIR: dict[str, str] = {"db": "db_bench", "os": "os_interaction", "kg": "knowledge_graph"}
+PARQUET_NAME = "train-00000-of-00001.parquet"
+EXPECTED_ROWS: dict[str, int] = {"db": 500, "os": 500, "kg": 396}
+
+
+class DataError(RuntimeError):
+    """Task data is missing or corrupt. The message says how to get it."""
+
+
+def _how_to_get(directory: Path) -> str:
+    return (
+        f"Get the dataset with `tokenworth data fetch --data-dir {directory}` on a machine with "
+        f"internet (hub id {HUB_ID}), or point --data-dir / TOKENWORTH_DATA_DIR at a folder that "
+        f"holds {', '.join(f'{d}/{PARQUET_NAME}' for d in ENV_SUBDIR.values())}."
+    )
+
+
+def resolve_data_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The data directory: argument, then ``TOKENWORTH_DATA_DIR``, then the default cache."""
+    if data_dir is not None:
+        return Path(data_dir).expanduser()
+    env = os.environ.get("TOKENWORTH_DATA_DIR")
+    if env:
+        return Path(env).expanduser()
+    return DEFAULT_DATA_DIR
+
+
+@dataclasses.dataclass(frozen=True)
+class ColumnInfo:
+    name: str
+    type: str  # "INT" or "TEXT"
+
+
+@dataclasses.dataclass(frozen=True)
+class TableInfo:
+    name: str
+    columns: tuple[ColumnInfo, ...]
+    rows: tuple[tuple[Any, ...], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class DBTask:
+    sample_index: int
+    instruction: str
+    table: TableInfo
+    answer_direct: Any  # gold rows for SELECT tasks (list of tuples), None for writes
+    answer_md5: str | None  # table hash for write tasks, None for SELECT tasks
+    answer_sql: str
+    skill_list: tuple[str, ...]
+    entry_hash: int
+    env: EnvName = "db"
+
+    @property
+    def is_write(self) -> bool:
+        return self.answer_md5 is not None
+
+    @property
+    def task_id(self) -> str:
+        return f"db-{self.sample_index}"
+
+    @property
+    def query_text(self) -> str:
+        return self.instruction
+
+
+@dataclasses.dataclass(frozen=True)
+class CommandItem:
+    command_name: str
+    script: str
+
+
+@dataclasses.dataclass(frozen=True)
+class OSTask:
+    sample_index: int
+    instruction: str
+    init: CommandItem | None
+    evaluation: CommandItem
+    ground_truth: CommandItem | None
+    skill_list: tuple[str, ...]
+    entry_hash: int
+    env: EnvName = "os"
+
+    @property
+    def task_id(self) -> str:
+        return f"os-{self.sample_index}"
+
+    @property
+    def query_text(self) -> str:
+        return self.instruction
+
+
+@dataclasses.dataclass(frozen=True)
+class KGTask:
+    sample_index: int
+    question: str
+    qid: str
+    source: str
+    entity_dict: dict[str, str]
+    s_expression: str
+    action_list: tuple[str, ...]
+    answer_list: tuple[str, ...]
+    skill_list: tuple[str, ...]
+    env: EnvName = "kg"
+
+    @property
+    def task_id(self) -> str:
+        return f"kg-{self.sample_index}"
+
+    @property
+    def query_text(self) -> str:
+        return self.question
+
+
+Task = Union[DBTask, OSTask, KGTask]
+
+
+def _literal(value: Any, column: str, index: int, path: Path) -> Any:
+    if value is None or not isinstance(value, str):
+        return value
+    try:
+        return ast.literal_eval(value)
+    except (ValueError, SyntaxError) as exc:
+        raise DataError(
+            f"{path}: row {index}, column {column!r} is not a Python literal ({exc}); the file "
+            f"looks corrupt. {_how_to_get(path.parent.parent)}"
+        ) from exc
+
+
+def _command(item: Any) -> CommandItem | None:
+    if not item:
+        return None
+    return CommandItem(command_name=str(item.get("command_name", "bash")), script=str(item["script"]))
+
+
+def _db_record(row: dict[str, Any], path: Path) -> DBTask:
+    i = int(row["sample_index"])
+    answer = _literal(row["answer_info"], "answer_info", i, path)
+    table = _literal(row["table_info"], "table_info", i, path)
+    direct = answer.get("direct")
+    if direct is not None:
+        direct = [tuple(r) for r in direct]
+    return DBTask(
+        sample_index=i,
+        instruction=str(row["instruction"]),
+        table=TableInfo(
+            name=str(table["name"]),
+            columns=tuple(ColumnInfo(str(c["name"]), str(c["type"])) for c in table["column_info_list"]),
+            rows=tuple(tuple(r) for r in table["row_list"]),
+        ),
+        answer_direct=direct,
+        answer_md5=answer.get("md5"),
+        answer_sql=str(answer.get("sql") or ""),
+        skill_list=tuple(_literal(row["skill_list"], "skill_list", i, path)),
+        entry_hash=int(row["sql_instruction_row_list_entry_hash"]),
+    )
+
+
+def _os_record(row: dict[str, Any], path: Path) -> OSTask:
+    i = int(row["sample_index"])
+    evaluation = _literal(row["evaluation_info"], "evaluation_info", i, path)
+    return OSTask(
+        sample_index=i,
+        instruction=str(row["instruction"]),
+        init=_command(_literal(row["initialization_command_item"], "initialization_command_item", i, path)),
+        evaluation=_command(evaluation["evaluation_command_item"]),  # type: ignore[arg-type]
+        ground_truth=_command(evaluation.get("ground_truth_command_item")),
+        skill_list=tuple(_literal(row["skill_list"], "skill_list", i, path)),
+        entry_hash=int(row["raw_entry_hash"]),
+    )
+
+
+def _kg_record(row: dict[str, Any], path: Path) -> KGTask:
+    i = int(row["sample_index"])
+    return KGTask(
+        sample_index=i,
+        question=str(row["question"]),
+        qid=str(row["qid"]),
+        source=str(row["source"]),
+        entity_dict=dict(_literal(row["entity_dict"], "entity_dict", i, path)),
+        s_expression=str(row["s_expression"]),
+        action_list=tuple(_literal(row["action_list"], "action_list", i, path)),
+        answer_list=tuple(str(a) for a in _literal(row["answer_list"], "answer_list", i, path)),
+        skill_list=tuple(_literal(row["skill_list"], "skill_list", i, path)),
+    )
+
+
+_DECODERS = {"db": _db_record, "os": _os_record, "kg": _kg_record}
+
+
+def parquet_path(env: EnvName, data_dir: str | os.PathLike[str] | None = None) -> Path:
+    if env not in ENV_SUBDIR:
+        raise ValueError(f"unknown environment {env!r}; expected one of {sorted(ENV_SUBDIR)}")
+    return resolve_data_dir(data_dir) / ENV_SUBDIR[env] / PARQUET_NAME
+
+
+def load_tasks(env: EnvName, data_dir: str | os.PathLike[str] | None = None, *, limit: int | None = None) -> list[Task]:
+    """Load one environment's stream as typed records, in stream order.
+
+    Raises :class:`DataError` (with instructions) if the file is missing, unreadable,
+    has the wrong columns, or its ``sample_index`` is not a permutation of 0..N-1.
+    """
+    import pyarrow.parquet as pq  # heavy import kept out of module import time
+
+    path = parquet_path(env, data_dir)
+    if not path.is_file():
+        raise DataError(f"no {env} task data at {path}. {_how_to_get(resolve_data_dir(data_dir))}")
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except Exception as exc:  # pyarrow raises several types for truncated/garbled files
+        raise DataError(f"{path} is not a readable parquet file ({exc}). {_how_to_get(resolve_data_dir(data_dir))}") from exc
+    decode = _DECODERS[env]
+    try:
+        records = [decode(row, path) for row in rows]
+    except KeyError as exc:
+        raise DataError(f"{path} lacks column {exc}; the file looks corrupt. {_how_to_get(resolve_data_dir(data_dir))}") from exc
+    records.sort(key=lambda r: r.sample_index)
+    if [r.sample_index for r in records] != list(range(len(records))):
+        raise DataError(f"{path}: sample_index is not 0..{len(records) - 1}; the file looks corrupt.")
+    return records[:limit] if limit is not None else records
+
+
+def fetch(data_dir: str | os.PathLike[str] | None = None, envs: Sequence[EnvName] = ("db", "os", "kg")) -> Path:
+    """Download the public dataset into ``data_dir`` (needs internet and ``huggingface_hub``)."""
+    target = resolve_data_dir(data_dir)
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError as exc:  # pragma: no cover - depends on the machine
+        raise DataError("`tokenworth data fetch` needs huggingface_hub: pip install huggingface_hub") from exc
+    for env in envs:
+        sub = ENV_SUBDIR[env]
+        hf_hub_download(HUB_ID, f"{sub}/{PARQUET_NAME}", repo_type="dataset", local_dir=str(target))
+        load_tasks(env, target)  # validate what arrived
+    return target

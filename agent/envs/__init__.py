@@ -1,0 +1,1 @@
+"""The three LifelongAgentBench environments behind one interface (see ``base``)."""

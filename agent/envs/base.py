@@ -1,0 +1,92 @@
+"""The one interface the three environments share.
+
+A policy or backbone only ever sees text: the prompt turns (:meth:`Environment.prompt`),
+observations returned by :meth:`Environment.step`, and the judged reward.
+
+Lifecycle per task::
+
+    env = make_env("db")          # or DBEnvironment(...), OSEnvironment(...), KGEnvironment(...)
+    first_obs = env.reset(task)   # fresh database / sandbox / variable store
+    obs, done = env.step(reply)   # one agent reply (the whole LLM output text)
+    result = env.judge()          # Judgement(reward in {0,1}, status, details)
+    env.close()                   # tear everything down (idempotent)
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any, Literal
+
+Status = Literal["completed", "round_limit", "budget_exhausted", "invalid_action", "env_error"]
+
+
+@dataclasses.dataclass
+class StepResult:
+    observation: str
+    done: bool
+    # why the episode ended when done: "completed" (answer/finish), "invalid_action", "env_error"
+    status: Status | None = None
+    # the parsed action, for logs and memory construction: e.g. {"kind": "sql", "sql": ...}
+    action: dict[str, Any] | None = None
+
+
+@dataclasses.dataclass
+class Judgement:
+    reward: int  # 0 or 1, decided by the environment's own grader
+    details: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class Environment(abc.ABC):
+    """Base class. Subclasses keep all task state private."""
+
+    name: str  # "db", "os" or "kg"
+
+    @abc.abstractmethod
+    def instructions(self) -> str:
+        """User turn 0: the environment's instructions, including the action format."""
+
+    @abc.abstractmethod
+    def task_prompt(self, task: Any) -> str:
+        """User turn 2: the task as the agent sees it."""
+
+    @abc.abstractmethod
+    def reset(self, task: Any) -> str:
+        """Start a task with fresh state. Returns the task prompt (the first observation)."""
+
+    @abc.abstractmethod
+    def step(self, reply: str) -> StepResult:
+        """Apply one agent reply. Returns the observation and whether the task ended."""
+
+    @abc.abstractmethod
+    def judge(self) -> Judgement:
+        """Grade the task with the environment's own rules. Call once, after the last step."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release everything the task holds. Safe to call twice."""
+
+    def __enter__(self) -> "Environment":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+SYSTEM_PROMPT = "You are a helpful assistant."
+
+
+def conversation(env: Environment, task: Any, memory_block: str = "") -> list[dict[str, str]]:
+    """The original's conversation shape: instructions, "OK.", then the task.
+
+    Injected experience goes into the first user turn, just before the line that
+    introduces the task (the end of the instructions).
+    """
+    first = env.instructions()
+    if memory_block:
+        first = f"{first.rstrip()}\n\n{memory_block.rstrip()}\n"
+    return [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": first},
+        {"role": "assistant", "content": "OK."},
+        {"role": "user", "content": env.task_prompt(task)},
+    ]
