@@ -1,0 +1,1 @@
+"""LLM backbones behind one batched interface (see ``base``)."""

@@ -1,0 +1,46 @@
+"""The one interface every backbone implements.
+
+``generate`` is batched: item i of the result answers conversation i. ``output_tokens``
+is the count the engine itself reports (vLLM: ``len(output.token_ids)``; OpenAI-compatible
+servers: ``usage.completion_tokens``; the simulator: its tokenizer). The budget code never
+re-tokenises text.
+
+``meta`` carries per-item facts about the episode (the task record, the injected memory's
+source skills, the round number). Real LLM backbones ignore it; only the simulated backbone
+reads it, because it simulates an agent acting on the real environment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+
+Message = Mapping[str, str]  # {"role": ..., "content": ...}
+Conversation = Sequence[Message]
+
+
+@dataclasses.dataclass(frozen=True)
+class Generation:
+    text: str
+    output_tokens: int
+    finish_reason: str  # "stop", "length", or an engine-specific reason
+
+
+class BackboneError(RuntimeError):
+    """A backbone failed in a way retries could not fix."""
+
+
+@runtime_checkable
+class Backbone(Protocol):
+    name: str
+
+    def generate(
+        self,
+        conversations: Sequence[Conversation],
+        max_tokens: Sequence[int],
+        stop: Sequence[str] | None = None,
+        *,
+        meta: Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[Generation]:
+        """Greedy completions, one per conversation, each capped at its ``max_tokens``."""
+        ...

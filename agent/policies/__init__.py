@@ -1,0 +1,1 @@
+"""Memory policies behind one interface (see ``base``)."""
