@@ -1,0 +1,1 @@
+"""Benchmarks and fidelity replays (results under bench/results/)."""

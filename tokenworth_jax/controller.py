@@ -1,0 +1,215 @@
+"""The controller's pure functions: select, observe, offer, end_task, and the fused step.
+
+Every function takes the state pytree and returns a new one; nothing is kept on the host.
+``spec`` is static; ``hp`` is traced, so ``jax.vmap`` over stacked hyperparameters (and
+states) runs many configurations in one call, and new values never recompile.
+
+A task is ``select -> observe -> offer (only after a success) -> end_task``; ``step`` fuses
+them for ``jax.lax.scan`` over a pre-featurised stream (see :func:`run`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+
+from . import krr
+from .agop import agop_diagonal, update_metric
+from .base_scorer import newton_fit, refit_weights
+from .config import HParams, Spec
+from .features import MemoryStats, memory_stats
+from .lifecycle import Decision, offer as _offer
+from .ring import ring_push, ring_valid
+from .scoring import score_pairs
+from .state import Counters, Pending, State, init as _init
+
+
+class Selection(NamedTuple):
+    candidates: jax.Array  # (K,) int32 bank slots in recall-rank order, -1 where invalid
+    candidate_ids: jax.Array  # (K,) int32 memory ids, -1 where invalid
+    scores: jax.Array  # (K,) s = s_base + eta f, -inf where invalid
+    base_scores: jax.Array  # (K,) s_base
+    relevance: jax.Array  # (K,) recall cosine
+    chosen: jax.Array  # int32 index into candidates, -1 if nothing was selected
+    slot: jax.Array  # int32 chosen bank slot, -1 if none
+    memory_id: jax.Array  # int32 chosen memory id, -1 if none
+
+
+class Event(NamedTuple):
+    """One task of a pre-featurised stream, for :func:`step` / :func:`run`."""
+
+    query: jax.Array  # (D,)
+    reward: jax.Array  # int32 0/1 (ignored when a reward_fn is given)
+    memory: jax.Array  # (D,) the vector of the memory this task would offer on success
+    memory_id: jax.Array  # int32 id of that memory
+
+
+class StepOutput(NamedTuple):
+    selection: Selection
+    reward: jax.Array
+    decision: Decision
+
+
+RewardFn = Callable[[Event, Selection], jax.Array]
+
+
+def _select(state: State, query: jax.Array, hp: HParams, spec: Spec) -> tuple[State, Selection]:
+    bank = state.bank
+    i32 = jnp.int32
+    k = min(spec.k_candidates, spec.capacity)
+    relevance = jnp.where(bank.valid, bank.emb @ query, -jnp.inf)
+    top_rel, top = jax.lax.top_k(relevance, k)  # ties: lower slot first
+    top = top.astype(i32)
+    cand_valid = bank.valid[top]
+    stats = MemoryStats(*(s[top] for s in memory_stats(bank, state.counters.t, hp.kappa)))
+    ps = score_pairs(query[None, :], bank.emb[top], stats, state, hp)
+    score = jnp.where(cand_valid, ps.score[0], -jnp.inf)
+    retrieved = jnp.any(bank.valid)
+    chosen = jnp.where(retrieved, jnp.argmax(score).astype(i32), i32(-1))
+    c = jnp.maximum(chosen, 0)
+    slot = jnp.where(retrieved, top[c], i32(-1))
+    pending = Pending(
+        query=query,
+        retrieved=retrieved,
+        selected=retrieved,
+        slot=slot,
+        phi=ps.phi[0, c],
+        z=ps.z[0, c],
+        s_base=ps.base[0, c],
+        reward=i32(-1),
+    )
+    selection = Selection(
+        candidates=jnp.where(cand_valid, top, i32(-1)),
+        candidate_ids=jnp.where(cand_valid, bank.ids[top], i32(-1)),
+        scores=score,
+        base_scores=jnp.where(cand_valid, ps.base[0], -jnp.inf),
+        relevance=top_rel,
+        chosen=chosen,
+        slot=slot,
+        memory_id=jnp.where(retrieved, bank.ids[jnp.maximum(slot, 0)], i32(-1)),
+    )
+    return state._replace(pending=pending), selection
+
+
+def _fit_krr(state: State, hp: HParams) -> State:
+    (z, delta) = state.fast_ring.data
+    predictor = krr.fit(z, ring_valid(state.fast_ring), delta, state.metric, jnp.asarray(hp.gamma, z.dtype),
+                        jnp.asarray(hp.lambda_krr, z.dtype))
+    counters = state.counters._replace(n_krr_fits=state.counters.n_krr_fits + 1)
+    return state._replace(predictor=predictor, counters=counters)
+
+
+def _fit_base(state: State, hp: HParams) -> State:
+    phi, y = state.base_ring.data
+    f = phi.dtype
+    w_fit, _ = newton_fit(phi, y, ring_valid(state.base_ring), state.w, jnp.asarray(hp.w0, f),
+                          jnp.asarray(hp.lambda_w, f))
+    w = refit_weights(state.w, w_fit, jnp.asarray(hp.beta_w, f), jnp.asarray(hp.w_min, f), jnp.asarray(hp.w_max, f))
+    return state._replace(w=w, counters=state.counters._replace(n_base_fits=state.counters.n_base_fits + 1))
+
+
+def _agop(state: State, hp: HParams) -> State:
+    z, _ = state.slow_ring.data
+    f = z.dtype
+    grads = krr.grad(z, state.predictor, state.metric, jnp.asarray(hp.gamma, f))
+    G = agop_diagonal(grads, ring_valid(state.slow_ring))
+    metric = update_metric(state.metric, G, jnp.asarray(hp.beta_m, f), jnp.asarray(hp.m_min, f),
+                           jnp.asarray(hp.m_max, f))
+    state = state._replace(metric=metric, counters=state.counters._replace(n_agop=state.counters.n_agop + 1))
+    return _fit_krr(state, hp)  # refit immediately with the new metric
+
+
+def _when(pred: jax.Array, fn: Callable[[State], State], state: State) -> State:
+    return jax.lax.cond(pred, fn, lambda s: s, state)
+
+
+def schedule(n_feedback: jax.Array, hp: HParams) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Which refits are due at feedback count ``n_feedback``: (base, krr, agop-if-fitted)."""
+    n = n_feedback
+    base_due = (n > 0) & (n % hp.base_interval == 0)
+    krr_due = (n == hp.warmup) | ((n > hp.warmup) & (n % hp.krr_interval == 0))
+    agop_due = (n > 0) & (n % hp.agop_interval == 0)
+    return base_due, krr_due, agop_due
+
+
+def _observe(state: State, reward: jax.Array, hp: HParams, spec: Spec) -> State:
+    p = state.pending
+    f = state.w.dtype
+    reward = jnp.asarray(reward, jnp.int32)
+    sel = p.selected
+    r = reward.astype(f)
+    y = 2 * r - 1
+    delta = y - (2 * jax.nn.sigmoid(p.s_base) - 1)
+
+    bank = state.bank
+    slot = jnp.maximum(p.slot, 0)
+
+    def bump(arr: jax.Array, value: jax.Array) -> jax.Array:
+        return arr.at[slot].set(jnp.where(sel, value, arr[slot]))
+
+    u_new = jnp.clip(bank.u[slot] + jnp.where(reward == 1, hp.u_success, -hp.u_failure), hp.u_min, hp.u_max)
+    bank = bank._replace(
+        u=bump(bank.u, u_new),
+        h=bump(bank.h, bank.h[slot] + r),
+        d=bump(bank.d, bank.d[slot] + (1 - r)),
+        c=bump(bank.c, bank.c[slot] + 1),
+        last=bump(bank.last, state.counters.t),
+    )
+    n_fb = state.counters.n_feedback + sel.astype(jnp.int32)
+    state = state._replace(
+        bank=bank,
+        base_ring=ring_push(state.base_ring, (p.phi, y), sel),
+        fast_ring=ring_push(state.fast_ring, (p.z, delta), sel),
+        slow_ring=ring_push(state.slow_ring, (p.z, delta), sel),
+        counters=state.counters._replace(n_feedback=n_fb),
+        pending=p._replace(reward=reward),
+    )
+    base_due, krr_due, agop_due = schedule(n_fb, hp)
+    state = _when(sel & base_due, lambda s: _fit_base(s, hp), state)
+    state = _when(sel & krr_due, lambda s: _fit_krr(s, hp), state)
+    state = _when(sel & agop_due & (state.counters.n_krr_fits > 0), lambda s: _agop(s, hp), state)
+    return state
+
+
+def _end_task(state: State, spec: Spec) -> State:
+    p = state.pending
+    i32 = jnp.int32
+    return state._replace(
+        probe_ring=ring_push(state.probe_ring, p.query, p.retrieved),
+        counters=state.counters._replace(t=state.counters.t + 1),
+        pending=p._replace(retrieved=jnp.zeros((), bool), selected=jnp.zeros((), bool), slot=i32(-1),
+                           reward=i32(-1)),
+    )
+
+
+def _step(state: State, event: Event, hp: HParams, spec: Spec,
+          reward_fn: Optional[RewardFn] = None) -> tuple[State, StepOutput]:
+    state, selection = _select(state, event.query, hp, spec)
+    reward = jnp.asarray(event.reward if reward_fn is None else reward_fn(event, selection), jnp.int32)
+    state = _observe(state, reward, hp, spec)
+    state, decision = _offer(state, event.memory, event.memory_id, hp, spec)
+    state = _end_task(state, spec)
+    return state, StepOutput(selection=selection, reward=reward, decision=decision)
+
+
+def _run(state: State, events: Event, hp: HParams, spec: Spec,
+         reward_fn: Optional[RewardFn] = None) -> tuple[State, StepOutput]:
+    """``lax.scan`` of :func:`step` over a stream of events stacked on axis 0."""
+    return jax.lax.scan(lambda s, e: _step(s, e, hp, spec, reward_fn), state, events)
+
+
+# Public, jit-compiled entry points. ``spec`` (and ``reward_fn``) are static.
+init = jax.jit(_init, static_argnames=("spec",))
+select = jax.jit(_select, static_argnames=("spec",))
+observe = jax.jit(_observe, static_argnames=("spec",))
+offer = jax.jit(_offer, static_argnames=("spec",))
+end_task = jax.jit(_end_task, static_argnames=("spec",))
+step = jax.jit(_step, static_argnames=("spec", "reward_fn"))
+run = jax.jit(_run, static_argnames=("spec", "reward_fn"))
+
+# Un-jitted versions, for composing inside a user's own jit / vmap / scan.
+raw = functools.partial(dict, init=_init, select=_select, observe=_observe, offer=_offer, end_task=_end_task,
+                        step=_step, run=_run)()
