@@ -17,11 +17,12 @@ from . import presets
 from .config import HParams, Spec, hparams, preset, stack_hparams
 from .controller import Event, Selection, StepOutput, end_task, init, observe, offer, raw, run, select, step
 from .featurize import featurize
+from .host import Controller, HostDecision, HostSelection, ProtocolError
 from .lifecycle import Admission, Decision, Worth, worth
 from .state import State
 
 __all__ = [
-    "Admission", "Decision", "Event", "HParams", "Selection", "Spec", "State", "StepOutput", "Worth",
+    "Admission", "Controller", "Decision", "HostDecision", "HostSelection", "ProtocolError", "Event", "HParams", "Selection", "Spec", "State", "StepOutput", "Worth",
     "end_task", "featurize", "hparams", "init", "observe", "offer", "preset", "presets", "raw", "run",
     "select", "stack_hparams", "step", "worth",
 ]
