@@ -253,7 +253,9 @@ _KG_VARIABLE_TOOLS = ("get_neighbors", "intersection", "argmax", "argmin", "coun
 
 def kg_calls(task: KGTask) -> list[str]:
     """The gold ``action_list`` with entity MIDs named by their ``entity_dict`` keys."""
-    name_of = {mid: name for name, mid in task.entity_dict.items()}
+    name_of: dict[str, str] = {}
+    for name, mid in task.entity_dict.items():
+        name_of.setdefault(mid, name)  # the first name, as agent.envs.kg.gold_replies does
     calls = []
     for action in task.action_list:
         match = re.fullmatch(r"\s*(\w+)\((.*)\)\s*", action)
