@@ -1,0 +1,195 @@
+"""The joint resource budget C = (O_max, J_max, B_max, K_max, L_max) and its accounting.
+
+Three pieces, one idea (every method runs under exactly the same limits):
+
+* :class:`Budget` — the frozen limits of one environment (Table A1 presets via
+  :meth:`Budget.for_env`), plus the original harness's per-call cap of 512 new tokens.
+* :class:`TokenLedger` — the per-task output-token account. Execution calls (the agent's
+  rounds) and auxiliary calls (any extra LLM call a method makes) draw from the same
+  O_max but are tallied separately. Counts come from the backbone's own report
+  (``Generation.output_tokens``); nothing is re-tokenised here.
+* :func:`build_injection_block` — renders at most K_max memories into the text block that
+  goes into the first user turn, never longer than L_max characters *including* headings
+  and separators. Truncation is deterministic and reported in the returned object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal, Sequence
+
+CallKind = Literal["execution", "auxiliary"]
+
+PER_CALL_CAP = 512  # the original LifelongAgentBench harness caps every call at 512 new tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """Per-task limits shared by every method on one environment."""
+
+    env: str
+    max_output_tokens: int  # O_max: summed over rounds and auxiliary calls
+    max_rounds: int  # J_max: agent replies, the final answer included
+    bank_capacity: int  # B_max
+    max_memories: int  # K_max: memories injected per task
+    max_injected_chars: int  # L_max: the whole injected block, headings included
+    per_call_cap: int = PER_CALL_CAP
+
+    def __post_init__(self) -> None:
+        for field in ("max_output_tokens", "max_rounds", "bank_capacity", "per_call_cap"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"Budget.{field} must be >= 1, got {getattr(self, field)}")
+        for field in ("max_memories", "max_injected_chars"):
+            if getattr(self, field) < 0:
+                raise ValueError(f"Budget.{field} must be >= 0, got {getattr(self, field)}")
+
+    @classmethod
+    def for_env(cls, env: str) -> "Budget":
+        """The Table A1 preset of ``env`` ("db", "os" or "kg")."""
+        try:
+            return PRESETS[env]
+        except KeyError:
+            raise ValueError(f"no budget preset for environment {env!r}; expected one of {sorted(PRESETS)}") from None
+
+    def replace(self, **changes: int) -> "Budget":
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict[str, int | str]:
+        return dataclasses.asdict(self)
+
+
+PRESETS: dict[str, Budget] = {
+    "db": Budget("db", max_output_tokens=128, max_rounds=3, bank_capacity=64, max_memories=1, max_injected_chars=900),
+    "os": Budget("os", max_output_tokens=512, max_rounds=5, bank_capacity=64, max_memories=1, max_injected_chars=800),
+    "kg": Budget("kg", max_output_tokens=128, max_rounds=15, bank_capacity=64, max_memories=1, max_injected_chars=4096),
+}
+
+
+class BudgetExceeded(RuntimeError):
+    """A backbone reported more output tokens than the call was allowed."""
+
+
+@dataclasses.dataclass
+class TokenLedger:
+    """Output tokens spent on one task, against ``budget.max_output_tokens``."""
+
+    budget: Budget
+    execution_tokens: int = 0
+    auxiliary_tokens: int = 0
+    execution_calls: int = 0
+    auxiliary_calls: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.execution_tokens + self.auxiliary_tokens
+
+    @property
+    def remaining(self) -> int:
+        return max(0, self.budget.max_output_tokens - self.total)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.remaining == 0
+
+    def next_max_tokens(self) -> int:
+        """``max_tokens`` for the next call: min(per-call cap, what is left). 0 means stop."""
+        return min(self.budget.per_call_cap, self.remaining)
+
+    def charge(self, output_tokens: int, kind: CallKind, allowed: int) -> None:
+        """Book one call's reported output tokens.
+
+        ``allowed`` is the ``max_tokens`` the call was given. A backbone that reports more is
+        broken (the budget would silently leak), so that is an error, not a clamp.
+        """
+        if output_tokens < 0:
+            raise ValueError(f"a backbone reported a negative output token count ({output_tokens})")
+        if output_tokens > allowed:
+            raise BudgetExceeded(
+                f"the backbone reported {output_tokens} output tokens for a call capped at {allowed}"
+            )
+        if kind == "execution":
+            self.execution_tokens += output_tokens
+            self.execution_calls += 1
+        elif kind == "auxiliary":
+            self.auxiliary_tokens += output_tokens
+            self.auxiliary_calls += 1
+        else:
+            raise ValueError(f"unknown call kind {kind!r}; expected 'execution' or 'auxiliary'")
+
+
+# Headings of the injected block. Kept short: every character counts against L_max.
+BLOCK_HEADER = "Here are experiences from earlier tasks that were solved successfully. Use them only if they help."
+ITEM_HEADING = "Experience {n}:"
+TRUNCATION_MARK = " …[truncated]"
+
+
+@dataclasses.dataclass(frozen=True)
+class InjectionBlock:
+    """What goes into the prompt, and what was cut to fit."""
+
+    text: str  # "" when nothing is injected
+    memory_ids: tuple[int, ...]  # the memories actually present (possibly truncated)
+    dropped_ids: tuple[int, ...]  # over K_max, or no room left even for a heading
+    truncated_id: int | None  # the memory whose body was cut, if any
+    chars_cut: int  # characters removed from that memory's body
+
+    @property
+    def length(self) -> int:
+        return len(self.text)
+
+    def log(self) -> dict[str, object]:
+        return {
+            "memory_ids": list(self.memory_ids),
+            "length": self.length,
+            "dropped_ids": list(self.dropped_ids),
+            "truncated_id": self.truncated_id,
+            "chars_cut": self.chars_cut,
+        }
+
+
+EMPTY_BLOCK = InjectionBlock("", (), (), None, 0)
+
+
+def build_injection_block(memories: Sequence[tuple[int, str]], budget: Budget) -> InjectionBlock:
+    """Render ``(memory_id, text)`` pairs, best first, into a block of at most L_max chars.
+
+    Rules, in order (deterministic): keep the first K_max memories; add them one by one;
+    a memory whose full text does not fit has its body cut from the end and
+    :data:`TRUNCATION_MARK` appended, and nothing after it is added; a memory for which
+    not even its heading plus a few characters fit is dropped.
+    """
+    limit = budget.max_injected_chars
+    kept = list(memories[: budget.max_memories])
+    dropped = [mid for mid, _ in memories[budget.max_memories :]]
+    if not kept or limit <= len(BLOCK_HEADER) + 1:
+        return InjectionBlock("", (), tuple(mid for mid, _ in memories), None, 0) if memories else EMPTY_BLOCK
+
+    text = BLOCK_HEADER
+    present: list[int] = []
+    truncated_id: int | None = None
+    chars_cut = 0
+    min_body = 16  # below this a truncated memory is noise, so it is dropped instead
+    for index, (memory_id, body) in enumerate(kept):
+        body = body.strip()
+        prefix = f"\n\n{ITEM_HEADING.format(n=len(present) + 1)}\n"
+        room = limit - len(text) - len(prefix)
+        if len(body) <= room:
+            text += prefix + body
+            present.append(memory_id)
+            continue
+        room_for_body = room - len(TRUNCATION_MARK)
+        if room_for_body >= min_body:
+            kept_body = body[:room_for_body].rstrip()
+            text += prefix + kept_body + TRUNCATION_MARK
+            present.append(memory_id)
+            truncated_id = memory_id
+            chars_cut = len(body) - len(kept_body)
+            dropped.extend(mid for mid, _ in kept[index + 1 :])
+        else:
+            dropped.extend(mid for mid, _ in kept[index:])
+        break
+    if not present:
+        return InjectionBlock("", (), tuple(dropped), None, 0)
+    if len(text) > limit:  # impossible by construction; fail loudly rather than leak budget
+        raise RuntimeError(f"injection block of {len(text)} chars exceeds L_max={limit}")
+    return InjectionBlock(text, tuple(present), tuple(dropped), truncated_id, chars_cut)
