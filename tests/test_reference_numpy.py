@@ -470,3 +470,41 @@ def test_failed_task_is_not_offered():
     assert (out["code"], out["slot"], out["evicted_id"]) == (NOT_OFFERED, -1, -1)
     np.testing.assert_array_equal(ctrl.emb, before)
     assert ctrl.d[0] == 1 and ctrl.u[0] == pytest.approx(0.55)
+
+
+@pytest.mark.parametrize("overrides", [dict(tau_util=-1.5), dict(tau_util=-1.0), dict(delta_rep=0.2)])
+def test_replacement_needs_both_low_utility_and_worth_margin(overrides):
+    # The replacement case above (u_near = -1, V_near = -0.03, V_new = 0.17) with a threshold
+    # moved just past it: u_near < tau_util fails (strictly), or V_new > V_near + delta_rep fails.
+    ctrl = _controller(**overrides)
+    _fill_bank(ctrl, [_basis(0), _basis(1)], [-1.0, 1.0])
+    out = _succeed_and_offer(ctrl, _basis(1), 0.8 * _basis(0) + 0.6 * _basis(2))
+    assert out["code"] == REJECTED and ctrl.ids.tolist() == [100, 101]
+
+
+def test_agop_uses_the_krr_fit_made_at_the_same_count_then_refits():
+    ctrl = _controller(dim=8, capacity=2, warmup=2, krr_interval=50, agop_interval=2)
+    _fill_bank(ctrl, [_basis(0), _unit([1, 1, 0, 0, 0, 0, 0, 0])], [1.0, 1.0])
+    for k, reward in enumerate([1, 0]):
+        ctrl.select(_unit([1, 0.3 * k, 0.5, 0, 0, 0, 0, 0]))
+        ctrl.observe(reward)
+        ctrl.end_task()
+    assert ctrl.n_krr_fits == 2  # warm-up fit, then the fit after the AGOP step
+    Z = np.stack([z for z, _ in ctrl.fast_window])
+    delta = np.array([dl for _, dl in ctrl.fast_window])
+    alpha_identity = krr_fit(Z, delta, np.ones(13), 1.0, 0.01)
+    G_grads = krr_grad(Z, Z, alpha_identity, np.ones(13), 1.0)
+    expected_m = agop_update(np.ones(13), G_grads, 0.25, 0.05, 8.0)
+    np.testing.assert_allclose(ctrl.m_diag, expected_m, rtol=1e-14)
+    assert not np.allclose(expected_m, 1.0)
+    np.testing.assert_allclose(ctrl.alpha[:2], krr_fit(Z, delta, expected_m, 1.0, 0.01), rtol=1e-12)
+
+
+def test_agop_waits_for_a_first_krr_fit():
+    ctrl = _controller(dim=8, capacity=2, warmup=5, krr_interval=50, agop_interval=2)
+    _fill_bank(ctrl, [_basis(0), _basis(1)], [1.0, 1.0])
+    for k in range(6):
+        ctrl.step(_basis(k % 2), 0)
+        if k < 4:
+            assert ctrl.n_krr_fits == 0 and np.all(ctrl.m_diag == 1.0)
+    assert ctrl.n_krr_fits == 2  # n=5 warm-up fit, n=6 AGOP step and refit
