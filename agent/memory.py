@@ -1,0 +1,300 @@
+"""Memory construction per environment (App. B.4): what a successful task writes.
+
+Every method uses the same construction, so they differ only in what they keep and
+retrieve. Invariants (spec §5, §8):
+
+* only a task whose environment grader returned reward 1 produces a memory
+  (:func:`build_memory` returns ``None`` otherwise);
+* a memory is built only from the agent's *own* trajectory — its replies, the actions the
+  environment parsed from them and the observations it returned — plus the task's question.
+  Reference SQL, gold rows, evaluation scripts and answer lists are never read here;
+* a memory's text never exceeds the block room L_max leaves after the block headings,
+  so a single injected memory is never cut.
+
+Per environment:
+
+* **DB** — a compact demonstration: the question, the valid SQL operations (an operation
+  whose observation is a SQL error is dropped), each observation cut to
+  :data:`OBSERVATION_CHARS`, and the final answer.
+* **OS** — transferable Bash patterns: the scripts the agent ran, with instance-specific
+  details abstracted by regex (:func:`abstract_bash`): user and group names the task's own
+  commands create or use → ``<user>``/``<group>``, ``/home/<name>`` → ``/home/<user>``,
+  process ids → ``<pid>``. Observations are left out (they are instance-specific output).
+* **KG** — the tool calls in order, each with its observation cut to
+  :data:`OBSERVATION_CHARS`, and the final answer variable.
+
+The memory keeps the source task's ``skill_list`` (the simulated backbone reads it through
+``meta["memory_skills"]``) and a ``key_text`` — the source question — that similarity-based
+methods index.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+from typing import Any, Sequence
+
+from agent.budget import BLOCK_HEADER, ITEM_HEADING, Budget
+
+OBSERVATION_CHARS = 200  # per observation kept in a DB/KG memory
+
+
+@dataclasses.dataclass(frozen=True)
+class Turn:
+    """One agent round as the runner saw it."""
+
+    round: int
+    reply: str
+    observation: str
+    action: dict[str, Any] | None = None  # as parsed by the environment, when it says
+    output_tokens: int = 0
+    finish_reason: str = "stop"
+
+
+@dataclasses.dataclass(frozen=True)
+class Memory:
+    """One stored experience. ``memory_id`` is assigned by the policy that stores it."""
+
+    text: str
+    key_text: str
+    skills: tuple[str, ...]
+    source_task_id: str
+    memory_id: int = -1
+
+    def with_id(self, memory_id: int) -> "Memory":
+        return dataclasses.replace(self, memory_id=memory_id)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Memory":
+        return cls(
+            text=data["text"],
+            key_text=data["key_text"],
+            skills=tuple(data["skills"]),
+            source_task_id=data["source_task_id"],
+            memory_id=int(data["memory_id"]),
+        )
+
+
+def memory_char_limit(budget: Budget) -> int:
+    """Room for one memory's text inside a single-item block of L_max characters."""
+    overhead = len(BLOCK_HEADER) + len("\n\n") + len(ITEM_HEADING.format(n=1)) + len("\n")
+    return max(0, budget.max_injected_chars - overhead)
+
+
+def _cut(text: str, limit: int) -> str:
+    text = " ".join(text.split()) if "\n" not in text else text.strip()
+    return text if len(text) <= limit else text[: max(0, limit - 1)].rstrip() + "…"
+
+
+# ---------------------------------------------------------------- parsing replies
+_SQL_BLOCK = re.compile(r"```sql\s*(.*?)```", re.S | re.I)
+_DB_ACTION = re.compile(r"Action:\s*(Operation|Answer)", re.I)
+_FINAL_ANSWER = re.compile(r"Final Answer:\s*(.*)", re.I)
+_BASH_BLOCK = re.compile(r"```(?:bash|sh)?\s*\n?(.*?)```", re.S | re.I)
+_OS_ACT = re.compile(r"Act:\s*(bash|finish)", re.I)
+_KG_CALL = re.compile(r"Action:\s*([A-Za-z_]+\s*\(.*?\))\s*$", re.M)
+
+
+def _db_action(turn: Turn) -> tuple[str, str] | None:
+    """("sql", statement) or ("answer", text) from a DB reply, or None if unparseable."""
+    action = turn.action or {}
+    if action.get("kind") == "invalid":
+        return None
+    if action.get("sql"):
+        return "sql", " ".join(str(action["sql"]).split())
+    if "answer" in action and action.get("kind", "answer") == "answer":
+        return "answer", str(action["answer"]).strip()
+    match = _DB_ACTION.search(turn.reply)
+    if not match:
+        return None
+    if match.group(1).lower() == "operation":
+        block = _SQL_BLOCK.search(turn.reply, match.end())
+        return ("sql", " ".join(block.group(1).split())) if block else None
+    final = _FINAL_ANSWER.search(turn.reply, match.end())
+    return ("answer", final.group(1).strip()) if final else None
+
+
+def _looks_like_rows(observation: str) -> bool:
+    # The DB environment returns the Python repr of fetched rows ("[...]", "[]" for writes)
+    # or the error text; anything else is a failed operation.
+    return observation.lstrip().startswith("[")
+
+
+def _os_action(turn: Turn) -> tuple[str, str] | None:
+    action = turn.action or {}
+    script = action.get("script") or action.get("bash") or action.get("command")
+    if script:
+        return "bash", str(script).strip()
+    if action.get("kind") == "finish":
+        return "finish", ""
+    match = _OS_ACT.search(turn.reply)
+    if not match:
+        return None
+    if match.group(1).lower() == "finish":
+        return "finish", ""
+    blocks = [b.strip() for b in _BASH_BLOCK.findall(turn.reply[match.end() :]) if b.strip()]
+    return ("bash", "\n".join(blocks)) if blocks else None
+
+
+def _kg_action(turn: Turn) -> tuple[str, str] | None:
+    action = turn.action or {}
+    if action.get("call"):
+        return "call", str(action["call"]).strip()
+    if action.get("kind") == "invalid":
+        return None
+    if action.get("kind") == "answer" and action.get("variable") is not None:
+        return "answer", f"#{action['variable']}"
+    if action.get("kind") == "answer" and action.get("answer") is not None:
+        return "answer", str(action["answer"]).strip()
+    final = _FINAL_ANSWER.search(turn.reply)
+    if final:
+        return "answer", final.group(1).strip()
+    call = _KG_CALL.search(turn.reply)
+    return ("call", call.group(1).strip()) if call else None
+
+
+# ---------------------------------------------------------------- OS abstraction
+_USER_COMMANDS = frozenset({"useradd", "adduser", "userdel", "deluser", "usermod", "chage", "chsh", "passwd", "su", "runuser"})
+_GROUP_COMMANDS = frozenset({"groupadd", "addgroup", "groupdel", "groupmod"})
+_GROUP_OPTIONS = frozenset({"-g", "-G", "-aG", "--gid", "--groups", "--ingroup"})
+_NAME = re.compile(r"^[A-Za-z_][\w.-]*$")
+_COMMAND_SPLIT = re.compile(r"[;&|\n]+|\$\(|`")
+_HOME = re.compile(r"/home/([A-Za-z_][\w.-]*)")
+_PID_ARG = re.compile(r"\b(kill|wait|renice|disown|tail\s+--pid=?|ps\s+(?:-\w+\s+)*-p|pidstat\s+-p)(\s+(?:-\w+\s+)*)(\d{2,7})\b")
+_PROC = re.compile(r"/proc/\d+")
+_NOT_NAMES = frozenset({"root", "bash", "sh", "sudo", "echo", "true", "false", "nobody", "the", "a"})
+
+
+def _words(command: str) -> list[str]:
+    try:
+        return shlex.split(command, comments=True)
+    except ValueError:  # unbalanced quotes: fall back to whitespace
+        return command.split()
+
+
+def _add_name(names: set[str], word: str) -> None:
+    if _NAME.match(word):
+        names.add(word)
+
+
+def instance_names(scripts: Sequence[str]) -> tuple[set[str], set[str]]:
+    """User and group names that the commands themselves create or operate on.
+
+    Per simple command (split on ``; & | newline $( `)``): the last bare word of a user
+    command (useradd, usermod, passwd, su, ...) is a user and the value of its group options
+    (-g/-G/-aG) are groups; the last bare word of groupadd & co. is a group; ``chown u:g``
+    and ``chgrp g`` name a user and groups; ``gpasswd -a u g`` both; ``/home/<name>`` a user.
+    """
+    users: set[str] = set()
+    groups: set[str] = set()
+    for script in scripts:
+        users.update(m.group(1) for m in _HOME.finditer(script))
+        for command in _COMMAND_SPLIT.split(script):
+            words = [w for w in _words(command) if w != "sudo"]
+            if not words:
+                continue
+            head, args = words[0], words[1:]
+            bare = [a for i, a in enumerate(args) if not a.startswith("-") and (i == 0 or args[i - 1] not in _GROUP_OPTIONS)]
+            if head in _USER_COMMANDS and bare and _NAME.match(bare[-1]):
+                users.add(bare[-1])
+                for i, a in enumerate(args[:-1]):
+                    if a in _GROUP_OPTIONS:
+                        groups.update(g for g in args[i + 1].split(",") if _NAME.match(g))
+            elif head in _GROUP_COMMANDS and bare and _NAME.match(bare[-1]):
+                groups.add(bare[-1])
+            elif head == "gpasswd" and len(bare) >= 2:
+                _add_name(users, bare[0])
+                _add_name(groups, bare[1])
+            elif head == "chown" and bare:
+                owner, _, group = bare[0].partition(":")
+                _add_name(users, owner)
+                _add_name(groups, group)
+            elif head == "chgrp" and bare and _NAME.match(bare[0]):
+                groups.add(bare[0])
+    users -= _NOT_NAMES
+    groups -= _NOT_NAMES
+    return users, groups - users
+
+
+def abstract_bash(text: str, users: set[str], groups: set[str]) -> str:
+    """Replace instance-specific names, home paths and PIDs by placeholders."""
+    text = _HOME.sub("/home/<user>", text)
+    text = _PROC.sub("/proc/<pid>", text)
+    text = _PID_ARG.sub(lambda m: f"{m.group(1)}{m.group(2)}<pid>", text)
+    # Longest names first so "bob" never eats part of "bobby".
+    for name in sorted(users, key=len, reverse=True):
+        text = re.sub(rf"(?<![\w<./-]){re.escape(name)}(?![\w>-])", "<user>", text)
+    for name in sorted(groups, key=len, reverse=True):
+        text = re.sub(rf"(?<![\w<./-]){re.escape(name)}(?![\w>-])", "<group>", text)
+    return text
+
+
+# ---------------------------------------------------------------- construction
+def _db_text(question: str, turns: Sequence[Turn]) -> str:
+    lines = [f"Question: {question.strip()}"]
+    for turn in turns:
+        parsed = _db_action(turn)
+        if parsed is None:
+            continue  # an invalid action is omitted
+        kind, value = parsed
+        if kind == "sql":
+            if not _looks_like_rows(turn.observation):
+                continue  # the operation failed: not part of the demonstration
+            lines.append(f"Action: Operation\n```sql\n{value}\n```")
+            lines.append(f"Observation: {_cut(turn.observation, OBSERVATION_CHARS)}")
+        else:
+            lines.append(f"Action: Answer\nFinal Answer: {value}")
+    return "\n".join(lines)
+
+
+def _os_text(question: str, turns: Sequence[Turn]) -> str:
+    scripts = [value for parsed in map(_os_action, turns) if parsed for kind, value in [parsed] if kind == "bash"]
+    users, groups = instance_names(scripts)
+    lines = [f"Task: {abstract_bash(question.strip(), users, groups)}", "Bash that solved it:"]
+    for script in scripts:
+        lines.append(f"```bash\n{abstract_bash(script, users, groups)}\n```")
+    lines.append("Act: finish")
+    return "\n".join(lines)
+
+
+def _kg_text(question: str, turns: Sequence[Turn]) -> str:
+    lines = [f"Question: {question.strip()}"]
+    for turn in turns:
+        parsed = _kg_action(turn)
+        if parsed is None:
+            continue
+        kind, value = parsed
+        if kind == "call":
+            lines.append(f"Action: {value}")
+            lines.append(f"Observation: {_cut(turn.observation, OBSERVATION_CHARS)}")
+        else:
+            lines.append(f"Final Answer: {value}")
+    return "\n".join(lines)
+
+
+_BUILDERS = {"db": _db_text, "os": _os_text, "kg": _kg_text}
+
+
+def build_memory(env: str, task: Any, trajectory: Sequence[Turn], reward: int, budget: Budget) -> Memory | None:
+    """The memory a finished task writes, or ``None`` (failed task, or nothing usable).
+
+    ``task`` is a record from :mod:`agent.data`; only ``query_text``, ``task_id`` and
+    ``skill_list`` are read from it — never its reference answer.
+    """
+    if reward != 1:
+        return None
+    try:
+        builder = _BUILDERS[env]
+    except KeyError:
+        raise ValueError(f"no memory construction for environment {env!r}; expected one of {sorted(_BUILDERS)}") from None
+    text = builder(task.query_text, trajectory)
+    if len(text.splitlines()) < 2:
+        return None  # only the question: the trajectory held no usable action
+    limit = memory_char_limit(budget)
+    if len(text) > limit:
+        text = text[: max(0, limit - 1)].rstrip() + "…"
+    return Memory(text=text, key_text=task.query_text, skills=tuple(task.skill_list), source_task_id=task.task_id)

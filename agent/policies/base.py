@@ -1,0 +1,163 @@
+"""The one interface every memory policy implements, and what they share.
+
+Per task the runner calls, in order::
+
+    memories = policy.retrieve(task)          # at most K_max, best first
+    ... the task runs with those memories injected ...
+    policy.update(task, memories, outcome, trajectory)
+    log = policy.take_log()                    # the decision log that goes into the record
+
+All policies share the budget (K_max, B_max, L_max), the stream and the memory
+construction (:func:`agent.memory.build_memory`, through :meth:`MemoryPolicy.candidate`):
+they differ only in what they keep, what they retrieve and how they learn. A failed task
+never writes a memory (``candidate`` returns ``None``).
+
+Checkpointing: ``state_dict()`` returns plain Python data and NumPy arrays (picklable);
+``load_state_dict`` restores a freshly constructed policy of the same kind and settings
+so that every later decision, random draws included, is identical.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+
+from agent.budget import Budget
+from agent.memory import Memory, Turn, build_memory
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    reward: int  # the environment grader's 0/1
+    status: str  # completed, round_limit, budget_exhausted, invalid_action, env_error
+
+
+class MemoryPolicy(abc.ABC):
+    name: ClassVar[str]
+
+    def __init__(self, env: str, budget: Budget, seed: int = 0) -> None:
+        self.env = env
+        self.budget = budget
+        self.seed = seed
+        self._log: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ the interface
+    @abc.abstractmethod
+    def retrieve(self, task: Any) -> list[Memory]:
+        """Memories to inject for ``task``, best first (the runner keeps the first K_max)."""
+
+    @abc.abstractmethod
+    def update(self, task: Any, memories: Sequence[Memory], outcome: Outcome, trajectory: Sequence[Turn]) -> None:
+        """Learn from the judged task and maybe write its memory."""
+
+    @abc.abstractmethod
+    def state_dict(self) -> dict[str, Any]: ...
+
+    @abc.abstractmethod
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def bank_size(self) -> int:
+        return 0
+
+    # ------------------------------------------------------------------ shared helpers
+    def candidate(self, task: Any, outcome: Outcome, trajectory: Sequence[Turn]) -> Memory | None:
+        """The memory this task would write (same construction for every method)."""
+        return build_memory(self.env, task, trajectory, outcome.reward, self.budget)
+
+    def note(self, **entries: Any) -> None:
+        """Add entries to this task's decision log."""
+        self._log.update(entries)
+
+    def take_log(self) -> dict[str, Any]:
+        log, self._log = self._log, {}
+        return log
+
+
+def cosine_scores(query_vec: np.ndarray, key_vecs: np.ndarray) -> np.ndarray:
+    """Cosine similarities of one unit vector against rows of unit vectors (zeros stay 0)."""
+    if key_vecs.shape[0] == 0:
+        return np.zeros(0, dtype=np.float64)
+    return key_vecs.astype(np.float64) @ query_vec.astype(np.float64)
+
+
+def embed(texts: Sequence[str]) -> np.ndarray:
+    """The hashed text vectors TokenWorth uses (spec §2), so every similarity-based method
+    recalls with the same representation."""
+    from tokenworth_jax.featurize import featurize
+
+    return np.asarray(featurize(list(texts)), dtype=np.float32).reshape(len(texts), -1)
+
+
+def rng_state(rng: np.random.Generator) -> dict[str, Any]:
+    return rng.bit_generator.state
+
+
+def rng_from_state(state: dict[str, Any]) -> np.random.Generator:
+    rng = np.random.default_rng()
+    rng.bit_generator.state = state
+    return rng
+
+
+class MemoryStore:
+    """An insertion-ordered bank of memories with per-memory numeric stats.
+
+    ``stats`` maps a stat name to a list aligned with ``memories``; policies decide what
+    they track. Ids are assigned here, sequentially from 0, and never reused.
+    """
+
+    def __init__(self, stat_names: Sequence[str] = ()) -> None:
+        self.memories: list[Memory] = []
+        self.stats: dict[str, list[float]] = {name: [] for name in stat_names}
+        self.next_id = 0
+        self._vectors: np.ndarray | None = None  # cache of embed(key_text), rebuilt lazily
+
+    def __len__(self) -> int:
+        return len(self.memories)
+
+    def ids(self) -> list[int]:
+        return [m.memory_id for m in self.memories]
+
+    def index_of(self, memory_id: int) -> int:
+        for i, memory in enumerate(self.memories):
+            if memory.memory_id == memory_id:
+                return i
+        raise KeyError(f"memory {memory_id} is not in the bank")
+
+    def add(self, memory: Memory, **initial: float) -> Memory:
+        stored = memory.with_id(self.next_id)
+        self.next_id += 1
+        self.memories.append(stored)
+        for name, column in self.stats.items():
+            column.append(float(initial.get(name, 0.0)))
+        self._vectors = None
+        return stored
+
+    def remove_at(self, index: int) -> Memory:
+        removed = self.memories.pop(index)
+        for column in self.stats.values():
+            column.pop(index)
+        self._vectors = None
+        return removed
+
+    def vectors(self) -> np.ndarray:
+        if self._vectors is None:
+            self._vectors = embed([m.key_text for m in self.memories]) if self.memories else np.zeros((0, 1), np.float32)
+        return self._vectors
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "memories": [m.as_dict() for m in self.memories],
+            "stats": {k: list(v) for k, v in self.stats.items()},
+            "next_id": self.next_id,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if set(state["stats"]) != set(self.stats):
+            raise ValueError(f"bank stats {sorted(state['stats'])} do not match {sorted(self.stats)}")
+        self.memories = [Memory.from_dict(m) for m in state["memories"]]
+        self.stats = {k: [float(x) for x in v] for k, v in state["stats"].items()}
+        self.next_id = int(state["next_id"])
+        self._vectors = None

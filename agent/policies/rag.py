@@ -1,0 +1,80 @@
+"""RAG: store successful experiences, retrieve the top K_max by BM25, no learning.
+
+Decisions:
+
+* The BM25 index (``bm25s``, Lucene scoring, English stop words) covers each memory's full
+  text — question plus trajectory — as classic retrieval-augmented prompting does.
+* Only memories with a positive BM25 score are retrieved (no shared term, no retrieval).
+  Ties go to the older memory (stable order), so retrieval is deterministic.
+* At capacity B_max the oldest memory is evicted (FIFO).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import bm25s
+import numpy as np
+
+from agent.memory import Memory, Turn
+from agent.policies.base import MemoryPolicy, MemoryStore, Outcome
+
+
+def _tokens(texts: Sequence[str]) -> list[list[str]]:
+    return bm25s.tokenize(list(texts), stopwords="en", return_ids=False, show_progress=False)
+
+
+class RAGPolicy(MemoryPolicy):
+    name = "rag"
+
+    def __init__(self, env: str, budget: Any, seed: int = 0) -> None:
+        super().__init__(env, budget, seed)
+        self.store = MemoryStore()
+        self._index: bm25s.BM25 | None = None
+
+    def _bm25(self) -> bm25s.BM25:
+        if self._index is None:
+            self._index = bm25s.BM25()
+            self._index.index(_tokens([m.text for m in self.store.memories]), show_progress=False)
+        return self._index
+
+    def bm25_scores(self, query: str) -> np.ndarray:
+        if not self.store.memories:
+            return np.zeros(0)
+        query_tokens = _tokens([query])[0]
+        if not query_tokens:
+            return np.zeros(len(self.store))
+        return np.asarray(self._bm25().get_scores(query_tokens), dtype=np.float64)
+
+    def retrieve(self, task: Any) -> list[Memory]:
+        scores = self.bm25_scores(task.query_text)
+        order = np.argsort(-scores, kind="stable")[: self.budget.max_memories]
+        chosen = [self.store.memories[i] for i in order if scores[i] > 0]
+        self.note(
+            candidate_ids=[self.store.memories[i].memory_id for i in order],
+            scores=[round(float(scores[i]), 6) for i in order],
+            chosen_ids=[m.memory_id for m in chosen],
+        )
+        return chosen
+
+    def update(self, task: Any, memories: Sequence[Memory], outcome: Outcome, trajectory: Sequence[Turn]) -> None:
+        memory = self.candidate(task, outcome, trajectory)
+        if memory is None:
+            self.note(write=None)
+            return
+        evicted = None
+        if len(self.store) >= self.budget.bank_capacity:
+            evicted = self.store.remove_at(0).memory_id
+        stored = self.store.add(memory)
+        self._index = None
+        self.note(write=stored.memory_id, evicted=evicted)
+
+    def bank_size(self) -> int:
+        return len(self.store)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"store": self.store.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.store.load_state_dict(state["store"])
+        self._index = None
