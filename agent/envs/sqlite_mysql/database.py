@@ -12,10 +12,13 @@ import hashlib
 import re
 import sqlite3
 import time
+import unicodedata
 from typing import Any, Iterable, Sequence
 
 from . import errors, functions, transpile, types
 from .errors import MySQLError
+from .mysql_sort import std_sort
+from .transpile import SortPlan
 
 _DENIED_ACTIONS = {
     sqlite3.SQLITE_ATTACH: "ATTACH",
@@ -59,6 +62,36 @@ def table_md5(rows: Iterable[Sequence[Any]]) -> str | None:
         return None
     joined = ",".join(hashes)[:_GROUP_CONCAT_MAX_LEN]
     return hashlib.md5(joined.encode()).hexdigest()
+
+
+def _sort_key(value: Any) -> tuple[int, Any]:
+    """MySQL's comparison of ORDER BY values: NULL first, numbers, then text compared
+    case- and accent-insensitively (utf8mb4_0900_ai_ci)."""
+    if value is None:
+        return (0, 0)
+    if isinstance(value, (int, float)):
+        return (1, value)
+    if isinstance(value, bytes):
+        return (3, value)
+    folded = "".join(c for c in unicodedata.normalize("NFKD", str(value)) if not unicodedata.combining(c))
+    return (2, folded.casefold())
+
+
+def mysql_filesort(rows: list[tuple[Any, ...]], plan: SortPlan) -> list[tuple[Any, ...]]:
+    """Order rows carrying hidden keys (see ``SortPlan``) as MySQL's filesort would."""
+    key_end = plan.visible + len(plan.descending)
+    rows = sorted(rows, key=lambda r: [_sort_key(v) for v in r[key_end:]])  # scan order first
+
+    def less(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+        for index, descending in enumerate(plan.descending, start=plan.visible):
+            x, y = _sort_key(a[index]), _sort_key(b[index])
+            if x != y:
+                return x > y if descending else x < y
+        return False
+
+    ordered = std_sort(rows, less)
+    end = None if plan.limit is None else plan.offset + plan.limit
+    return [row[: plan.visible] for row in ordered[plan.offset : end]]
 
 
 class MySQLOnSQLite:
@@ -194,23 +227,36 @@ class MySQLOnSQLite:
         return self._execute_sqlite(transpile.Statement(sql, "query"), sql)
 
     def _execute_sqlite(self, statement: transpile.Statement, original: str) -> list[tuple[Any, ...]]:
-        self._deadline = time.monotonic() + self.time_limit_s
-        self._int_error = None
-        try:
-            cursor = self._conn.execute(statement.sqlite_sql)
-            rows = cursor.fetchall() if cursor.description else []
-        except sqlite3.DatabaseError as exc:
-            raise self._error(exc, original) from None
-        except (OverflowError, ValueError, MemoryError) as exc:
-            raise MySQLError(1105, "HY000", str(exc)) from None
-        finally:
-            self._deadline = None
+        rows: list[tuple[Any, ...]] | None = None
+        if statement.sort is not None:
+            try:
+                rows = mysql_filesort(self._fetch(statement.sqlite_sql, original), statement.sort)
+            except MySQLError as exc:
+                if exc.errno == 3024:
+                    raise  # out of time: do not spend the limit a second time
+                rows = None  # the key columns did not work out; let SQLite order instead
+        if rows is None:
+            rows = self._fetch(statement.fallback_sql or statement.sqlite_sql, original)
         if statement.kind != "query" or statement.tree is None:
             return rows
         kinds = types.output_types(statement.tree, self._column_types())
         if len(kinds) != (len(rows[0]) if rows else len(kinds)):
             return rows
         return [tuple(types.render(v, k) for v, k in zip(row, kinds)) for row in rows]
+
+    def _fetch(self, sql: str | None, original: str) -> list[tuple[Any, ...]]:
+        assert sql is not None
+        self._deadline = time.monotonic() + self.time_limit_s
+        self._int_error = None
+        try:
+            cursor = self._conn.execute(sql)
+            return cursor.fetchall() if cursor.description else []
+        except sqlite3.DatabaseError as exc:
+            raise self._error(exc, original) from None
+        except (OverflowError, ValueError, MemoryError) as exc:
+            raise MySQLError(1105, "HY000", str(exc)) from None
+        finally:
+            self._deadline = None
 
     def _error(self, exc: sqlite3.DatabaseError, sql: str) -> MySQLError:
         text = str(exc)

@@ -40,6 +40,22 @@ class Statement:
     kind: str  # "query", "write", "ddl", "show_tables", "describe", "use", "show_create"
     target: str | None = None  # table named by describe/show
     tree: exp.Expression | None = None
+    # When set, ``sqlite_sql`` returns the rows unsorted plus hidden sort keys, and the
+    # database sorts them the way MySQL's filesort does (see ``mysql_sort``).
+    sort: "SortPlan | None" = None
+    fallback_sql: str | None = None  # plain SQLite ordering, if the sort query fails
+
+
+@dataclasses.dataclass(frozen=True)
+class SortPlan:
+    """Hidden columns after the ``visible`` ones: one per ORDER BY key, then one scan
+    position per source table (``rowid``, or ``MIN(rowid)`` per group)."""
+
+    visible: int
+    descending: tuple[bool, ...]
+    positions: int
+    offset: int = 0
+    limit: int | None = None
 
 
 def parse(sql: str) -> exp.Expression:
@@ -74,8 +90,13 @@ def translate(sql: str) -> Statement:
         return Statement(_update_sql(tree), "write", tree=tree)
     tree = tree.transform(_rewrite_dates)
     if isinstance(tree, exp.Query):
-        _add_scan_order(tree)
-        return Statement(tree.sql(dialect="sqlite"), "query", tree=tree)
+        ordered = tree.copy()
+        _add_scan_order(ordered)
+        plain_sql = ordered.sql(dialect="sqlite")
+        planned = _filesort_plan(tree)
+        if planned is None:
+            return Statement(plain_sql, "query", tree=tree)
+        return Statement(planned[0], "query", tree=tree, sort=planned[1], fallback_sql=plain_sql)
     kind = "write" if isinstance(tree, exp.Insert) else "ddl"
     return Statement(tree.sql(dialect="sqlite"), kind, tree=tree)
 
@@ -186,6 +207,61 @@ def _add_scan_order(query: exp.Query) -> None:
         query.set("order", exp.Order(expressions=[exp.Ordered(this=k) for k in keys]))
     else:
         order.set("expressions", [*order.expressions, *(exp.Ordered(this=k) for k in keys)])
+
+
+def _filesort_plan(query: exp.Query) -> tuple[str, SortPlan] | None:
+    """The unsorted query with hidden sort keys, for a single-block SELECT with ORDER BY."""
+    if not isinstance(query, exp.Select) or query.args.get("order") is None or query.args.get("distinct"):
+        return None
+    sources = _direct_sources(query)
+    tables = [s for s in sources if isinstance(s, exp.Table)]
+    if not tables or len(tables) != len(sources) or _is_aggregate_only(query):
+        return None
+    bounds = _literal_bounds(query)
+    if bounds is None:
+        return None
+    aliases = {e.alias.lower(): e.unalias() for e in query.expressions if isinstance(e, exp.Alias)}
+    keys, descending = [], []
+    for ordered in query.args["order"].expressions:
+        key = ordered.this
+        if isinstance(key, exp.Column) and not key.table and key.name.lower() in aliases:
+            key = aliases[key.name.lower()]
+        elif isinstance(key, exp.Literal) and not key.is_string:
+            index = int(key.this) - 1
+            if not 0 <= index < len(query.expressions):
+                return None  # let SQLite report the bad position
+            key = query.expressions[index].unalias()
+        keys.append(key.copy())
+        descending.append(bool(ordered.args.get("desc")))
+    grouped = bool(query.args.get("group"))
+    positions = [
+        exp.Min(this=exp.column("rowid", table=t.alias_or_name)) if grouped else exp.column("rowid", table=t.alias_or_name)
+        for t in tables
+    ]
+    unsorted = query.copy()
+    for arg in ("order", "limit", "offset"):
+        unsorted.set(arg, None)
+    visible = len(unsorted.expressions)
+    unsorted.set("expressions", [*unsorted.expressions, *keys, *positions])
+    plan = SortPlan(visible, tuple(descending), len(positions), *bounds)
+    return unsorted.sql(dialect="sqlite"), plan
+
+
+def _literal_bounds(query: exp.Select) -> tuple[int, int | None] | None:
+    """(offset, limit) when both are absent or integer literals, else None."""
+
+    def value(node: exp.Expression | None) -> int | None | bool:
+        if node is None:
+            return None
+        inner = node.args.get("expression") or node.this
+        if isinstance(inner, exp.Literal) and not inner.is_string and inner.this.isdigit():
+            return int(inner.this)
+        return False
+
+    limit, offset = value(query.args.get("limit")), value(query.args.get("offset"))
+    if limit is False or offset is False:
+        return None
+    return (offset or 0, limit)  # type: ignore[return-value]
 
 
 def _is_aggregate_only(select: exp.Select) -> bool:
