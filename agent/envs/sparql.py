@@ -30,6 +30,7 @@ Decisions (the original left them to Virtuoso quirks or did not say):
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import json
 import re
 import urllib.error
@@ -133,7 +134,7 @@ class HttpSparqlEndpoint:
             raise SparqlEndpointError(
                 f"SPARQL endpoint {self.url} answered HTTP {exc.code} {exc.reason}: {detail}"
             ) from exc
-        except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+        except (urllib.error.URLError, http.client.HTTPException, TimeoutError, ConnectionError) as exc:
             reason = getattr(exc, "reason", exc)
             raise SparqlEndpointError(
                 f"cannot reach the SPARQL endpoint at {self.url} ({reason}); check that the "
