@@ -1,0 +1,297 @@
+"""The lifelong runner: one memory policy over one task stream, under the joint budget.
+
+Per task (spec §1, §8), strictly in stream order::
+
+    memories = policy.retrieve(task)                 # from feedback of tasks 1..t-1 only
+    block    = build_injection_block(memories, C)    # ≤ K_max memories, ≤ L_max chars
+    episode  = Episode(env, task, block, ...)        # rounds until done / J_max / O_max
+    reward   = env.judge()                           # the environment's own grader
+    policy.update(task, memories, outcome, trajectory)
+    append one JSONL record; checkpoint
+
+:class:`Episode` is a small state machine (``request`` → backbone → ``feed``) so that the
+sweep can advance many streams round by round with one batched ``generate``; here the
+batch is one episode.
+
+Resume: after every task the record is appended (fsynced) and then the checkpoint
+(policy state incl. bank, controller and RNG state, JSONL offset, next task index) is
+replaced atomically. A resumed run truncates the JSONL to the checkpointed offset and
+continues at the next task, so its records equal an uninterrupted run's, field for field,
+except the wall-clock ``time_s``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from agent.backbones.base import Backbone, Generation
+from agent.budget import EMPTY_BLOCK, Budget, InjectionBlock, TokenLedger, build_injection_block
+from agent.checkpoint import RecordLog, atomic_write_json, load_checkpoint, read_records, save_checkpoint
+from agent.envs.base import Environment, conversation
+from agent.memory import Memory, Turn
+from agent.policies.base import MemoryPolicy, Outcome
+
+METHOD_NAMES = ("standard", "rag", "memrl", "memp", "tokenworth")
+NONDETERMINISTIC_FIELDS = frozenset({"time_s"})  # wall clock; everything else must replay exactly
+
+
+# ------------------------------------------------------------------------- factories
+def make_policy(method: str, env: str, budget: Budget, seed: int) -> MemoryPolicy:
+    """A fresh policy by name (one of :data:`METHOD_NAMES`)."""
+    if method == "standard":
+        from agent.policies.standard import StandardPolicy as cls
+    elif method == "rag":
+        from agent.policies.rag import RAGPolicy as cls
+    elif method == "memrl":
+        from agent.policies.memrl import MemRLPolicy as cls
+    elif method == "memp":
+        from agent.policies.memp import MemPPolicy as cls
+    elif method == "tokenworth":
+        from agent.policies.tokenworth import TokenWorthPolicy as cls
+    else:
+        raise ValueError(f"unknown method {method!r}; expected one of {', '.join(METHOD_NAMES)}")
+    return cls(env, budget, seed)
+
+
+def make_environment(env: str, budget: Budget, *, kg_endpoint: str | None = None) -> Environment:
+    """The environment by name, with its round limit set to the budget's J_max.
+
+    KG needs a SPARQL endpoint; without one its factory raises ``KGEndpointRequired``.
+    """
+    if env == "db":
+        from agent.envs.db import DBEnvironment
+
+        return DBEnvironment(max_rounds=budget.max_rounds)
+    if env == "os":
+        from agent.envs.os_env import OSEnvironment
+
+        return OSEnvironment()
+    if env == "kg":
+        from agent.envs.kg import make_kg_environment
+
+        return make_kg_environment(kg_endpoint, max_rounds=budget.max_rounds)
+    raise ValueError(f"unknown environment {env!r}; expected db, os or kg")
+
+
+# ------------------------------------------------------------------------- one episode
+@dataclasses.dataclass
+class Request:
+    conversation: list[dict[str, str]]
+    max_tokens: int
+    meta: dict[str, Any]
+
+
+class Episode:
+    """One task's interaction, advanced one backbone reply at a time."""
+
+    def __init__(self, env: Environment, task: Any, block: InjectionBlock, skills: tuple[str, ...] | None,
+                 budget: Budget, seed: int) -> None:
+        self.env, self.task, self.block, self.budget, self.seed = env, task, block, budget, seed
+        self.memory_skills = skills  # None: nothing injected (the sim backbone's contract)
+        self.ledger = TokenLedger(budget)
+        self.turns: list[Turn] = []
+        self.status: str | None = None
+        self.error: str | None = None
+        self.messages: list[dict[str, str]] = []
+        try:
+            env.reset(task)
+            self.messages = conversation(env, task, block.text)
+        except Exception as exc:  # an environment that cannot start the task fails it
+            self._fail(exc)
+
+    @property
+    def done(self) -> bool:
+        return self.status is not None
+
+    def _fail(self, exc: BaseException) -> None:
+        self.status = "env_error"
+        self.error = f"{type(exc).__name__}: {exc}"
+
+    def request(self) -> Request | None:
+        """The next backbone call, or ``None`` when the episode has ended."""
+        if self.done:
+            return None
+        if self.ledger.next_max_tokens() == 0:
+            self.status = "budget_exhausted"
+            return None
+        if len(self.turns) >= self.budget.max_rounds:
+            self.status = "round_limit"
+            return None
+        meta = {"task": self.task, "memory_skills": self.memory_skills, "round": len(self.turns), "seed": self.seed}
+        return Request(list(self.messages), self.ledger.next_max_tokens(), meta)
+
+    def feed(self, request: Request, generation: Generation) -> None:
+        """Apply the backbone's reply to the environment."""
+        self.ledger.charge(generation.output_tokens, "execution", request.max_tokens)
+        self.messages.append({"role": "assistant", "content": generation.text})
+        try:
+            result = self.env.step(generation.text)
+        except Exception as exc:
+            self.turns.append(Turn(len(self.turns), generation.text, "", None, generation.output_tokens,
+                                   generation.finish_reason))
+            self._fail(exc)
+            return
+        self.turns.append(Turn(len(self.turns), generation.text, result.observation, result.action,
+                               generation.output_tokens, generation.finish_reason))
+        if result.done:
+            self.status = result.status or "completed"
+        else:
+            self.messages.append({"role": "user", "content": result.observation})
+
+    def judge(self) -> int:
+        """The environment's verdict (0 when the grader itself fails)."""
+        try:
+            return int(self.env.judge().reward)
+        except Exception as exc:
+            self.status, self.error = "env_error", self.error or f"judge: {type(exc).__name__}: {exc}"
+            return 0
+
+
+def injection_for(policy: MemoryPolicy, task: Any, budget: Budget) -> tuple[list[Memory], InjectionBlock, tuple[str, ...] | None]:
+    """Retrieve and render; the memories returned are only those actually injected."""
+    retrieved = policy.retrieve(task)
+    if not retrieved:
+        return [], EMPTY_BLOCK, None
+    block = build_injection_block([(m.memory_id, m.text) for m in retrieved], budget)
+    injected = [m for m in retrieved if m.memory_id in block.memory_ids]
+    skills = tuple(dict.fromkeys(s for m in injected for s in m.skills)) if injected else None
+    return injected, block, skills
+
+
+def make_record(method: str, index: int, task: Any, episode: Episode, reward: int, block: InjectionBlock,
+                decision: dict[str, Any], bank_size: int, seconds: float) -> dict[str, Any]:
+    return {
+        "method": method,
+        "index": index,
+        "task_id": task.task_id,
+        "env": task.env,
+        "reward": reward,
+        "status": episode.status,
+        "rounds": len(episode.turns),
+        "output_tokens": episode.ledger.total,
+        "execution_tokens": episode.ledger.execution_tokens,
+        "auxiliary_tokens": episode.ledger.auxiliary_tokens,
+        "injected_memory_id": block.memory_ids[0] if block.memory_ids else None,
+        "injected_memory_ids": list(block.memory_ids),
+        "injected_length": block.length,
+        "injection": block.log(),
+        "skill_list": list(task.skill_list),
+        "decision": decision,
+        "bank_size": bank_size,
+        "finish_reasons": [t.finish_reason for t in episode.turns],
+        "error": episode.error,
+        "time_s": round(seconds, 4),
+    }
+
+
+def run_task(policy: MemoryPolicy, env: Environment, backbone: Backbone, task: Any, index: int,
+             budget: Budget, seed: int) -> dict[str, Any]:
+    """Run one task end to end and return its record (the policy has been updated)."""
+    started = time.perf_counter()
+    injected, block, skills = injection_for(policy, task, budget)
+    episode = Episode(env, task, block, skills, budget, seed)
+    while (request := episode.request()) is not None:
+        [generation] = backbone.generate([request.conversation], [request.max_tokens], meta=[request.meta])
+        episode.feed(request, generation)
+    reward = episode.judge()
+    policy.update(task, injected, Outcome(reward, episode.status or "completed"), episode.turns)
+    return make_record(policy.name, index, task, episode, reward, block, policy.take_log(), policy.bank_size(),
+                       time.perf_counter() - started)
+
+
+# ------------------------------------------------------------------------- one method's stream
+def config_digest(config: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclasses.dataclass
+class StreamPaths:
+    directory: Path
+
+    @property
+    def records(self) -> Path:
+        return self.directory / "records.jsonl"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.directory / "checkpoint.pkl"
+
+
+ProgressHook = Callable[[dict[str, Any]], None]
+
+
+def run_stream(method: str, env_name: str, tasks: Sequence[Any], backbone: Backbone, budget: Budget, seed: int,
+               out_dir: str | Path, *, env: Environment | None = None, kg_endpoint: str | None = None,
+               on_record: ProgressHook | None = None, checkpoint_every: int = 1,
+               stop_after: int | None = None) -> list[dict[str, Any]]:
+    """Run (or resume) ``method`` over ``tasks``; returns all records, old and new.
+
+    ``stop_after`` processes at most that many tasks in this call (for tests and for
+    splitting long runs); the checkpoint makes a later call carry on.
+    """
+    if checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
+    paths = StreamPaths(Path(out_dir) / method)
+    identity = {"method": method, "env": env_name, "seed": seed, "budget": budget.as_dict(),
+                "backbone": getattr(backbone, "name", type(backbone).__name__),
+                "task_ids": config_digest({"ids": [t.task_id for t in tasks]})}
+    policy = make_policy(method, env_name, budget, seed)
+    state = load_checkpoint(paths.checkpoint)
+    next_index, offset = 0, 0
+    if state is not None:
+        if state["identity"] != identity:
+            raise RuntimeError(
+                f"{paths.checkpoint} belongs to a different run ({state['identity']} vs {identity}); "
+                "use another --out or --overwrite"
+            )
+        policy.load_state_dict(state["policy"])
+        next_index, offset = int(state["next_index"]), int(state["jsonl_offset"])
+    own_env = env is None
+    environment = make_environment(env_name, budget, kg_endpoint=kg_endpoint) if own_env else env
+    log = RecordLog(paths.records, resume_offset=offset)
+    try:
+        if on_record is not None:
+            for record in read_records(paths.records):
+                on_record(record)
+        processed = 0
+        for index in range(next_index, len(tasks)):
+            if stop_after is not None and processed >= stop_after:
+                break
+            record = run_task(policy, environment, backbone, tasks[index], index, budget, seed)
+            offset = log.append(record)
+            processed += 1
+            if (index + 1) % checkpoint_every == 0 or index + 1 == len(tasks):
+                save_checkpoint(paths.checkpoint, {"identity": identity, "policy": policy.state_dict(),
+                                                   "next_index": index + 1, "jsonl_offset": offset,
+                                                   "finished": index + 1 == len(tasks)})
+            if on_record is not None:
+                on_record(record)
+    finally:
+        log.close()
+        if own_env:
+            environment.close()
+    return read_records(paths.records)
+
+
+def comparable(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Records without their wall-clock fields, for replay comparisons."""
+    return [{k: v for k, v in r.items() if k not in NONDETERMINISTIC_FIELDS} for r in records]
+
+
+def write_run_config(out_dir: str | Path, config: dict[str, Any], *, overwrite: bool = False) -> None:
+    """Record the run's settings; refuse to mix two different runs in one directory."""
+    path = Path(out_dir) / "config.json"
+    if path.exists() and not overwrite:
+        existing = json.loads(path.read_text())
+        if existing != json.loads(json.dumps(config, default=str)):
+            raise RuntimeError(
+                f"{out_dir} already holds a run with different settings ({path}); "
+                "pass another --out, or --overwrite to start over"
+            )
+        return
+    atomic_write_json(path, json.loads(json.dumps(config, default=str)))
