@@ -330,7 +330,7 @@ class KGEnvironment(Environment):
             f"get_relations(entity) and then get_neighbors(entity, relation)."
         )
 
-    def _variable(self, text: str, tool: str, position: int) -> Variable | None:
+    def _variable(self, text: str) -> Variable | None:
         index = self._variable_index(text)
         if index is None:
             return None
@@ -349,7 +349,7 @@ class KGEnvironment(Environment):
     def _entity_or_variable(self, text: str, tool: str) -> tuple[Expr, str]:
         """(expression, display name) for a first argument that may be an entity."""
         assert self._task is not None
-        variable = self._variable(text, tool, 0)
+        variable = self._variable(text)
         if variable is not None:
             return variable.expr, text
         if text in self._task.entity_dict:
@@ -361,8 +361,8 @@ class KGEnvironment(Environment):
             f"variable (e.g. #0) or one of the entities {list(self._task.entity_dict)}."
         )
 
-    def _only_variable(self, text: str, tool: str, position: int) -> Variable:
-        variable = self._variable(text, tool, position)
+    def _only_variable(self, text: str, tool: str) -> Variable:
+        variable = self._variable(text)
         if variable is None:
             raise ToolError(f"{text!r} is not a variable; {tool} takes variables such as #0.")
         return variable
@@ -392,8 +392,8 @@ class KGEnvironment(Environment):
         return f"Variable #{index}, which are instances of {type_}"
 
     def _tool_intersection(self, arguments: list[str]) -> str:
-        first = self._only_variable(arguments[0], "intersection", 0)
-        second = self._only_variable(arguments[1], "intersection", 1)
+        first = self._only_variable(arguments[0], "intersection")
+        second = self._only_variable(arguments[1], "intersection")
         if first.type != second.type:
             raise ToolError(
                 f"the two variables must have the same type, but {arguments[0]} holds instances of "
@@ -403,13 +403,13 @@ class KGEnvironment(Environment):
         return f"Variable #{index}, which are instances of {first.type}"
 
     def _tool_get_attributes(self, arguments: list[str]) -> str:
-        variable = self._only_variable(arguments[0], "get_attributes", 0)
+        variable = self._only_variable(arguments[0], "get_attributes")
         attributes = self.kb.attributes(variable.expr)
         self._attributes_seen[variable.expr] = attributes
         return f"[{', '.join(attributes)}]"
 
     def _extremum(self, tool: str, arguments: list[str]) -> str:
-        variable = self._only_variable(arguments[0], tool, 0)
+        variable = self._only_variable(arguments[0], tool)
         attribute = arguments[1]
         if variable.expr not in self._attributes_seen:
             raise ToolError(f"call get_attributes({arguments[0]}) before {tool} on it.")
@@ -428,7 +428,7 @@ class KGEnvironment(Environment):
         return self._extremum("argmin", arguments)
 
     def _tool_count(self, arguments: list[str]) -> str:
-        variable = self._only_variable(arguments[0], "count", 0)
+        variable = self._only_variable(arguments[0], "count")
         index = self._new_variable(expression_for_call("count", [variable.expr]), "type.int")
         return f"Variable #{index}, which is a number"
 
