@@ -62,11 +62,11 @@ def test_skill_overlap_is_jaccard():
 def test_no_memory_calibration(streams):
     params = SimParams()
     mean_p = {env: np.mean([decide(params, 0, t, None).p for t in ts]) for env, ts in streams.items()}
-    assert 0.55 <= mean_p["db"] <= 0.65  # ~50% SR after the SQLite replay's ~85% fidelity
+    assert 0.48 <= mean_p["db"] <= 0.58  # the no-memory DB success rate should be ~45-55%
     assert 0.50 <= mean_p["os"] <= 0.65
     assert 0.25 <= mean_p["kg"] <= 0.38
     draws = np.mean([decide(params, 0, t, None).success for t in streams["db"]])
-    assert 0.5 <= draws <= 0.7
+    assert 0.45 <= draws <= 0.6
 
 
 def test_memory_acts_through_skills_with_common_random_numbers(streams):
@@ -243,3 +243,27 @@ def test_registry_builds_the_sim():
         make_backbone("gpt")
     with pytest.raises(ValueError, match="unexpected keyword"):
         make_backbone("sim", temperature=1.0)
+
+
+def test_the_real_db_environment_judges_the_simulated_replies(streams, sim):
+    """Success draws mostly pass the real judge and failure draws fail it (a sample)."""
+    from agent.envs.base import conversation
+    from agent.envs.db import DBEnvironment
+
+    outcomes = {True: [], False: []}
+    env = DBEnvironment()
+    for task in streams["db"][:80]:
+        drawn = decide(sim.params, 0, task, None).success
+        env.reset(task)
+        turns = conversation(env, task)
+        for round_index in range(3):
+            reply = sim.generate([turns], [100_000], meta=[{"task": task, "round": round_index, "memory_skills": None}])[0]
+            step = env.step(reply.text)
+            turns = [*turns, {"role": "assistant", "content": reply.text}, {"role": "user", "content": step.observation}]
+            if step.done:
+                break
+        outcomes[drawn].append(env.judge().reward)
+        env.close()
+    assert len(outcomes[True]) > 20 and len(outcomes[False]) > 20
+    assert np.mean(outcomes[True]) >= 0.85  # the rest: MySQL behaviour SQLite cannot replay
+    assert np.mean(outcomes[False]) <= 0.10

@@ -58,14 +58,16 @@ from agent.data import DBTask, KGTask, OSTask, Task
 class SimParams:
     """Every knob of the simulator, fixed here before any method comparison.
 
-    The p0 ranges are calibrated so that, without memory, the mean success probability is
-    about 0.60 on DB, 0.58 on OS and 0.31 on KG (full streams, seeds 0-2).
-    On DB the environment's SQLite replay reproduces roughly 85% of the MySQL gold
-    results, which puts the no-memory DB success rate near 50%; KG is set near the
-    paper's local Standard rate (30.7%).
+    Calibration (full streams, seeds 0 and 1): without memory the mean success probability
+    is about 0.53 on DB, 0.58 on OS and 0.31 on KG (KG near the paper's local Standard,
+    30.7%). Measured end to end on the real DB environment with an uncapped output budget,
+    the no-memory DB success rate is 53.4% / 51.6%, mean 155 output tokens per task. Under
+    the paper's DB budget (O_max = 128 tokens per task) it drops to about 27%, because many
+    gold answers (SQL plus the returned rows) need more than 128 tokens: even an
+    always-successful simulator without a Thought line reaches only 56.6% there.
     """
 
-    p0_range_db: tuple[float, float] = (0.35, 0.95)
+    p0_range_db: tuple[float, float] = (0.25, 0.90)
     p0_range_os: tuple[float, float] = (0.40, 0.95)
     p0_range_kg: tuple[float, float] = (0.05, 0.60)
     skill_penalty: float = 0.015  # per skill beyond the first
@@ -74,9 +76,9 @@ class SimParams:
     harm_threshold: float = 0.25  # J below this makes an injected memory harmful
     p_floor: float = 0.02
     p_ceil: float = 0.98
-    thought_sentences_base: int = 2
-    thought_sentences_helpful: int = 1
-    thought_sentences_harmful: int = 4
+    thought_sentences_base: int = 1
+    thought_sentences_helpful: int = 0
+    thought_sentences_harmful: int = 3
     harmful_extra_rounds: int = 1
     tokenizer_model: str = DEFAULT_TOKENIZER_MODEL
 
