@@ -43,7 +43,7 @@ class _Newton(NamedTuple):
 
 def newton_tolerance(dtype: jnp.dtype) -> float:
     """Stop when the Newton decrement g^T H^-1 g / 2 (an estimate of L - L*) is this small."""
-    return 1e-12 if jnp.finfo(dtype).bits >= 64 else 1e-6
+    return 1e-16 if jnp.finfo(dtype).bits >= 64 else 1e-6
 
 
 def newton_fit(phi: jax.Array, y: jax.Array, valid: jax.Array, w_start: jax.Array,

@@ -1,0 +1,57 @@
+"""Shared helpers for the controller tests: small specs, dtype switching, random streams."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import tokenworth_jax as tw
+
+SMALL_SPEC = dict(dim=24, capacity=6, base_window=24, fast_window=12, slow_window=20, k_candidates=4, n_probes=3)
+# Short intervals so that every refit kind happens many times in a short stream.
+FAST_SCHEDULE = dict(base_interval=5, krr_interval=3, agop_interval=7, warmup=2)
+
+
+@contextlib.contextmanager
+def precision(dtype: str) -> Iterator[jnp.dtype]:
+    """float32 with x64 off, or float64 with x64 switched on for this block only."""
+    if dtype == "float64":
+        with jax.enable_x64(True):
+            yield jnp.dtype("float64")
+    else:
+        yield jnp.dtype("float32")
+
+
+def tolerance(dtype: jnp.dtype) -> float:
+    # float64: the reference Newton stops at decrement 1e-12, so w agrees to ~1e-7
+    return 1e-8 if jnp.dtype(dtype) == jnp.float64 else 2e-4
+
+
+def small_setup(dtype: jnp.dtype, **overrides):
+    spec = tw.Spec(**SMALL_SPEC, dtype=jnp.dtype(dtype).name)
+    hp = tw.hparams("db", dtype=dtype, **{**FAST_SCHEDULE, **overrides})
+    return spec, hp
+
+
+def unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
+    v = rng.normal(size=(n, dim))
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def clustered_stream(seed: int, T: int, dim: int, n_clusters: int = 5, noise: float = 0.35):
+    """Queries and memories drawn around a few centres (so novelty is sometimes low),
+    rewards that depend on the cluster (so learning has something to find)."""
+    rng = np.random.default_rng(seed)
+    centres = unit(rng, n_clusters, dim)
+    labels = rng.integers(0, n_clusters, size=T)
+    q = centres[labels] + noise * rng.normal(size=(T, dim)) / np.sqrt(dim)
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    m = centres[labels] + noise * rng.normal(size=(T, dim)) / np.sqrt(dim)
+    m /= np.linalg.norm(m, axis=1, keepdims=True)
+    p = np.linspace(0.3, 0.8, n_clusters)[labels]
+    rewards = (rng.random(T) < p).astype(np.int32)
+    return q, m, rewards
