@@ -61,7 +61,10 @@ def mysql_int(value: Any) -> int | None:
     if isinstance(value, float):
         if math.isnan(value) or math.isinf(value):
             raise IncorrectIntegerValue(str(value))
-        return int(round_half_away(to_decimal(value), 0))
+        # SQLite computed in binary floating point what MySQL computes exactly in DECIMAL
+        # (100 * 1.005 is 100.49999999999999 here, 100.500 there): read the double at its
+        # 15 reliable significant digits before rounding.
+        return int(round_half_away(Decimal(format(value, ".15g")), 0))
     text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
     if not _NUMERIC_STRING.match(text):
         raise IncorrectIntegerValue(text)
@@ -157,6 +160,7 @@ WINDOW_AGGREGATES: dict[str, type] = {
     "stddev_samp": _StddevSamp,
     "variance": _VarPop,
     "var_pop": _VarPop,
+    "variance_pop": _VarPop,  # sqlglot writes MySQL VARIANCE as VARIANCE_POP
     "var_samp": _VarSamp,
 }
 

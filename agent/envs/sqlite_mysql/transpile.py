@@ -58,8 +58,17 @@ class SortPlan:
     limit: int | None = None
 
 
+_STATEMENT_WORDS = {
+    "select", "with", "insert", "update", "delete", "replace", "create", "drop", "alter", "show",
+    "describe", "desc", "use", "explain", "truncate", "(", "values", "table",
+}
+
+
 def parse(sql: str) -> exp.Expression:
     """Parse one MySQL statement, or raise a 1064 error shaped as MySQL's."""
+    first_word = sql.split(None, 1)[0].lower() if sql.split() else ""
+    if first_word.rstrip("(") not in _STATEMENT_WORDS and not first_word.startswith("("):
+        raise syntax_error(sql, 0)  # MySQL quotes the whole statement when the verb is unknown
     try:
         trees = [t for t in sqlglot.parse(sql, read="mysql") if t is not None]
     except ParseError as exc:

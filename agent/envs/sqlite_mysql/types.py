@@ -65,7 +65,10 @@ def infer(node: exp.Expression, columns: dict[str, str]) -> ResultType:
         return ("dec", inner[1]) if inner[0] in ("int", "dec") else ("float", 0)
     if isinstance(node, exp.Div):
         a, b = infer(node.this, columns), infer(node.expression, columns)
-        return _merge(a, b, lambda x, _: x + DIV_PRECISION_INCREMENT) if a and b else None
+        merged = _merge(a, b, lambda x, _: x + DIV_PRECISION_INCREMENT)
+        if merged is not None and merged[0] == "int":  # int / int is DECIMAL in MySQL
+            return ("dec", DIV_PRECISION_INCREMENT)
+        return merged
     if isinstance(node, exp.Mul):
         return _merge(infer(node.this, columns), infer(node.expression, columns), lambda x, y: x + y)
     if isinstance(node, (exp.Add, exp.Sub)):
