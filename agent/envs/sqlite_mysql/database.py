@@ -227,22 +227,26 @@ class MySQLOnSQLite:
         return self._execute_sqlite(transpile.Statement(sql, "query"), sql)
 
     def _execute_sqlite(self, statement: transpile.Statement, original: str) -> list[tuple[Any, ...]]:
-        rows: list[tuple[Any, ...]] | None = None
-        if statement.sort is not None:
-            try:
-                rows = mysql_filesort(self._fetch(statement.sqlite_sql, original), statement.sort)
-            except MySQLError as exc:
-                if exc.errno == 3024:
-                    raise  # out of time: do not spend the limit a second time
-                rows = None  # the key columns did not work out; let SQLite order instead
-        if rows is None:
-            rows = self._fetch(statement.fallback_sql or statement.sqlite_sql, original)
+        rows = self._fetch_with_fallbacks(statement, original)
         if statement.kind != "query" or statement.tree is None:
             return rows
         kinds = types.output_types(statement.tree, self._column_types())
         if len(kinds) != (len(rows[0]) if rows else len(kinds)):
             return rows
         return [tuple(types.render(v, k) for v, k in zip(row, kinds)) for row in rows]
+
+    def _fetch_with_fallbacks(self, statement: transpile.Statement, original: str) -> list[tuple[Any, ...]]:
+        """Run the statement; if a MySQL-order rewrite trips SQLite, try the plainer forms."""
+        attempts = [statement.sqlite_sql, *statement.fallbacks]
+        for number, sql in enumerate(attempts):
+            try:
+                rows = self._fetch(sql, original)
+            except MySQLError as exc:
+                if exc.errno == 3024 or number == len(attempts) - 1:
+                    raise  # out of time (do not spend the limit twice), or nothing left to try
+                continue
+            return mysql_filesort(rows, statement.sort) if number == 0 and statement.sort else rows
+        raise AssertionError("unreachable")
 
     def _fetch(self, sql: str | None, original: str) -> list[tuple[Any, ...]]:
         assert sql is not None

@@ -43,7 +43,9 @@ class Statement:
     # When set, ``sqlite_sql`` returns the rows unsorted plus hidden sort keys, and the
     # database sorts them the way MySQL's filesort does (see ``mysql_sort``).
     sort: "SortPlan | None" = None
-    fallback_sql: str | None = None  # plain SQLite ordering, if the sort query fails
+    # Tried in turn when the statement before fails (not for timeouts): the scan-ordered
+    # query, then the query exactly as sqlglot translated it. The last error is reported.
+    fallbacks: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,13 +101,15 @@ def translate(sql: str) -> Statement:
         return Statement(_update_sql(tree), "write", tree=tree)
     tree = tree.transform(_rewrite_dates)
     if isinstance(tree, exp.Query):
+        untouched_sql = tree.sql(dialect="sqlite")
         ordered = tree.copy()
         _add_scan_order(ordered)
         plain_sql = ordered.sql(dialect="sqlite")
+        plain = (plain_sql, untouched_sql) if plain_sql != untouched_sql else (plain_sql,)
         planned = _filesort_plan(tree)
         if planned is None:
-            return Statement(plain_sql, "query", tree=tree)
-        return Statement(planned[0], "query", tree=tree, sort=planned[1], fallback_sql=plain_sql)
+            return Statement(plain[0], "query", tree=tree, fallbacks=plain[1:])
+        return Statement(planned[0], "query", tree=tree, sort=planned[1], fallbacks=plain)
     kind = "write" if isinstance(tree, exp.Insert) else "ddl"
     return Statement(tree.sql(dialect="sqlite"), kind, tree=tree)
 
@@ -187,6 +191,21 @@ def _direct_sources(select: exp.Select) -> list[exp.Expression]:
     return sources
 
 
+def _base_tables(select: exp.Select) -> list[exp.Table] | None:
+    """The select's sources when all are stored tables (CTEs and derived tables have no
+    rowid, hence no scan position); ``None`` otherwise."""
+    sources = _direct_sources(select)
+    ctes = {cte.alias_or_name.lower() for cte in select.find_all(exp.CTE)}
+    node = select.parent
+    while node is not None:
+        with_ = node.args.get("with_") or node.args.get("with")
+        if with_ is not None:
+            ctes.update(cte.alias_or_name.lower() for cte in with_.expressions)
+        node = node.parent
+    tables = [s for s in sources if isinstance(s, exp.Table) and s.name.lower() not in ctes]
+    return tables if tables and len(tables) == len(sources) else None
+
+
 def _target_table(tree: exp.Update | exp.Delete) -> exp.Table | None:
     this = tree.this
     return this if isinstance(this, exp.Table) else None
@@ -199,8 +218,8 @@ def _add_scan_order(query: exp.Query) -> None:
     """Make SQLite return rows in the order MySQL would (see module docstring)."""
     if not isinstance(query, exp.Select):
         return  # UNION etc.: order of set operations is left to the engine
-    tables = [s for s in _direct_sources(query) if isinstance(s, exp.Table)]
-    if not tables or len(tables) != len(_direct_sources(query)) or query.args.get("distinct"):
+    tables = _base_tables(query)
+    if not tables or query.args.get("distinct"):
         return
     grouped = bool(query.args.get("group"))
     if not grouped and _is_aggregate_only(query):
@@ -222,9 +241,8 @@ def _filesort_plan(query: exp.Query) -> tuple[str, SortPlan] | None:
     """The unsorted query with hidden sort keys, for a single-block SELECT with ORDER BY."""
     if not isinstance(query, exp.Select) or query.args.get("order") is None or query.args.get("distinct"):
         return None
-    sources = _direct_sources(query)
-    tables = [s for s in sources if isinstance(s, exp.Table)]
-    if not tables or len(tables) != len(sources) or _is_aggregate_only(query):
+    tables = _base_tables(query)
+    if not tables or _is_aggregate_only(query):
         return None
     bounds = _literal_bounds(query)
     if bounds is None:
@@ -403,7 +421,8 @@ def _rewrite_dates(node: exp.Expression) -> exp.Expression:
     modifier = exp.Concat(
         expressions=[
             exp.Literal.string(sign),
-            exp.Mul(this=exp.Paren(this=amount.copy()), expression=exp.Literal.number(scale)),
+            # parenthesised: SQLite binds || tighter than *
+            exp.Paren(this=exp.Mul(this=exp.Paren(this=amount.copy()), expression=exp.Literal.number(scale))),
             exp.Literal.string(f" {_UNITS[unit]}"),
         ]
     )
