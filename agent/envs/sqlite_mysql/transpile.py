@@ -152,11 +152,9 @@ def _check_mysql_restrictions(tree: exp.Expression) -> None:
     if isinstance(tree, (exp.Update, exp.Delete)):
         target = _target_table(tree)
         if target is not None and _subquery_reads(tree, target.name):
-            verb = "UPDATE" if isinstance(tree, exp.Update) else "DELETE"
+            # MySQL words it "for update" for DELETE too
             raise MySQLError(
                 1093, "HY000", f"You can't specify target table '{target.alias_or_name}' for update in FROM clause"
-                if verb == "UPDATE"
-                else f"You can't specify target table '{target.alias_or_name}' for update in FROM clause",
             )
 
 
