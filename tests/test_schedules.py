@@ -1,0 +1,104 @@
+"""Refit schedules count feedback examples: exact fit counts, eta ramp, AGOP moves M and refits."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import tokenworth_jax as tw
+from tokenworth_jax.controller import schedule
+from tokenworth_jax.scoring import eta
+
+from controller_helpers import clustered_stream, precision, small_setup
+
+
+def _expected_counts(n_max, base_interval, krr_interval, agop_interval, warmup):
+    base, krr_fits, agop_fits = [], [], []
+    nb = nk = na = 0
+    for n in range(1, n_max + 1):
+        if n % base_interval == 0:
+            nb += 1
+        if n == warmup or (n > warmup and n % krr_interval == 0):
+            nk += 1
+        if n % agop_interval == 0 and nk > 0:
+            na += 1
+            nk += 1  # AGOP refits KRR
+        base.append(nb), krr_fits.append(nk), agop_fits.append(na)
+    return base, krr_fits, agop_fits
+
+
+def test_fits_happen_at_exact_feedback_counts_not_tasks():
+    with precision("float32") as f:
+        spec, hp = small_setup(f, base_interval=4, krr_interval=3, agop_interval=5, warmup=2)
+        q, m, rewards = clustered_stream(seed=1, T=60, dim=spec.dim)
+        state = tw.init(spec, hp)
+        expected = _expected_counts(60, 4, 3, 5, 2)
+        n_fb = 0
+        for t in range(60):
+            state, sel = tw.select(state, jnp.asarray(q[t]), hp, spec)
+            state = tw.observe(state, jnp.int32(rewards[t]), hp, spec)
+            n_fb += int(sel.slot >= 0)
+            # task 0 has an empty bank: no selection, so no feedback example and no fit
+            assert int(state.counters.n_feedback) == n_fb
+            if n_fb:
+                assert int(state.counters.n_base_fits) == expected[0][n_fb - 1], t
+                assert int(state.counters.n_krr_fits) == expected[1][n_fb - 1], t
+                assert int(state.counters.n_agop) == expected[2][n_fb - 1], t
+            else:
+                assert int(state.counters.n_krr_fits) == 0
+            state, _ = tw.offer(state, jnp.asarray(m[t]), jnp.int32(t), hp, spec)
+            state = tw.end_task(state, spec)
+        assert n_fb >= 50  # feedback only on tasks where the bank was non-empty
+
+
+def test_schedule_predicates_for_db_preset():
+    hp = tw.hparams("db")
+    due = {n: [bool(x) for x in schedule(jnp.int32(n), hp)] for n in (1, 4, 49, 50, 100, 200)}
+    assert due[4] == [False, True, False]  # warm-up: the first KRR fit
+    assert due[49] == [False, False, False]
+    assert due[50] == [True, True, False]
+    assert due[200] == [True, True, True]
+
+
+def test_eta_ramps_over_three_fits():
+    with precision("float32") as f:
+        spec, hp = small_setup(f)
+        state = tw.init(spec, hp)
+        values = []
+        for k in range(5):
+            s = state._replace(counters=state.counters._replace(n_krr_fits=jnp.int32(k)))
+            values.append(float(eta(s, hp)))
+        np.testing.assert_allclose(values, [0, 0.05, 0.10, 0.15, 0.15], rtol=1e-6)
+
+
+def test_agop_changes_metric_and_triggers_refit():
+    with precision("float64") as f:
+        spec, hp = small_setup(f, agop_interval=6, krr_interval=100, warmup=3, base_interval=100)
+        q, m, rewards = clustered_stream(seed=2, T=8, dim=spec.dim)
+        state = tw.init(spec, hp)
+        before = None
+        for t in range(8):
+            state, sel = tw.select(state, jnp.asarray(q[t]), hp, spec)
+            n_next = int(state.counters.n_feedback) + int(sel.slot >= 0)
+            if n_next == 6:
+                before = state
+            state = tw.observe(state, jnp.int32(rewards[t]), hp, spec)
+            if n_next == 6:
+                break
+            state, _ = tw.offer(state, jnp.asarray(m[t]), jnp.int32(t), hp, spec)
+            state = tw.end_task(state, spec)
+        assert before is not None
+        assert int(state.counters.n_agop) == 1
+        assert np.all(np.asarray(before.metric) == 1.0)
+        assert not np.allclose(np.asarray(state.metric), 1.0), "AGOP must move M away from the identity"
+        np.testing.assert_allclose(float(jnp.mean(state.metric)), 1.0, rtol=1e-12)
+        assert int(state.counters.n_krr_fits) == int(before.counters.n_krr_fits) + 1  # the refit after AGOP
+        # the refit used the new metric: alpha differs from a fit with the old one
+        from tokenworth_jax import krr
+        from tokenworth_jax.ring import ring_valid
+        z, delta = state.fast_ring.data
+        old = krr.fit(z, ring_valid(state.fast_ring), delta, before.metric, hp.gamma, hp.lambda_krr)
+        new = krr.fit(z, ring_valid(state.fast_ring), delta, state.metric, hp.gamma, hp.lambda_krr)
+        np.testing.assert_allclose(np.asarray(state.predictor.alpha), np.asarray(new.alpha), rtol=1e-10, atol=1e-12)
+        assert not np.allclose(np.asarray(old.alpha), np.asarray(new.alpha))
