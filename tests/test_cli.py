@@ -1,0 +1,63 @@
+"""The `tokenworth` CLI: run (outputs, resume, errors), sweep, data fetch errors."""
+
+import json
+
+from typer.testing import CliRunner
+
+from agent.cli import app
+
+runner = CliRunner()
+
+
+def test_run_writes_records_summary_and_plot_then_resumes(tmp_path, data_dir) -> None:
+    out = tmp_path / "run"
+    args = ["run", "--methods", "standard,memp", "--limit", "12", "--out", str(out), "--data-dir", data_dir,
+            "--no-progress"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "| standard | 12 |" in result.output and "ΔTok vs Standard" in result.output
+    for method in ("standard", "memp"):
+        lines = (out / method / "records.jsonl").read_text().splitlines()
+        assert [json.loads(x)["index"] for x in lines] == list(range(12))
+    assert (out / "summary.md").read_text().startswith("## DB")
+    assert (out / "cumulative_sr.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary[0]["method"] == "standard" and summary[0]["delta_tok"] == 0.0 and "skill_sr" in summary[0]
+    again = runner.invoke(app, args)  # finished: resumes, re-runs nothing, same table
+    assert again.exit_code == 0 and len((out / "memp" / "records.jsonl").read_text().splitlines()) == 12
+    other = runner.invoke(app, args[:-1] + ["--seed", "4", "--no-progress"])
+    assert other.exit_code == 2 and "different settings" in other.output
+
+
+def test_bad_inputs_give_clear_errors(tmp_path, data_dir, monkeypatch) -> None:
+    monkeypatch.delenv("TOKENWORTH_KG_ENDPOINT", raising=False)
+    kg = runner.invoke(app, ["run", "--env", "kg", "--out", str(tmp_path / "kg"), "--data-dir", data_dir])
+    assert kg.exit_code == 2 and "SPARQL endpoint" in kg.output and "--kg-endpoint" in kg.output
+    bad = runner.invoke(app, ["run", "--methods", "standard,magic", "--data-dir", data_dir])
+    assert bad.exit_code == 2 and "magic" in bad.output
+    missing = runner.invoke(app, ["run", "--data-dir", str(tmp_path / "nothing"), "--out", str(tmp_path / "x")])
+    assert missing.exit_code == 2 and "tokenworth data fetch" in missing.output
+    env = runner.invoke(app, ["run", "--env", "web"])
+    assert env.exit_code == 2 and "unknown environment" in env.output
+    grid = runner.invoke(app, ["sweep", "--grid", "bogus=1", "--data-dir", data_dir])
+    assert grid.exit_code == 2 and "unknown hyperparameter" in grid.output
+
+
+def test_sweep_command_writes_tables(tmp_path, data_dir) -> None:
+    out = tmp_path / "sweep"
+    result = runner.invoke(app, ["sweep", "--grid", "eta=0.1,0.3", "--limit", "6", "--out", str(out),
+                                 "--data-dir", data_dir, "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "| eta_max=0.1 |" in result.output and (out / "sweep.md").exists()
+    assert len(json.loads((out / "sweep.json").read_text())["streams"]) == 2
+
+
+def test_data_fetch_reports_failure_clearly(tmp_path, monkeypatch) -> None:
+    import agent.data
+
+    def offline(data_dir=None, envs=("db", "os", "kg")):
+        raise ConnectionError("no route to host")
+
+    monkeypatch.setattr(agent.data, "fetch", offline)
+    result = runner.invoke(app, ["data", "fetch", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 2 and "download failed" in result.output and "no route" in result.output
