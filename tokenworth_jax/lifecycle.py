@@ -135,12 +135,12 @@ def _admit(state: State, e_new: jax.Array, new_id: jax.Array, hp: HParams, spec:
                   jnp.where(evict == B, i32(Admission.SELF_EVICTED),
                             jnp.where(novel, i32(Admission.ADMITTED_NOVEL), i32(Admission.ADMITTED_WORTH))),
                   jnp.where(replace, i32(Admission.REPLACED_NEAREST), i32(Admission.REJECTED))))
-    slot = jnp.where(code == Admission.ADMITTED_ROOM, free_slot,
-                     jnp.where((code == Admission.ADMITTED_NOVEL) | (code == Admission.ADMITTED_WORTH), evict,
-                               jnp.where(code == Admission.REPLACED_NEAREST, near, i32(-1))))
+    slot = jnp.where(code == i32(Admission.ADMITTED_ROOM), free_slot,
+                     jnp.where((code == i32(Admission.ADMITTED_NOVEL)) | (code == i32(Admission.ADMITTED_WORTH)), evict,
+                               jnp.where(code == i32(Admission.REPLACED_NEAREST), near, i32(-1))))
     writes = slot >= 0
     safe_slot = jnp.maximum(slot, 0)
-    evicted_id = jnp.where(writes & (code != Admission.ADMITTED_ROOM), bank.ids[safe_slot], i32(-1))
+    evicted_id = jnp.where(writes & (code != i32(Admission.ADMITTED_ROOM)), bank.ids[safe_slot], i32(-1))
     new_bank = _write_memory(bank, safe_slot, writes, e_new, new_id, state.counters.t, hp)
     decision = Decision(
         code=code, slot=slot, evicted_id=evicted_id, novelty=novelty,

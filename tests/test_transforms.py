@@ -1,0 +1,82 @@
+"""vmap over configurations, jit versus eager, and no recompilation for new hyperparameter values."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import tokenworth_jax as tw
+
+from controller_helpers import clustered_stream, precision, small_setup
+
+
+def _events(spec, f, T=40, seed=3):
+    q, m, r = clustered_stream(seed=seed, T=T, dim=spec.dim)
+    return tw.Event(jnp.asarray(q, f), jnp.asarray(r, jnp.int32), jnp.asarray(m, f), jnp.arange(T, dtype=jnp.int32))
+
+
+CONFIGS = [
+    dict(eta_max=0.05), dict(eta_max=0.30), dict(gamma=0.5), dict(gamma=2.0),
+    dict(lambda_w=1.0, beta_w=1.0), dict(krr_interval=2, agop_interval=4), dict(beta_m=0.75), dict(tau_nov=0.9, delta_rep=0.0),
+]
+
+
+def test_vmap_over_eight_configs_equals_separate_runs():
+    with precision("float32") as f:
+        spec, _ = small_setup(f)
+        hps = [small_setup(f, **c)[1] for c in CONFIGS]
+        events = _events(spec, f)
+        batched_hp = tw.stack_hparams(hps)
+        states = jax.vmap(lambda hp: tw.init(spec, hp))(batched_hp)
+        final, out = jax.vmap(lambda s, hp: tw.run(s, events, hp, spec))(states, batched_hp)
+        for i, hp in enumerate(hps):
+            single, single_out = tw.run(tw.init(spec, hp), events, hp, spec)
+            np.testing.assert_array_equal(np.asarray(out.decision.code[i]), np.asarray(single_out.decision.code))
+            np.testing.assert_array_equal(np.asarray(out.selection.slot[i]), np.asarray(single_out.selection.slot))
+            jax.tree_util.tree_map(
+                lambda a, b: np.testing.assert_allclose(np.asarray(a)[i], np.asarray(b), rtol=2e-4, atol=2e-4), final, single)
+        # the configurations really differ
+        codes = {tuple(np.asarray(out.selection.slot[i]).tolist()) for i in range(len(hps))}
+        assert len(codes) > 1
+
+
+def test_jit_and_eager_agree():
+    with precision("float64") as f:
+        spec, hp = small_setup(f)
+        events = _events(spec, f, T=12)
+        jitted, jout = tw.run(tw.init(spec, hp), events, hp, spec)
+        state = tw.raw["init"](spec, hp)
+        with jax.disable_jit():
+            codes = []
+            for t in range(12):
+                e = jax.tree_util.tree_map(lambda x: x[t], events)
+                state, o = tw.raw["step"](state, e, hp, spec)
+                codes.append(int(o.decision.code))
+        assert codes == np.asarray(jout.decision.code).tolist()
+        jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-7, atol=1e-9),
+                               state, jitted)
+
+
+def test_new_hyperparameter_values_compile_nothing():
+    with precision("float32") as f:
+        spec, hp = small_setup(f)
+        events = _events(spec, f, T=8)
+        state = tw.init(spec, hp)
+        e0 = jax.tree_util.tree_map(lambda x: x[0], events)
+        jax.block_until_ready(tw.step(state, e0, hp, spec))
+        jax.block_until_ready(tw.run(state, events, hp, spec))
+        before = (tw.step._cache_size(), tw.run._cache_size())
+        compiles = []
+        jax.monitoring.register_event_duration_secs_listener(
+            lambda name, *a, **k: compiles.append(name) if "backend_compile" in name else None)
+        for overrides in CONFIGS:
+            hp2 = small_setup(f, **overrides)[1]
+            jax.block_until_ready(tw.step(state, e0, hp2, spec))
+            jax.block_until_ready(tw.run(state, events, hp2, spec))
+        assert (tw.step._cache_size(), tw.run._cache_size()) == before
+        assert compiles == [], compiles
+        # a new *shape* does recompile: the counter works
+        spec2 = spec._replace(capacity=spec.capacity + 1)
+        jax.block_until_ready(tw.step(tw.init(spec2, hp), e0, hp, spec2))
+        assert tw.step._cache_size() == before[0] + 1
