@@ -70,7 +70,7 @@ def make_environment(env: str, budget: Budget, *, kg_endpoint: str | None = None
     if env == "os":
         from agent.envs.os_env import OSEnvironment
 
-        return OSEnvironment()
+        return OSEnvironment(max_rounds=budget.max_rounds)
     if env == "kg":
         from agent.envs.kg import make_kg_environment
 
