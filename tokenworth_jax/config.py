@@ -157,7 +157,8 @@ def validate_hparams(hp: HParams) -> None:
 def preset(name: str = "db", *, dtype: Any = jnp.float32, spec_overrides: dict[str, Any] | None = None,
            **overrides: ArrayLike) -> tuple[Spec, HParams]:
     """``(spec, hparams)`` for an environment preset: ``"db"``, ``"os"``, ``"kg"`` or ``"appc"``."""
-    spec = Spec(capacity=PRESET_CAPACITY[name], dtype=jnp.dtype(dtype).name, **(spec_overrides or {}))
+    spec_fields = {"capacity": PRESET_CAPACITY[name], "dtype": jnp.dtype(dtype).name, **(spec_overrides or {})}
+    spec = Spec(**spec_fields)
     return spec, hparams(name, dtype=dtype, **overrides)
 
 
