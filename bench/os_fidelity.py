@@ -1,7 +1,8 @@
 """Fidelity check of the OS environment: replay every task's reference solution.
 
 For each task: a fresh sandbox, the init script, then the task's
-``ground_truth_command_item`` as one action, then the evaluation script. A faithful
+``ground_truth_command_item`` as one action, a short pause (``--settle``), then the
+evaluation script. A faithful
 environment passes (nearly) all of them. Tasks whose init script installs packages
 (``apt-get install``) need the network in the original; they are excused when they
 fail here, and listed by index.
@@ -35,8 +36,14 @@ def needs_network(task: OSTask) -> bool:
     return bool(task.init and _NEEDS_NETWORK.search(task.init.script))
 
 
-def replay(task: OSTask, command_timeout: float = 20.0) -> dict[str, Any]:
-    """Init, reference solution, evaluation in one fresh sandbox; the outcome as a record."""
+def replay(task: OSTask, command_timeout: float = 20.0, settle: float = 0.5) -> dict[str, Any]:
+    """Init, reference solution, evaluation in one fresh sandbox; the outcome as a record.
+
+    ``settle`` seconds pass between the reference solution and the evaluation. In a
+    real episode the agent's "Act: finish" turn (an LLM call) sits there, and in the
+    original each ``docker exec`` adds its own latency; a few reference solutions
+    background a job and are judged on its result, so without the pause they race.
+    """
     record: dict[str, Any] = {"index": task.sample_index, "needs_network": needs_network(task)}
     started = time.monotonic()
     env = OSEnvironment(command_timeout=command_timeout)
@@ -45,6 +52,7 @@ def replay(task: OSTask, command_timeout: float = 20.0) -> dict[str, Any]:
         if task.ground_truth is not None:
             truth = env.execute(task.ground_truth)
             record.update(truth_exit_code=truth.exit_code, truth_timed_out=truth.timed_out)
+            time.sleep(settle)
         judgement = env.judge()
         record.update(
             passed=bool(judgement.reward),
@@ -88,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="replay only the first N tasks")
     parser.add_argument("--jobs", type=int, default=2, help="sandboxes run in parallel")
     parser.add_argument("--timeout", type=float, default=20.0, help="per-command timeout in seconds")
+    parser.add_argument("--settle", type=float, default=0.5,
+                        help="seconds between reference solution and evaluation (stands in for the finish turn)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the JSON result")
     args = parser.parse_args(argv)
     if args.jobs < 1:
@@ -96,8 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     tasks = load_tasks("os", args.data_dir, limit=args.limit)
     started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        records = list(pool.map(lambda t: replay(t, args.timeout), tasks))
+        records = list(pool.map(lambda t: replay(t, args.timeout, args.settle), tasks))
     summary = summarize(records, time.monotonic() - started)
+    summary["settle_seconds"] = args.settle
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=1) + "\n")

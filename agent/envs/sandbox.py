@@ -35,14 +35,12 @@ action that started them, while the working directory and variables do not carry
 over. Nothing privileged ever enters the sandbox after start-up (no ``nsenter``):
 any binary it could run there might have been replaced by the sandbox's root.
 
-A command finishes when its shell has exited *and* its output has closed, which is
-what ``docker exec`` in the original waits for: a background job that still holds
-stdout/stderr keeps the command running (redirect its output to detach it). The
-dataset relies on this: several reference solutions end with ``job &`` and are
-judged right after, which only works if the command waited for the job. A command
-that runs past its timeout is reported as timed out and left running, as in the
-original (a ``docker exec`` in a thread that is abandoned on timeout); what it still
-prints is drained and dropped. :meth:`Sandbox.close` kills the holder; the kernel then
+A command finishes when its shell exits, as a ``docker exec`` does; output that its
+background jobs write later is drained and dropped. (Waiting for the output to close
+instead was tried: reference solution 73 then fails, since its evaluation expects
+the job it backgrounded to be still running.) A command that runs past its timeout
+is reported as timed out and left running, as in the original (a ``docker exec`` in
+a thread that is abandoned on timeout). :meth:`Sandbox.close` kills the holder; the kernel then
 kills every process of the PID namespace, the mount namespace and its tmpfs vanish,
 and the cgroup and the empty mount-point directory are removed.
 """
@@ -654,9 +652,8 @@ class Sandbox:
     def run(self, script: str, timeout: float = 20.0, *, cwd: str = "/", env: Mapping[str, str] | None = None) -> CommandResult:
         """Run ``script`` with ``bash -c`` as root in the sandbox; wait for the shell.
 
-        Returns when the shell has exited and its output has closed, or after
-        ``timeout`` seconds, whichever comes first; a timed-out command keeps running
-        (see the module docstring).
+        Returns when the shell exits or after ``timeout`` seconds, whichever comes
+        first; a timed-out command keeps running (see the module docstring).
         """
         if not self.alive or self._sock is None:
             raise SandboxError("the sandbox is not running (not started, closed, or its init died)")
@@ -674,18 +671,17 @@ class Sandbox:
         return self._collect(read_end, time.monotonic() + timeout)
 
     def _collect(self, read_end: int, deadline: float) -> CommandResult:
-        """Wait for the shell to exit *and* its output to close, as ``docker exec`` does."""
+        """Read output until the shell exits; then take what is buffered and return."""
         output = _Capture(self.output_cap_bytes)
         pid: int | None = None
         code: int | None = None
         pipe_open = True
         assert self._sock is not None
-        while code is None or pipe_open:
+        while code is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            watched = [self._sock] + ([read_end] if pipe_open else [])
-            ready, _, _ = select.select(watched, [], [], remaining)
+            ready, _, _ = select.select([self._sock] + ([read_end] if pipe_open else []), [], [], remaining)
             if read_end in ready:
                 pipe_open = output.read_from(read_end)
             if self._sock in ready:
@@ -697,15 +693,18 @@ class Sandbox:
                 elif "error" in message:
                     raise SandboxError(f"the sandbox refused the command: {message['error']}")
                 # other "exited" messages belong to earlier, timed-out commands
+        if code is not None and pipe_open:
+            # Everything the shell wrote is in the pipe by now; take what is buffered.
+            os.set_blocking(read_end, False)
+            try:
+                pipe_open = output.read_all_available(read_end)
+            finally:
+                os.set_blocking(read_end, True)
         if pipe_open:
             self._drain_in_background(read_end)
         else:
             os.close(read_end)
-        finished = code is not None and not pipe_open
-        return CommandResult(
-            exit_code=code if finished else None, output=output.text(), timed_out=not finished,
-            truncated=output.truncated,
-        )
+        return CommandResult(exit_code=code, output=output.text(), timed_out=code is None, truncated=output.truncated)
 
     def _receive(self, deadline: float) -> dict:
         assert self._sock is not None
@@ -758,6 +757,17 @@ class _Capture:
         chunk = os.read(fd, 1 << 16)
         self.add(chunk)
         return bool(chunk)
+
+    def read_all_available(self, fd: int) -> bool:
+        """Read until the pipe is empty; False at end of file."""
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                return True
+            if not chunk:
+                return False
+            self.add(chunk)
 
     def text(self) -> str:
         return self.data.decode("utf-8", "replace")
