@@ -119,7 +119,8 @@ class StackedControllers:
         self.state = jax.vmap(lambda hp: tw.raw["init"](spec, hp))(self.hp)
         raw = tw.raw
         self._select = jax.jit(jax.vmap(lambda s, q, hp: raw["select"](s, q, hp, spec), in_axes=(0, None, 0)))
-        self._observe = jax.jit(jax.vmap(lambda s, r, hp: raw["observe"](s, r, hp, spec)))
+        # refits gated on "any stream due" (a plain vmap would run every refit at every step)
+        self._observe = jax.jit(lambda s, r, hp: raw["observe_batched"](s, r, hp, spec))
         self._offer = jax.jit(jax.vmap(lambda s, e, i, hp: raw["offer"](s, e, i, hp, spec)))
         self._end = jax.jit(jax.vmap(lambda s: raw["end_task"](s, spec)))
 

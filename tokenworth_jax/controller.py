@@ -10,7 +10,6 @@ them for ``jax.lax.scan`` over a pre-featurised stream (see :func:`run`).
 
 from __future__ import annotations
 
-import functools
 from typing import Callable, NamedTuple, Optional
 
 import jax
@@ -135,7 +134,8 @@ def schedule(n_feedback: jax.Array, hp: HParams) -> tuple[jax.Array, jax.Array, 
     return base_due, krr_due, agop_due
 
 
-def _observe(state: State, reward: jax.Array, hp: HParams, spec: Spec) -> State:
+def _record_feedback(state: State, reward: jax.Array, hp: HParams) -> State:
+    """Feedback for the selected pair without the refits: windows, memory stats, counters."""
     p = state.pending
     f = state.w.dtype
     reward = jnp.asarray(reward, jnp.int32)
@@ -158,20 +158,62 @@ def _observe(state: State, reward: jax.Array, hp: HParams, spec: Spec) -> State:
         c=bump(bank.c, bank.c[slot] + 1),
         last=bump(bank.last, state.counters.t),
     )
-    n_fb = state.counters.n_feedback + sel.astype(jnp.int32)
-    state = state._replace(
+    return state._replace(
         bank=bank,
         base_ring=ring_push(state.base_ring, (p.phi, y), sel),
         fast_ring=ring_push(state.fast_ring, (p.z, delta), sel),
         slow_ring=ring_push(state.slow_ring, (p.z, delta), sel),
-        counters=state.counters._replace(n_feedback=n_fb),
+        counters=state.counters._replace(n_feedback=state.counters.n_feedback + sel.astype(jnp.int32)),
         pending=p._replace(reward=reward),
     )
-    base_due, krr_due, agop_due = schedule(n_fb, hp)
-    state = _when(sel & base_due, lambda s: _fit_base(s, hp), state)
-    state = _when(sel & krr_due, lambda s: _fit_krr(s, hp), state)
-    state = _when(sel & agop_due & (state.counters.n_krr_fits > 0), lambda s: _agop(s, hp), state)
-    return state
+
+
+def refits_due(state: State, hp: HParams) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(base, krr, agop) refits due right after this task's feedback was recorded."""
+    base_due, krr_due, agop_due = schedule(state.counters.n_feedback, hp)
+    sel = state.pending.selected
+    return sel & base_due, sel & krr_due, sel & agop_due
+
+
+def _refit(state: State, hp: HParams) -> State:
+    """Run the due refits in order: base, KRR, then AGOP (needs a fitted KRR) and its KRR refit."""
+    base_due, krr_due, agop_due = refits_due(state, hp)
+    state = _when(base_due, lambda s: _fit_base(s, hp), state)
+    state = _when(krr_due, lambda s: _fit_krr(s, hp), state)
+    return _when(agop_due & (state.counters.n_krr_fits > 0), lambda s: _agop(s, hp), state)
+
+
+def _observe(state: State, reward: jax.Array, hp: HParams, spec: Spec) -> State:
+    return _refit(_record_feedback(state, reward, hp), hp)
+
+
+# ----- many configurations at once ---------------------------------------------------------
+# Under a plain ``jax.vmap`` a ``lax.cond`` with a per-configuration predicate becomes a
+# ``select``: every refit would run for every configuration at every step. The batched
+# functions below keep the refits outside the vmap, behind one ``lax.cond`` on "any
+# configuration due", so a sweep pays for a refit only at the steps where one is due.
+
+
+def _tree_where(mask: jax.Array, new: State, old: State) -> State:
+    def pick(a: jax.Array, b: jax.Array) -> jax.Array:
+        return jnp.where(mask.reshape(mask.shape + (1,) * (a.ndim - 1)), a, b)
+
+    return jax.tree_util.tree_map(pick, new, old)
+
+
+def _observe_batched(states: State, rewards: jax.Array, hps: HParams, spec: Spec) -> State:
+    """``observe`` for C stacked states and hyperparameters (leading axis C)."""
+    states = jax.vmap(_record_feedback)(states, rewards, hps)
+
+    base_due, krr_due, _ = jax.vmap(refits_due)(states, hps)
+
+    def gated(pred: jax.Array, fit: Callable[[State, HParams], State], s: State) -> State:
+        return jax.lax.cond(jnp.any(pred), lambda x: _tree_where(pred, jax.vmap(fit)(x, hps), x), lambda x: x, s)
+
+    states = gated(base_due, _fit_base, states)
+    states = gated(krr_due, _fit_krr, states)
+    _, _, agop_due = jax.vmap(refits_due)(states, hps)
+    return gated(agop_due & (states.counters.n_krr_fits > 0), _agop, states)
 
 
 def _end_task(state: State, spec: Spec) -> State:
@@ -201,6 +243,36 @@ def _run(state: State, events: Event, hp: HParams, spec: Spec,
     return jax.lax.scan(lambda s, e: _step(s, e, hp, spec, reward_fn), state, events)
 
 
+def _step_batched(states: State, event: Event, hps: HParams, spec: Spec,
+                  reward_fn: Optional[RewardFn] = None) -> tuple[State, StepOutput]:
+    """:func:`step` for C configurations on one shared event (refits gated on "any due")."""
+    states, selection = jax.vmap(_select, in_axes=(0, None, 0, None))(states, event.query, hps, spec)
+    if reward_fn is None:
+        rewards = jnp.broadcast_to(jnp.asarray(event.reward, jnp.int32), states.counters.t.shape)
+    else:
+        rewards = jax.vmap(reward_fn, in_axes=(None, 0))(event, selection).astype(jnp.int32)
+    states = _observe_batched(states, rewards, hps, spec)
+    states, decision = jax.vmap(_offer, in_axes=(0, None, None, 0, None))(states, event.memory, event.memory_id,
+                                                                          hps, spec)
+    states = jax.vmap(_end_task, in_axes=(0, None))(states, spec)
+    return states, StepOutput(selection=selection, reward=rewards, decision=decision)
+
+
+def _run_batched(states: State, events: Event, hps: HParams, spec: Spec,
+                 reward_fn: Optional[RewardFn] = None) -> tuple[State, StepOutput]:
+    """C configurations (stacked states and hyperparameters) over one shared stream.
+
+    Equal to ``jax.vmap(run)`` but a refit is computed only at steps where some configuration
+    is due, which is what makes large sweeps cheap. Outputs have shape (T, C, ...).
+    """
+    return jax.lax.scan(lambda s, e: _step_batched(s, e, hps, spec, reward_fn), states, events)
+
+
+def init_batched(spec: Spec, hps: HParams) -> State:
+    """C fresh states for stacked hyperparameters."""
+    return jax.vmap(_init, in_axes=(None, 0))(spec, hps)
+
+
 # Public, jit-compiled entry points. ``spec`` (and ``reward_fn``) are static.
 init = jax.jit(_init, static_argnames=("spec",))
 select = jax.jit(_select, static_argnames=("spec",))
@@ -209,7 +281,10 @@ offer = jax.jit(_offer, static_argnames=("spec",))
 end_task = jax.jit(_end_task, static_argnames=("spec",))
 step = jax.jit(_step, static_argnames=("spec", "reward_fn"))
 run = jax.jit(_run, static_argnames=("spec", "reward_fn"))
+observe_batched = jax.jit(_observe_batched, static_argnames=("spec",))
+step_batched = jax.jit(_step_batched, static_argnames=("spec", "reward_fn"))
+run_batched = jax.jit(_run_batched, static_argnames=("spec", "reward_fn"))
 
 # Un-jitted versions, for composing inside a user's own jit / vmap / scan.
-raw = functools.partial(dict, init=_init, select=_select, observe=_observe, offer=_offer, end_task=_end_task,
-                        step=_step, run=_run)()
+raw = dict(init=_init, select=_select, observe=_observe, offer=_offer, end_task=_end_task, step=_step, run=_run,
+           observe_batched=_observe_batched, step_batched=_step_batched, run_batched=_run_batched)
