@@ -21,6 +21,24 @@ from agent.runner import METHOD_NAMES
 app = typer.Typer(add_completion=False, no_args_is_help=False, help=__doc__)
 data_app = typer.Typer(add_completion=False, help="The LifelongAgentBench task data.")
 app.add_typer(data_app, name="data")
+bench_app = typer.Typer(add_completion=False, help="Benchmarks (results under bench/results/).")
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("controller", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench_controller(ctx: typer.Context) -> None:
+    """Controller suite: per-task cost vs NumPy, roofline, bank scaling, sweeps (`--full` for full sizes)."""
+    from bench.controller.suite import main as suite_main
+
+    suite_main(list(ctx.args))
+
+
+@bench_app.command("agent", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench_agent(ctx: typer.Context) -> None:
+    """Table-1-shaped comparison of all policies on DB and OS over seeds (mean ± std)."""
+    from bench.agent import main as agent_main
+
+    agent_main(list(ctx.args))
 
 ENVS = ("db", "os", "kg")
 
