@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from agent.budget import Budget
-from agent.memory import Memory, Turn, abstract_bash, build_memory, instance_names, memory_char_limit
+from agent.memory import Turn, abstract_bash, build_memory, instance_names, memory_char_limit
 from agent.policies.base import Outcome
 from agent.policies.memp import MemPPolicy
 from agent.policies.memrl import MemRLPolicy, zscore

@@ -1,7 +1,6 @@
 """Kill a real run (subprocess + SIGKILL) at several points; the resumed output must equal
 an uninterrupted run record by record (wall-clock fields aside)."""
 
-import os
 import signal
 import subprocess
 import sys

@@ -6,10 +6,9 @@ import pytest
 
 from agent.backbones.base import Generation
 from agent.budget import Budget
-from agent.runner import Episode, comparable, injection_for, run_stream, run_task
+from agent.runner import comparable, injection_for, run_stream, run_task
 from agent.policies.rag import RAGPolicy
 from agent.policies.standard import StandardPolicy
-from agent.budget import EMPTY_BLOCK
 from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks
 
 DB = Budget.for_env("db")
@@ -78,6 +77,15 @@ def test_memory_injected_into_first_user_turn_with_skills_in_meta() -> None:
         assert record["injected_length"] <= DB.max_injected_chars
     # the memory's skills come from its source task, not the current one
     source = {m.memory_id: m for m in policy.store.memories}
+    skills_of_task = {t.task_id: tuple(t.skill_list) for t in tasks}
+    checked = 0
+    for record in injected:
+        memory = source.get(record["injected_memory_id"])
+        if memory is not None:  # still in the bank (FIFO may have dropped it since)
+            call = next(c for c in backbone.calls if c["task"] == record["task_id"])
+            assert tuple(call["memory_skills"]) == memory.skills == skills_of_task[memory.source_task_id]
+            checked += 1
+    assert checked > 0
     assert all(r["decision"]["chosen_ids"] == r["injected_memory_ids"] for r in injected)
 
 

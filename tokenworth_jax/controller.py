@@ -23,7 +23,7 @@ from .features import MemoryStats, memory_stats
 from .lifecycle import Decision, offer as _offer
 from .ring import ring_push, ring_valid
 from .scoring import score_pairs
-from .state import Counters, Pending, State, init as _init
+from .state import Pending, State, init as _init
 
 
 class Selection(NamedTuple):
