@@ -1,0 +1,148 @@
+"""Benchmark 3: probe-averaged worth and admission as the bank grows (B = 64 ... 100k).
+
+Each bank size runs in its own subprocess (``python -m bench.controller.bank_scaling
+--child ...``) so that its peak memory is its own. The child builds a full bank of B random
+unit vectors with random statistics, a full probe ring, and a KRR predictor fitted on a
+full fast window, then times ``worth`` (jitted) and ``offer`` after a success (worth +
+novelty + the admission decision and write).
+
+Memory: XLA allocates outside Python's allocator (tracemalloc sees nothing) and the CPU
+client reports no ``memory_stats()``, so we read the process's peak resident set size
+(``resource.getrusage(RUSAGE_SELF).ru_maxrss``) after building the state and compiling
+(the baseline) and again after the timed calls; the growth is the extra peak the
+computation needed. Banks above ``Size.worth_chunk`` memories use
+``Spec(worth_chunk=...)``, which bounds the score temporaries to
+P x chunk x (D + 5) floats.
+
+Linearity: least-squares fit of time = a + b B over all sizes (the slope b is the cost per
+memory), and the log-log slope between the two largest sizes (1 means linear).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .common import REPO, Size, md_table, write_result
+
+
+def _maxrss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux reports KiB
+
+
+def child(capacity: int, chunk: int, repeats: int, spec_overrides: dict[str, int]) -> dict[str, Any]:
+    import jax
+    import jax.numpy as jnp
+
+    import tokenworth_jax as tw
+    from tokenworth_jax import krr
+    from tokenworth_jax.ring import ring_valid
+
+    from .common import time_call
+
+    spec, hp = tw.preset("db", spec_overrides={**spec_overrides, "capacity": capacity, "worth_chunk": chunk})
+    rng = np.random.default_rng(capacity)
+    D, F, t = spec.dim, spec.feature_dim, 1000
+
+    def unit(n: int) -> np.ndarray:
+        v = rng.normal(size=(n, D))
+        return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+    state = tw.init(spec, hp)
+    B = capacity
+    bank = state.bank._replace(
+        emb=jnp.asarray(unit(B)), valid=jnp.ones((B,), bool), ids=jnp.arange(B, dtype=jnp.int32),
+        u=jnp.asarray(rng.uniform(-1, 3, B), jnp.float32), h=jnp.asarray(rng.integers(0, 5, B), jnp.float32),
+        d=jnp.asarray(rng.integers(0, 5, B), jnp.float32), c=jnp.asarray(rng.integers(0, 10, B), jnp.float32),
+        last=jnp.asarray(rng.integers(0, t, B), jnp.int32), tau=jnp.asarray(rng.integers(0, t, B), jnp.int32))
+    probe_ring = state.probe_ring._replace(data=jnp.asarray(unit(spec.n_probes)), is_full=jnp.ones((), bool))
+    # A realistic support set: z of random (query, memory) pairs with plausible statistics.
+    qa, ma = unit(spec.fast_window), unit(spec.fast_window)
+    tail = np.stack([np.sum(qa * ma, 1), rng.uniform(-1, 3, spec.fast_window), rng.uniform(0, 1, spec.fast_window),
+                     rng.uniform(0, 1, spec.fast_window), rng.uniform(0, 1, spec.fast_window)], 1)
+    z = jnp.asarray(np.concatenate([np.abs(qa - ma), tail], 1), jnp.float32)
+    delta = jnp.asarray(rng.uniform(-1, 1, spec.fast_window), jnp.float32)
+    fast_ring = state.fast_ring._replace(data=(z, delta), is_full=jnp.ones((), bool))
+    predictor = krr.fit(z, ring_valid(fast_ring), delta, state.metric, jnp.float32(1.0), jnp.float32(0.01))
+    state = state._replace(
+        bank=bank, probe_ring=probe_ring, fast_ring=fast_ring, predictor=predictor,
+        counters=state.counters._replace(t=jnp.int32(t), n_krr_fits=jnp.int32(3)),
+        pending=state.pending._replace(query=jnp.asarray(unit(1)[0]), retrieved=jnp.ones((), bool),
+                                       reward=jnp.int32(1)))
+    e_new = jnp.asarray(unit(1)[0])
+    state = jax.block_until_ready(state)
+    worth = jax.jit(tw.worth, static_argnames=("spec",))
+    t0 = time.perf_counter()
+    worth.lower(state, e_new, hp, spec).compile()
+    tw.offer.lower(state, e_new, jnp.int32(B), hp, spec).compile()
+    compile_s = time.perf_counter() - t0
+    rss_base = _maxrss_mib()
+    w_sum, _ = time_call(lambda: worth(state, e_new, hp, spec).bank, repeats)
+    o_sum, _ = time_call(lambda: tw.offer(state, e_new, jnp.int32(B), hp, spec), repeats)
+    rss_peak = _maxrss_mib()
+    dev = jax.devices()[0]
+    stats = dev.memory_stats() if hasattr(dev, "memory_stats") else None
+    P = spec.n_probes + 1
+    rows = (chunk if 0 < chunk < B + 1 else B + 1)
+    return dict(capacity=B, worth_chunk=chunk, worth=w_sum, offer=o_sum, compile_s=compile_s,
+                maxrss_baseline_mib=rss_base, maxrss_peak_mib=rss_peak, maxrss_growth_mib=rss_peak - rss_base,
+                score_temporary_mib=P * rows * F * 4 / 2 ** 20, bank_mib=B * D * 4 / 2 ** 20,
+                device_memory_stats=stats, device=str(dev))
+
+
+def run(size: Size, out_dir: Path) -> dict[str, Any]:
+    results = []
+    for B in size.bank_sizes:
+        chunk = size.worth_chunk if B > size.worth_chunk else 0
+        cmd = [sys.executable, "-m", "bench.controller.bank_scaling", "--child", str(B), "--chunk", str(chunk),
+               "--repeats", str(size.bank_repeats), "--spec", json.dumps(size.spec_overrides)]
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1800)
+        if proc.returncode != 0:
+            raise RuntimeError(f"bank-scaling child for B={B} failed:\n{proc.stderr[-4000:]}")
+        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    Bs = np.array([r["capacity"] for r in results], float)
+    fits = {}
+    for key in ("worth", "offer"):
+        ms = np.array([r[key]["median_ms"] for r in results])
+        slope, intercept = np.polyfit(Bs, ms, 1)
+        loglog = float(np.log(ms[-1] / ms[-2]) / np.log(Bs[-1] / Bs[-2])) if len(Bs) >= 2 else None
+        fits[key] = dict(intercept_ms=float(intercept), slope_us_per_memory=float(slope * 1e3),
+                         loglog_slope_last_two=loglog)
+    largest = results[-1]
+    payload = dict(size=size.name, spec_overrides=size.spec_overrides, results=results, fit=fits,
+                   target=dict(capacity=100_000, offer_s=0.5,
+                               measured_s=largest["offer"]["median_ms"] / 1e3 if largest["capacity"] == 100_000 else None),
+                   memory_method="peak RSS (getrusage ru_maxrss) per subprocess; growth = peak after the timed "
+                                 "calls minus peak after building the state and compiling")
+    rows = [[r["capacity"], r["worth_chunk"], r["worth"]["median_ms"], r["offer"]["median_ms"], r["compile_s"],
+             r["maxrss_peak_mib"], r["maxrss_growth_mib"], r["bank_mib"]] for r in results]
+    text = md_table(["B", "worth_chunk", "worth ms", "offer ms", "compile s", "peak RSS MiB", "RSS growth MiB",
+                     "bank MiB"], rows)
+    text += "\n" + "\n".join(
+        f"- {k}: time = {f['intercept_ms']:.3g} ms + {f['slope_us_per_memory']:.4g} us x B; "
+        f"log-log slope between the two largest sizes {f['loglog_slope_last_two']:.3f}" for k, f in fits.items())
+    text += f"\n\nMemory: {payload['memory_method']}.\n"
+    write_result(out_dir, "bank_scaling", payload, text)
+    return payload
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--child", type=int, required=True, help="bank capacity B to measure")
+    ap.add_argument("--chunk", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--spec", default="{}", help="JSON Spec overrides")
+    a = ap.parse_args(argv)
+    print(json.dumps(child(a.child, a.chunk, a.repeats, json.loads(a.spec))))
+
+
+if __name__ == "__main__":
+    main()

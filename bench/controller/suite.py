@@ -1,0 +1,67 @@
+"""Run every controller benchmark: ``python -m bench.controller.suite [--full] [--out DIR]``.
+
+The default (``quick``) size finishes in a few minutes on a 2-core CPU; ``--full`` selects
+the full sizes (100k-memory bank, 256 configurations x 500 tasks, ...). ``--size tiny`` is
+for the smoke test. Results: ``<name>.json`` and ``<name>.md`` per benchmark in ``--out``
+(default ``bench/results``), plus ``suite.json`` listing what ran. The same command runs
+unchanged on a GPU and records the device in every result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import bank_scaling, per_task, roofline, sharded, sweep
+from .common import DEFAULT_OUT, SIZES, machine_info
+
+BENCHMARKS = ("per_task", "roofline", "bank_scaling", "sweep", "sharded")
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m bench.controller.suite", description=__doc__.splitlines()[0])
+    ap.add_argument("--full", action="store_true", help="full sizes (long: see docs/performance.md)")
+    ap.add_argument("--size", choices=sorted(SIZES), help="explicit size (overrides --full)")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory (default bench/results)")
+    ap.add_argument("--only", nargs="+", choices=BENCHMARKS, help="run only these benchmarks")
+    ap.add_argument("--real-devices", action="store_true",
+                    help="sharded benchmark: use the real devices instead of simulated host devices")
+    return ap.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    args = parse(argv)
+    size = SIZES[args.size or ("full" if args.full else "quick")]
+    selected = args.only or list(BENCHMARKS)
+    if "roofline" in selected and "per_task" not in selected:
+        selected = ["per_task", *selected]  # the roofline divides per-task times
+    out: Path = args.out
+    ran: dict[str, Any] = {}
+    results: dict[str, Any] = {}
+    for name in BENCHMARKS:
+        if name not in selected:
+            continue
+        t0 = time.perf_counter()
+        print(f"[bench] {name} ({size.name}) ...", flush=True)
+        if name == "per_task":
+            results[name] = per_task.run(size, out)
+        elif name == "roofline":
+            results[name] = roofline.run(size, out, results["per_task"])
+        elif name == "bank_scaling":
+            results[name] = bank_scaling.run(size, out)
+        elif name == "sweep":
+            results[name] = sweep.run(size, out)
+        elif name == "sharded":
+            results[name] = sharded.run(size, out, force_host_devices=not args.real_devices)
+        ran[name] = dict(seconds=time.perf_counter() - t0, json=f"{name}.json", markdown=f"{name}.md")
+        print(f"[bench] {name} done in {ran[name]['seconds']:.1f} s -> {out / (name + '.md')}", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "suite.json").write_text(json.dumps(dict(size=size.name, machine=machine_info(), ran=ran), indent=2) + "\n")
+    return results
+
+
+if __name__ == "__main__":
+    main()

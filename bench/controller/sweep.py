@@ -1,0 +1,110 @@
+"""Benchmark 4: sweep throughput. C configurations x T tasks through the fused step, as one
+``jax.vmap`` over stacked (state, hparams) of a ``lax.scan`` over a pre-featurised stream.
+
+Compared against (a) a Python loop over configurations, each a jitted ``tw.run`` (the loop
+times at most ``Size.sweep_loop_max_configs`` configurations and extrapolates linearly to
+C, saying so), and (b) the NumPy reference, timed on one configuration for
+``Size.numpy_sweep_tasks`` tasks and extrapolated to C x T (it says so).
+
+Configurations cycle through the sensitivity grid of the paper's Table A3 (:data:`GRID`).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+import numpy as np
+
+import tokenworth_jax as tw
+
+from .common import Size, block, db_setup, md_table, reference_module, synthetic_stream, time_call, write_result
+
+# Table A3: one hyperparameter at a time away from the DB default (spec §9).
+GRID: tuple[tuple[str, float], ...] = (
+    ("eta_max", 0.05), ("eta_max", 0.10), ("eta_max", 0.20), ("eta_max", 0.30),
+    ("lambda_w", 0.03), ("lambda_w", 0.3), ("lambda_w", 1.0),
+    ("beta_w", 0.25), ("beta_w", 0.75), ("beta_w", 1.0),
+    ("base_interval", 25), ("base_interval", 100),
+    ("beta_m", 0.10), ("beta_m", 0.50), ("beta_m", 0.75),
+    ("krr_interval", 25), ("krr_interval", 100),
+    ("agop_interval", 100), ("agop_interval", 400),
+    ("gamma", 0.5), ("gamma", 2.0),
+)
+
+
+def configs(n: int) -> list[tw.HParams]:
+    """The default first, then the Table A3 grid, cycled to ``n`` configurations."""
+    out = [tw.hparams("db")]
+    i = 0
+    while len(out) < n:
+        name, value = GRID[i % len(GRID)]
+        out.append(tw.hparams("db", **{name: value}))
+        i += 1
+    return out[:n]
+
+
+def vmapped_run(spec: tw.Spec) -> Callable[..., Any]:
+    """jit(vmap(run)) over (state, hparams); the event stream is shared by all configurations."""
+    run = tw.raw["run"]
+    return jax.jit(jax.vmap(lambda s, e, h: run(s, e, h, spec), in_axes=(0, None, 0)))
+
+
+def init_many(spec: tw.Spec, hps: tw.HParams) -> tw.State:
+    return jax.vmap(lambda h: tw.raw["init"](spec, h))(hps)
+
+
+def run(size: Size, out_dir: Path) -> dict[str, Any]:
+    spec, _ = db_setup(size)
+    T = size.sweep_tasks
+    stream = synthetic_stream(T, spec.dim, seed=1)
+    events = stream.events()
+    fn = vmapped_run(spec)
+    rows, results = [], []
+    for C in size.sweep_configs:
+        cfgs = configs(C)
+        hps = tw.stack_hparams(cfgs)
+        states = block(init_many(spec, hps))
+        vm, vm_compile = time_call(lambda: fn(states, events, hps), 1 if C * T >= 20_000 else 2)
+        n_loop = min(C, size.sweep_loop_max_configs)
+
+        def loop() -> Any:
+            return [tw.run(tw.init(spec, h), events, h, spec) for h in cfgs[:n_loop]]
+
+        lp, lp_compile = time_call(loop, 1 if n_loop * T >= 20_000 else 2)
+        loop_s = lp["median_ms"] / 1e3 * C / n_loop
+        vm_s = vm["median_ms"] / 1e3
+        res = dict(configs=C, tasks=T, vmap_s=vm_s, vmap_compile_s=vm_compile,
+                   vmap_config_tasks_per_s=C * T / vm_s, loop_s=loop_s, loop_timed_configs=n_loop,
+                   loop_extrapolated=n_loop < C, loop_compile_s=lp_compile, loop_config_tasks_per_s=C * T / loop_s)
+        results.append(res)
+    # NumPy reference: one configuration, extrapolated.
+    ref_mod = reference_module()
+    nT = min(size.numpy_sweep_tasks, T)
+    ref = ref_mod.ReferenceController(spec, configs(1)[0])
+    t0 = time.perf_counter()
+    for i in range(nT):
+        r = int(stream.rewards[i])
+        ref.step(stream.queries[i], r, stream.memories[i] if r else None, int(stream.ids[i]))
+    numpy_per_task = (time.perf_counter() - t0) / nT
+    for res in results:
+        res["numpy_s_extrapolated"] = numpy_per_task * res["configs"] * res["tasks"]
+        res["numpy_config_tasks_per_s"] = 1.0 / numpy_per_task
+        rows.append([res["configs"], res["tasks"], res["vmap_s"], res["vmap_compile_s"], res["vmap_config_tasks_per_s"],
+                     res["loop_s"], f"{res['loop_config_tasks_per_s']:.4g}" + (" (extrap.)" if res["loop_extrapolated"] else ""),
+                     res["numpy_s_extrapolated"], res["numpy_config_tasks_per_s"]])
+    target = next((r for r in results if r["configs"] == 256 and r["tasks"] == 500), None)
+    payload = dict(size=size.name, spec=spec._asdict(), results=results, numpy_tasks_timed=nT,
+                   numpy_per_task_ms=numpy_per_task * 1e3,
+                   target=dict(configs=256, tasks=500, seconds=60.0,
+                               measured_s=target["vmap_s"] if target else None),
+                   notes=("vmap: one jit(vmap(lax.scan)) call; loop: a Python loop of jitted tw.run per config "
+                          "(timed on loop_timed_configs, scaled linearly to C); NumPy: the float64 reference on one "
+                          f"config for {nT} tasks, scaled linearly to C x T."))
+    text = md_table(["C", "T", "vmap s", "vmap compile s", "vmap cfg-tasks/s", "loop s", "loop cfg-tasks/s",
+                     "NumPy s (extrap.)", "NumPy cfg-tasks/s"], rows)
+    text += f"\n{payload['notes']}\n"
+    write_result(out_dir, "sweep", payload, text)
+    return payload

@@ -1,0 +1,140 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # TokenWorth controller: quickstart
+#
+# Featurise task texts, step the controller over a stream, and look inside: the selected
+# memories, the worth scores of the bank, the base weights `w` and the metric `M`.
+#
+# The stream is the LifelongAgentBench DB task list; **the backbone is simulated** (success
+# is drawn from the skill-overlap model of `agent.backbones.sim`, see
+# `bench/controller/simdb.py`). Small by default; set `TOKENWORTH_NOTEBOOK_FULL=1` for all
+# 500 tasks.
+
+# %%
+import json
+import os
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ROOT = Path.cwd() if (Path.cwd() / "tokenworth_jax").exists() else Path.cwd().parent
+sys.path.insert(0, str(ROOT))
+import tokenworth_jax as tw  # noqa: E402
+from bench.controller import simdb  # noqa: E402
+
+FULL = os.environ.get("TOKENWORTH_NOTEBOOK_FULL") == "1"
+N_TASKS = 500 if FULL else 60
+
+# %% [markdown]
+# ## 1. Featurise
+# `tw.featurize` hashes words and character 3-5-grams into D = 512 signed buckets and
+# L2-normalises (deterministic across processes).
+
+# %%
+stream = simdb.load_stream(N_TASKS)
+print(stream.instructions[0])
+print("vector shape", stream.queries.shape, "norm", float(np.linalg.norm(stream.queries[0])))
+sims = stream.queries[:5] @ stream.queries[:5].T
+print(np.round(sims, 2))
+
+# %% [markdown]
+# ## 2. Step the controller, one task at a time
+# `select` → the simulated judge → `observe` → `offer` (only after a success) → `end_task`.
+
+# %%
+spec, hp = tw.presets.db()
+state = tw.init(spec, hp)
+log = []
+for i in range(N_TASKS):
+    q = jnp.asarray(stream.queries[i])
+    state, sel = tw.select(state, q, hp, spec)
+    p = simdb.success_probability(stream, jnp.int32(i), sel.memory_id)
+    reward = int(stream.outcome_u[i] < float(p))
+    state = tw.observe(state, jnp.int32(reward), hp, spec)
+    code = "NOT_OFFERED"
+    if reward:
+        state, dec = tw.offer(state, q, jnp.int32(i), hp, spec)
+        code = tw.Admission(int(dec.code)).name
+    state = tw.end_task(state, spec)
+    log.append(dict(task=i, memory=int(sel.memory_id), reward=reward, admission=code))
+
+success_rate = float(np.mean([r["reward"] for r in log]))
+print("success rate", success_rate)
+for r in log[-5:]:
+    print(r)
+
+# %% [markdown]
+# ## 3. What was selected, and why
+# The selection of the next task: candidates in recall order, their scores
+# `s = wᵀφ + η f(z)`, the base part `wᵀφ`, and the cosine relevance.
+
+# %%
+i = N_TASKS - 1
+_, sel = tw.select(state, jnp.asarray(stream.queries[i]), hp, spec)
+sel = jax.device_get(sel)
+print("query:", stream.instructions[i])
+for k, (mid, s, b, rel) in enumerate(zip(sel.candidate_ids, sel.scores, sel.base_scores, sel.relevance)):
+    if mid < 0:
+        continue
+    mark = "*" if k == sel.chosen else " "
+    print(f"{mark} id {mid:3d} score {s:+.3f} base {b:+.3f} cos {rel:.3f}  skills {stream.skills[mid]}")
+selected_instruction = stream.instructions[int(sel.memory_id)] if sel.memory_id >= 0 else None
+print("selected memory's source task:", selected_instruction)
+
+# %% [markdown]
+# ## 4. Worth of the bank
+# `tw.worth` averages the score of every memory over the probe queries (the current query
+# and up to 8 earlier ones): the number the admission rule compares.
+
+# %%
+state_q, _ = tw.select(state, jnp.asarray(stream.queries[i]), hp, spec)
+wv = jax.device_get(tw.worth(state_q, jnp.asarray(stream.queries[i]), hp, spec))
+bank = jax.device_get(state.bank)
+order = np.argsort(-np.where(bank.valid, wv.bank, -np.inf))
+print("valid memories:", int(bank.valid.sum()), "of", spec.capacity)
+for slot in order[:5]:
+    print(f"slot {slot:2d} id {bank.ids[slot]:3d} worth {wv.bank[slot]:+.3f} u {bank.u[slot]:+.2f} "
+          f"h {bank.h[slot]:.0f} d {bank.d[slot]:.0f}")
+print("candidate worth", float(wv.new), "rho+", float(wv.rho_pos))
+
+# %% [markdown]
+# ## 5. Learned state: base weights `w` and the metric `M`
+
+# %%
+w = np.asarray(state.w)
+M = np.asarray(state.metric)
+print("w [cos, u, rel, rec] =", np.round(w, 3), "(w0 =", np.asarray(hp.w0), ")")
+print("M: mean over |e_q - e_m| block", float(M[:spec.dim].mean()), "; tail [cos, u, rel, rec, freq] =", np.round(M[spec.dim:], 3))
+print("counters", jax.device_get(state.counters))
+
+# %%
+import matplotlib.pyplot as plt  # noqa: E402
+
+fig, ax = plt.subplots(1, 2, figsize=(10, 3))
+ax[0].bar(["cos", "u", "rel", "rec"], w)
+ax[0].set_title("base weights w")
+ax[1].plot(M[:spec.dim], lw=0.5, label="|e_q - e_m| block")
+ax[1].plot(range(spec.dim, spec.dim + 5), M[spec.dim:], "o", label="cos,u,rel,rec,freq")
+ax[1].set_title("metric diagonal M")
+ax[1].legend()
+plt.show()
+
+# %%
+print("KEY_OUTPUTS " + json.dumps(dict(
+    n_tasks=N_TASKS, success_rate=success_rate, bank_valid=int(bank.valid.sum()), w=w.tolist(),
+    metric_tail=M[spec.dim:].tolist(), selected_id=int(sel.memory_id), worth_new=float(wv.new))))

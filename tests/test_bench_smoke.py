@@ -1,0 +1,114 @@
+"""Smoke test of the controller benchmarks: run the suite at the tiny size into a temporary
+directory and check every result file's schema and internal consistency. No timing
+assertions (machines differ); the sharded run must equal the unsharded one."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from bench.controller import suite
+from bench.controller.roofline import flops
+
+import tokenworth_jax as tw
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("bench")
+    suite.main(["--size", "tiny", "--out", str(out)])
+    return out
+
+
+def load(out: Path, name: str) -> dict:
+    assert (out / f"{name}.md").read_text().startswith(f"# {name}")
+    return json.loads((out / f"{name}.json").read_text())
+
+
+def positive(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+
+
+def check_machine(p: dict) -> None:
+    m = p["machine"]
+    for key in ("jax", "backend", "devices", "cpu_model", "cpu_count"):
+        assert m[key], key
+    assert p["size"] == "tiny"
+
+
+def test_suite_lists_all(results):
+    s = json.loads((results / "suite.json").read_text())
+    assert set(s["ran"]) == set(suite.BENCHMARKS)
+
+
+def test_per_task_schema(results):
+    p = load(results, "per_task")
+    check_machine(p)
+    st = p["state_before"]
+    assert st["bank_valid"] == st["capacity"]  # pre-filled: a full bank
+    assert st["base_window_full"] and st["fast_window_full"] and st["slow_window_full"]
+    for side in ("jax", "numpy"):
+        s = p[side]
+        for phase in ("select", "observe_no_refit", "offer"):
+            assert positive(s[phase]["median_ms"]) and s[phase]["n"] >= 1
+        assert s["n_refits_in_window"] >= 1  # the window contains scheduled refits
+        total = s["select"]["median_ms"] + s["observe_amortised_ms"] + s["offer"]["median_ms"] + s["end_task"]["median_ms"]
+        assert s["mean_task_ms"] == pytest.approx(total)
+    assert p["jax"]["n_refits_in_window"] == p["numpy"]["n_refits_in_window"]  # same stream, same schedule
+    assert set(p["jax"]["refits"]) == {"base_newton", "krr_fit", "agop_plus_krr"}
+    assert p["ratio_numpy_over_jax"]["mean_task"] == pytest.approx(
+        p["numpy"]["mean_task_ms"] / p["jax"]["mean_task_ms"])
+    assert all(v >= 0 for v in p["compile_s"].values())
+
+
+def test_roofline_schema(results):
+    p = load(results, "roofline")
+    check_machine(p)
+    assert positive(p["roof"]["gflops"])
+    spec = tw.Spec(**p["spec"])
+    assert p["flops"] == flops(spec)
+    for step, a in p["achieved"].items():
+        assert a["gflops"] == pytest.approx(a["mflop"] * 1e6 / (a["ms"] / 1e3) / 1e9)
+        assert a["fraction_of_roof"] == pytest.approx(a["gflops"] / p["roof"]["gflops"])
+
+
+def test_flop_model_counts_the_dominant_terms():
+    spec = tw.Spec()
+    f = flops(spec)
+    F, N = spec.feature_dim, spec.fast_window
+    assert f["offer"] > 2 * 9 * 65 * N * F  # the Gram matmul of 9 x 65 pairs against 128 rows
+    assert f["krr_fit"] > N ** 3 / 3
+    assert f["agop_with_refit"] > 6 * 256 * N * F
+
+
+def test_bank_scaling_schema(results):
+    p = load(results, "bank_scaling")
+    check_machine(p)
+    Bs = [r["capacity"] for r in p["results"]]
+    assert Bs == sorted(Bs) and len(Bs) >= 3
+    for r in p["results"]:
+        assert positive(r["worth"]["median_ms"]) and positive(r["offer"]["median_ms"])
+        assert positive(r["maxrss_peak_mib"]) and r["maxrss_growth_mib"] >= 0
+    assert any(r["worth_chunk"] > 0 for r in p["results"])  # the chunked path ran
+    for fit in p["fit"].values():
+        assert math.isfinite(fit["slope_us_per_memory"]) and math.isfinite(fit["loglog_slope_last_two"])
+
+
+def test_sweep_schema(results):
+    p = load(results, "sweep")
+    check_machine(p)
+    for r in p["results"]:
+        assert r["vmap_config_tasks_per_s"] == pytest.approx(r["configs"] * r["tasks"] / r["vmap_s"])
+        assert positive(r["loop_s"]) and positive(r["numpy_s_extrapolated"])
+
+
+def test_sharded_equals_unsharded(results):
+    p = load(results, "sharded")
+    assert len(p["child_machine"]["devices"]) == p["devices"] == 4
+    assert "config" in p["output_sharding"] or "4" in p["output_sharding"]
+    eq = p["equal"]
+    assert eq["integer_leaves_exact"], "admission codes / ids differ between sharded and unsharded runs"
+    assert eq["float_leaves_close"], f"sharded floats differ by {eq['max_abs_diff']}"
