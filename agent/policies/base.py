@@ -76,6 +76,21 @@ class MemoryPolicy(abc.ABC):
         return log
 
 
+class StoreBackedPolicy(MemoryPolicy):
+    """A policy whose whole bank is one :class:`MemoryStore` in ``self.store``."""
+
+    store: "MemoryStore"
+
+    def bank_size(self) -> int:
+        return len(self.store)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"store": self.store.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.store.load_state_dict(state["store"])
+
+
 def cosine_scores(query_vec: np.ndarray, key_vecs: np.ndarray) -> np.ndarray:
     """Cosine similarities of one unit vector against rows of unit vectors (zeros stay 0)."""
     if key_vecs.shape[0] == 0:

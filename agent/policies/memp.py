@@ -19,10 +19,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from agent.memory import Memory, Turn
-from agent.policies.base import MemoryPolicy, MemoryStore, Outcome, cosine_scores, embed
+from agent.policies.base import MemoryStore, Outcome, StoreBackedPolicy, cosine_scores, embed
 
 
-class MemPPolicy(MemoryPolicy):
+class MemPPolicy(StoreBackedPolicy):
     name = "memp"
 
     def __init__(self, env: str, budget: Any, seed: int = 0, *, min_hits: int = 3, min_success_rate: float = 0.5) -> None:
@@ -61,12 +61,3 @@ class MemPPolicy(MemoryPolicy):
                 evicted = self.store.remove_at(int(np.argmin(rate))).memory_id
             written = self.store.add(memory).memory_id
         self.note(deleted=deleted, write=written, evicted=evicted)
-
-    def bank_size(self) -> int:
-        return len(self.store)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"store": self.store.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.store.load_state_dict(state["store"])

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from agent.memory import Memory, Turn
-from agent.policies.base import MemoryPolicy, MemoryStore, Outcome, cosine_scores, embed, rng_from_state, rng_state
+from agent.policies.base import MemoryStore, Outcome, StoreBackedPolicy, cosine_scores, embed, rng_from_state, rng_state
 
 
 def zscore(values: np.ndarray) -> np.ndarray:
@@ -35,7 +35,7 @@ def zscore(values: np.ndarray) -> np.ndarray:
     return np.zeros_like(values) if std < 1e-12 else (values - values.mean()) / std
 
 
-class MemRLPolicy(MemoryPolicy):
+class MemRLPolicy(StoreBackedPolicy):
     name = "memrl"
 
     def __init__(
@@ -106,12 +106,10 @@ class MemRLPolicy(MemoryPolicy):
         stored = self.store.add(memory, q=self.q_init)
         self.note(write=stored.memory_id, evicted=evicted)
 
-    def bank_size(self) -> int:
-        return len(self.store)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"store": self.store.state_dict(), "rng": rng_state(self.rng)}
+        return {**super().state_dict(), "rng": rng_state(self.rng)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.store.load_state_dict(state["store"])
+        super().load_state_dict(state)
         self.rng = rng_from_state(state["rng"])

@@ -17,14 +17,14 @@ import bm25s
 import numpy as np
 
 from agent.memory import Memory, Turn
-from agent.policies.base import MemoryPolicy, MemoryStore, Outcome
+from agent.policies.base import MemoryStore, Outcome, StoreBackedPolicy
 
 
 def _tokens(texts: Sequence[str]) -> list[list[str]]:
     return bm25s.tokenize(list(texts), stopwords="en", return_ids=False, show_progress=False)
 
 
-class RAGPolicy(MemoryPolicy):
+class RAGPolicy(StoreBackedPolicy):
     name = "rag"
 
     def __init__(self, env: str, budget: Any, seed: int = 0) -> None:
@@ -69,12 +69,8 @@ class RAGPolicy(MemoryPolicy):
         self._index = None
         self.note(write=stored.memory_id, evicted=evicted)
 
-    def bank_size(self) -> int:
-        return len(self.store)
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"store": self.store.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.store.load_state_dict(state["store"])
+        super().load_state_dict(state)
         self._index = None
