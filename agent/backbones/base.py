@@ -26,6 +26,17 @@ class Generation:
     finish_reason: str  # "stop", "length", or an engine-specific reason
 
 
+def checked_caps(conversations: Sequence[Conversation], max_tokens: Sequence[int]) -> list[int]:
+    """Validate one ``generate`` batch: a cap per conversation, each at least 1."""
+    if len(conversations) != len(max_tokens):
+        raise ValueError(f"{len(conversations)} conversations but {len(max_tokens)} max_tokens")
+    caps = [int(cap) for cap in max_tokens]
+    for cap in caps:
+        if cap < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {cap}")
+    return caps
+
+
 class BackboneError(RuntimeError):
     """A backbone failed in a way retries could not fix."""
 

@@ -31,7 +31,7 @@ import random
 import threading
 from typing import Any, Mapping, Sequence
 
-from agent.backbones.base import BackboneError, Conversation, Generation
+from agent.backbones.base import BackboneError, Conversation, Generation, checked_caps
 
 INSTALL_HINT = "pip install 'tokenworth-jax[openai]'"
 TRANSIENT_STATUS = frozenset({408, 409, 429})  # plus every 5xx
@@ -131,15 +131,11 @@ class OpenAIBackbone:
         *,
         meta: Sequence[Mapping[str, Any]] | None = None,  # ignored: a real model sees only text
     ) -> list[Generation]:
-        if len(conversations) != len(max_tokens):
-            raise ValueError(f"{len(conversations)} conversations but {len(max_tokens)} max_tokens")
-        for cap in max_tokens:
-            if int(cap) < 1:
-                raise ValueError(f"max_tokens must be at least 1, got {cap}")
+        caps = checked_caps(conversations, max_tokens)
         if not conversations:
             return []
         loop = self._ensure_loop()
-        batch = self._generate_batch(conversations, [int(c) for c in max_tokens], list(stop) if stop else None)
+        batch = self._generate_batch(conversations, caps, list(stop) if stop else None)
         return asyncio.run_coroutine_threadsafe(batch, loop).result()
 
     async def _generate_batch(

@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Any, Mapping, Sequence
 
-from agent.backbones.base import BackboneError, Conversation, Generation
+from agent.backbones.base import BackboneError, Conversation, Generation, checked_caps
 
 INSTALL_HINT = "pip install 'tokenworth-jax[vllm]'"
 # Headroom for the CUDA context, NCCL and allocator fragmentation outside both pools.
@@ -161,11 +161,10 @@ class VLLMBackbone:
         *,
         meta: Sequence[Mapping[str, Any]] | None = None,  # ignored: a real model sees only text
     ) -> list[Generation]:
-        if len(conversations) != len(max_tokens):
-            raise ValueError(f"{len(conversations)} conversations but {len(max_tokens)} max_tokens")
+        caps = checked_caps(conversations, max_tokens)
         if not conversations:
             return []
-        params = [self.sampling_params(cap, stop) for cap in max_tokens]
+        params = [self.sampling_params(cap, stop) for cap in caps]
         outputs = self.llm.chat([_messages(c) for c in conversations], params, use_tqdm=False)
         if len(outputs) != len(conversations):
             raise BackboneError(f"vLLM returned {len(outputs)} outputs for {len(conversations)} conversations")
