@@ -42,7 +42,7 @@ def execute(name: str) -> dict:
     nb = jupytext.read(NOTEBOOKS / name)
     env_before = os.environ.get("TOKENWORTH_NOTEBOOK_FULL")
     os.environ.pop("TOKENWORTH_NOTEBOOK_FULL", None)
-    os.environ.setdefault("MPLBACKEND", "Agg")
+    backend_before = os.environ.pop("MPLBACKEND", None)  # the kernel's inline backend must render the figures
     os.environ.setdefault("TOKENWORTH_DATA_DIR", DATA_DIR)
     try:
         client = nbclient.NotebookClient(nb, timeout=600, kernel_name=_kernel_name(),
@@ -51,6 +51,8 @@ def execute(name: str) -> dict:
     finally:
         if env_before is not None:
             os.environ["TOKENWORTH_NOTEBOOK_FULL"] = env_before
+        if backend_before is not None:
+            os.environ["MPLBACKEND"] = backend_before
     texts = [o.get("text", "") for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", [])
              if o.get("output_type") == "stream"]
     images = sum(1 for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", [])
