@@ -1,0 +1,78 @@
+"""The task-data loader: typed records in stream order, and clear errors for missing/corrupt data."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from agent.data import ENV_SUBDIR, EXPECTED_ROWS, PARQUET_NAME, DataError, DBTask, KGTask, OSTask, load_tasks, resolve_data_dir
+
+
+@pytest.mark.parametrize("env,cls", [("db", DBTask), ("os", OSTask), ("kg", KGTask)])
+def test_loads_every_stream_in_order_with_skills(data_dir, env, cls):
+    tasks = load_tasks(env, data_dir)
+    assert len(tasks) == EXPECTED_ROWS[env]
+    assert [t.sample_index for t in tasks] == list(range(len(tasks)))
+    assert all(isinstance(t, cls) and t.skill_list and isinstance(t.skill_list, tuple) for t in tasks)
+
+
+def test_db_records_are_decoded(data_dir):
+    tasks = load_tasks("db", data_dir)
+    assert sum(t.is_write for t in tasks) == 150
+    first_select = next(t for t in tasks if not t.is_write)
+    assert isinstance(first_select.answer_direct, list) and isinstance(first_select.answer_direct[0], tuple)
+    assert {c.type for t in tasks for c in t.table.columns} <= {"INT", "TEXT"}
+
+
+def test_data_dir_resolution_order(monkeypatch, tmp_path):
+    monkeypatch.setenv("TOKENWORTH_DATA_DIR", str(tmp_path / "env"))
+    assert resolve_data_dir(tmp_path / "arg") == tmp_path / "arg"
+    assert resolve_data_dir(None) == tmp_path / "env"
+    monkeypatch.delenv("TOKENWORTH_DATA_DIR")
+    assert resolve_data_dir(None).name == "lifelongagentbench"
+
+
+def test_missing_data_says_how_to_get_it(tmp_path):
+    with pytest.raises(DataError, match="tokenworth data fetch"):
+        load_tasks("db", tmp_path)
+
+
+def _copy_env(data_dir: str, tmp_path: Path, env: str) -> Path:
+    target = tmp_path / ENV_SUBDIR[env]
+    target.mkdir(parents=True)
+    shutil.copy(Path(data_dir) / ENV_SUBDIR[env] / PARQUET_NAME, target / PARQUET_NAME)
+    return target / PARQUET_NAME
+
+
+def test_truncated_file_is_reported_as_corrupt(data_dir, tmp_path):
+    path = _copy_env(data_dir, tmp_path, "os")
+    path.write_bytes(path.read_bytes()[:1000])
+    with pytest.raises(DataError, match="not a readable parquet file"):
+        load_tasks("os", tmp_path)
+
+
+def test_garbled_literal_names_row_and_column(data_dir, tmp_path):
+    path = _copy_env(data_dir, tmp_path, "kg")
+    table = pq.read_table(path)
+    answers = table.column("answer_list").to_pylist()
+    answers[3] = "['m.0abc'"  # unterminated literal
+    table = table.set_column(table.schema.get_field_index("answer_list"), "answer_list", pa.array(answers))
+    pq.write_table(table, path)
+    with pytest.raises(DataError, match=r"row 3, column 'answer_list'"):
+        load_tasks("kg", tmp_path)
+
+
+def test_missing_column_is_reported(data_dir, tmp_path):
+    path = _copy_env(data_dir, tmp_path, "db")
+    pq.write_table(pq.read_table(path).drop(["answer_info"]), path)
+    with pytest.raises(DataError, match="answer_info"):
+        load_tasks("db", tmp_path)
+
+
+def test_unknown_environment():
+    with pytest.raises(ValueError, match="unknown environment"):
+        load_tasks("web")  # type: ignore[arg-type]
