@@ -112,3 +112,23 @@ def test_sharded_equals_unsharded(results):
     eq = p["equal"]
     assert eq["integer_leaves_exact"], "admission codes / ids differ between sharded and unsharded runs"
     assert eq["float_leaves_close"], f"sharded floats differ by {eq['max_abs_diff']}"
+
+
+def test_simulated_db_reward_matches_the_simulator(data_dir):
+    """The JAX reward model in bench.controller.simdb gives the simulator's own outcome."""
+    if not (Path(data_dir) / "db_bench").exists():
+        pytest.skip(f"DB task data not found under {data_dir}")
+    import jax.numpy as jnp
+
+    from agent.backbones.sim import decide
+    from agent.data import load_tasks
+    from bench.controller import simdb
+
+    stream = simdb.load_stream(40, seed=3, directory=data_dir)
+    tasks = load_tasks("db", data_dir)[:40]
+    for i in range(40):
+        for j in (-1, 0, 5, i):
+            ep = decide(stream.params, 3, tasks[i], None if j < 0 else tasks[j].skill_list)
+            p = float(simdb.success_probability(stream, jnp.int32(i), jnp.int32(j)))
+            assert p == pytest.approx(ep.p, abs=1e-6)
+            assert bool(stream.outcome_u[i] < p) == ep.success
