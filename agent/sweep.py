@@ -104,7 +104,12 @@ def label(config: dict[str, Any]) -> str:
 
 # ------------------------------------------------------------------------- batched controller
 class StackedControllers:
-    """N controller states stacked on axis 0, stepped by vmapped pure functions."""
+    """N controller states stacked on axis 0, each phase one compiled call over all streams.
+
+    ``tokenworth_jax.map_configs`` batches with ``vmap`` on accelerators and loops inside the
+    compiled program on CPU (where XLA's batched matmuls are slower than a loop of plain ones);
+    ``observe_batched`` runs a refit only for streams that are due.
+    """
 
     def __init__(self, env: str, configs: Sequence[dict[str, Any]], capacity: int) -> None:
         import tokenworth_jax as tw
@@ -118,11 +123,11 @@ class StackedControllers:
         self.hp = tw.stack_hparams([hp for _, hp in specs_hps])
         self.state = jax.vmap(lambda hp: tw.raw["init"](spec, hp))(self.hp)
         raw = tw.raw
-        self._select = jax.jit(jax.vmap(lambda s, q, hp: raw["select"](s, q, hp, spec), in_axes=(0, None, 0)))
-        # refits gated on "any stream due" (a plain vmap would run every refit at every step)
+        each = tw.map_configs
+        self._select = jax.jit(lambda s, q, hp: each(lambda s1, hp1: raw["select"](s1, q, hp1, spec), s, hp))
         self._observe = jax.jit(lambda s, r, hp: raw["observe_batched"](s, r, hp, spec))
-        self._offer = jax.jit(jax.vmap(lambda s, e, i, hp: raw["offer"](s, e, i, hp, spec)))
-        self._end = jax.jit(jax.vmap(lambda s: raw["end_task"](s, spec)))
+        self._offer = jax.jit(lambda s, e, i, hp: each(lambda *a: raw["offer"](*a, spec), s, e, i, hp))
+        self._end = jax.jit(lambda s: each(lambda s1: raw["end_task"](s1, spec), s))
 
     def select(self, query_vec: np.ndarray) -> Any:
         self.state, selection = self._select(self.state, jnp.asarray(query_vec, self.spec.float_dtype), self.hp)

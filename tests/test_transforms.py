@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import tokenworth_jax as tw
 
@@ -82,21 +84,21 @@ def test_new_hyperparameter_values_compile_nothing():
         assert tw.step._cache_size() == before[0] + 1
 
 
-def test_batched_run_equals_vmapped_run_and_separate_runs():
+@pytest.mark.parametrize("strategy", ["vmap", "map"])
+def test_batched_run_equals_vmapped_run(strategy):
     with precision("float32") as f:
         spec, _ = small_setup(f)
         hps = tw.stack_hparams([small_setup(f, **c)[1] for c in CONFIGS])
         events = _events(spec, f)
         states = tw.init_batched(spec, hps)
-        batched, bout = tw.run_batched(states, events, hps, spec)
+        batched, bout = tw.run_batched(states, events, hps, spec, strategy=strategy)
         vmapped, vout = jax.vmap(lambda s, hp: tw.run(s, events, hp, spec))(states, hps)
-        np.testing.assert_array_equal(np.asarray(bout.decision.code), np.asarray(vout.decision.code).T)
-        np.testing.assert_array_equal(np.asarray(bout.selection.slot), np.asarray(vout.selection.slot).T)
-        jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-4),
-                               batched, vmapped)
+        np.testing.assert_array_equal(np.asarray(bout.decision.code), np.asarray(vout.decision.code))
+        np.testing.assert_array_equal(np.asarray(bout.selection.slot), np.asarray(vout.selection.slot))
+        chex.assert_trees_all_close(batched, vmapped, rtol=2e-4, atol=2e-4)
         # observe_batched is the per-phase entry point the lockstep agent sweep uses
         s2, _ = jax.vmap(tw.raw["select"], in_axes=(0, None, 0, None))(states, events.query[0], hps, spec)
         r = jnp.ones((len(CONFIGS),), jnp.int32)
-        a = tw.observe_batched(s2, r, hps, spec)
+        a = tw.observe_batched(s2, r, hps, spec, strategy=strategy)
         b = jax.vmap(lambda s, rr, hp: tw.raw["observe"](s, rr, hp, spec))(s2, r, hps)
-        jax.tree_util.tree_map(lambda x, y: np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6), a, b)
+        chex.assert_trees_all_close(a, b, rtol=1e-6)

@@ -16,7 +16,8 @@ Host wrapper for agent loops: :class:`tokenworth_jax.Controller`.
 
 from . import presets
 from .config import HParams, Spec, hparams, preset, stack_hparams
-from .controller import (Event, Selection, StepOutput, end_task, init, init_batched, observe, observe_batched, offer,
+from .controller import (Event, Selection, StepOutput, end_task, init, init_batched, map_configs, observe, observe_batched,
+                         offer,
                          raw, run, run_batched, select, step, step_batched)
 from .featurize import featurize
 from .host import Controller, HostDecision, HostSelection, ProtocolError
@@ -25,6 +26,6 @@ from .state import State
 
 __all__ = [
     "Admission", "Controller", "Decision", "HostDecision", "HostSelection", "ProtocolError", "Event", "HParams", "Selection", "Spec", "State", "StepOutput", "Worth",
-    "end_task", "featurize", "init_batched", "observe_batched", "run_batched", "step_batched", "hparams", "init", "observe", "offer", "preset", "presets", "raw", "run",
+    "end_task", "featurize", "init_batched", "map_configs", "observe_batched", "run_batched", "step_batched", "hparams", "init", "observe", "offer", "preset", "presets", "raw", "run",
     "select", "stack_hparams", "step", "worth",
 ]

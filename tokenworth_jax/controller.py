@@ -10,7 +10,7 @@ them for ``jax.lax.scan`` over a pre-featurised stream (see :func:`run`).
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -187,35 +187,6 @@ def _observe(state: State, reward: jax.Array, hp: HParams, spec: Spec) -> State:
     return _refit(_record_feedback(state, reward, hp), hp)
 
 
-# ----- many configurations at once ---------------------------------------------------------
-# Under a plain ``jax.vmap`` a ``lax.cond`` with a per-configuration predicate becomes a
-# ``select``: every refit would run for every configuration at every step. The batched
-# functions below keep the refits outside the vmap, behind one ``lax.cond`` on "any
-# configuration due", so a sweep pays for a refit only at the steps where one is due.
-
-
-def _tree_where(mask: jax.Array, new: State, old: State) -> State:
-    def pick(a: jax.Array, b: jax.Array) -> jax.Array:
-        return jnp.where(mask.reshape(mask.shape + (1,) * (a.ndim - 1)), a, b)
-
-    return jax.tree_util.tree_map(pick, new, old)
-
-
-def _observe_batched(states: State, rewards: jax.Array, hps: HParams, spec: Spec) -> State:
-    """``observe`` for C stacked states and hyperparameters (leading axis C)."""
-    states = jax.vmap(_record_feedback)(states, rewards, hps)
-
-    base_due, krr_due, _ = jax.vmap(refits_due)(states, hps)
-
-    def gated(pred: jax.Array, fit: Callable[[State, HParams], State], s: State) -> State:
-        return jax.lax.cond(jnp.any(pred), lambda x: _tree_where(pred, jax.vmap(fit)(x, hps), x), lambda x: x, s)
-
-    states = gated(base_due, _fit_base, states)
-    states = gated(krr_due, _fit_krr, states)
-    _, _, agop_due = jax.vmap(refits_due)(states, hps)
-    return gated(agop_due & (states.counters.n_krr_fits > 0), _agop, states)
-
-
 def _end_task(state: State, spec: Spec) -> State:
     p = state.pending
     i32 = jnp.int32
@@ -243,29 +214,92 @@ def _run(state: State, events: Event, hp: HParams, spec: Spec,
     return jax.lax.scan(lambda s, e: _step(s, e, hp, spec, reward_fn), state, events)
 
 
-def _step_batched(states: State, event: Event, hps: HParams, spec: Spec,
-                  reward_fn: Optional[RewardFn] = None) -> tuple[State, StepOutput]:
-    """:func:`step` for C configurations on one shared event (refits gated on "any due")."""
+# ----- many configurations at once ---------------------------------------------------------
+# Two strategies, chosen by the static ``strategy`` argument:
+#
+# * ``"vmap"`` batches every array op over the configurations. Under a plain ``jax.vmap`` a
+#   ``lax.cond`` with a per-configuration predicate becomes a ``select``, so every refit would
+#   run for every configuration at every step; here the refits stay outside the vmap, behind
+#   one ``lax.cond`` on "any configuration due". Best where batched matmuls are cheap (GPU).
+# * ``"map"`` loops over the configurations inside the compiled program (``lax.map``), so
+#   each configuration's refits are real branches. On CPU, XLA's batched matmuls are slower
+#   than a loop of plain ones (measured in bench/results), so this is the CPU default.
+#
+# ``"auto"`` picks ``"map"`` on the CPU backend and ``"vmap"`` elsewhere. Both give the same
+# results as separate runs (tests/test_transforms.py).
+
+Strategy = str  # "auto" | "vmap" | "map"
+
+
+def _resolve(strategy: Strategy) -> str:
+    if strategy == "auto":
+        return "map" if jax.default_backend() == "cpu" else "vmap"
+    if strategy not in ("vmap", "map"):
+        raise ValueError(f"strategy must be 'auto', 'vmap' or 'map', got {strategy!r}")
+    return strategy
+
+
+def map_configs(fn: Callable[..., Any], *stacked: Any, strategy: Strategy = "auto") -> Any:
+    """Apply a per-configuration function to arguments stacked on axis 0 (vmap or lax.map).
+
+    Shared arguments go in ``fn``'s closure. Use it inside ``jax.jit``.
+    """
+    if _resolve(strategy) == "map":
+        return jax.lax.map(lambda args: fn(*args), stacked)
+    return jax.vmap(fn)(*stacked)
+
+
+def _tree_where(mask: jax.Array, new: State, old: State) -> State:
+    def pick(a: jax.Array, b: jax.Array) -> jax.Array:
+        return jnp.where(mask.reshape(mask.shape + (1,) * (a.ndim - 1)), a, b)
+
+    return jax.tree_util.tree_map(pick, new, old)
+
+
+def _observe_batched(states: State, rewards: jax.Array, hps: HParams, spec: Spec, strategy: Strategy = "auto") -> State:
+    """``observe`` for C stacked states and hyperparameters (leading axis C)."""
+    if _resolve(strategy) == "map":
+        return jax.lax.map(lambda x: _observe(x[0], x[1], x[2], spec), (states, rewards, hps))
+    states = jax.vmap(_record_feedback)(states, rewards, hps)
+    base_due, krr_due, _ = jax.vmap(refits_due)(states, hps)
+
+    def gated(pred: jax.Array, fit: Callable[[State, HParams], State], s: State) -> State:
+        return jax.lax.cond(jnp.any(pred), lambda x: _tree_where(pred, jax.vmap(fit)(x, hps), x), lambda x: x, s)
+
+    states = gated(base_due, _fit_base, states)
+    states = gated(krr_due, _fit_krr, states)
+    _, _, agop_due = jax.vmap(refits_due)(states, hps)
+    return gated(agop_due & (states.counters.n_krr_fits > 0), _agop, states)
+
+
+def _step_batched(states: State, event: Event, hps: HParams, spec: Spec, reward_fn: Optional[RewardFn] = None,
+                  strategy: Strategy = "auto") -> tuple[State, StepOutput]:
+    """:func:`step` for C configurations on one shared event. Outputs have a leading axis C."""
+    if _resolve(strategy) == "map":
+        return jax.lax.map(lambda x: _step(x[0], event, x[1], spec, reward_fn), (states, hps))
     states, selection = jax.vmap(_select, in_axes=(0, None, 0, None))(states, event.query, hps, spec)
     if reward_fn is None:
         rewards = jnp.broadcast_to(jnp.asarray(event.reward, jnp.int32), states.counters.t.shape)
     else:
         rewards = jax.vmap(reward_fn, in_axes=(None, 0))(event, selection).astype(jnp.int32)
-    states = _observe_batched(states, rewards, hps, spec)
+    states = _observe_batched(states, rewards, hps, spec, "vmap")
     states, decision = jax.vmap(_offer, in_axes=(0, None, None, 0, None))(states, event.memory, event.memory_id,
                                                                           hps, spec)
     states = jax.vmap(_end_task, in_axes=(0, None))(states, spec)
     return states, StepOutput(selection=selection, reward=rewards, decision=decision)
 
 
-def _run_batched(states: State, events: Event, hps: HParams, spec: Spec,
-                 reward_fn: Optional[RewardFn] = None) -> tuple[State, StepOutput]:
+def _run_batched(states: State, events: Event, hps: HParams, spec: Spec, reward_fn: Optional[RewardFn] = None,
+                 strategy: Strategy = "auto") -> tuple[State, StepOutput]:
     """C configurations (stacked states and hyperparameters) over one shared stream.
 
-    Equal to ``jax.vmap(run)`` but a refit is computed only at steps where some configuration
-    is due, which is what makes large sweeps cheap. Outputs have shape (T, C, ...).
+    Equal to ``jax.vmap(run)``, without its cost of running every refit at every step.
+    Outputs have shape (C, T, ...).
     """
-    return jax.lax.scan(lambda s, e: _step_batched(s, e, hps, spec, reward_fn), states, events)
+    if _resolve(strategy) == "map":
+        return jax.lax.map(lambda x: _run(x[0], events, x[1], spec, reward_fn), (states, hps))
+    states, out = jax.lax.scan(lambda s, e: _step_batched(s, e, hps, spec, reward_fn, "vmap"), states, events)
+    return states, jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), out)
 
 
 def init_batched(spec: Spec, hps: HParams) -> State:
@@ -281,9 +315,9 @@ offer = jax.jit(_offer, static_argnames=("spec",))
 end_task = jax.jit(_end_task, static_argnames=("spec",))
 step = jax.jit(_step, static_argnames=("spec", "reward_fn"))
 run = jax.jit(_run, static_argnames=("spec", "reward_fn"))
-observe_batched = jax.jit(_observe_batched, static_argnames=("spec",))
-step_batched = jax.jit(_step_batched, static_argnames=("spec", "reward_fn"))
-run_batched = jax.jit(_run_batched, static_argnames=("spec", "reward_fn"))
+observe_batched = jax.jit(_observe_batched, static_argnames=("spec", "strategy"))
+step_batched = jax.jit(_step_batched, static_argnames=("spec", "reward_fn", "strategy"))
+run_batched = jax.jit(_run_batched, static_argnames=("spec", "reward_fn", "strategy"))
 
 # Un-jitted versions, for composing inside a user's own jit / vmap / scan.
 raw = dict(init=_init, select=_select, observe=_observe, offer=_offer, end_task=_end_task, step=_step, run=_run,
