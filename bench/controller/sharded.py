@@ -2,7 +2,8 @@
 
 A 1-D ``Mesh`` over the configuration axis; stacked states and hparams get
 ``NamedSharding(mesh, P("config"))``, the event stream is replicated. The same
-``jit(vmap(run))`` then runs one slice of configurations per device. The child process also
+``tw.run_batched(..., strategy="vmap")`` (batched ops, refits gated on any configuration due)
+then runs one slice of configurations per device: XLA partitions the batched ops over the mesh. The child process also
 runs the unsharded computation (everything on device 0) and compares the two.
 
 On a CPU the devices are simulated with ``XLA_FLAGS=--xla_force_host_platform_device_count=N``,
@@ -35,7 +36,7 @@ def child(size_name: str, n_devices: int) -> dict[str, Any]:
     import tokenworth_jax as tw
 
     from .common import block, db_setup, machine_info, synthetic_stream, time_call
-    from .sweep import configs, init_many, vmapped_run
+    from .sweep import configs, init_many
 
     size = SIZES[size_name]
     devices = jax.devices()
@@ -47,7 +48,7 @@ def child(size_name: str, n_devices: int) -> dict[str, Any]:
     spec, _ = db_setup(size)
     events = synthetic_stream(T, spec.dim, seed=2).events()
     hps = tw.stack_hparams(configs(C))
-    fn = vmapped_run(spec)
+    fn = jax.jit(lambda s, e, h: tw.raw["run_batched"](s, e, h, spec, None, "vmap"))
 
     mesh = Mesh(np.array(devices[:n_devices]), ("config",))
     by_config = NamedSharding(mesh, PartitionSpec("config"))
