@@ -12,15 +12,15 @@
 # ---
 
 # %% [markdown]
-# # Sensitivity sweep (the shape of the paper's Table A3) in one vmapped call
+# # Sensitivity sweep (the shape of the paper's Table A3) in one compiled call
 #
 # The default DB configuration and each of the 21 one-at-a-time changes of Table A3 run
-# over the DB stream as **one** `jit(vmap(lax.scan))` call. **The backbone is simulated**:
-# success comes from the skill-overlap model of `agent.backbones.sim` (documented in
-# `bench/controller/simdb.py`), so absolute success rates differ from the paper's (no token
-# budget, no real grader); compare the *shape* of each curve. `agent/sweep.py` did not
-# exist when this notebook was written, so the stream and the reward model come from
-# `bench.controller.simdb`.
+# over the DB stream as **one** compiled `tw.run_batched` call (a `lax.scan` over tasks of all
+# 22 configurations). **The backbone is simulated**: success comes from the skill-overlap
+# model of `agent.backbones.sim`, evaluated in JAX by `bench/controller/simdb.py`, so absolute
+# success rates differ from the paper's (no token budget, no real grader); compare the
+# *shape* of each curve. The same sweep through the real DB environment and the token budget
+# is `tokenworth sweep --env db --table-a3` (bench/results/table_a3_sim/).
 #
 # Small by default (the first 60 tasks); `TOKENWORTH_NOTEBOOK_FULL=1` runs all 500.
 

@@ -119,17 +119,14 @@ def reward_fn(stream: SimStream) -> Callable[[tw.Event, tw.Selection], jax.Array
 
 
 def sweep(stream: SimStream, configs: Sequence[tw.HParams], spec: tw.Spec) -> tuple[tw.State, tw.StepOutput]:
-    """All configurations over the stream in one ``jit(vmap(lax.scan))`` call."""
+    """All configurations over the stream in one compiled ``tw.run_batched`` call."""
     hps = tw.stack_hparams(list(configs))
     fn = reward_fn(stream)
     events = stream.events()
 
     @jax.jit
     def go(hps: tw.HParams, events: tw.Event) -> tuple[tw.State, tw.StepOutput]:
-        def one(hp: tw.HParams) -> tuple[tw.State, tw.StepOutput]:
-            return tw.raw["run"](tw.raw["init"](spec, hp), events, hp, spec, fn)
-
-        return jax.vmap(one)(hps)
+        return tw.raw["run_batched"](tw.init_batched(spec, hps), events, hps, spec, fn)
 
     return jax.block_until_ready(go(hps, events))
 
