@@ -103,7 +103,7 @@ def test_sweep_schema(results):
     for r in p["results"]:
         for kind in ("batched_map", "batched_vmap"):
             assert r[f"{kind}_config_tasks_per_s"] == pytest.approx(r["configs"] * r["tasks"] / r[f"{kind}_s"])
-        if r["configs"] <= 16:
+        if r["vmap_s"] is not None:
             assert r["vmap_config_tasks_per_s"] == pytest.approx(r["configs"] * r["tasks"] / r["vmap_s"])
         assert positive(r["loop_s"]) and positive(r["numpy_s_extrapolated"])
 
