@@ -104,7 +104,7 @@ def plot_cumulative_sr(records_by_method: Mapping[str, Sequence[Mapping[str, Any
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
+    fig, ax = plt.subplots(figsize=(9.5, 4.5), dpi=120)
     for method, records in records_by_method.items():
         if records:
             curve = cumulative_sr(records)
@@ -113,7 +113,7 @@ def plot_cumulative_sr(records_by_method: Mapping[str, Sequence[Mapping[str, Any
     ax.set_ylabel("cumulative SR (%)")
     ax.set_ylim(0, 100)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))  # outside: never hides the curves
     if title:
         ax.set_title(title)
     fig.tight_layout()
