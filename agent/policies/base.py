@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
@@ -83,6 +83,16 @@ class StoreBackedPolicy(MemoryPolicy):
 
     def bank_size(self) -> int:
         return len(self.store)
+
+    def write(self, memory: Memory, victim: Callable[[], int], **initial: float) -> tuple[int, int | None]:
+        """Store ``memory``; at B_max first remove the store index ``victim()`` names.
+
+        Returns (the new memory's id, the evicted memory's id or None).
+        """
+        evicted = None
+        if len(self.store) >= self.budget.bank_capacity:
+            evicted = self.store.remove_at(victim()).memory_id
+        return self.store.add(memory, **initial).memory_id, evicted
 
     def state_dict(self) -> dict[str, Any]:
         return {"store": self.store.state_dict()}

@@ -56,8 +56,10 @@ class MemPPolicy(StoreBackedPolicy):
         memory = self.candidate(task, outcome, trajectory)
         written = evicted = None
         if memory is not None:
-            if len(self.store) >= self.budget.bank_capacity:
-                rate = (np.asarray(self.store.stats["success"]) + 1) / (np.asarray(self.store.stats["hit"]) + 2)
-                evicted = self.store.remove_at(int(np.argmin(rate))).memory_id
-            written = self.store.add(memory).memory_id
+            written, evicted = self.write(memory, self._lowest_success_rate)
         self.note(deleted=deleted, write=written, evicted=evicted)
+
+    def _lowest_success_rate(self) -> int:
+        """Store index of the lowest smoothed success rate (success+1)/(hit+2); ties: oldest."""
+        rate = (np.asarray(self.store.stats["success"]) + 1) / (np.asarray(self.store.stats["hit"]) + 2)
+        return int(np.argmin(rate))

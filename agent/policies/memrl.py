@@ -100,11 +100,9 @@ class MemRLPolicy(StoreBackedPolicy):
         if memory is None:
             self.note(write=None)
             return
-        evicted = None
-        if len(self.store) >= self.budget.bank_capacity:
-            evicted = self.store.remove_at(int(np.argmin(np.asarray(q)))).memory_id  # argmin: first = oldest
-        stored = self.store.add(memory, q=self.q_init)
-        self.note(write=stored.memory_id, evicted=evicted)
+        # lowest Q goes; argmin takes the first, i.e. the oldest, on ties
+        written, evicted = self.write(memory, lambda: int(np.argmin(np.asarray(q))), q=self.q_init)
+        self.note(write=written, evicted=evicted)
 
 
     def state_dict(self) -> dict[str, Any]:

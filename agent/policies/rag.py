@@ -62,12 +62,9 @@ class RAGPolicy(StoreBackedPolicy):
         if memory is None:
             self.note(write=None)
             return
-        evicted = None
-        if len(self.store) >= self.budget.bank_capacity:
-            evicted = self.store.remove_at(0).memory_id
-        stored = self.store.add(memory)
+        written, evicted = self.write(memory, lambda: 0)  # FIFO: the oldest goes
         self._index = None
-        self.note(write=stored.memory_id, evicted=evicted)
+        self.note(write=written, evicted=evicted)
 
 
 
