@@ -2,14 +2,17 @@
 
 All N streams process the same task at the same time. Per task:
 
-1. one ``jax.vmap``-ped :func:`tokenworth_jax.select` over the stacked controller states and
+1. one compiled :func:`tokenworth_jax.select_batched` over the stacked controller states and
    stacked hyperparameters (the query vector is shared);
 2. each stream builds its episode (its own environment instance, its own injected memory);
    every round, the pending backbone calls of all streams go out as **one batched**
    ``generate`` (streams that finished early drop out of the batch);
-3. one vmapped ``observe`` with the N rewards; one vmapped ``offer`` for the streams whose
-   task succeeded and produced a memory (the others are masked back to their old state);
-   one vmapped ``end_task``.
+3. one compiled :func:`tokenworth_jax.finish_task_batched`: observe with the N rewards, offer
+   (masked to the streams whose task succeeded and produced a memory; the admission runs only
+   if some stream offers) and end_task.
+
+The controller's batching strategy is ``tokenworth_jax``'s ``"auto"``: a loop over the
+configurations inside the compiled call on CPU, ``vmap`` on accelerators (docs/performance.md).
 
 The stream with a configuration equal to the preset makes exactly the decisions of
 ``tokenworth run --methods tokenworth`` (same featurisation, same pure functions).
@@ -63,6 +66,8 @@ def _fields() -> tuple[tuple[str, ...], frozenset[str]]:
 
 
 def parse_grid_item(item: str) -> tuple[str, list[float | int]]:
+    from tokenworth_jax.config import check_value
+
     fields, int_fields = _fields()
     name, sep, values = item.partition("=")
     name = ALIASES.get(name.strip(), name.strip())
@@ -79,9 +84,12 @@ def parse_grid_item(item: str) -> tuple[str, list[float | int]]:
         if name in int_fields:
             if number != int(number):
                 raise SweepError(f"--grid {item!r}: {name} takes integers, got {raw!r}")
-            parsed.append(int(number))
-        else:
-            parsed.append(number)
+            number = int(number)
+        try:  # the same range check as tokenworth_jax.hparams
+            check_value(name, number)
+        except ValueError as exc:
+            raise SweepError(f"--grid {item!r}: {exc}") from None
+        parsed.append(number)
     return name, parsed
 
 
@@ -104,11 +112,11 @@ def label(config: dict[str, Any]) -> str:
 
 # ------------------------------------------------------------------------- batched controller
 class StackedControllers:
-    """N controller states stacked on axis 0, each phase one compiled call over all streams.
+    """N controller states stacked on axis 0 and one :class:`~tokenworth_jax.MemoryTable` per stream.
 
-    ``tokenworth_jax.map_configs`` batches with ``vmap`` on accelerators and loops inside the
-    compiled program on CPU (where XLA's batched matmuls are slower than a loop of plain ones);
-    ``observe_batched`` runs a refit only for streams that are due.
+    A thin wrapper over the batched pure API: :meth:`select` and :meth:`finish` are one
+    compiled call each over all streams. :meth:`state_dict` / :meth:`load_state_dict` hold
+    everything a resumed sweep needs of the controllers.
     """
 
     def __init__(self, env: str, configs: Sequence[dict[str, Any]], capacity: int) -> None:
@@ -116,36 +124,54 @@ class StackedControllers:
 
         try:
             specs_hps = [tw.preset(env, **config) for config in configs]
+            self.spec = specs_hps[0][0]._replace(capacity=capacity)
+            self.hp = tw.stack_hparams([hp for _, hp in specs_hps])
         except ValueError as exc:
             raise SweepError(str(exc)) from exc
-        spec = specs_hps[0][0]._replace(capacity=capacity)
-        self.spec = spec
-        self.hp = tw.stack_hparams([hp for _, hp in specs_hps])
-        self.state = jax.vmap(lambda hp: tw.raw["init"](spec, hp))(self.hp)
-        raw = tw.raw
-        each = tw.map_configs
-        self._select = jax.jit(lambda s, q, hp: each(lambda s1, hp1: raw["select"](s1, q, hp1, spec), s, hp))
-        self._observe = jax.jit(lambda s, r, hp: raw["observe_batched"](s, r, hp, spec))
-        self._offer = jax.jit(lambda s, e, i, hp: each(lambda *a: raw["offer"](*a, spec), s, e, i, hp))
-        self._end = jax.jit(lambda s: each(lambda s1: raw["end_task"](s1, spec), s))
+        self.state = tw.init_batched(self.spec, self.hp)
+        self.tables: list[Any] = [tw.MemoryTable() for _ in configs]
 
     def select(self, query_vec: np.ndarray) -> Any:
-        self.state, selection = self._select(self.state, jnp.asarray(query_vec, self.spec.float_dtype), self.hp)
+        """Host copy of the N selections (leading axis N)."""
+        import tokenworth_jax as tw
+
+        self.state, selection = tw.select_batched(self.state, jnp.asarray(query_vec, self.spec.float_dtype), self.hp,
+                                                  self.spec)
         return jax.device_get(selection)
 
-    def observe(self, rewards: np.ndarray) -> None:
-        self.state = self._observe(self.state, jnp.asarray(rewards, jnp.int32), self.hp)
+    def selected(self, selection: Any, i: int) -> Any:
+        """Stream ``i``'s selected memory payload, or None."""
+        return self.tables[i].get(int(selection.memory_id[i])) if int(selection.chosen[i]) >= 0 else None
 
-    def offer(self, vectors: np.ndarray, ids: np.ndarray, mask: np.ndarray) -> Any:
-        new_state, decision = self._offer(self.state, jnp.asarray(vectors, self.spec.float_dtype),
-                                          jnp.asarray(ids, jnp.int32), self.hp)
-        keep = jnp.asarray(mask)
-        self.state = jax.tree_util.tree_map(
-            lambda new, old: jnp.where(keep.reshape((-1,) + (1,) * (new.ndim - 1)), new, old), new_state, self.state)
-        return jax.device_get(decision)
+    def finish(self, rewards: np.ndarray, vectors: np.ndarray, payloads: Sequence[Any]) -> Any:
+        """observe + offer (streams whose payload is not None) + end_task; applies the decisions."""
+        import tokenworth_jax as tw
 
-    def end_task(self) -> None:
-        self.state = self._end(self.state)
+        mask = np.asarray([p is not None for p in payloads])
+        ids = np.asarray([t.next_id for t in self.tables], np.int32)
+        self.state, decision = tw.finish_task_batched(
+            self.state, jnp.asarray(rewards, jnp.int32), jnp.asarray(vectors, self.spec.float_dtype),
+            jnp.asarray(ids), jnp.asarray(mask), self.hp, self.spec)
+        decision = jax.device_get(decision)
+        for i, payload in enumerate(payloads):
+            if payload is not None:
+                self.tables[i].apply(payload.with_id(int(ids[i])), written=int(decision.slot[i]) >= 0,
+                                     evicted_id=int(decision.evicted_id[i]))
+        return decision
+
+    def state_dict(self, encode: Any = None) -> dict[str, Any]:
+        from tokenworth_jax.state import state_to_numpy
+
+        return {"state": state_to_numpy(self.state), "tables": [t.state_dict(encode) for t in self.tables]}
+
+    def load_state_dict(self, data: dict[str, Any], decode: Any = None) -> None:
+        import tokenworth_jax as tw
+        from tokenworth_jax.state import state_from_numpy
+
+        if len(data["tables"]) != len(self.tables):
+            raise SweepError(f"sweep checkpoint has {len(data['tables'])} streams, this sweep {len(self.tables)}")
+        self.state = state_from_numpy(self.state, data["state"])
+        self.tables = [tw.MemoryTable.from_state_dict(t, decode) for t in data["tables"]]
 
 
 # ------------------------------------------------------------------------- the sweep
@@ -188,8 +214,6 @@ def run_sweep(env_name: str, tasks: Sequence[Any], backbone: Backbone, budget: B
                                                          for _ in range(n)]
     if len(environments) != n:
         raise SweepError(f"need one environment per stream ({n}), got {len(environments)}")
-    banks: list[dict[int, Memory]] = [{} for _ in range(n)]
-    next_ids = np.zeros(n, dtype=np.int64)
     results = [StreamResult(dict(c)) for c in configs]
     batch_sizes: list[int] = []
     from tqdm import tqdm
@@ -201,8 +225,7 @@ def run_sweep(env_name: str, tasks: Sequence[Any], backbone: Backbone, budget: B
             episodes = []
             injected_memories: list[list[Memory]] = []
             for i in range(n):
-                memory_id = int(selection.memory_id[i])
-                memory = banks[i].get(memory_id) if int(selection.chosen[i]) >= 0 else None
+                memory = ctl.selected(selection, i)
                 if memory is not None:
                     block = build_injection_block([(memory.memory_id, memory.text)], budget)
                     injected = [memory] if block.memory_ids else []
@@ -222,22 +245,13 @@ def run_sweep(env_name: str, tasks: Sequence[Any], backbone: Backbone, budget: B
                 for (episode, request), generation in zip(pending, generations):
                     episode.feed(request, generation)
             rewards = np.asarray([e.judge() for e in episodes], dtype=np.int32)
-            ctl.observe(rewards)
             candidates = [build_memory(env_name, task, e.turns, int(r), budget) for e, r in zip(episodes, rewards)]
-            mask = np.asarray([c is not None for c in candidates])
-            if mask.any():
-                vectors = featurize([c.key_text if c else "" for c in candidates], ctl.spec.dim)
-                decision = ctl.offer(vectors, next_ids.astype(np.int32), mask)
-                for i, candidate in enumerate(candidates):
-                    if candidate is None:
-                        continue
+            vectors = featurize([c.key_text if c else "" for c in candidates], ctl.spec.dim)
+            decision = ctl.finish(rewards, vectors, candidates)
+            for i, candidate in enumerate(candidates):
+                if candidate is not None:
                     code = Admission(int(decision.code[i])).name
                     results[i].admissions[code] = results[i].admissions.get(code, 0) + 1
-                    banks[i].pop(int(decision.evicted_id[i]), None)
-                    if int(decision.slot[i]) >= 0:
-                        banks[i][int(next_ids[i])] = candidate.with_id(int(next_ids[i]))
-                    next_ids[i] += 1
-            ctl.end_task()
             for i, episode in enumerate(episodes):
                 results[i].rewards.append(int(rewards[i]))
                 results[i].tokens.append(episode.ledger.total)

@@ -11,8 +11,8 @@ import tokenworth_jax as tw
 from tokenworth_jax import agop, base_scorer, kernels, krr
 from tokenworth_jax.ring import ring_valid
 
-import reference_numpy as ref
-from controller_helpers import clustered_stream, precision, small_setup, tolerance, unit
+from tokenworth_jax import reference_numpy as ref
+from tests.controller_helpers import clustered_stream, precision, small_setup, tolerance, unit
 
 DTYPES = ["float32", "float64"]
 
@@ -113,8 +113,8 @@ def test_features_match_reference(dtype):
         from tokenworth_jax.features import memory_stats
         from tokenworth_jax.scoring import score_pairs
         q = unit(rng, 1, D)
-        st = state._replace(bank=bank, counters=state.counters._replace(t=jnp.int32(12)))
-        ps = score_pairs(jnp.asarray(q, f), bank.emb, memory_stats(bank, jnp.int32(12), hp.kappa), st, hp)
+        ps = score_pairs(jnp.asarray(q, f), bank.emb, memory_stats(bank, jnp.int32(12), hp.kappa), state.w,
+                         state.predictor, state.metric, hp.gamma, jnp.asarray(0.0, f))
         phi_ref, z_ref = ref.features(q[0], emb, u, h, d, c, last, tau, 12, 0.02)
         np.testing.assert_allclose(np.asarray(ps.phi[0]), phi_ref, rtol=tolerance(f), atol=tolerance(f))
         np.testing.assert_allclose(np.asarray(ps.z[0]), z_ref, rtol=tolerance(f), atol=tolerance(f))

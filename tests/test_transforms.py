@@ -10,7 +10,7 @@ import pytest
 
 import tokenworth_jax as tw
 
-from controller_helpers import clustered_stream, precision, small_setup
+from tests.controller_helpers import clustered_stream, precision, small_setup
 
 
 def _events(spec, f, T=40, seed=3):
@@ -48,12 +48,12 @@ def test_jit_and_eager_agree():
         spec, hp = small_setup(f)
         events = _events(spec, f, T=12)
         jitted, jout = tw.run(tw.init(spec, hp), events, hp, spec)
-        state = tw.raw["init"](spec, hp)
+        state = tw.init(spec, hp)
         with jax.disable_jit():
             codes = []
             for t in range(12):
                 e = jax.tree_util.tree_map(lambda x: x[t], events)
-                state, o = tw.raw["step"](state, e, hp, spec)
+                state, o = tw.step(state, e, hp, spec)
                 codes.append(int(o.decision.code))
         assert codes == np.asarray(jout.decision.code).tolist()
         jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-7, atol=1e-9),
@@ -61,27 +61,61 @@ def test_jit_and_eager_agree():
 
 
 def test_new_hyperparameter_values_compile_nothing():
+    from tokenworth_jax import controller as C
+
     with precision("float32") as f:
         spec, hp = small_setup(f)
         events = _events(spec, f, T=8)
         state = tw.init(spec, hp)
         e0 = jax.tree_util.tree_map(lambda x: x[0], events)
+        # each Python function may be traced once: a second trace (a recompile) fails the test
+        step = jax.jit(chex.assert_max_traces(C._step, n=1), static_argnames=("spec", "reward_fn"))
+        run = jax.jit(chex.assert_max_traces(C._run, n=1), static_argnames=("spec", "reward_fn"))
+        jax.block_until_ready(step(state, e0, hp, spec))
+        jax.block_until_ready(run(state, events, hp, spec))
         jax.block_until_ready(tw.step(state, e0, hp, spec))
-        jax.block_until_ready(tw.run(state, events, hp, spec))
-        before = (tw.step._cache_size(), tw.run._cache_size())
         compiles = []
-        jax.monitoring.register_event_duration_secs_listener(
-            lambda name, *a, **k: compiles.append(name) if "backend_compile" in name else None)
-        for overrides in CONFIGS:
-            hp2 = small_setup(f, **overrides)[1]
-            jax.block_until_ready(tw.step(state, e0, hp2, spec))
-            jax.block_until_ready(tw.run(state, events, hp2, spec))
-        assert (tw.step._cache_size(), tw.run._cache_size()) == before
+
+        def listener(name, *a, **k):
+            if "backend_compile" in name:
+                compiles.append(name)
+
+        jax.monitoring.register_event_duration_secs_listener(listener)
+        try:
+            for overrides in CONFIGS:
+                hp2 = small_setup(f, **overrides)[1]
+                jax.block_until_ready(step(state, e0, hp2, spec))
+                jax.block_until_ready(run(state, events, hp2, spec))
+                jax.block_until_ready(tw.step(state, e0, hp2, spec))
+        finally:
+            jax.monitoring.unregister_event_duration_listener(listener)
         assert compiles == [], compiles
-        # a new *shape* does recompile: the counter works
+        # a new *shape* does retrace: the counter works
         spec2 = spec._replace(capacity=spec.capacity + 1)
-        jax.block_until_ready(tw.step(tw.init(spec2, hp), e0, hp, spec2))
-        assert tw.step._cache_size() == before[0] + 1
+        with pytest.raises(AssertionError, match="traced"):
+            step(tw.init(spec2, hp), e0, hp, spec2)
+    chex.clear_trace_counter()
+
+
+def test_worth_chunk_gives_identical_results():
+    """``Spec.worth_chunk`` only bounds memory: the same decisions, worth equal to rounding.
+
+    Not bit-equal: XLA blocks a matmul over fewer columns differently (seen: 1 ulp)."""
+    with precision("float64") as f:
+        spec, hp = small_setup(f)
+        events = _events(spec, f, T=40)
+        full, out = tw.run(tw.init(spec, hp), events, hp, spec)
+        for chunk in (1, 4, spec.capacity + 1):
+            spec_c = spec._replace(worth_chunk=chunk)
+            chunked, out_c = tw.run(tw.init(spec_c, hp), events, hp, spec_c)
+            np.testing.assert_array_equal(np.asarray(out_c.decision.code), np.asarray(out.decision.code))
+            np.testing.assert_array_equal(np.asarray(out_c.selection.slot), np.asarray(out.selection.slot))
+            np.testing.assert_allclose(np.asarray(out_c.decision.v_new), np.asarray(out.decision.v_new), rtol=1e-13)
+            chex.assert_trees_all_close(chunked, full, rtol=1e-12, atol=1e-13)
+        assert int(np.sum(np.asarray(out.decision.code) >= int(tw.Admission.ADMITTED_NOVEL))) > 0  # the full bank was exercised
+        m = jnp.asarray(np.asarray(events.memory[-1]))
+        np.testing.assert_allclose(np.asarray(tw.worth(full, m, hp, spec._replace(worth_chunk=4)).scores),
+                                   np.asarray(tw.worth(full, m, hp, spec).scores), rtol=1e-13, atol=1e-14)
 
 
 @pytest.mark.parametrize("strategy", ["vmap", "map"])
@@ -97,8 +131,8 @@ def test_batched_run_equals_vmapped_run(strategy):
         np.testing.assert_array_equal(np.asarray(bout.selection.slot), np.asarray(vout.selection.slot))
         chex.assert_trees_all_close(batched, vmapped, rtol=2e-4, atol=2e-4)
         # observe_batched is the per-phase entry point the lockstep agent sweep uses
-        s2, _ = jax.vmap(tw.raw["select"], in_axes=(0, None, 0, None))(states, events.query[0], hps, spec)
+        s2, _ = tw.select_batched(states, events.query[0], hps, spec, strategy=strategy)
         r = jnp.ones((len(CONFIGS),), jnp.int32)
         a = tw.observe_batched(s2, r, hps, spec, strategy=strategy)
-        b = jax.vmap(lambda s, rr, hp: tw.raw["observe"](s, rr, hp, spec))(s2, r, hps)
+        b = jax.vmap(lambda s, rr, hp: tw.observe(s, rr, hp, spec))(s2, r, hps)
         chex.assert_trees_all_close(a, b, rtol=1e-6)

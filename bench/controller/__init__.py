@@ -2,6 +2,6 @@
 
 Run them all with ``python -m bench.controller.suite [--full] [--out DIR]``. Each benchmark
 times the jitted JAX controller and (where it makes sense) the float64 NumPy reference in
-``tests/reference_numpy.py`` in the same process, one after the other, and writes
+``tokenworth_jax/reference_numpy.py`` in the same process, one after the other, and writes
 ``<name>.json`` and ``<name>.md`` under the output directory (default ``bench/results``).
 """

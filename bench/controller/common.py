@@ -27,7 +27,6 @@ import tokenworth_jax as tw
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "bench" / "results"
-TESTS_DIR = REPO / "tests"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,14 +219,8 @@ def state_facts(state: tw.State, spec: tw.Spec) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- reference
 
 def reference_module() -> Any:
-    """The float64 NumPy reference, ``tests/reference_numpy.py``.
-
-    It lives with the tests (it is their oracle), not in an installed package, so the
-    benchmarks put the repository's ``tests/`` directory on ``sys.path`` to import it.
-    """
-    if str(TESTS_DIR) not in sys.path:
-        sys.path.insert(0, str(TESTS_DIR))
-    import reference_numpy
+    """The float64 NumPy reference, :mod:`tokenworth_jax.reference_numpy` (installed with the package)."""
+    from tokenworth_jax import reference_numpy
 
     return reference_numpy
 
