@@ -210,3 +210,87 @@ def test_worth_matrix_matches_reference():
         # earlier probes: ring order differs from the reference's list order
         got, want = got[1:], want[1:]
         np.testing.assert_allclose(got[np.lexsort(got.T)], want[np.lexsort(want.T)], rtol=1e-6, atol=1e-7)
+
+
+# ----- every execution path against the reference, float64, decision for decision ---------------
+PATH_T = 260
+
+
+def _reference_decisions(spec, hp, q, m, rewards):
+    reference = ref.ReferenceController(spec, hp)
+    chosen, chosen_ids, codes, slots = [], [], [], []
+    for t in range(len(rewards)):
+        chosen.append(reference.select(q[t])["chosen_slot"])
+        chosen_ids.append(-1 if chosen[-1] < 0 else int(reference.ids[chosen[-1]]))
+        reference.observe(int(rewards[t]))
+        if rewards[t] == 1:
+            d = reference.offer(m[t], t)
+            codes.append(d["code"])
+            slots.append(d["slot"])
+        else:
+            codes.append(int(tw.Admission.NOT_OFFERED))
+            slots.append(-1)
+        reference.end_task()
+    return np.array(chosen), np.array(chosen_ids), np.array(codes), np.array(slots), reference
+
+
+def _pure_decisions(path, spec, hp, q, m, rewards, f):
+    T = len(rewards)
+    events = tw.Event(jnp.asarray(q, f), jnp.asarray(rewards, jnp.int32), jnp.asarray(m, f), jnp.arange(T, dtype=jnp.int32))
+    if path == "single":
+        state, out = tw.run(tw.init(spec, hp), events, hp, spec)
+    else:  # configuration 0 of three, stacked
+        others = [small_setup(f, eta_max=0.3)[1], small_setup(f, gamma=2.0, tau_nov=0.9)[1]]
+        hps = tw.stack_hparams([hp] + others)
+        states, outs = tw.run_batched(tw.init_batched(spec, hps), events, hps, spec, strategy=path.split("-")[1])
+        state, out = jax.tree_util.tree_map(lambda x: x[0], (states, outs))
+    return np.asarray(out.selection.slot), np.asarray(out.decision.code), np.asarray(out.decision.slot), state
+
+
+def _host_decisions(spec, hp, q, m, rewards):
+    """The host Controller: one fused device call per task (observe + offer + end_task, close + select)."""
+    ctl = tw.Controller(spec, hp)
+    chosen, codes, slots = [], [], []
+    for t in range(len(rewards)):
+        sel = ctl.select(q[t])
+        chosen.append(-1 if sel.memory is None else sel.memory)  # the payload is the source task index
+        ctl.observe(int(rewards[t]))
+        if rewards[t] == 1:
+            d = ctl.offer(f"memory {t}", key_text=m[t], payload=t)  # key given as a vector
+            codes.append(int(tw.Admission[d.code]))
+            slots.append(d.slot)
+        else:
+            codes.append(int(tw.Admission.NOT_OFFERED))
+            slots.append(-1)
+        if t % 3 == 0:
+            ctl.end_task()  # the explicit end_task and the implicit one (in the next select) both work
+    return np.array(chosen), np.array(codes), np.array(slots), ctl.state
+
+
+PATHS = ["single", "batched-vmap", "batched-map", "host"]
+
+
+@pytest.mark.parametrize("incremental", [False, True], ids=["full", "incremental"])
+@pytest.mark.parametrize("path", PATHS)
+def test_every_path_makes_the_reference_decisions_float64(path, incremental):
+    """A long stream with refits, AGOP updates, evictions and replacements: identical decisions."""
+    with precision("float64") as f:
+        spec, hp = small_setup(f)
+        spec = spec._replace(incremental=incremental)
+        q, m, rewards = clustered_stream(seed=11, T=PATH_T, dim=spec.dim)
+        want_chosen, want_ids, want_codes, want_slots, reference = _reference_decisions(spec, hp, q, m, rewards)
+        if path == "host":  # the host reports memory ids (here: source task indices), not slots
+            chosen, codes, slots, state = _host_decisions(spec, hp, q, m, rewards)
+            want_chosen = want_ids
+        else:
+            chosen, codes, slots, state = _pure_decisions(path, spec, hp, q, m, rewards, f)
+        np.testing.assert_array_equal(chosen, want_chosen)
+        np.testing.assert_array_equal(codes, want_codes)
+        np.testing.assert_array_equal(slots, want_slots)
+        if path != "host":  # host ids count offers, the reference's count tasks
+            _compare_states(state, reference, f)
+        # the stream exercises every learner and the full-bank admission branches
+        assert int(state.counters.n_agop) >= 5 and int(state.counters.n_krr_fits) >= 20
+        for code in (tw.Admission.ADMITTED_NOVEL, tw.Admission.ADMITTED_WORTH, tw.Admission.REPLACED_NEAREST,
+                     tw.Admission.REJECTED):
+            assert np.any(codes == int(code)), code.name

@@ -35,6 +35,11 @@ class _SpecFields(NamedTuple):
     # Bounds peak memory for very large banks; decisions are identical, values equal to
     # rounding (XLA blocks the smaller matmuls differently; tests/test_transforms.py).
     worth_chunk: int = 0
+    # Incremental worth (tokenworth_jax.worth_cache): cache the D-dimensional part of the KRR
+    # distances for probes x bank x support, so a task costs (B + P + 1) N D instead of
+    # (P + 1)(B + 1) N D. Same decisions as the full computation (scores equal to rounding);
+    # costs (P + 1) B (N + 1) floats of state. worth_chunk does not apply to it.
+    incremental: bool = False
 
 
 SPEC_MINIMUM = dict(dim=1, capacity=1, base_window=1, fast_window=1, slow_window=1, k_candidates=1, n_probes=1,
@@ -75,6 +80,8 @@ def validate_spec(spec: _SpecFields) -> None:
             raise ValueError(f"Spec.{name} = {value!r} must be an integer >= {lo}")
         if value < lo:
             raise ValueError(f"Spec.{name} = {value!r} is out of range: must be an integer >= {lo}")
+    if not isinstance(spec.incremental, (bool, np.bool_)):
+        raise ValueError(f"Spec.incremental = {spec.incremental!r} must be True or False")
     try:
         name = jnp.dtype(spec.dtype).name
     except TypeError:
@@ -88,7 +95,8 @@ def spec_from_dict(data: dict[str, Any]) -> Spec:
     unknown = set(data) - set(Spec._fields)
     if unknown:
         raise ValueError(f"unknown Spec field(s) {sorted(unknown)}; known: {list(Spec._fields)}")
-    return Spec(**{k: (int(v) if isinstance(v, np.integer) else v) for k, v in data.items()})
+    return Spec(**{k: (int(v) if isinstance(v, np.integer) else bool(v) if isinstance(v, np.bool_) else v)
+                   for k, v in data.items()})
 
 
 class HParams(NamedTuple):

@@ -28,6 +28,8 @@ from .refit import refit
 from .ring import ring_push
 from .scoring import eta_schedule, score_pairs
 from .state import Pending, State, init as _init
+from . import worth_cache
+from .features import base_features, residual_features
 
 
 class Selection(NamedTuple):
@@ -71,33 +73,48 @@ def _select(state: State, query: jax.Array, hp: HParams, spec: Spec) -> tuple[St
     cand_valid = bank.valid[top]
     stats = MemoryStats(*(s[top] for s in memory_stats(bank, state.counters.t, hp.kappa)))
     eta = eta_schedule(state.counters.n_krr_fits, hp.eta_max, f)
-    ps = score_pairs(query[None, :], bank.emb[top], stats, state.w, state.predictor, state.metric, hp.gamma, eta)
-    score = jnp.where(cand_valid, ps.score[0], -jnp.inf)
+    cache = state.cache
+    if worth_cache.enabled(cache):  # the query's row over the whole bank: scores now, worth later
+        row = worth_cache.dpart(query[None, :], bank.emb, cache.geometry, state.metric)  # (1, B, N)
+        cos = bank.emb @ query
+        cache = worth_cache.set_query_row(cache, row[0], cos)
+        score_k, base_k = worth_cache.scores(row[:, top], cos[top][None, :], stats, state.w, state.predictor,
+                                             cache.geometry, state.metric, hp.gamma, eta)
+        phi_k = base_features(cos[top], stats)  # (K, 4)
+    else:
+        ps = score_pairs(query[None, :], bank.emb[top], stats, state.w, state.predictor, state.metric, hp.gamma, eta)
+        score_k, base_k, phi_k = ps.score, ps.base, ps.phi[0]
+    score = jnp.where(cand_valid, score_k[0], -jnp.inf)
     retrieved = jnp.any(bank.valid)
     chosen = jnp.where(retrieved, jnp.argmax(score).astype(i32), i32(-1))
     c = jnp.maximum(chosen, 0)
     slot = jnp.where(retrieved, top[c], i32(-1))
+    if worth_cache.enabled(cache):
+        stats_c = MemoryStats(*(s[c] for s in stats))
+        z_c = residual_features(jnp.abs(query - bank.emb[top[c]]), phi_k[c, 0], stats_c)
+    else:
+        z_c = ps.z[0, c]
     pending = Pending(
         query=query,
         retrieved=retrieved,
         selected=retrieved,
         slot=slot,
-        phi=ps.phi[0, c],
-        z=ps.z[0, c],
-        s_base=ps.base[0, c],
+        phi=phi_k[c],
+        z=z_c,
+        s_base=base_k[0, c],
         reward=i32(-1),
     )
     selection = Selection(
         candidates=jnp.where(cand_valid, top, i32(-1)),
         candidate_ids=jnp.where(cand_valid, bank.ids[top], i32(-1)),
         scores=score,
-        base_scores=jnp.where(cand_valid, ps.base[0], -jnp.inf),
+        base_scores=jnp.where(cand_valid, base_k[0], -jnp.inf),
         relevance=top_rel,
         chosen=chosen,
         slot=slot,
         memory_id=jnp.where(retrieved, bank.ids[jnp.maximum(slot, 0)], i32(-1)),
     )
-    return state._replace(pending=pending), selection
+    return state._replace(pending=pending, cache=cache), selection
 
 
 def _record_feedback(state: State, reward: jax.Array, hp: HParams) -> State:
@@ -143,7 +160,11 @@ def _observe(state: State, reward: jax.Array, hp: HParams, spec: Spec, *, batche
 def _end_task_one(state: State) -> State:
     p = state.pending
     i32 = jnp.int32
+    cache = state.cache
+    if worth_cache.enabled(cache):
+        cache = worth_cache.push_query(cache, state.probe_ring.idx, p.retrieved)
     return state._replace(
+        cache=cache,
         probe_ring=ring_push(state.probe_ring, p.query, p.retrieved),
         counters=state.counters._replace(t=state.counters.t + 1),
         pending=p._replace(retrieved=jnp.zeros((), bool), selected=jnp.zeros((), bool), slot=i32(-1),

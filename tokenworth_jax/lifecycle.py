@@ -14,6 +14,7 @@ from .features import MemoryStats, memory_stats, new_memory_stats
 from .ring import ring_valid
 from .scoring import eta_schedule, score_pairs
 from .state import Bank, State
+from . import worth_cache
 
 
 class Admission(enum.IntEnum):
@@ -50,9 +51,7 @@ class Decision(NamedTuple):
 
 def probes(state: State) -> tuple[jax.Array, jax.Array]:
     """(P+1, D) probe queries (current first, then the ring) and their (P+1,) validity."""
-    queries = jnp.concatenate([state.pending.query[None, :], state.probe_ring.data], axis=0)
-    valid = jnp.concatenate([jnp.ones((1,), bool), ring_valid(state.probe_ring)])
-    return queries, valid
+    return worth_cache.probes(state.pending.query, state.probe_ring)
 
 
 def _concat_stats(a: MemoryStats, b: MemoryStats) -> MemoryStats:
@@ -79,18 +78,45 @@ def _scores_chunked(queries: jax.Array, emb: jax.Array, stats: MemoryStats, stat
     return jnp.moveaxis(out, 0, 1).reshape(queries.shape[0], -1)[:, :n]
 
 
-def worth(state: State, e_new: jax.Array, hp: HParams, spec: Spec) -> Worth:
-    """V(m) = mean over valid probes of s_t(q, m), for the whole bank and the candidate at once."""
+class _Column(NamedTuple):
+    """The candidate's cached quantities, written into the slot it fills (incremental worth)."""
+
+    dpart: jax.Array  # (P+1, N)
+    cos: jax.Array  # (P+1,)
+
+
+def _worth(state: State, e_new: jax.Array, hp: HParams, spec: Spec) -> tuple[Worth, _Column | None]:
     f = state.w.dtype
     t = state.counters.t
     queries, pvalid = probes(state)
-    stats = _concat_stats(memory_stats(state.bank, t, hp.kappa), new_memory_stats(t, hp.u_init, f))
-    emb = jnp.concatenate([state.bank.emb, e_new[None, :]], axis=0)
-    scores = _scores_chunked(queries, emb, stats, state, hp, spec.worth_chunk)  # (P+1, B+1)
     weight = pvalid.astype(f) / jnp.sum(pvalid).astype(f)
+    bank_stats = memory_stats(state.bank, t, hp.kappa)
+    new_stats = new_memory_stats(t, hp.u_init, f)
+    if worth_cache.enabled(state.cache):
+        eta = eta_schedule(state.counters.n_krr_fits, hp.eta_max, f)
+        col = _Column(dpart=worth_cache.dpart(queries, e_new[None, :], state.cache.geometry, state.metric)[:, 0],
+                      cos=queries @ e_new)
+
+        def score(dp: jax.Array, cos: jax.Array, stats: MemoryStats) -> jax.Array:
+            return worth_cache.scores(dp, cos, stats, state.w, state.predictor, state.cache.geometry, state.metric, hp.gamma,
+                                      eta)[0]
+
+        s_bank = score(state.cache.dpart, state.cache.cos, bank_stats)  # (P+1, B)
+        s_new = score(col.dpart[:, None, :], col.cos[:, None], MemoryStats(*(x[None] for x in new_stats)))
+        scores = jnp.concatenate([s_bank, s_new], axis=1)
+    else:
+        col = None
+        stats = _concat_stats(bank_stats, new_stats)
+        emb = jnp.concatenate([state.bank.emb, e_new[None, :]], axis=0)
+        scores = _scores_chunked(queries, emb, stats, state, hp, spec.worth_chunk)  # (P+1, B+1)
     V = weight @ scores
     rho = weight @ (scores[:, -1] > 0).astype(f)
-    return Worth(bank=V[:-1], new=V[-1], rho_pos=rho, scores=scores, probe_valid=pvalid)
+    return Worth(bank=V[:-1], new=V[-1], rho_pos=rho, scores=scores, probe_valid=pvalid), col
+
+
+def worth(state: State, e_new: jax.Array, hp: HParams, spec: Spec) -> Worth:
+    """V(m) = mean over valid probes of s_t(q, m), for the whole bank and the candidate at once."""
+    return _worth(state, e_new, hp, spec)[0]
 
 
 def _write_memory(bank: Bank, slot: jax.Array, enabled: jax.Array, e_new: jax.Array, new_id: jax.Array,
@@ -119,7 +145,7 @@ def _admit(state: State, e_new: jax.Array, new_id: jax.Array, hp: HParams, spec:
     f = state.w.dtype
     B = spec.capacity
     i32 = jnp.int32
-    V = worth(state, e_new, hp, spec)
+    V, column = _worth(state, e_new, hp, spec)
 
     cos = jnp.where(bank.valid, bank.emb @ e_new, -jnp.inf)
     any_valid = jnp.any(bank.valid)
@@ -149,12 +175,15 @@ def _admit(state: State, e_new: jax.Array, new_id: jax.Array, hp: HParams, spec:
     safe_slot = jnp.maximum(slot, 0)
     evicted_id = jnp.where(writes & (code != i32(Admission.ADMITTED_ROOM)), bank.ids[safe_slot], i32(-1))
     new_bank = _write_memory(bank, safe_slot, writes, e_new, new_id, state.counters.t, hp)
+    cache = state.cache
+    if column is not None:
+        cache = worth_cache.write_column(cache, safe_slot, column.dpart, column.cos, writes)
     decision = Decision(
         code=code, slot=slot, evicted_id=evicted_id, novelty=novelty,
         near_slot=jnp.where(any_valid, near, i32(-1)), v_new=V.new, v_max_bank=v_bank_max, v_near=v_near,
         rho_pos=V.rho_pos,
     )
-    return state._replace(bank=new_bank), decision
+    return state._replace(bank=new_bank, cache=cache), decision
 
 
 def _not_offered(state: State, spec: Spec) -> Decision:

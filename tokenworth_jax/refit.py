@@ -17,6 +17,7 @@ from .batching import gated, lift
 from .config import HParams
 from .ring import ring_valid
 from .state import State
+from . import worth_cache
 
 
 def fit_krr(state: State, hp: HParams) -> State:
@@ -25,7 +26,11 @@ def fit_krr(state: State, hp: HParams) -> State:
     predictor = krr.fit(z, ring_valid(state.fast_ring), delta, state.metric, jnp.asarray(hp.gamma, z.dtype),
                         jnp.asarray(hp.lambda_krr, z.dtype))
     counters = state.counters._replace(n_krr_fits=state.counters.n_krr_fits + 1)
-    return state._replace(predictor=predictor, counters=counters)
+    cache = state.cache
+    if worth_cache.enabled(cache):  # new support and/or metric: every cached distance changes
+        cache = worth_cache.refresh(cache, state.pending.query, state.probe_ring, state.bank.emb, predictor,
+                                    state.metric)
+    return state._replace(predictor=predictor, counters=counters, cache=cache)
 
 
 def fit_base(state: State, hp: HParams) -> State:

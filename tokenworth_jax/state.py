@@ -15,6 +15,7 @@ import numpy as np
 from .config import N_BASE_FEATURES, HParams, Spec
 from .krr import Predictor, predictor_init
 from .ring import Ring, ring_init
+from .worth_cache import WorthCache, cache_init
 
 
 class Bank(NamedTuple):
@@ -63,6 +64,7 @@ class State(NamedTuple):
     predictor: Predictor
     pending: Pending
     counters: Counters
+    cache: WorthCache  # incremental worth (Spec.incremental); zero-width arrays when off
 
 
 def init(spec: Spec, hp: HParams) -> State:
@@ -102,6 +104,7 @@ def init(spec: Spec, hp: HParams) -> State:
             reward=jnp.full((), -1, jnp.int32),
         ),
         counters=Counters(zeros_i, zeros_i, zeros_i, zeros_i, zeros_i),
+        cache=cache_init(spec.n_probes + 1, B, spec.fast_window, D, f, spec.incremental),
     )
 
 
@@ -118,6 +121,9 @@ def state_from_numpy(template: State, arrays: dict[str, np.ndarray]) -> State:
     for path, leaf in paths:
         key = jax.tree_util.keystr(path)
         if key not in arrays:
+            if leaf.size == 0:  # an empty leaf added later (e.g. the cache when off): nothing to restore
+                leaves.append(leaf)
+                continue
             raise ValueError(f"checkpoint lacks state leaf {key}")
         arr = np.asarray(arrays[key])
         if arr.shape != leaf.shape or arr.dtype != leaf.dtype:
