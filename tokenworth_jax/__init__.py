@@ -19,7 +19,7 @@ Host wrapper for agent loops: :class:`tokenworth_jax.Controller`; its memory-id 
 is :class:`tokenworth_jax.MemoryTable`. Checked (NaN-reporting) variants: :mod:`tokenworth_jax.checked`.
 """
 
-from . import presets
+from . import checked, presets
 from .batching import Strategy, map_configs, tree_where
 from .bookkeeping import MemoryTable
 from .config import HParams, Spec, hparams, preset, stack_hparams
@@ -36,7 +36,7 @@ from .state import State
 __all__ = [
     "Admission", "Controller", "Decision", "Event", "HParams", "HostDecision", "HostSelection", "MemoryTable",
     "Predictor", "ProtocolError", "Selection", "Spec", "State", "StepOutput", "Strategy", "Worth",
-    "agop_update", "close_and_select", "end_task", "end_task_batched", "featurize", "finish_task",
+    "agop_update", "checked", "close_and_select", "end_task", "end_task_batched", "featurize", "finish_task",
     "finish_task_batched", "fit_base", "fit_krr", "hparams", "init", "init_batched", "map_configs", "observe",
     "observe_batched", "offer", "offer_batched", "preset", "presets", "refit", "run", "run_batched", "select",
     "select_batched", "stack_hparams", "step", "step_batched", "tree_where", "worth",

@@ -236,7 +236,7 @@ def check_value(name: str, value: Any) -> np.ndarray:
     if hi is not None:
         bad |= (v >= hi) if hi_open else (v > hi)
     if np.any(bad):
-        shown = value if np.ndim(value) == 0 else np.asarray(value).tolist()
+        shown = np.asarray(value).tolist()  # plain Python numbers (or nested lists) in the message
         raise ValueError(f"hyperparameter {name} = {shown!r} is out of range{_where(bad)}: must be {allowed}")
     return v
 
