@@ -201,7 +201,7 @@ def sweep(
     base_url: Optional[str] = typer.Option(None, help="Server URL for the openai backbone."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
 ) -> None:
-    """Run N TokenWorth configurations as N lockstep streams (one vmapped controller step per phase)."""
+    """Run N TokenWorth configurations as N lockstep streams (two compiled controller calls per task)."""
     from agent.backbones.registry import make_backbone
     from agent.budget import Budget
     from agent.data import DataError, load_tasks

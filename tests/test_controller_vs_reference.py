@@ -151,7 +151,8 @@ def test_long_stream_every_decision_equal(dtype):
         reference = ref.ReferenceController(spec, hp)
         state = tw.init(spec, hp)
         codes = set()
-        tol = tolerance(f) * 100
+        # scores and worth: float32 measured within 3.1e-4 of the reference (README: "within 1e-3")
+        tol = 1e-3 if f == jnp.float32 else tolerance(f) * 100
         for t in range(T):
             state, sel = tw.select(state, jnp.asarray(q[t], f), hp, spec)
             rsel = reference.select(q[t])
