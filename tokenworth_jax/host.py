@@ -33,7 +33,7 @@ import numpy as np
 
 from . import controller as C
 from .bookkeeping import MemoryTable
-from .config import HParams, Spec, hparams_from_arrays, preset, spec_from_dict
+from .config import HParams, Spec, hparams_from_arrays, preset, spec_from_dict, validate_hparams
 from .featurize import featurize
 from .lifecycle import Admission
 from .state import State, state_from_numpy, state_to_numpy
@@ -101,8 +101,10 @@ class Controller:
     """Stateful host-side controller. Not thread-safe; one per task stream."""
 
     def __init__(self, spec: Spec, hp: HParams) -> None:
+        if not isinstance(spec, Spec):
+            raise TypeError(f"spec must be a tokenworth_jax.Spec, got {type(spec).__name__}")
         self.spec = spec
-        self.hp = hp
+        self.hp = validate_hparams(hp)
         self._state: State = C.init(spec, hp)
         self.memories: MemoryTable[Any] = MemoryTable()
         self._phase: Phase = "idle"  # idle -> selected -> judged -> (offered) -> idle
