@@ -25,6 +25,7 @@ with the host protocol. The decisions are those of the unfused calls.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, Literal, Optional, Sequence
 
 import jax
@@ -35,7 +36,8 @@ from . import controller as C
 from .bookkeeping import MemoryTable
 from .config import HParams, Spec, hparams_from_arrays, preset, spec_from_dict, validate_hparams
 from .featurize import featurize
-from .lifecycle import Admission
+from .controller import Selection
+from .lifecycle import Admission, Decision
 from .state import State, state_from_numpy, state_to_numpy
 
 Phase = Literal["idle", "selected", "judged"]
@@ -93,6 +95,57 @@ def _reward(value: Any) -> int:
     raise ValueError(f"reward must be 0 or 1, got {value!r}")
 
 
+# ----- the host's device calls: one jitted call each, outputs packed into two arrays -------------
+# Fetching a Selection field by field costs a device-to-host transfer per field (~20 us each on
+# CPU), and building jnp scalars on the host costs a dispatched op each; so the host passes
+# NumPy scalars and fetches two packed arrays per call. The state is donated: the Controller
+# owns it, and XLA can then update the windows and the cache in place instead of copying them.
+def _pack_selection(sel: Selection) -> tuple[jax.Array, jax.Array]:
+    ints = jnp.concatenate([sel.candidate_ids, jnp.stack([sel.chosen, sel.slot, sel.memory_id])])
+    return ints, jnp.stack([sel.scores, sel.base_scores, sel.relevance])
+
+
+def _pack_decision(dec: Decision) -> tuple[jax.Array, jax.Array]:
+    ints = jnp.stack([dec.code, dec.slot, dec.evicted_id, dec.near_slot])
+    return ints, jnp.stack([dec.novelty, dec.v_new, dec.v_max_bank, dec.v_near, dec.rho_pos])
+
+
+def _no_memory(spec: Spec) -> tuple[jax.Array, jax.Array, jax.Array]:
+    return jnp.zeros((spec.dim,), spec.float_dtype), jnp.int32(-1), jnp.zeros((), bool)
+
+
+@functools.partial(jax.jit, static_argnames=("spec",), donate_argnames=("state",))
+def _host_select(state: State, query: jax.Array, hp: HParams, spec: Spec) -> tuple[State, Any]:
+    state, sel = C._select(state, query, hp, spec)
+    return state, _pack_selection(sel)
+
+
+@functools.partial(jax.jit, static_argnames=("spec",), donate_argnames=("state",))
+def _host_close_and_select(state: State, reward: jax.Array, query: jax.Array, hp: HParams,
+                           spec: Spec) -> tuple[State, Any]:
+    state, _, sel = C._close_and_select(state, reward, *_no_memory(spec), query, hp, spec)
+    return state, _pack_selection(sel)
+
+
+@functools.partial(jax.jit, static_argnames=("spec",), donate_argnames=("state",))
+def _host_close(state: State, reward: jax.Array, hp: HParams, spec: Spec) -> State:
+    return C._finish_task(state, reward, *_no_memory(spec), hp, spec)[0]
+
+
+@functools.partial(jax.jit, static_argnames=("spec",), donate_argnames=("state",))
+def _host_finish(state: State, reward: jax.Array, memory: jax.Array, memory_id: jax.Array, hp: HParams,
+                 spec: Spec) -> tuple[State, Any]:
+    state, dec = C._finish_task(state, reward, memory, memory_id, jnp.ones((), bool), hp, spec)
+    return state, _pack_decision(dec)
+
+
+@functools.partial(jax.jit, static_argnames=("spec",), donate_argnames=("state",))
+def _host_offer_end(state: State, memory: jax.Array, memory_id: jax.Array, hp: HParams,
+                    spec: Spec) -> tuple[State, Any]:
+    state, dec = C._offer(state, memory, memory_id, hp, spec)
+    return C._end_task(state, spec), _pack_decision(dec)
+
+
 def _text_of(payload: Any) -> Optional[str]:
     return payload if isinstance(payload, str) or payload is None else getattr(payload, "text", None)
 
@@ -120,9 +173,16 @@ class Controller:
     # ----- the device state, brought up to date with the protocol ---------------------------
     @property
     def state(self) -> State:
-        """The controller state as the unfused calls would have left it (runs pending device work)."""
+        """A copy of the controller state as the unfused calls would have left it (runs pending device work).
+
+        A copy, because the protocol calls donate the live state's buffers to XLA (in-place updates).
+        """
+        return jax.tree_util.tree_map(jnp.copy, self._synced())
+
+    def _synced(self) -> State:
+        """The live state, brought up to date with the host protocol."""
         if self._device == "selected" and self._phase == "judged":
-            self._state = C.observe(self._state, jnp.int32(self._reward), self.hp, self.spec)
+            self._state = C.observe(self._state, np.int32(self._reward), self.hp, self.spec)
             self._device = "observed"
         elif self._device != "ended" and self._phase == "idle":
             self._close()
@@ -132,9 +192,7 @@ class Controller:
     def _close(self) -> None:
         """Finish the device's open task without an offer."""
         if self._device == "selected":
-            zero = jnp.zeros((self.spec.dim,), self.spec.float_dtype)
-            self._state, _ = C.finish_task(self._state, jnp.int32(self._reward), zero, jnp.int32(-1),
-                                           jnp.zeros((), bool), self.hp, self.spec)
+            self._state = _host_close(self._state, np.int32(self._reward), self.hp, self.spec)
         elif self._device == "observed":
             self._state = C.end_task(self._state, self.spec)
         self._device = "ended"
@@ -145,8 +203,8 @@ class Controller:
         return {k: _text_of(v) for k, v in self.memories.items.items()}
 
     # ----- inputs -------------------------------------------------------------------------
-    def vector(self, text_or_vector: str | np.ndarray | Sequence[float], *, what: str = "query") -> jax.Array:
-        """A validated (D,) device vector: hashed from text, or a given vector L2-normalised."""
+    def vector(self, text_or_vector: str | np.ndarray | Sequence[float], *, what: str = "query") -> np.ndarray:
+        """A validated (D,) vector of the spec's dtype: hashed from text, or a given vector L2-normalised."""
         if isinstance(text_or_vector, str):
             vec = featurize(text_or_vector, self.spec.dim, dtype=np.float64)
         else:
@@ -158,7 +216,7 @@ class Controller:
             norm = np.linalg.norm(vec)
             if norm > 0:
                 vec = vec / norm
-        return jnp.asarray(vec, self.spec.float_dtype)
+        return np.asarray(vec, self.spec.float_dtype)  # NumPy: the jitted call transfers it
 
     # ----- protocol -----------------------------------------------------------------------
     @property
@@ -170,33 +228,24 @@ class Controller:
             raise ProtocolError("a task is still open: call observe(reward) before the next select()")
         q = self.vector(query)
         if self._device == "selected":  # the previous task was judged, never offered: close it in this call
-            zero = jnp.zeros((self.spec.dim,), self.spec.float_dtype)
-            self._state, _, sel = C.close_and_select(self._state, jnp.int32(self._reward), zero, jnp.int32(-1),
-                                                     jnp.zeros((), bool), q, self.hp, self.spec)
+            self._state, packed = _host_close_and_select(self._state, np.int32(self._reward), q, self.hp, self.spec)
         else:
             if self._device == "observed":
                 self._state = C.end_task(self._state, self.spec)
-            self._state, sel = C.select(self._state, q, self.hp, self.spec)
+            self._state, packed = _host_select(self._state, q, self.hp, self.spec)
         self._device = "selected"
         self._phase = "selected"
         self._reward = None
         self._offered = False
-        sel = jax.device_get(sel)
-        chosen = int(sel.chosen)
-        ids = [int(i) for i in sel.candidate_ids if i >= 0]
+        ints, floats = (np.asarray(x) for x in packed)
+        cand, (chosen, _, memory_id) = ints[:-3], ints[-3:].tolist()
+        ids = cand[cand >= 0].tolist()
         n = len(ids)
-        mid = int(sel.memory_id) if chosen >= 0 else None
+        mid = memory_id if chosen >= 0 else None
         payload = self.memories.get(mid)
-        return HostSelection(
-            memory_id=mid,
-            memory_text=_text_of(payload),
-            candidate_ids=ids,
-            scores=[float(s) for s in sel.scores[:n]],
-            base_scores=[float(s) for s in sel.base_scores[:n]],
-            relevance=[float(s) for s in sel.relevance[:n]],
-            chosen=chosen,
-            memory=payload,
-        )
+        scores, base, rel = floats[:, :n].tolist()
+        return HostSelection(memory_id=mid, memory_text=_text_of(payload), candidate_ids=ids, scores=scores,
+                             base_scores=base, relevance=rel, chosen=chosen, memory=payload)
 
     def observe(self, reward: int) -> None:
         if self._phase != "selected":
@@ -217,29 +266,20 @@ class Controller:
         vec = self.vector(key_text if key_text is not None else memory_text, what="memory")
         new_id = self.memories.next_id
         if self._device == "selected":  # observe + offer + end_task: one device call
-            self._state, dec = C.finish_task(self._state, jnp.int32(self._reward), vec, jnp.int32(new_id),
-                                             jnp.ones((), bool), self.hp, self.spec)
+            self._state, packed = _host_finish(self._state, np.int32(self._reward), vec, np.int32(new_id), self.hp,
+                                               self.spec)
         else:  # the state was read after observe(): the device has observed already
-            self._state, dec = C.offer(self._state, vec, jnp.int32(new_id), self.hp, self.spec)
-            self._state = C.end_task(self._state, self.spec)
+            self._state, packed = _host_offer_end(self._state, vec, np.int32(new_id), self.hp, self.spec)
         self._device = "ended"
-        dec = jax.device_get(dec)
+        ints, floats = (np.asarray(x).tolist() for x in packed)
+        code, slot, evicted, _ = ints
         self._offered = True
-        code = Admission(int(dec.code))
-        written = int(dec.slot) >= 0
-        evicted = int(dec.evicted_id)
+        written = slot >= 0
         self.memories.apply(memory_text if payload is None else payload, written=written, evicted_id=evicted)
-        return HostDecision(
-            code=code.name,
-            memory_id=new_id if written else None,
-            evicted_id=evicted if evicted >= 0 else None,
-            slot=int(dec.slot),
-            novelty=float(dec.novelty),
-            v_new=float(dec.v_new),
-            v_max_bank=float(dec.v_max_bank),
-            v_near=float(dec.v_near),
-            rho_pos=float(dec.rho_pos),
-        )
+        novelty, v_new, v_max_bank, v_near, rho_pos = floats
+        return HostDecision(code=Admission(code).name, memory_id=new_id if written else None,
+                            evicted_id=evicted if evicted >= 0 else None, slot=slot, novelty=novelty, v_new=v_new,
+                            v_max_bank=v_max_bank, v_near=v_near, rho_pos=rho_pos)
 
     def end_task(self) -> None:
         if self._phase == "selected":
@@ -250,7 +290,7 @@ class Controller:
     # ----- inspection and checkpoints -----------------------------------------------------
     def bank(self) -> list[dict[str, Any]]:
         """The valid memories with their statistics, in slot order."""
-        b = jax.device_get(self.state.bank)
+        b = jax.device_get(self._synced().bank)
         out = []
         for slot in np.flatnonzero(b.valid):
             mid = int(b.ids[slot])
@@ -260,7 +300,7 @@ class Controller:
 
     def state_dict(self, encode: Optional[Callable[[Any], Any]] = None) -> dict[str, Any]:
         """Everything needed to resume: arrays, memories (``encode``-d), counters and the protocol phase."""
-        state = self.state  # brings the device up to date first
+        state = self._synced()  # brings the device up to date first
         return {
             "spec": self.spec._asdict(),
             "hparams": {k: np.asarray(v) for k, v in self.hp._asdict().items()},
@@ -288,7 +328,7 @@ class Controller:
         if device not in ("selected", "observed", "ended"):
             raise ValueError(f"checkpoint device_phase must be selected, observed or ended, got {device!r}")
         ctl = cls(spec, hp)
-        ctl._state = state_from_numpy(ctl._state, data["state"])
+        ctl._state = state_from_numpy(ctl._state, data["state"])  # fresh buffers (the host donates them)
         if "memories" in data:
             ctl.memories = MemoryTable.from_state_dict(data["memories"], decode)
         else:  # older checkpoints: texts + next_id
