@@ -295,3 +295,34 @@ def test_every_path_makes_the_reference_decisions_float64(path, incremental):
         for code in (tw.Admission.ADMITTED_NOVEL, tw.Admission.ADMITTED_WORTH, tw.Admission.REPLACED_NEAREST,
                      tw.Admission.REJECTED):
             assert np.any(codes == int(code)), code.name
+
+
+def test_incremental_equals_full_over_a_long_stream_and_the_cache_stays_exact():
+    """600 tasks, float64: incremental worth makes the full path's decisions; at every checkpoint the
+    maintained cache equals one recomputed from scratch (rows, columns and probe-ring copies)."""
+    from tokenworth_jax import worth_cache
+
+    with precision("float64") as f:
+        spec, hp = small_setup(f)
+        inc = spec._replace(incremental=True)
+        q, m, rewards = clustered_stream(seed=21, T=600, dim=spec.dim, n_clusters=9)
+        events = tw.Event(jnp.asarray(q), jnp.asarray(rewards, jnp.int32), jnp.asarray(m), jnp.arange(600, dtype=jnp.int32))
+        full_state, inc_state = tw.init(spec, hp), tw.init(inc, hp)
+        for start in range(0, 600, 150):
+            chunk = jax.tree_util.tree_map(lambda x: x[start:start + 150], events)
+            full_state, a = tw.run(full_state, chunk, hp, spec)
+            inc_state, b = tw.run(inc_state, chunk, hp, inc)
+            np.testing.assert_array_equal(np.asarray(a.selection.slot), np.asarray(b.selection.slot))
+            np.testing.assert_array_equal(np.asarray(a.decision.code), np.asarray(b.decision.code))
+            np.testing.assert_array_equal(np.asarray(a.decision.evicted_id), np.asarray(b.decision.evicted_id))
+            fresh = worth_cache.refresh(inc_state.cache, inc_state.pending.query, inc_state.probe_ring,
+                                        inc_state.bank.emb, inc_state.predictor, inc_state.metric)
+            valid_rows = np.r_[False, np.asarray(ring_valid(inc_state.probe_ring))]  # row 0 is stale after end_task
+            valid = np.asarray(inc_state.bank.valid)
+            got, want = np.asarray(inc_state.cache.dpart), np.asarray(fresh.dpart)
+            np.testing.assert_allclose(got[valid_rows][:, valid], want[valid_rows][:, valid], rtol=1e-9, atol=1e-9)
+            np.testing.assert_allclose(np.asarray(inc_state.cache.cos)[valid_rows][:, valid],
+                                       np.asarray(fresh.cos)[valid_rows][:, valid], rtol=1e-12, atol=1e-12)
+        codes = np.asarray(b.decision.code)
+        assert int(inc_state.counters.n_agop) >= 10
+        assert np.any(codes == int(tw.Admission.REPLACED_NEAREST)) or np.any(codes == int(tw.Admission.ADMITTED_WORTH))
