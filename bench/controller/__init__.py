@@ -1,4 +1,4 @@
-"""Controller benchmarks: per-task cost, roofline, bank scaling, sweep throughput, sharding.
+"""Controller benchmarks: per-task cost, roofline, bank scaling, sweep throughput, sharding, speedups.
 
 Run them all with ``python -m bench.controller.suite [--full] [--out DIR]``. Each benchmark
 times the jitted JAX controller and (where it makes sense) the float64 NumPy reference in
