@@ -27,12 +27,14 @@ from __future__ import annotations
 import ast
 import math
 import re
+import time
 from decimal import Decimal, InvalidOperation
 from typing import Any, Sequence
 
 from agent.data import DBTask
 from agent.envs.base import Environment, Judgement, StepResult
-from agent.envs.sqlite_mysql import MySQLError, MySQLOnSQLite
+from agent.envs.sqlite_mysql import Limits, MySQLError, MySQLOnSQLite
+from agent.envs.sqlite_mysql.limits import Clock
 
 ACTION_PATTERN = re.compile(r"Action: (Operation|Answer)")
 SQL_PATTERN = re.compile(r"```sql\n([\s\S]*?)\n```")
@@ -326,13 +328,25 @@ class DBEnvironment(Environment):
 
     name = "db"
 
-    def __init__(self, max_rounds: int = 3, time_limit_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        max_rounds: int = 3,
+        time_limit_s: float = 5.0,
+        *,
+        limits: Limits | None = None,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        """``time_limit_s`` is the wall-clock budget of one reply (all its statements,
+        rendering included); ``limits`` overrides it together with the size bounds, and
+        ``clock`` is injectable for tests (see ``sqlite_mysql.limits``)."""
         if max_rounds < 1:
             raise ValueError(f"max_rounds must be at least 1, got {max_rounds}")
         if time_limit_s <= 0:
             raise ValueError(f"time_limit_s must be positive, got {time_limit_s}")
         self.max_rounds = max_rounds
-        self.time_limit_s = time_limit_s
+        self.limits = limits if limits is not None else Limits(time_s=time_limit_s)
+        self.time_limit_s = self.limits.time_s
+        self._clock = clock
         self._task: DBTask | None = None
         self._db: MySQLOnSQLite | None = None
         self._rounds = 0
@@ -359,7 +373,8 @@ class DBEnvironment(Environment):
             table=task.table.name,
             columns=[(c.name, c.type) for c in task.table.columns],
             rows=task.table.rows,
-            time_limit_s=self.time_limit_s,
+            limits=self.limits,
+            clock=self._clock,
         )
         self._rounds, self._answer, self._status = 0, None, None
         return self.task_prompt(task)

@@ -346,11 +346,11 @@ class MySQLOnSQLite:
                     tree = self._materialize(statement.tree, original, deadline)
                     inner = transpile.translate_tree(tree, original)
                     rows, _, complete = self._fetch_with_fallbacks(inner, original, deadline)
-                    return self._typed(tree, rows), complete
+                    return self._typed(tree, rows, deadline), complete
             except transpile.NotMaterializable:
                 pass
         rows, _, complete = self._fetch_with_fallbacks(statement, original, deadline)
-        return self._typed(statement.tree, rows), complete
+        return self._typed(statement.tree, rows, deadline), complete
 
     # --- derived tables and CTEs ---------------------------------------------------------
 
@@ -485,11 +485,18 @@ class MySQLOnSQLite:
             star = dict(self._column_types())
         return types.output_types(tree, known, star)
 
-    def _typed(self, tree: exp.Expression, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    def _typed(
+        self, tree: exp.Expression, rows: list[tuple[Any, ...]], deadline: Deadline
+    ) -> list[tuple[Any, ...]]:
         kinds = self._output_kinds(tree)
-        if not rows or len(kinds) != len(rows[0]):
+        if not rows or len(kinds) != len(rows[0]) or all(k is None for k in kinds):
             return rows
-        return [tuple(types.render(v, k) for v, k in zip(row, kinds)) for row in rows]
+        tick = deadline.checker(_FETCH_CHUNK)
+        typed = []
+        for row in rows:
+            tick()
+            typed.append(tuple(types.render(v, k) for v, k in zip(row, kinds)))
+        return typed
 
     # --- MySQL meta commands ------------------------------------------------------------
 

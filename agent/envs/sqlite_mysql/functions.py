@@ -258,6 +258,16 @@ def _trimmer(leading: bool, trailing: bool) -> Callable[..., str | None]:
     return trim
 
 
+def _format(value: Any, places: Any, locale: Any = None) -> str | None:
+    """MySQL FORMAT(X, D): X rounded half away from zero to D decimals (at most 30), with
+    thousands separators (sqlglot writes it as NUMBER_TO_STR)."""
+    if value is None or places is None:
+        return None
+    digits = min(max(int(mysql_number(places) or 0), 0), 30)
+    number = to_decimal(mysql_number(value) or 0)
+    return f"{round_half_away(number, digits):,.{digits}f}"
+
+
 def _now() -> str:
     return _dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
 
@@ -275,6 +285,7 @@ SCALAR_FUNCTIONS: dict[str, tuple[int, Callable[..., Any]]] = {
     "second": (1, _date_part("second")),
     "now": (0, _now),
     "instr": (2, _instr),
+    "number_to_str": (-1, _format),
     "replace": (3, _replace),
     "trim": (-1, _trimmer(True, True)),
     "ltrim": (-1, _trimmer(True, False)),
