@@ -60,6 +60,8 @@ SELECT * FROM table WHERE condition;
 Element = tuple[str, Any]  # (source text, parsed value or _UNPARSED)
 _UNPARSED = object()
 _NUMBER_CHARS = "0123456789.-"
+_PARENTHESES = re.compile(r"[()]")
+_ELEMENT_SPLIT = re.compile(r"\s*,\s*")
 _DECIMAL_WRAPPER = re.compile(r"""^Decimal\((["']?)(.*?)(["']?)\)$""")
 
 
@@ -205,7 +207,8 @@ def _scanned_rows(answer: str) -> list[list[Element]] | None:
     spans: list[tuple[int, int]] = []
     start: int | None = None
     in_decimal = False
-    for index, char in enumerate(answer):
+    for match in _PARENTHESES.finditer(answer):  # visits only the parentheses: linear and quick
+        index, char = match.start(), match.group()
         if char == "(":
             if answer[max(0, index - 7) : index] == "Decimal":
                 if in_decimal:
@@ -224,7 +227,7 @@ def _scanned_rows(answer: str) -> list[list[Element]] | None:
     if start is not None:
         return None
     bodies = [answer[a + 1 : b] for a, b in spans] if spans else [answer]
-    return [[(part.strip(), _UNPARSED) for part in re.split(r"\s*,\s*", body) if part.strip()] for body in bodies]
+    return [[(part.strip(), _UNPARSED) for part in _ELEMENT_SPLIT.split(body) if part.strip()] for body in bodies]
 
 
 def _number_from_text(text: str) -> float | None:
@@ -257,6 +260,8 @@ def element_matches(element: Element, gold: Any) -> bool:
     """One answer element against one gold value (numbers: 1e-6 rel/abs; strings: equal
     after one layer of quotes is stripped)."""
     text, value = element
+    if type(value) is type(gold) and gold is not None and value == gold:
+        return True  # the common case, decided without the rules below
     if isinstance(gold, (int, float)) and not isinstance(gold, bool):
         if isinstance(value, (int, float, Decimal)) and not isinstance(value, bool):
             number: float | None = float(value)
