@@ -19,27 +19,14 @@ from agent.envs.db import DBEnvironment, answer_matches, replay_gold
 from agent.envs.sqlite_mysql import Deadline, Limits, MySQLError, MySQLOnSQLite
 from agent.envs.sqlite_mysql.database import mysql_filesort
 from agent.envs.sqlite_mysql.transpile import SortPlan
+from tests.test_db_env import COLUMNS, ROWS, make_task, op
 from agent.envs.sqlite_mysql.mysql_sort import std_sort
-
-COLUMNS = (("id", "INT"), ("name", "TEXT"), ("dept", "TEXT"), ("salary", "INT"))
-ROWS = (
-    (1, "Alice", "Sales", 100),
-    (2, "bob", "Sales", 200),
-    (3, "Carol", "IT", 200),
-    (4, "Dan", "IT", 150),
-    (5, "Eve", "HR", 150),
-)
-
 
 @pytest.fixture()
 def db():
     database = MySQLOnSQLite("staff", "staff", COLUMNS, ROWS, time_limit_s=2.0)
     yield database
     database.close()
-
-
-def op(sql: str) -> str:
-    return f"Let me look.\nAction: Operation\n```sql\n{sql}\n```"
 
 
 def wrapped(sql: str, how: str) -> str:
@@ -254,23 +241,13 @@ def test_every_reply_ends_within_twice_the_limit(name):
     result = env.step(op(WALL_CLOCK_CASES[name]))
     elapsed = time.monotonic() - started
     assert elapsed <= 1.0, (name, elapsed)
-    assert result.observation[:4] in ("3024", "1153", "1305"), result.observation[:100]
+    # a MySQL error, or (a fast machine may finish the cross join) a result cut to size
+    assert result.observation[:4] in ("3024", "1153", "1305") or result.observation.endswith("rows shown)")
     env.close()
 
 
 def _task():
-    from agent.data import ColumnInfo, DBTask, TableInfo
-
-    return DBTask(
-        sample_index=0,
-        instruction="Question?",
-        table=TableInfo("staff", tuple(ColumnInfo(n, t) for n, t in COLUMNS), ROWS),
-        answer_direct=[(1,)],
-        answer_md5=None,
-        answer_sql="SELECT 1",
-        skill_list=("select",),
-        entry_hash=0,
-    )
+    return make_task(direct=[(1,)])
 
 
 # --- 5. deep nesting gets a MySQL error, never RecursionError --------------------------------
