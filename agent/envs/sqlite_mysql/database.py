@@ -378,8 +378,8 @@ class MySQLOnSQLite:
             if exc.errno == 3024:
                 raise
             raise transpile.NotMaterializable(str(exc)) from None  # e.g. a correlated derived table
-        if not complete:
-            raise transpile.NotMaterializable("derived table too large to materialize")
+        if not complete or not described:
+            raise transpile.NotMaterializable("derived table too large, or not a query")
         columns = names or described
         seen: set[str] = set()
         for column in columns:

@@ -414,6 +414,8 @@ def _is_simple_outer(select: exp.Expression, source: exp.Expression) -> bool:
 
 
 def _without_ignored_order(body: exp.Expression, simple: bool) -> exp.Expression:
+    if not isinstance(body, exp.Query):
+        raise NotMaterializable("not a query")  # e.g. DML inside WITH: SQLite reports it
     if isinstance(body, exp.Select) and body.args.get("order") and not body.args.get("limit") and not simple:
         body.set("order", None)
     return body
