@@ -74,6 +74,9 @@ def test_derived_order_by_is_ignored_where_mysql_ignores_it(db):
 def test_derived_table_errors_are_mysql_errors(db):
     assert db.run("SELECT * FROM (SELECT id, id FROM staff) q").startswith("1060 (42S21): Duplicate column name 'id'")
     assert db.run("SELECT * FROM (SELECT id FROM staff)").startswith("1248 (42000): Every derived table")
+    # only queries are materialized: DML inside WITH is SQLite's syntax error, and does not run
+    assert db.run("WITH q AS (INSERT INTO staff VALUES (9, 'x', 'y', 1)) SELECT * FROM q").startswith("1064")
+    assert db.execute("SELECT COUNT(*) FROM staff") == [(5,)]
     # a correlated derived table cannot be materialized on its own and runs as before
     assert db.run("SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM staff WHERE id < s.id) x) FROM staff s LIMIT 2") == (
         "[(0,), (1,)]"

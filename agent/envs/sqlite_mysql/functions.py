@@ -9,8 +9,11 @@ rather than by rewriting SQL text:
   (decimal expressions, strings converted to numbers) it returns the plain mean.
 * ``STDDEV``/``STD``/``STDDEV_POP``/``STDDEV_SAMP``/``VARIANCE``/``VAR_POP``/``VAR_SAMP``.
 * ``CONCAT``, ``CONCAT_WS`` (NULL-skipping), ``IF``, date parts (``YEAR`` ...), ``NOW``.
-* ``mysql_int``: how a value written into an INT column is stored (numbers rounded half
-  away from zero; numeric strings converted; anything else rejected as strict mode does).
+* ``INSTR`` (case-insensitive), ``REPLACE``, ``TRIM``/``LTRIM``/``RTRIM`` (of a string) and
+  ``FORMAT``, in linear time: SQLite's own are O(n*m) in C and cannot be interrupted.
+* ``mysql_int`` (called by the INT-rounding triggers): how a value written into an INT
+  column is stored (numbers rounded half away from zero; numeric strings converted;
+  anything else rejected as strict mode does).
 """
 
 from __future__ import annotations
