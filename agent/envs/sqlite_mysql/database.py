@@ -321,8 +321,8 @@ class MySQLOnSQLite:
                     return self._query(statement, sql, deadline)
                 rows, _, complete = self._fetch_with_fallbacks(statement, sql, deadline)
                 return rows, complete
-        except RecursionError:
-            raise errors.too_deep(self.limits.nesting) from None
+        except RecursionError:  # nesting without parentheses (NOT NOT ..., - - ..., CASE ...)
+            raise errors.too_deep() from None
 
     def _ddl(self, statement: transpile.Statement, original: str, deadline: Deadline) -> list[tuple[Any, ...]]:
         """DDL runs with the INT-rounding triggers lifted, then reinstalled on the table."""
@@ -393,11 +393,14 @@ class MySQLOnSQLite:
         name = f"{INTERNAL_PREFIX}derived_{self._temp_count}"
         self._temp_columns[name] = {c.lower(): k for c, k in zip(columns, kinds)}
         defs = ", ".join(f"{quote_identifier(c)} COLLATE NOCASE" for c in columns)
-        self._run_internal(f"CREATE TEMP TABLE {quote_identifier(name)} ({defs})")
-        if rows:
-            marks = ", ".join("?" for _ in columns)
-            with self._internal_mode():
-                self._conn.executemany(f"INSERT INTO temp.{quote_identifier(name)} VALUES ({marks})", rows)
+        try:
+            self._run_internal(f"CREATE TEMP TABLE {quote_identifier(name)} ({defs})")
+            if rows:
+                marks = ", ".join("?" for _ in columns)
+                with self._internal_mode():
+                    self._conn.executemany(f"INSERT INTO temp.{quote_identifier(name)} VALUES ({marks})", rows)
+        except sqlite3.DatabaseError as exc:
+            raise transpile.NotMaterializable(str(exc)) from None
         deadline.check()
         return name
 
