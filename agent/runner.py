@@ -35,6 +35,7 @@ from agent.checkpoint import RecordLog, atomic_write_json, load_checkpoint, read
 from agent.envs.base import Environment, conversation
 from agent.memory import Memory, Turn
 from agent.policies.base import MemoryPolicy, Outcome
+from agent.show import instructions_digest
 
 METHOD_NAMES = ("standard", "rag", "memrl", "memp", "tokenworth")
 NONDETERMINISTIC_FIELDS = frozenset({"time_s"})  # wall clock; everything else must replay exactly
@@ -109,7 +110,9 @@ class Episode:
         self.messages: list[dict[str, str]] = []
         self.log: list[dict[str, Any]] = []  # one entry per round, see round_entry
         self.verdict: dict[str, Any] = {}
+        self.instructions_sha: str | None = None
         try:
+            self.instructions_sha = instructions_digest(env.instructions())
             env.reset(task)
             self.messages = conversation(env, task, block.text)
         except Exception as exc:  # an environment that cannot start the task fails it
@@ -249,6 +252,7 @@ def make_record(method: str, index: int, task: Any, episode: Episode, reward: in
         "finish_reasons": [t.finish_reason for t in episode.turns],
         "error": episode.error,
         "accounting": episode.budget.accounting,
+        "instructions_sha256": episode.instructions_sha,
         "task_prompt": episode.messages[3]["content"] if len(episode.messages) > 3 else None,
         "injection_text": block.text,
         "trajectory": episode.log,
@@ -323,9 +327,14 @@ def run_stream(method: str, env_name: str, tasks: Sequence[Any], backbone: Backb
     environment = make_environment(env_name, budget, kg_endpoint=kg_endpoint) if own_env else env
     log = RecordLog(paths.records, resume_offset=offset)
     try:
-        if on_record is not None:
-            for record in read_records(paths.records):
-                on_record(record)
+        if on_record is not None:  # replayed records: a hook with .resumed() counts them as done, not as new work
+            replayed = read_records(paths.records)
+            resumed = getattr(on_record, "resumed", None)
+            if resumed is not None:
+                resumed(replayed)
+            else:
+                for record in replayed:
+                    on_record(record)
         processed = 0
         for index in range(next_index, len(tasks)):
             if stop_after is not None and processed >= stop_after:
@@ -352,14 +361,22 @@ def comparable(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def write_run_config(out_dir: str | Path, config: dict[str, Any], *, overwrite: bool = False) -> None:
-    """Record the run's settings; refuse to mix two different runs in one directory."""
+    """Record the run's settings; refuse to mix two different runs in one directory.
+
+    The ``connection`` entry (where the server is, how patiently it is called) is rewritten with
+    the latest values and never compared: see agent/backbones/options.py.
+    """
     path = Path(out_dir) / "config.json"
+    plain = json.loads(json.dumps(config, default=str))
     if path.exists() and not overwrite:
         existing = json.loads(path.read_text())
-        if existing != json.loads(json.dumps(config, default=str)):
+        # "connection" (server URL, timeouts, retries, concurrency) is not part of the run's identity
+        if {k: v for k, v in existing.items() if k != "connection"} != {k: v for k, v in plain.items()
+                                                                         if k != "connection"}:
             raise RuntimeError(
                 f"{out_dir} already holds a run with different settings ({path}); "
                 "pass another --out, or --overwrite to start over"
             )
-        return
-    atomic_write_json(path, json.loads(json.dumps(config, default=str)))
+        if existing.get("connection") == plain.get("connection"):
+            return
+    atomic_write_json(path, plain)
