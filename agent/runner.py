@@ -44,6 +44,7 @@ NONDETERMINISTIC_FIELDS = frozenset({"time_s"})  # wall clock; everything else m
 # reply is bounded by max_tokens); an observation, and any string inside a parsed action or the
 # judge's details, is cut to this many characters, and the full length is kept beside it.
 OBSERVATION_CAP = 1000
+JUDGE_CAP = 300  # per string in the judge's details (expected rows, the given answer)
 # A backbone that reports more output tokens than the call's max_tokens broke the budget. The
 # reply is not applied to the environment, the task fails with this status and reward 0, the
 # reported tokens are booked as they are (never hidden), and ``error`` says what happened.
@@ -181,7 +182,7 @@ class Episode:
             self.status, self.error = "env_error", self.error or f"judge: {type(exc).__name__}: {exc}"
             self.verdict = {"reward": 0, "error": self.error}
             return 0
-        self.verdict = {"reward": int(judgement.reward), **clipped(dict(judgement.details))}
+        self.verdict = {"reward": int(judgement.reward), **clipped(dict(judgement.details), JUDGE_CAP)}
         return int(judgement.reward)
 
 

@@ -124,6 +124,8 @@ def conversation_lines(record: dict[str, Any]) -> list[str]:
             lines += [f"   parsed: {json.dumps(entry['action'], ensure_ascii=False)}", ""]
         if "observation" in entry:
             sent = i + 1 < len(rounds)
+            if not sent and entry["observation"].strip() in ("", (entry.get("invalid") or "").strip()):
+                continue  # nothing the model missed: an empty last word, or the reason shown above
             full, shown = entry.get("observation_chars", 0), len(entry["observation"])
             cut = f" · {full} chars, cut for the record" if full > shown else ""
             role = "user" if sent else "environment"
