@@ -12,7 +12,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -42,6 +42,18 @@ def bench_agent(ctx: typer.Context) -> None:
     agent_main(list(ctx.args))
 
 ENVS = ("db", "os", "kg")
+
+# Flags shared by `run` and `sweep` (`bench agent` mirrors them): the budget accounting and the
+# openai backbone's connection settings (agent/backbones/options.py has their defaults).
+AccountingFlag = Annotated[str, typer.Option(help="How O_max is spent: per-call or per-task.")]
+TimeoutFlag = Annotated[Optional[float], typer.Option(help="openai: read timeout per request, seconds (default 600).")]
+RetryForFlag = Annotated[Optional[float], typer.Option(
+    help="openai: keep retrying a failing request this long, seconds (default 300).")]
+MaxRetriesFlag = Annotated[Optional[int], typer.Option(
+    min=0, help="openai: at most this many retries per request (default: no limit, --retry-for bounds them).")]
+ConcurrencyFlag = Annotated[Optional[int], typer.Option(min=1, help="openai: requests in flight at once (default 8).")]
+ExtraBodyFlag = Annotated[Optional[str], typer.Option(
+    help='openai: JSON object added to every request, e.g. \'{"top_k": -1}\'.')]
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -143,12 +155,9 @@ def run(
     kg_endpoint: Optional[str] = typer.Option(None, help="SPARQL endpoint for --env kg [$TOKENWORTH_KG_ENDPOINT]."),
     model: Optional[str] = typer.Option(None, help="Model name for the vllm/openai backbones."),
     base_url: Optional[str] = typer.Option(None, help="Server URL for the openai backbone."),
-    budget_accounting: str = typer.Option(DEFAULT_ACCOUNTING, help="How O_max is spent: per-call or per-task."),
-    timeout: Optional[float] = typer.Option(None, help="openai: read timeout per request, seconds [600]."),
-    retry_for: Optional[float] = typer.Option(None, help="openai: keep retrying a failing request this long, seconds [300]."),
-    max_retries: Optional[int] = typer.Option(None, min=0, help="openai: at most this many retries per request (default: no limit, --retry-for bounds them)."),
-    concurrency: Optional[int] = typer.Option(None, min=1, help="openai: requests in flight at once [8]."),
-    extra_body: Optional[str] = typer.Option(None, help='openai: JSON object added to every request, e.g. \'{"top_k": -1}\'.'),
+    budget_accounting: AccountingFlag = DEFAULT_ACCOUNTING,
+    timeout: TimeoutFlag = None, retry_for: RetryForFlag = None, max_retries: MaxRetriesFlag = None,
+    concurrency: ConcurrencyFlag = None, extra_body: ExtraBodyFlag = None,
     overwrite: bool = typer.Option(False, help="Delete what --out holds and start over (else: resume)."),
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
@@ -233,12 +242,9 @@ def sweep(
     kg_endpoint: Optional[str] = typer.Option(None, help="SPARQL endpoint for --env kg."),
     model: Optional[str] = typer.Option(None, help="Model name for the vllm/openai backbones."),
     base_url: Optional[str] = typer.Option(None, help="Server URL for the openai backbone."),
-    budget_accounting: str = typer.Option(DEFAULT_ACCOUNTING, help="How O_max is spent: per-call or per-task."),
-    timeout: Optional[float] = typer.Option(None, help="openai: read timeout per request, seconds [600]."),
-    retry_for: Optional[float] = typer.Option(None, help="openai: keep retrying a failing request this long, seconds [300]."),
-    max_retries: Optional[int] = typer.Option(None, min=0, help="openai: at most this many retries per request (default: no limit, --retry-for bounds them)."),
-    concurrency: Optional[int] = typer.Option(None, min=1, help="openai: requests in flight at once [8]."),
-    extra_body: Optional[str] = typer.Option(None, help='openai: JSON object added to every request, e.g. \'{"top_k": -1}\'.'),
+    budget_accounting: AccountingFlag = DEFAULT_ACCOUNTING,
+    timeout: TimeoutFlag = None, retry_for: RetryForFlag = None, max_retries: MaxRetriesFlag = None,
+    concurrency: ConcurrencyFlag = None, extra_body: ExtraBodyFlag = None,
     progress: bool = typer.Option(True, help="Show a progress bar."),
 ) -> None:
     """Run N TokenWorth configurations as N lockstep streams (one vmapped controller step per phase)."""
