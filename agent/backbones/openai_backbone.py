@@ -19,7 +19,8 @@ Decisions:
 - **Retries.** Connection errors, timeouts, 408, 409, 429 and 5xx are retried with capped
   exponential backoff (``backoff_base`` 1 s, doubling, at most ``backoff_max`` 30 s, equal
   jitter; a server's ``Retry-After`` is honoured up to the cap) for up to ``retry_for``
-  seconds per request (default 300 s: a model server restart takes ~30 s), and at most
+  seconds per request, counted from its first failure (default 300 s: a model server restart
+  takes ~30 s), and at most
   ``max_retries`` retries when that is set. Every retry prints one line (attempt, wait, cause)
   through ``on_notice`` (default: ``tqdm.write`` to stderr, above any progress bar). A request
   whose fate is unknown (read timeout, connection dropped after sending) may still be running
@@ -198,7 +199,7 @@ class OpenAIBackbone:
             raise
 
     async def _with_retries(self, conversation: Conversation, cap: int, stop: list[str] | None) -> Generation:
-        started = time.monotonic()
+        first_failure: float | None = None  # the retry window opens at the first failure
         retries = 0
         while True:
             try:
@@ -211,13 +212,15 @@ class OpenAIBackbone:
             except self._openai.APIConnectionError as exc:  # includes APITimeoutError
                 cause, maybe_running = _connection_cause(exc, self.timeout, self.connect_timeout)
                 retry_after = None
-            elapsed = time.monotonic() - started
+            now = time.monotonic()
+            first_failure = now if first_failure is None else first_failure
+            elapsed = now - first_failure
             left = self.retry_for - elapsed
             wait = self._backoff(retries, retry_after)
             if left < wait or (self.max_retries is not None and retries >= self.max_retries):
                 limit = (f"--retry-for {self.retry_for:g}s" if left < wait else f"--max-retries {self.max_retries}")
                 raise BackboneError(
-                    f"the model server at {self.url} failed: {cause} ({retries + 1} attempts over {elapsed:.0f}s, "
+                    f"the model server at {self.url} failed: {cause} ({retries + 1} attempts, retried for {elapsed:.0f}s, "
                     f"{limit}). Check that it is running and reachable, then rerun the same command to resume."
                 )
             retries += 1
