@@ -12,10 +12,11 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
+from agent.budget import ACCOUNTINGS, DEFAULT_ACCOUNTING
 from agent.runner import METHOD_NAMES
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, help=__doc__)
@@ -42,6 +43,18 @@ def bench_agent(ctx: typer.Context) -> None:
 
 ENVS = ("db", "os", "kg")
 
+# Flags shared by `run` and `sweep` (`bench agent` mirrors them): the budget accounting and the
+# openai backbone's connection settings (agent/backbones/options.py has their defaults).
+AccountingFlag = Annotated[str, typer.Option(help="How O_max is spent: per-call or per-task.")]
+TimeoutFlag = Annotated[Optional[float], typer.Option(help="openai: read timeout per request, seconds (default 600).")]
+RetryForFlag = Annotated[Optional[float], typer.Option(
+    help="openai: keep retrying a failing request this long, seconds (default 300).")]
+MaxRetriesFlag = Annotated[Optional[int], typer.Option(
+    min=0, help="openai: at most this many retries per request (default: no limit, --retry-for bounds them).")]
+ConcurrencyFlag = Annotated[Optional[int], typer.Option(min=1, help="openai: requests in flight at once (default 8).")]
+ExtraBodyFlag = Annotated[Optional[str], typer.Option(
+    help='openai: JSON object added to every request, e.g. \'{"top_k": -1}\'.')]
+
 
 def fail(message: str, code: int = 2) -> None:
     typer.echo(f"error: {message}", err=True)
@@ -58,15 +71,24 @@ def parse_methods(text: str) -> list[str]:
     return methods
 
 
-def backbone_options(backbone: str, seed: int, model: str | None, base_url: str | None) -> dict[str, Any]:
-    if backbone == "sim":
-        return {"seed": seed}
-    options: dict[str, Any] = {}
-    if model:
-        options["model"] = model
-    if base_url:
-        options["base_url"] = base_url
-    return options
+def backbone_options(backbone: str, seed: int, model: str | None, base_url: str | None,
+                     **connection: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(identity options, connection options): see agent/backbones/options.py."""
+    from agent.backbones.options import split_options
+
+    try:
+        return split_options(backbone, seed, model=model, base_url=base_url, **connection)
+    except ValueError as exc:
+        fail(str(exc))
+        raise  # unreachable: fail() exits
+
+
+def checked_budget(env: str, accounting: str) -> Any:
+    from agent.budget import Budget
+
+    if accounting not in ACCOUNTINGS:
+        fail(f"--budget-accounting {accounting!r}: choose {' or '.join(ACCOUNTINGS)}")
+    return Budget.for_env(env, accounting)
 
 
 def check_env(env: str, kg_endpoint: str | None) -> str | None:
@@ -92,6 +114,16 @@ class Progress:
         self.bar = tqdm(total=total, desc=f"{method:>10}", unit="task", disable=not enabled, dynamic_ncols=True,
                         file=sys.stderr)
         self.n = self.successes = self.tokens = 0
+
+    def resumed(self, records: list[dict[str, Any]]) -> None:
+        """Records replayed from an earlier run: counted in SR/tokens and as done, not as new work."""
+        for record in records:
+            self.n += 1
+            self.successes += int(record["reward"])
+            self.tokens += int(record["output_tokens"])
+        self.bar.n = self.bar.initial = self.n  # tqdm's rate and ETA count only work done after initial
+        self.bar.last_print_n = self.n
+        self.bar.refresh()
 
     def __call__(self, record: dict[str, Any]) -> None:
         self.n += 1
@@ -123,21 +155,27 @@ def run(
     kg_endpoint: Optional[str] = typer.Option(None, help="SPARQL endpoint for --env kg [$TOKENWORTH_KG_ENDPOINT]."),
     model: Optional[str] = typer.Option(None, help="Model name for the vllm/openai backbones."),
     base_url: Optional[str] = typer.Option(None, help="Server URL for the openai backbone."),
+    budget_accounting: AccountingFlag = DEFAULT_ACCOUNTING,
+    timeout: TimeoutFlag = None, retry_for: RetryForFlag = None, max_retries: MaxRetriesFlag = None,
+    concurrency: ConcurrencyFlag = None, extra_body: ExtraBodyFlag = None,
     overwrite: bool = typer.Option(False, help="Delete what --out holds and start over (else: resume)."),
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """Run each method over the full stream, in dataset order, and write records + summary + plot."""
     run_benchmark(env=env, methods=methods, backbone=backbone, seed=seed, out=out, data_dir=data_dir, limit=limit,
-                  kg_endpoint=kg_endpoint, model=model, base_url=base_url, overwrite=overwrite, progress=progress)
+                  kg_endpoint=kg_endpoint, model=model, base_url=base_url, overwrite=overwrite, progress=progress,
+                  budget_accounting=budget_accounting, connection=dict(timeout=timeout, retry_for=retry_for,
+                  max_retries=max_retries, concurrency=concurrency, extra_body=extra_body))
 
 
 def run_benchmark(env: str = "db", methods: str = ",".join(METHOD_NAMES), backbone: str = "sim", seed: int = 0,
                   out: Path | None = None, data_dir: Path | None = None, limit: int | None = None,
                   kg_endpoint: str | None = None, model: str | None = None, base_url: str | None = None,
-                  overwrite: bool = False, progress: bool = True) -> None:
+                  overwrite: bool = False, progress: bool = True, budget_accounting: str = DEFAULT_ACCOUNTING,
+                  connection: dict[str, Any] | None = None) -> None:
     """The body of `tokenworth run` (plain defaults, so the bare `tokenworth` can call it)."""
+    from agent.backbones.base import BackboneError
     from agent.backbones.registry import make_backbone
-    from agent.budget import Budget
     from agent.checkpoint import atomic_write_json, atomic_write_text
     from agent.data import DataError, load_tasks, resolve_data_dir
     from agent.report import markdown_table, plot_cumulative_sr, summaries_json, summarize
@@ -150,16 +188,17 @@ def run_benchmark(env: str = "db", methods: str = ",".join(METHOD_NAMES), backbo
         tasks = load_tasks(env, data_dir, limit=limit)  # type: ignore[arg-type]
     except DataError as exc:
         fail(str(exc))
-    budget = Budget.for_env(env)
-    options = backbone_options(backbone, seed, model, base_url)
+    budget = checked_budget(env, budget_accounting)
+    options, links = backbone_options(backbone, seed, model, base_url, **(connection or {}))
     try:
-        bb = make_backbone(backbone, **options)
+        bb = make_backbone(backbone, **options, **links)
     except (ValueError, ImportError) as exc:
         fail(str(exc))
     if overwrite and out_dir.exists():
         shutil.rmtree(out_dir)
     config = {"env": env, "backbone": backbone, "backbone_options": options, "seed": seed, "limit": limit,
-              "tasks": len(tasks), "data_dir": str(resolve_data_dir(data_dir)), "budget": budget.as_dict()}
+              "tasks": len(tasks), "data_dir": str(resolve_data_dir(data_dir)), "budget": budget.as_dict(),
+              "connection": links}
     try:
         write_run_config(out_dir, config)
     except RuntimeError as exc:
@@ -173,13 +212,17 @@ def run_benchmark(env: str = "db", methods: str = ",".join(METHOD_NAMES), backbo
         try:
             records[method] = run_stream(method, env, tasks, bb, budget, seed, out_dir, kg_endpoint=endpoint,
                                          on_record=bar)
+        except BackboneError as exc:
+            bar.close()
+            fail(str(exc), code=1)
         finally:
             bar.close()
     summaries = summarize(records)
-    title = f"{env.upper()} · backbone {backbone} · seed {seed} · {len(tasks)} tasks"
+    title = f"{env.upper()} · backbone {backbone} · seed {seed} · {len(tasks)} tasks · O_max {budget.accounting}"
     table = markdown_table(summaries, title)
     atomic_write_text(out_dir / "summary.md", table)
-    atomic_write_json(out_dir / "summary.json", summaries_json(summaries))
+    atomic_write_json(out_dir / "summary.json",
+                      [dict(row, accounting=budget.accounting) for row in summaries_json(summaries)])
     plot = plot_cumulative_sr(records, out_dir / "cumulative_sr.png", title)
     typer.echo(table)
     typer.echo(f"records: {out_dir}/<method>/records.jsonl; summary: {out_dir}/summary.md; plot: {plot}; "
@@ -199,11 +242,13 @@ def sweep(
     kg_endpoint: Optional[str] = typer.Option(None, help="SPARQL endpoint for --env kg."),
     model: Optional[str] = typer.Option(None, help="Model name for the vllm/openai backbones."),
     base_url: Optional[str] = typer.Option(None, help="Server URL for the openai backbone."),
+    budget_accounting: AccountingFlag = DEFAULT_ACCOUNTING,
+    timeout: TimeoutFlag = None, retry_for: RetryForFlag = None, max_retries: MaxRetriesFlag = None,
+    concurrency: ConcurrencyFlag = None, extra_body: ExtraBodyFlag = None,
     progress: bool = typer.Option(True, help="Show a progress bar."),
 ) -> None:
     """Run N TokenWorth configurations as N lockstep streams (one vmapped controller step per phase)."""
     from agent.backbones.registry import make_backbone
-    from agent.budget import Budget
     from agent.data import DataError, load_tasks
     from agent.sweep import SweepError, configs_from_grid, run_sweep, table_a3_configs, write_sweep_results
 
@@ -218,15 +263,38 @@ def sweep(
         tasks = load_tasks(env, data_dir, limit=limit)  # type: ignore[arg-type]
     except DataError as exc:
         fail(str(exc))
+    budget = checked_budget(env, budget_accounting)
+    options, links = backbone_options(backbone, seed, model, base_url, timeout=timeout, retry_for=retry_for,
+                                      max_retries=max_retries, concurrency=concurrency, extra_body=extra_body)
     try:
-        bb = make_backbone(backbone, **backbone_options(backbone, seed, model, base_url))
+        bb = make_backbone(backbone, **options, **links)
     except (ValueError, ImportError) as exc:
         fail(str(exc))
     out_dir = out or Path("runs") / f"sweep-{env}-seed{seed}"
     typer.echo(f"sweep: {len(configs)} configurations x {len(tasks)} {env} tasks -> {out_dir}", err=True)
-    result = run_sweep(env, tasks, bb, Budget.for_env(env), configs, seed, kg_endpoint=endpoint, progress=progress)
+    from agent.backbones.base import BackboneError
+
+    try:
+        result = run_sweep(env, tasks, bb, budget, configs, seed, kg_endpoint=endpoint, progress=progress)
+    except BackboneError as exc:
+        fail(str(exc), code=1)
     table = write_sweep_results(result, out_dir)
     typer.echo(table)
+
+
+@app.command()
+def show(
+    run_dir: Path = typer.Argument(..., metavar="RUN", help="A run folder (e.g. runs/db-sim-seed0)."),
+    method: Optional[str] = typer.Option(None, help="Method [default: the first with records]."),
+    task: Optional[int] = typer.Option(None, help="Task index in the stream [default: the first recorded]."),
+) -> None:
+    """Print one task's conversation as the model saw it (injection block included) and the judge's verdict."""
+    from agent.show import ShowError, render
+
+    try:
+        typer.echo(render(run_dir, method, task), nl=False)
+    except ShowError as exc:
+        fail(str(exc))
 
 
 @data_app.command("fetch")

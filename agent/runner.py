@@ -30,14 +30,25 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from agent.backbones.base import Backbone, Generation
-from agent.budget import EMPTY_BLOCK, Budget, InjectionBlock, TokenLedger, build_injection_block
+from agent.budget import EMPTY_BLOCK, Budget, BudgetExceeded, InjectionBlock, TokenLedger, build_injection_block
 from agent.checkpoint import RecordLog, atomic_write_json, load_checkpoint, read_records, save_checkpoint
 from agent.envs.base import Environment, conversation
 from agent.memory import Memory, Turn
 from agent.policies.base import MemoryPolicy, Outcome
+from agent.show import instructions_digest
 
 METHOD_NAMES = ("standard", "rag", "memrl", "memp", "tokenworth")
 NONDETERMINISTIC_FIELDS = frozenset({"time_s"})  # wall clock; everything else must replay exactly
+
+# Trajectory logging (records' ``trajectory`` and ``judge`` fields). Replies are kept whole (a
+# reply is bounded by max_tokens); an observation, and any string inside a parsed action or the
+# judge's details, is cut to this many characters, and the full length is kept beside it.
+OBSERVATION_CAP = 1000
+JUDGE_CAP = 300  # per string in the judge's details (expected rows, the given answer)
+# A backbone that reports more output tokens than the call's max_tokens broke the budget. The
+# reply is not applied to the environment, the task fails with this status and reward 0, the
+# reported tokens are booked as they are (never hidden), and ``error`` says what happened.
+OVER_MAX_TOKENS = "over_max_tokens"
 
 
 # ------------------------------------------------------------------------- factories
@@ -98,7 +109,11 @@ class Episode:
         self.status: str | None = None
         self.error: str | None = None
         self.messages: list[dict[str, str]] = []
+        self.log: list[dict[str, Any]] = []  # one entry per round, see round_entry
+        self.verdict: dict[str, Any] = {}
+        self.instructions_sha: str | None = None
         try:
+            self.instructions_sha = instructions_digest(env.instructions())
             env.reset(task)
             self.messages = conversation(env, task, block.text)
         except Exception as exc:  # an environment that cannot start the task fails it
@@ -127,29 +142,81 @@ class Episode:
 
     def feed(self, request: Request, generation: Generation) -> None:
         """Apply the backbone's reply to the environment."""
-        self.ledger.charge(generation.output_tokens, "execution", request.max_tokens)
+        try:
+            self.ledger.charge(generation.output_tokens, "execution", request.max_tokens)
+        except BudgetExceeded as exc:  # see OVER_MAX_TOKENS
+            self.ledger.charge(generation.output_tokens, "execution", generation.output_tokens)
+            self.turns.append(Turn(len(self.turns), generation.text, "", None, generation.output_tokens,
+                                   generation.finish_reason))
+            self.log.append(round_entry(generation, request.max_tokens, None, None))
+            self.status, self.error = OVER_MAX_TOKENS, str(exc)
+            return
         self.messages.append({"role": "assistant", "content": generation.text})
         try:
             result = self.env.step(generation.text)
         except Exception as exc:
             self.turns.append(Turn(len(self.turns), generation.text, "", None, generation.output_tokens,
                                    generation.finish_reason))
+            self.log.append(round_entry(generation, request.max_tokens, None, None))
             self._fail(exc)
             return
         self.turns.append(Turn(len(self.turns), generation.text, result.observation, result.action,
                                generation.output_tokens, generation.finish_reason))
+        self.log.append(round_entry(generation, request.max_tokens, result.action, result.observation,
+                                    invalid=result.status == "invalid_action"))
         if result.done:
             self.status = result.status or "completed"
+            if self.status == "invalid_action" and self.error is None:
+                self.error = f"invalid action: {invalid_reason(result.action, result.observation)}"
         else:
             self.messages.append({"role": "user", "content": result.observation})
 
     def judge(self) -> int:
-        """The environment's verdict (0 when the grader itself fails)."""
+        """The environment's verdict (0 when the grader itself fails, or the backbone broke the budget)."""
+        if self.status == OVER_MAX_TOKENS:
+            self.verdict = {"reward": 0, "skipped": "the backbone exceeded max_tokens; the reply was not applied"}
+            return 0
         try:
-            return int(self.env.judge().reward)
+            judgement = self.env.judge()
         except Exception as exc:
             self.status, self.error = "env_error", self.error or f"judge: {type(exc).__name__}: {exc}"
+            self.verdict = {"reward": 0, "error": self.error}
             return 0
+        self.verdict = {"reward": int(judgement.reward), **clipped(dict(judgement.details), JUDGE_CAP)}
+        return int(judgement.reward)
+
+
+def clipped(value: Any, cap: int = OBSERVATION_CAP) -> Any:
+    """``value`` with every string longer than ``cap`` cut (JSON-ready; lists/tuples become lists)."""
+    if isinstance(value, str):
+        return value if len(value) <= cap else value[:cap] + f" …[{len(value)} chars]"
+    if isinstance(value, dict):
+        return {str(k): clipped(v, cap) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [clipped(v, cap) for v in value[:50]]
+        return items + [f"…[{len(value)} items]"] if len(value) > 50 else items
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return clipped(str(value), cap)
+
+
+def invalid_reason(action: dict[str, Any] | None, observation: str) -> str:
+    """Why the environment rejected a reply: the parser's reason, else its observation."""
+    reason = (action or {}).get("reason") or observation or "unparseable reply"
+    return clipped(str(reason), 300)
+
+
+def round_entry(generation: Generation, max_tokens: int, action: dict[str, Any] | None, observation: str | None,
+                *, invalid: bool = False) -> dict[str, Any]:
+    """One round of the trajectory as recorded: the reply, what was parsed, what came back."""
+    entry: dict[str, Any] = {"reply": generation.text, "tokens": generation.output_tokens, "max_tokens": max_tokens,
+                             "finish_reason": generation.finish_reason,
+                             "action": clipped(action) if action is not None and not invalid else None,
+                             "invalid": invalid_reason(action, observation or "") if invalid else None}
+    if observation is not None:
+        entry["observation"] = clipped(observation)
+        entry["observation_chars"] = len(observation)
+    return entry
 
 
 def injection_for(policy: MemoryPolicy, task: Any, budget: Budget) -> tuple[list[Memory], InjectionBlock, tuple[str, ...] | None]:
@@ -185,6 +252,12 @@ def make_record(method: str, index: int, task: Any, episode: Episode, reward: in
         "bank_size": bank_size,
         "finish_reasons": [t.finish_reason for t in episode.turns],
         "error": episode.error,
+        "accounting": episode.budget.accounting,
+        "instructions_sha256": episode.instructions_sha,
+        "task_prompt": episode.messages[3]["content"] if len(episode.messages) > 3 else None,
+        "injection_text": block.text,
+        "trajectory": episode.log,
+        "judge": episode.verdict,
         "time_s": round(seconds, 4),
     }
 
@@ -255,9 +328,14 @@ def run_stream(method: str, env_name: str, tasks: Sequence[Any], backbone: Backb
     environment = make_environment(env_name, budget, kg_endpoint=kg_endpoint) if own_env else env
     log = RecordLog(paths.records, resume_offset=offset)
     try:
-        if on_record is not None:
-            for record in read_records(paths.records):
-                on_record(record)
+        if on_record is not None:  # replayed records: a hook with .resumed() counts them as done, not as new work
+            replayed = read_records(paths.records)
+            resumed = getattr(on_record, "resumed", None)
+            if resumed is not None:
+                resumed(replayed)
+            else:
+                for record in replayed:
+                    on_record(record)
         processed = 0
         for index in range(next_index, len(tasks)):
             if stop_after is not None and processed >= stop_after:
@@ -284,14 +362,22 @@ def comparable(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def write_run_config(out_dir: str | Path, config: dict[str, Any], *, overwrite: bool = False) -> None:
-    """Record the run's settings; refuse to mix two different runs in one directory."""
+    """Record the run's settings; refuse to mix two different runs in one directory.
+
+    The ``connection`` entry (where the server is, how patiently it is called) is rewritten with
+    the latest values and never compared: see agent/backbones/options.py.
+    """
     path = Path(out_dir) / "config.json"
+    plain = json.loads(json.dumps(config, default=str))
     if path.exists() and not overwrite:
         existing = json.loads(path.read_text())
-        if existing != json.loads(json.dumps(config, default=str)):
+        # "connection" (server URL, timeouts, retries, concurrency) is not part of the run's identity
+        if {k: v for k, v in existing.items() if k != "connection"} != {k: v for k, v in plain.items()
+                                                                         if k != "connection"}:
             raise RuntimeError(
                 f"{out_dir} already holds a run with different settings ({path}); "
                 "pass another --out, or --overwrite to start over"
             )
-        return
-    atomic_write_json(path, json.loads(json.dumps(config, default=str)))
+        if existing.get("connection") == plain.get("connection"):
+            return
+    atomic_write_json(path, plain)

@@ -5,7 +5,7 @@
 - ``"vllm"``: :class:`~agent.backbones.vllm_backbone.VLLMBackbone` (needs the ``[vllm]`` extra;
   options: ``model``, ``gpu_memory_utilization``, ``max_model_len``, …).
 - ``"openai"``: :class:`~agent.backbones.openai_backbone.OpenAIBackbone` (options: ``model``,
-  ``base_url``, ``api_key``, ``concurrency``, ``max_attempts``, …).
+  ``base_url``, ``api_key``, ``concurrency``, ``timeout``, ``retry_for``, …).
 
 Imports are lazy, so asking for "sim" never imports vLLM or the OpenAI client.
 """
