@@ -27,7 +27,7 @@ def test_data_files_are_declared_for_installed_packages():
 
 def test_resources_are_readable_through_importlib():
     files = resources.files("agent.envs.sandbox")
-    assert files.joinpath("setup.sh").read_text().startswith("set -eu")
+    assert "\nset -eu\n" in files.joinpath("setup.sh").read_text()
     holder = files.joinpath("holder.py").read_text()
     compile(holder, "holder.py", "exec")  # valid Python for the sandbox's python3
     assert 'if __name__ == "__main__":' in holder  # importing it must not run PID 1's loop

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import secrets
 import select
 import signal
 import socket
@@ -13,12 +15,13 @@ import threading
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from agent.envs.sandbox.base import (
     _HOST_TOOLS, DEFAULT_PATH, KEPT_CAPABILITIES, CommandResult, SandboxError, SandboxLimits,
 )
-from agent.envs.sandbox.cgroups import Cgroup
+from agent.envs.sandbox import leftovers, seccomp
+from agent.envs.sandbox.cgroups import Cgroup, sandbox_parents
 
 # The set-up script (run as `sh -c <text>`, never by path: sh reads scripts lazily and
 # the host tree is gone after pivot_root) and PID 1's program ship as package data.
@@ -35,7 +38,7 @@ def sandbox_unavailable_reason() -> str | None:
         return f"host tools missing: {', '.join(missing)} (install util-linux and iproute2)"
     if not os.access("/usr/bin/python3", os.X_OK):
         return "/usr/bin/python3 is missing; the sandbox's init process runs on it"
-    return None
+    return seccomp.unavailable_reason()
 
 
 def _which(tool: str) -> str | None:
@@ -48,6 +51,12 @@ def _which(tool: str) -> str | None:
 # Joins the cgroups named by its arguments, then execs the rest (unshare ...), so
 # everything the sandbox ever runs is counted from its first fork on.
 _JOIN_CGROUPS = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 97; shift; n=$((n-1)); done; exec "$@"'
+
+# The host uids that own the sandboxes' user namespaces: one fresh uid per sandbox, far
+# above any real account or subordinate-id range, so no quota is shared with anything.
+OWNER_UIDS = range(1_000_000_000, 2_000_000_000)
+# Inside, uid n is host uid n: files keep their owners and root inside is uid 0.
+_IDENTITY_MAP = "0 0 4294967295\n"
 
 _UNSHARE = (
     "unshare", "--mount", "--pid", "--net", "--uts", "--ipc", "--cgroup",
@@ -71,17 +80,23 @@ class Sandbox:
         hostname: str = "sandbox",
         output_cap_bytes: int = 8 << 20,
         start_timeout: float = 20.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.limits = limits
         self.hostname = hostname
         self.output_cap_bytes = output_cap_bytes
         self.start_timeout = start_timeout
+        self.clock = clock  # seconds; every deadline (start-up, commands) is measured on it
+        self._requests = 0
         self.env: dict[str, str] = {"PATH": DEFAULT_PATH, "HOSTNAME": hostname, "HOME": "/root"}
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._cgroup: Cgroup | None = None
         self._mount_point: str | None = None
         self._holder_pid: int | None = None
+        self._holder_fd: int | None = None  # a pidfd: readable once PID 1 has exited
+        self._seccomp = b""
+        self.owner_uid = OWNER_UIDS.start + secrets.randbelow(len(OWNER_UIDS))
         self._log = None
         self._drains: list[threading.Thread] = []
         self._closed = False
@@ -108,19 +123,20 @@ class Sandbox:
         return self
 
     def _launch(self) -> None:
-        self._mount_point = tempfile.mkdtemp(prefix="tokenworth-sandbox-")
+        leftovers.sweep_once(sandbox_parents)
         limits = self.limits or SandboxLimits()
+        self._seccomp = seccomp.compile_filter()
+        self._mount_point = tempfile.mkdtemp(prefix=f"{leftovers.TEMP_PREFIX}{leftovers.owner_tag()}-")
         self._cgroup = Cgroup.create(self.limits) if self.limits is not None else None
         procs = self._cgroup.procs_files if self._cgroup else []
         host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         host_end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 22)
         self._sock = host_end
         self._log = tempfile.TemporaryFile(prefix="tokenworth-sandbox-log-")
-        caps = ",".join(f"+{c}" for c in KEPT_CAPABILITIES)
         command = [
             "/bin/sh", "-c", _JOIN_CGROUPS, "sh", str(len(procs)), *procs, *_UNSHARE,
             "/bin/sh", "-c", _SETUP_SCRIPT, "sandbox-setup", self._mount_point,
-            str(limits.tmpfs_bytes), self.hostname, caps, str(sandbox_end.fileno()), _HOLDER_SOURCE,
+            str(limits.tmpfs_bytes), self.hostname, str(sandbox_end.fileno()), _HOLDER_SOURCE,
         ]
         try:
             self._proc = subprocess.Popen(
@@ -130,12 +146,34 @@ class Sandbox:
             )
         finally:
             sandbox_end.close()
+        self._send({
+            "op": "init", "owner": self.owner_uid, "nofile": list(limits.open_files),
+            "caps": ",".join(f"+{c}" for c in KEPT_CAPABILITIES),
+        })
 
     def _await_ready(self) -> None:
-        message = self._receive(time.monotonic() + self.start_timeout)
-        if message != {"ready": True}:
+        """Answer PID 1's user-namespace hand-shake (see holder.py), then wait for ready."""
+        deadline = self.clock() + self.start_timeout
+        message = self._receive(deadline)
+        if message != {"userns": True}:
             raise SandboxError(f"the sandbox did not start: {self._setup_log() or message}")
         self._holder_pid = self._find_holder()
+        self._holder_fd = os.pidfd_open(self._holder_pid)
+        if _parent_pid(self._holder_pid) != self._proc.pid:  # the pid was recycled before pidfd_open
+            raise SandboxError("the sandbox's init process exited during start-up")
+        for name in ("uid_map", "gid_map"):
+            Path(f"/proc/{self._holder_pid}/{name}").write_text(_IDENTITY_MAP)
+        self._send({"op": "mapped", "seccomp": base64.b64encode(self._seccomp).decode()})
+        message = self._receive(deadline)
+        if message != {"ready": True}:
+            raise SandboxError(f"the sandbox did not start: {self._setup_log() or message}")
+
+    def _send(self, message: dict) -> None:
+        assert self._sock is not None
+        try:
+            self._sock.send(json.dumps(message).encode())
+        except OSError as exc:
+            raise SandboxError(f"cannot reach the sandbox's init process: {exc}. {self._setup_log()}".strip()) from exc
 
     def _setup_log(self) -> str:
         if self._log is None:
@@ -160,10 +198,13 @@ class Sandbox:
         errors = []
         proc = self._proc
         if proc is not None:
-            # Killing PID 1 makes the kernel kill the whole PID namespace. The ppid
-            # check rules out a recycled pid: unshare (our unreaped child) forks once.
-            if self._holder_pid and _parent_pid(self._holder_pid) == proc.pid:
-                _kill(self._holder_pid)
+            # Killing PID 1 makes the kernel kill the whole PID namespace. The pidfd
+            # names exactly that process, even if its pid were recycled.
+            if self._holder_fd is not None:
+                try:
+                    signal.pidfd_send_signal(self._holder_fd, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -171,8 +212,9 @@ class Sandbox:
                 proc.wait()
         if self._sock is not None:
             self._sock.close()
+        if self._holder_fd is not None:
+            os.close(self._holder_fd)
         if self._cgroup is not None:
-            self._cgroup.kill_all()
             try:
                 self._cgroup.remove()
             except SandboxError as exc:
@@ -191,7 +233,11 @@ class Sandbox:
 
     @property
     def alive(self) -> bool:
-        return self._proc is not None and not self._closed and self._proc.poll() is None
+        """True while PID 1 runs (False once it died, e.g. killed, even before close)."""
+        if self._proc is None or self._closed or self._holder_fd is None:
+            return False
+        exited, _, _ = select.select([self._holder_fd], [], [], 0)
+        return not exited and self._proc.poll() is None
 
     # ---------------------------------------------------------------- commands
     def run(self, script: str, timeout: float = 20.0, *, cwd: str = "/", env: Mapping[str, str] | None = None) -> CommandResult:
@@ -204,7 +250,8 @@ class Sandbox:
             raise SandboxError("the sandbox is not running (not started, closed, or its init died)")
         if "\0" in script:
             raise SandboxError("the script contains a NUL byte, which bash -c cannot take")
-        request = {"op": "run", "script": script, "cwd": cwd, "env": dict(env or self.env)}
+        self._requests += 1
+        request = {"op": "run", "id": self._requests, "script": script, "cwd": cwd, "env": dict(env or self.env)}
         read_end, write_end = os.pipe()
         try:
             socket.send_fds(self._sock, [json.dumps(request).encode()], [write_end])
@@ -213,9 +260,9 @@ class Sandbox:
             raise SandboxError(f"cannot reach the sandbox's init process: {exc}") from exc
         finally:
             os.close(write_end)
-        return self._collect(read_end, time.monotonic() + timeout)
+        return self._collect(read_end, self._requests, self.clock() + timeout)
 
-    def _collect(self, read_end: int, deadline: float) -> CommandResult:
+    def _collect(self, read_end: int, request_id: int, deadline: float) -> CommandResult:
         """Read output until the shell exits; then take what is buffered and return."""
         output = _Capture(self.output_cap_bytes)
         pid: int | None = None
@@ -223,7 +270,7 @@ class Sandbox:
         pipe_open = True
         assert self._sock is not None
         while code is None:
-            remaining = deadline - time.monotonic()
+            remaining = deadline - self.clock()
             if remaining <= 0:
                 break
             ready, _, _ = select.select([self._sock] + ([read_end] if pipe_open else []), [], [], remaining)
@@ -231,7 +278,7 @@ class Sandbox:
                 pipe_open = output.read_from(read_end)
             if self._sock in ready:
                 message = self._receive(deadline)
-                if "started" in message and pid is None:
+                if "started" in message and message.get("id") == request_id:
                     pid = message["started"]
                 elif message.get("exited") == pid and pid is not None:
                     code = int(message["code"])
@@ -253,11 +300,14 @@ class Sandbox:
 
     def _receive(self, deadline: float) -> dict:
         assert self._sock is not None
-        remaining = max(0.0, deadline - time.monotonic())
+        remaining = max(0.0, deadline - self.clock())
         ready, _, _ = select.select([self._sock], [], [], remaining)
         if not ready:
             raise SandboxError(f"no answer from the sandbox's init process in time. {self._setup_log()}".strip())
-        data = self._sock.recv(1 << 16)
+        try:
+            data = self._sock.recv(1 << 16)
+        except ConnectionResetError:  # PID 1 died with our message unread
+            data = b""
         if not data:
             raise SandboxError(f"the sandbox's init process exited. {self._setup_log()}".strip())
         return json.loads(data)
@@ -325,10 +375,3 @@ def _parent_pid(pid: int) -> int | None:
         return None
     # the command name (field 2) may hold spaces and parentheses: split after the last ')'
     return int(stat.rsplit(")", 1)[1].split()[1])
-
-
-def _kill(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import errno
 import os
 import signal
 import time
 import uuid
 from pathlib import Path
 
+from agent.envs.sandbox import leftovers
 from agent.envs.sandbox.base import SandboxError, SandboxLimits
 
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -48,6 +48,43 @@ def _write(path: Path, value: str) -> None:
     path.write_text(value)
 
 
+def _mkdir_group(base: Path, name: str, prepare=None, attempts: int = 5) -> Path:
+    """mkdir ``base`` (if needed) and ``base/name``. Another harness may remove an empty
+    ``base`` between the two calls (see :func:`leftovers.remove_if_empty`): retry."""
+    for attempt in range(attempts):
+        base.mkdir(exist_ok=True)
+        if prepare is not None:
+            prepare(base)
+        try:
+            (base / name).mkdir()
+            return base / name
+        except FileNotFoundError:
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def sandbox_parents(mounts: list[tuple[str, Path, set[str]]] | None = None, depth: int = 4) -> list[Path]:
+    """Every ``tokenworth-sandboxes`` directory in the pids, memory and cpu hierarchies
+    (and the v2 root), at most ``depth`` levels down: where stale groups may be."""
+    mounts = _cgroup_mounts() if mounts is None else mounts
+    found: list[Path] = []
+    for kind, point, ctrls in mounts:
+        if kind == "cgroup" and not ctrls & {"pids", "memory", "cpu"}:
+            continue
+        level = [point]
+        for _ in range(depth):
+            below = []
+            for d in level:
+                try:
+                    below += [Path(e.path) for e in os.scandir(d) if e.is_dir(follow_symlinks=False)]
+                except OSError:
+                    pass
+            found += [d for d in below if d.name == _GROUP_DIR]
+            level = [d for d in below if d.name != _GROUP_DIR]
+    return found
+
+
 class Cgroup:
     """One sandbox's cgroup(s): created with limits, emptied and removed at the end.
 
@@ -56,19 +93,27 @@ class Cgroup:
     ``tokenworth-sandboxes`` below this process's own cgroup, so the sandbox stays
     inside whatever bounds the caller already has (v2 instead uses the hierarchy's
     root, because v2 forbids controllers below a group that holds processes).
+
+    Groups are named ``sbx-<owner tag>-<random>`` (see :mod:`leftovers`), so that a
+    later harness can tell the groups of a dead one from live ones. The parent
+    ``tokenworth-sandboxes`` is removed with the last group in it.
     """
 
     def __init__(self, dirs: list[Path], version: int) -> None:
         self.dirs = dirs
         self.version = version
 
+    @staticmethod
+    def new_name() -> str:
+        return f"sbx-{leftovers.owner_tag()}-{uuid.uuid4().hex[:12]}"
+
     @classmethod
-    def create(cls, limits: SandboxLimits) -> "Cgroup":
-        mounts = _cgroup_mounts()
-        name = f"sbx-{uuid.uuid4().hex[:12]}"
+    def create(cls, limits: SandboxLimits, mounts: list[tuple[str, Path, set[str]]] | None = None) -> "Cgroup":
+        mounts = _cgroup_mounts() if mounts is None else mounts
+        name = cls.new_name()
         v2 = [m for m in mounts if m[0] == "cgroup2" and "pids" in m[2]]
         if v2:
-            return cls._create_v2(v2[0][1], v2[0][2], name, limits)
+            return cls.create_v2(v2[0][1], v2[0][2], name, limits)
         v1 = {c: point for kind, point, ctrls in mounts if kind == "cgroup" for c in ctrls}
         if "pids" not in v1:
             raise SandboxError(
@@ -81,10 +126,7 @@ class Cgroup:
             for ctrl in ("pids", "memory", "cpu"):
                 if ctrl not in v1:
                     continue
-                base = v1[ctrl] / _own_cgroup(ctrl).lstrip("/") / _GROUP_DIR
-                base.mkdir(exist_ok=True)
-                group = base / name
-                group.mkdir()
+                group = _mkdir_group(v1[ctrl] / _own_cgroup(ctrl).lstrip("/") / _GROUP_DIR, name)
                 dirs.append(group)
                 cls._limit_v1(ctrl, group, limits)
         except OSError as exc:
@@ -105,16 +147,19 @@ class Cgroup:
             _write(group / "cpu.cfs_quota_us", str(max(1000, int(limits.cpus * 100000))))
 
     @classmethod
-    def _create_v2(cls, root: Path, available: set[str], name: str, limits: SandboxLimits) -> "Cgroup":
+    def create_v2(cls, root: Path, available: set[str], name: str, limits: SandboxLimits) -> "Cgroup":
+        """A group under ``root/tokenworth-sandboxes`` with the wanted controllers that
+        ``available`` offers, and their limits."""
         wanted = [c for c in ("pids", "memory", "cpu") if c in available]
-        base = root / _GROUP_DIR
+        enable = " ".join(f"+{c}" for c in wanted)
+
+        def delegate(base: Path) -> None:
+            if enable:
+                _write(base / "cgroup.subtree_control", enable)
+
         try:
-            enable = " ".join(f"+{c}" for c in wanted)
-            _write(root / "cgroup.subtree_control", enable)
-            base.mkdir(exist_ok=True)
-            _write(base / "cgroup.subtree_control", enable)
-            group = base / name
-            group.mkdir()
+            delegate(root)
+            group = _mkdir_group(root / _GROUP_DIR, name, prepare=delegate)
         except OSError as exc:
             raise SandboxError(
                 f"cannot set up a cgroup v2 group under {root} with {wanted} ({exc}); the sandbox "
@@ -122,54 +167,38 @@ class Cgroup:
             ) from exc
         made = cls([group], 2)
         try:
-            if limits.pids_max:
-                _write(group / "pids.max", str(limits.pids_max))
-            if limits.memory_bytes and "memory" in wanted:
-                _write(group / "memory.max", str(limits.memory_bytes))
-                if (group / "memory.swap.max").exists():
-                    _write(group / "memory.swap.max", "0")
-            if limits.cpus and "cpu" in wanted:
-                _write(group / "cpu.max", f"{max(1000, int(limits.cpus * 100000))} 100000")
+            for path, value in cls.limits_v2(limits, wanted):
+                if path == "memory.swap.max" and not (group / path).exists():
+                    continue  # swap accounting is off: nothing to cap
+                _write(group / path, value)
         except OSError as exc:
             made.remove()
             raise SandboxError(f"cannot set the sandbox's cgroup limits: {exc}") from exc
         return made
+
+    @staticmethod
+    def limits_v2(limits: SandboxLimits, controllers: list[str]) -> list[tuple[str, str]]:
+        """(file, value) pairs that set ``limits`` on a v2 group with ``controllers``."""
+        files = []
+        if limits.pids_max and "pids" in controllers:
+            files.append(("pids.max", str(limits.pids_max)))
+        if limits.memory_bytes and "memory" in controllers:
+            files += [("memory.max", str(limits.memory_bytes)), ("memory.swap.max", "0")]
+        if limits.cpus and "cpu" in controllers:
+            files.append(("cpu.max", f"{max(1000, int(limits.cpus * 100000))} 100000"))
+        return files
 
     @property
     def procs_files(self) -> list[str]:
         return [str(d / "cgroup.procs") for d in self.dirs]
 
     def pids(self) -> list[int]:
-        found: set[int] = set()
-        for d in self.dirs:
-            try:
-                found.update(int(p) for p in (d / "cgroup.procs").read_text().split())
-            except OSError:
-                pass
-        return sorted(found)
-
-    def kill_all(self, timeout: float = 5.0) -> None:
-        """SIGKILL whatever is still in the group, until it is empty."""
-        deadline = time.monotonic() + timeout
-        while (pids := self.pids()) and time.monotonic() < deadline:
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.01)
+        return sorted({pid for d in self.dirs for pid in leftovers.group_pids(d)})
 
     def remove(self, timeout: float = 5.0) -> None:
-        # rmdir fails with EBUSY for a moment after the last process has exited.
-        deadline = time.monotonic() + timeout
+        """Kill what is left, rmdir each group, then its parent if no other group is in it."""
+        failed = [d for d in self.dirs if not leftovers.remove_group(d, timeout)]
         for d in self.dirs:
-            while True:
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError as exc:
-                    if exc.errno != errno.EBUSY or time.monotonic() > deadline:
-                        raise SandboxError(f"cannot remove cgroup {d}: {exc}") from exc
-                    time.sleep(0.01)
+            leftovers.remove_if_empty(d.parent)
+        if failed:
+            raise SandboxError(f"cannot remove cgroup(s) {', '.join(map(str, failed))}")

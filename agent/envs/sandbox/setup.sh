@@ -1,5 +1,8 @@
+# Builds the sandbox's root filesystem inside the new mount namespace, then execs PID 1
+# (holder.py). Run as `sh -c <text>` (never by path: sh reads scripts lazily and the
+# host tree is gone after pivot_root). Args: T TMPFS_SIZE HOSTNAME FD HOLDER_SOURCE.
 set -eu
-T=$1 TMPFS_SIZE=$2 HOST_NAME=$3 CAPS=$4 FD=$5 HOLDER=$6
+T=$1 TMPFS_SIZE=$2 HOST_NAME=$3 FD=$4 HOLDER=$5
 
 fail() { echo "sandbox setup: $*" >&2; exit 1; }
 
@@ -43,6 +46,22 @@ ln -s /run "$R/var/run"
 ln -s /run/lock "$R/var/lock"
 mkdir -p "$R/var/log/apt" "$R/var/cache/debconf"
 for d in /var/lib/dpkg /var/lib/apt /var/cache/apt; do [ -d "$d" ] && overlay "$d"; done
+
+# Secrets of the host never enter. The password databases are rebuilt from passwd and
+# group with every password locked ('*'), as in a fresh Ubuntu image, so useradd,
+# passwd and chage work on them. Every other item under /etc that is not readable by
+# all (SSH host keys, /etc/ssl/private, backups like shadow-, ...) is emptied in the
+# copy-on-write view: the path, owner and mode stay, the content does not.
+find "$R/etc" -xdev -type d ! -perm -o=r -exec sh -c 'for d; do find "$d" -mindepth 1 -delete; done' sh {} + \
+  || fail "masking unreadable directories under /etc"
+find "$R/etc" -xdev -type f ! -perm -o=r -exec sh -c 'for f; do : > "$f"; done' sh {} + \
+  || fail "masking unreadable files under /etc"
+DAYS=$(( $(date +%s) / 86400 ))
+awk -F: -v d="$DAYS" '{ print $1 ":*:" d ":0:99999:7:::" }' "$R/etc/passwd" > "$R/etc/shadow"
+awk -F: '{ print $1 ":*::" $4 }' "$R/etc/group" > "$R/etc/gshadow"
+for f in shadow gshadow; do
+  chown 0:0 "$R/etc/$f"; chgrp shadow "$R/etc/$f" 2>/dev/null || true; chmod 0640 "$R/etc/$f"
+done
 
 # Identity of the sandbox's own UTS namespace.
 hostname "$HOST_NAME"
@@ -99,8 +118,6 @@ cd /
 umount -l /.oldroot
 rmdir /.oldroot
 
-# Drop every capability that reaches beyond the sandbox (mount, mknod, modules,
-# raw I/O, ptrace, ...). Root keeps what useradd/chown/chage need. From here on,
-# nothing can regain them: no process of the sandbox is ever more privileged.
-exec /usr/bin/setpriv --bounding-set "-all,$CAPS" --inh-caps -all -- \
-  /usr/bin/python3 -I -S "/dev/fd/$P" "$FD" "$P"
+# PID 1 takes it from here: a user namespace owned by an unused host uid, the seccomp
+# filter, the capability bounding set (see holder.py).
+exec /usr/bin/python3 -I -S "/dev/fd/$P" "$FD" "$P" enter
