@@ -38,6 +38,11 @@ def sandbox_unavailable_reason() -> str | None:
         return f"host tools missing: {', '.join(missing)} (install util-linux and iproute2)"
     if not os.access("/usr/bin/python3", os.X_OK):
         return "/usr/bin/python3 is missing; the sandbox's init process runs on it"
+    try:
+        if int(Path("/proc/sys/user/max_user_namespaces").read_text()) < 1:
+            return "user namespaces are disabled (sysctl user.max_user_namespaces=0); the sandbox needs one"
+    except (OSError, ValueError):
+        pass
     return seccomp.unavailable_reason()
 
 
@@ -369,9 +374,5 @@ class _Capture:
 
 
 def _parent_pid(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # the command name (field 2) may hold spaces and parentheses: split after the last ')'
-    return int(stat.rsplit(")", 1)[1].split()[1])
+    fields = leftovers.proc_stat(pid)
+    return None if fields is None else int(fields[1])  # field 4

@@ -28,13 +28,19 @@ _TEMP_RE = re.compile(rf"^{re.escape(TEMP_PREFIX)}{_TAG}-[A-Za-z0-9_]+$")
 _GROUP_RE = re.compile(rf"^sbx-{_TAG}-[0-9a-f]+$")
 
 
-def _start_time(pid: int) -> int | None:
+def proc_stat(pid: int) -> list[str] | None:
+    """Fields 3, 4, ... of ``/proc/PID/stat`` (state, ppid, ...), or None if no such process."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # the command name (field 2) may hold spaces and parentheses: split after the last ')'
-    return int(stat.rsplit(")", 1)[1].split()[19])
+    return stat.rsplit(")", 1)[1].split()
+
+
+def _start_time(pid: int) -> int | None:
+    fields = proc_stat(pid)
+    return None if fields is None else int(fields[19])  # field 22
 
 
 def _pid_namespace() -> int:
