@@ -16,7 +16,7 @@ import pytest
 
 from agent.envs.sandbox import Sandbox, SandboxLimits, sandbox_unavailable_reason
 from agent.envs.sandbox import leftovers
-from agent.envs.sandbox.cgroups import _GROUP_DIR, Cgroup, _cgroup_mounts, sandbox_parents
+from agent.envs.sandbox.cgroups import _GROUP_DIR, Cgroup, _cgroup_mounts
 
 needs_sandbox = pytest.mark.skipif(
     sandbox_unavailable_reason() is not None, reason=f"OS sandbox unavailable: {sandbox_unavailable_reason()}"
@@ -66,7 +66,7 @@ time.sleep(600)
 
 
 @needs_sandbox
-def test_leftovers_of_a_sigkilled_harness_are_swept_and_live_ones_kept():
+def test_leftovers_of_a_sigkilled_harness_are_swept_and_live_ones_kept(monkeypatch):
     harness = subprocess.Popen(
         [sys.executable, "-c", _HARNESS], stdout=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},
@@ -79,9 +79,8 @@ def test_leftovers_of_a_sigkilled_harness_are_swept_and_live_ones_kept():
     while any(leftovers.group_pids(d) for d in stale) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert os.path.isdir(made["mount"]) and all(d.exists() for d in stale)  # left behind
-    with Sandbox() as live:
-        leftovers.sweep_temp_dirs()
-        leftovers.sweep_cgroups(sandbox_parents())
+    monkeypatch.setattr(leftovers, "_swept", False)  # as in a fresh harness process
+    with Sandbox() as live:  # its start sweeps
         assert not os.path.exists(made["mount"])
         assert not any(d.exists() for d in stale)
         assert os.path.isdir(live._mount_point) and all(d.exists() for d in live._cgroup.dirs)

@@ -215,7 +215,7 @@ def test_all_processes_are_gone_after_close():
 
 # Raw system calls from inside, by number (x86_64), each reported as "ok" or its errno name.
 _SYSCALL_PROBE = r"""
-import ctypes, errno
+import ctypes, errno, os
 libc = ctypes.CDLL(None, use_errno=True)
 L, P = ctypes.c_long, ctypes.c_char_p
 def call(name, nr, *args):
@@ -234,6 +234,10 @@ call("kexec_load", 246, L(0), L(0), P(None), L(0))
 call("ptrace", 101, L(16), L(1), L(0), L(0))  # PTRACE_ATTACH to PID 1
 call("userfaultfd", 323, L(0))
 call("io_uring_setup", 425, L(1), P(None))
+r = libc.syscall(L(56), L(0x10000000 | 17), L(0), L(0), L(0), L(0))  # clone(CLONE_NEWUSER | SIGCHLD)
+if r == 0:
+    os._exit(0)  # the child of a clone that should not have happened
+print("clone_newuser", "ok" if r > 0 else errno.errorcode[ctypes.get_errno()])
 """
 
 
@@ -249,7 +253,7 @@ def test_seccomp_refuses_keyrings_namespaces_and_kernel_calls():
         probe = box.run("python3 -c '" + _SYSCALL_PROBE.replace("KEYNAME", key) + "'", timeout=20)
         status = box.run("grep -E '^Seccomp:' /proc/self/status; unshare -Urm true; echo unshare=$?", timeout=10)
     results = dict(line.split() for line in probe.output.splitlines())
-    assert len(results) == 12, probe.output
+    assert len(results) == 13, probe.output
     assert results == {name: "EPERM" for name in results}, results
     assert "Seccomp:\t2" in status.output  # a filter is installed on every task process
     assert "unshare=0" not in status.output  # util-linux's unshare -Urm fails too
@@ -368,6 +372,21 @@ def test_pid1_is_the_oom_killers_last_choice():
     assert "LOWERED" not in adj  # a task cannot take PID 1's place
     if _host_grants_sys_resource():
         assert pid1 == -1000
+
+
+# Fills /dev/shm and the disk, then starts many shells of ~6 MiB each: every one is
+# smaller than PID 1 (a ~11 MiB Python), so at equal oom_score_adj the OOM killer
+# would pick PID 1 and end the sandbox.
+_SMALL_TASKS_FILL_MEMORY = r"""head -c 63M /dev/zero > /dev/shm/fill; head -c 47M /dev/zero > /tmp/fill
+for i in $(seq 60); do bash -c 'x=$(printf "%2000000s" ""); y=$x; sleep 300' & done; sleep 5; echo started"""
+
+
+def test_memory_pressure_from_small_tasks_kills_tasks_not_pid1():
+    with Sandbox(SandboxLimits(memory_bytes=160 << 20, tmpfs_bytes=48 << 20)) as box:
+        result = box.run(_SMALL_TASKS_FILL_MEMORY, timeout=60)
+        assert "Killed" in result.output and "started" in result.output  # the OOM killer did act
+        assert box.alive
+        assert box.run("echo alive", timeout=10).output == "alive\n"
 
 
 def _host_grants_sys_resource() -> bool:

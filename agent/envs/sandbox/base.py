@@ -39,7 +39,10 @@ class SandboxLimits:
     memory_bytes: int | None = 1 << 30  # RAM, including what the sandbox writes to its tmpfs
     cpus: float | None = 1.0  # CPU time share, in cores
     tmpfs_bytes: int = 512 << 20  # all files the sandbox writes (overlay uppers, /tmp, /home, ...)
-    open_files: tuple[int, int] = (1024, 4096)  # RLIMIT_NOFILE (soft, hard) of every process
+    # RLIMIT_NOFILE (soft, hard) of every process. With pids_max it bounds the files a
+    # sandbox holds open (512 x 1024 = 524,288, about 120 MiB of kernel memory, which is
+    # charged to its memory cgroup), well below a host's global file-max.
+    open_files: tuple[int, int] = (1024, 1024)
 
     def __post_init__(self) -> None:
         if self.tmpfs_bytes < (1 << 20):
