@@ -7,6 +7,8 @@ import tomllib
 from importlib import resources
 from pathlib import Path
 
+import pytest
+
 import agent.envs.sandbox as sandbox_pkg
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,3 +33,21 @@ def test_resources_are_readable_through_importlib():
     holder = files.joinpath("holder.py").read_text()
     compile(holder, "holder.py", "exec")  # valid Python for the sandbox's python3
     assert 'if __name__ == "__main__":' in holder  # importing it must not run PID 1's loop
+
+
+def test_seccomp_policy_compiles_and_missing_libseccomp_is_a_clear_error(monkeypatch):
+    import sys
+
+    from agent.envs.sandbox import SandboxError, seccomp
+
+    program = seccomp.compile_filter()
+    assert program and len(program) % 8 == 0  # struct sock_filter[], 8 bytes each
+    assert {"add_key", "keyctl", "unshare", "mount", "kexec_load", "bpf", "perf_event_open", "ptrace"} <= seccomp.denied_names()
+    seccomp.compile_filter.cache_clear()
+    monkeypatch.setitem(sys.modules, "pyseccomp", None)  # as if the package were missing
+    try:
+        assert "libseccomp2" in seccomp.unavailable_reason()
+        with pytest.raises(SandboxError, match="pyseccomp"):
+            seccomp.compile_filter()
+    finally:
+        seccomp.compile_filter.cache_clear()

@@ -73,7 +73,7 @@ def compile_filter() -> bytes:
     """The policy as a BPF program (struct sock_filter[]) for this architecture."""
     try:
         import pyseccomp as sc
-    except (ImportError, OSError, AttributeError) as exc:  # pyseccomp raises at import without libseccomp
+    except (ImportError, OSError, RuntimeError) as exc:  # pyseccomp raises RuntimeError without libseccomp
         raise SandboxError(
             f"cannot load libseccomp ({exc}); install the libseccomp2 system package "
             "(make setup does) and the pyseccomp Python package"
