@@ -386,7 +386,14 @@ def test_memory_pressure_from_small_tasks_kills_tasks_not_pid1():
         result = box.run(_SMALL_TASKS_FILL_MEMORY, timeout=60)
         assert "Killed" in result.output and "started" in result.output  # the OOM killer did act
         assert box.alive
-        assert box.run("echo alive", timeout=10).output == "alive\n"
+        # Memory is still at the limit, so a new shell may itself be chosen by the OOM
+        # killer; PID 1 answers either way, and once the files are gone all is well.
+        for _ in range(5):
+            follow = box.run("rm -f /dev/shm/fill /tmp/fill; echo alive", timeout=20)
+            assert follow.exit_code is not None  # PID 1 started it and reported its end
+            if follow.output == "alive\n":
+                break
+        assert follow.output == "alive\n" and box.alive
 
 
 def _host_grants_sys_resource() -> bool:
