@@ -9,6 +9,7 @@ visible, so a broken sandbox fails the test instead of wiping the machine.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import hashlib
 import os
 import platform
@@ -16,6 +17,7 @@ import select
 import signal
 import socket
 import stat
+import struct
 import subprocess
 import time
 from pathlib import Path
@@ -295,6 +297,23 @@ def _host_can_make_inotify_instance() -> bool:
         return False
     os.close(fd)
     return True
+
+
+def _user_namespace_owner(pid: int) -> int:
+    NS_GET_OWNER_UID = 0xB704
+    fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY)
+    try:
+        return struct.unpack("I", fcntl.ioctl(fd, NS_GET_OWNER_UID, b"\0" * 4))[0]
+    finally:
+        os.close(fd)
+
+
+def test_tasks_run_in_a_user_namespace_owned_by_a_fresh_host_uid():
+    with Sandbox() as box, Sandbox() as other:
+        owner = _user_namespace_owner(box._holder_pid)
+        assert owner == box.owner_uid and owner >= 1_000_000_000  # not host root, no real account
+        assert _user_namespace_owner(other._holder_pid) != owner  # no quota shared between sandboxes
+        assert box.run("id -u; cat /proc/self/uid_map", timeout=10).output.split() == ["0", "0", "0", "4294967295"]
 
 
 def test_exhausting_per_user_quotas_inside_leaves_hosts_root_its_own():

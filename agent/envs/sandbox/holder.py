@@ -12,8 +12,8 @@ Stage ``enter`` (still real root of the host's user namespace, full capabilities
    CAP_SYS_RESOURCE. The legacy file does not lower ``oom_score_adj_min``, so tasks
    (raised to 500 at spawn) cannot follow it below 0.
 3. RLIMIT_NOFILE is set; nothing inside can raise the hard limit again.
-4. It becomes ``owner``, a host uid that nothing else uses, and unshares a user and a
-   network namespace. The user namespace is owned by ``owner``, so every per-user
+4. It becomes ``owner``, a host uid that nothing else uses (keeping its capabilities
+   for this one step), and unshares a user and a network namespace. The user namespace is owned by ``owner``, so every per-user
    kernel quota (inotify instances and watches, user namespaces, message queues...)
    that the sandbox uses is charged to ``owner`` on the host, never to host root.
 5. holder -> host ``{"userns": true}``; the host writes the identity uid/gid maps
@@ -37,6 +37,8 @@ import base64, json, os, select, signal, socket, sys
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 PR_SET_DUMPABLE = 4
+PR_SET_KEEPCAPS = 8
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
@@ -80,6 +82,32 @@ def unshare(flags):
         raise OSError(err, "unshare: " + os.strerror(err))
 
 
+def become_keeping_capabilities(uid):
+    """setresuid(uid) but keep the capabilities, effective too. The user namespace made
+    next is then owned by ``uid`` (quotas are charged to it) while its creation still
+    counts as privileged, so hosts that forbid unprivileged user namespaces (Debian's
+    ``unprivileged_userns_clone=0``, Ubuntu's AppArmor restriction) allow it."""
+    ctypes, c = libc()
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    ulong = ctypes.c_ulong
+    if c.prctl(ulong(PR_SET_KEEPCAPS), ulong(1), ulong(0), ulong(0), ulong(0)) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_KEEPCAPS)")
+    os.setresuid(uid, uid, uid)
+    header, data = Header(_LINUX_CAPABILITY_VERSION_3, 0), (Data * 2)()
+    if c.capget(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capget")
+    for half in data:
+        half.effective = half.permitted
+    if c.capset(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+
+
 def load_seccomp(bpf):
     """Install a filter that libseccomp compiled (an array of struct sock_filter)."""
     ctypes, c = libc()
@@ -118,7 +146,7 @@ def enter(sock, text_fd):
     resource.setrlimit(resource.RLIMIT_NOFILE, tuple(init["nofile"]))
     os.setgroups([])
     os.setresgid(owner, owner, owner)
-    os.setresuid(owner, owner, owner)
+    become_keeping_capabilities(owner)
     unshare(CLONE_NEWUSER | CLONE_NEWNET)
     send(sock, {"userns": True})
     mapped = receive(sock)
