@@ -77,9 +77,9 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     try:
         state = pickle.loads(target.read_bytes())
     except Exception as exc:  # atomic writes make this a foreign or damaged file
-        raise CheckpointError(f"{target} is not a readable checkpoint ({exc}); delete it to start over") from exc
+        raise CheckpointError(f"{target} is not a readable checkpoint ({type(exc).__name__}: {exc})") from exc
     if not isinstance(state, dict) or state.get("version") != CHECKPOINT_VERSION:
-        raise CheckpointError(f"{target} has an unknown checkpoint format; delete it to start over")
+        raise CheckpointError(f"{target} has an unknown checkpoint format (not written by this version of tokenworth)")
     return state
 
 
@@ -93,7 +93,7 @@ class RecordLog:
         if resume_offset > size:
             raise CheckpointError(
                 f"{self.path} is shorter ({size} bytes) than its checkpoint says ({resume_offset}); "
-                "the run directory was modified; start over with a fresh --out"
+                "the records were modified after the checkpoint"
             )
         self._handle = open(self.path, "ab")
         self._handle.truncate(resume_offset)  # drop whatever was written after the checkpoint
