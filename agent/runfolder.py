@@ -6,6 +6,7 @@ Layout (everything here is written by tokenworth; nothing else is ever deleted):
     <out>/.lock                       held briefly while config/summary are checked or written
     <out>/<method>/records.jsonl      one JSON record per task
     <out>/<method>/checkpoint.pkl     policy state + JSONL offset + next task index
+    <out>/<method>/checkpoint.durable.pkl  its last fsynced copy (agent/checkpoint.py)
     <out>/<method>/.lock              held for as long as a process runs that method
     <out>/summary.md|json, cumulative_sr.png
 
@@ -44,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from agent.checkpoint import atomic_write_json
+from agent.checkpoint import atomic_write_json, durable_path
 
 CONFIG = "config.json"
 LOCK = ".lock"
@@ -202,7 +203,8 @@ def has_results(out: Path, method: str) -> bool:
     """Whether ``method`` ran at least one task here (a checkpoint or a non-empty record file)."""
     folder = out / method
     records = folder / RECORDS
-    return (folder / CHECKPOINT).exists() or (records.exists() and records.stat().st_size > 0)
+    return (folder / CHECKPOINT).exists() or durable_path(folder / CHECKPOINT).exists() or (
+        records.exists() and records.stat().st_size > 0)
 
 
 def methods_with_results(out: Path, methods: Sequence[str]) -> list[str]:
@@ -211,13 +213,13 @@ def methods_with_results(out: Path, methods: Sequence[str]) -> list[str]:
 
 def stale_temp_files(folder: Path) -> list[Path]:
     """Temp files an atomic write left behind when its process was killed mid-write."""
-    return sorted(folder.glob(f".{CHECKPOINT}.*.tmp")) if folder.is_dir() else []
+    return sorted(folder.glob(".checkpoint*.tmp")) if folder.is_dir() else []
 
 
 def remove_method_results(out: Path, method: str) -> None:
     """Delete exactly the files tokenworth writes for ``method`` (the lock file stays)."""
     folder = out / method
-    for path in [folder / RECORDS, folder / CHECKPOINT, *stale_temp_files(folder)]:
+    for path in [folder / RECORDS, folder / CHECKPOINT, durable_path(folder / CHECKPOINT), *stale_temp_files(folder)]:
         path.unlink(missing_ok=True)
 
 

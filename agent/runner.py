@@ -32,7 +32,8 @@ from typing import Any, Callable, Iterable, Sequence
 from agent.backbones.base import Backbone, Generation
 from agent.budget import EMPTY_BLOCK, Budget, InjectionBlock, TokenLedger, build_injection_block
 from agent import interrupt, runfolder
-from agent.checkpoint import CheckpointError, RecordLog, load_checkpoint, read_records, save_checkpoint
+from agent.checkpoint import (DURABLE_EVERY_S, CheckpointError, CheckpointWriter, RecordLog, load_checkpoint,
+                              read_records, records_reach)
 from agent.envs.base import Environment, conversation
 from agent.envs.registry import make_environment  # the registries map names to classes (agent/registry.py)
 from agent.memory import Memory, Turn
@@ -239,7 +240,8 @@ def _resume_point(paths: StreamPaths, method: str, identity: dict[str, Any], pol
                   tasks: Sequence[Any]) -> tuple[int, int]:
     """Where to carry on: (next task index, JSONL offset); restores the policy's state."""
     try:
-        state = load_checkpoint(paths.checkpoint)
+        state = load_checkpoint(paths.checkpoint, valid=lambda s: records_reach(
+            paths.records, int(s.get("jsonl_offset", -1)), int(s.get("next_index", -1))))
     except CheckpointError as exc:
         raise CheckpointError(f"{exc}; {_redo_hint(paths, method)}") from exc
     if state is None:
@@ -262,12 +264,15 @@ def _resume_point(paths: StreamPaths, method: str, identity: dict[str, Any], pol
 def run_stream(method: str, env_name: str, tasks: Sequence[Any], backbone: Backbone, budget: Budget, seed: int,
                out_dir: str | Path, *, env: Environment | None = None, kg_endpoint: str | None = None,
                on_record: ProgressHook | None = None, checkpoint_every: int = 1,
-               stop_after: int | None = None, on_start: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+               stop_after: int | None = None, on_start: Callable[[int], None] | None = None,
+               durable_every_s: float = DURABLE_EVERY_S) -> list[dict[str, Any]]:
     """Run (or resume) ``method`` over ``tasks``; returns all records, old and new.
 
     ``stop_after`` processes at most that many tasks in this call (for tests and for
     splitting long runs); the checkpoint makes a later call carry on. ``on_start(next_index)``
-    is called once the resume point is known, before the first task runs.
+    is called once the resume point is known, before the first task runs. The checkpoint is
+    replaced after every task and synced to disk every ``durable_every_s`` seconds and when
+    the call ends (:class:`agent.checkpoint.CheckpointWriter`).
 
     The method's folder is locked for the whole call (:mod:`agent.runfolder`); a second
     process fails at once. SIGINT stops the stream between two committed tasks
@@ -303,20 +308,25 @@ def run_stream(method: str, env_name: str, tasks: Sequence[Any], backbone: Backb
                     on_record(record)
             if on_start is not None:
                 on_start(next_index)
+            writer = CheckpointWriter(paths.checkpoint, log=log, durable_every_s=durable_every_s)
             processed = 0
-            for index in range(next_index, len(tasks)):
-                if stop_after is not None and processed >= stop_after:
-                    break
-                record = run_task(policy, environment, backbone, tasks[index], index, budget, seed)
-                with guard.deferred():  # a task is committed whole (record + checkpoint) or not at all
-                    offset = log.append(record)
-                    if (index + 1) % checkpoint_every == 0 or index + 1 == len(tasks):
-                        save_checkpoint(paths.checkpoint, {"identity": identity, "policy": policy.state_dict(),
-                                                           "next_index": index + 1, "jsonl_offset": offset,
-                                                           "finished": index + 1 == len(tasks)})
-                processed += 1
-                if on_record is not None:
-                    on_record(record)
+            try:
+                for index in range(next_index, len(tasks)):
+                    if stop_after is not None and processed >= stop_after:
+                        break
+                    record = run_task(policy, environment, backbone, tasks[index], index, budget, seed)
+                    finished = index + 1 == len(tasks)
+                    with guard.deferred():  # a task is committed whole (record + checkpoint) or not at all
+                        offset = log.append(record, sync=False)
+                        if (index + 1) % checkpoint_every == 0 or finished:
+                            writer.save({"identity": identity, "policy": policy.state_dict(), "next_index": index + 1,
+                                         "jsonl_offset": offset, "finished": finished}, durable=finished)
+                    processed += 1
+                    if on_record is not None:
+                        on_record(record)
+            finally:
+                with guard.deferred():
+                    writer.flush()  # whatever stopped the stream, its last checkpoint reaches the disk
         finally:
             log.close()
             if own_env and environment is not None:

@@ -36,7 +36,8 @@ import numpy as np
 from agent.backbones.base import Backbone
 from agent.budget import EMPTY_BLOCK, Budget, build_injection_block
 from agent import interrupt, runfolder
-from agent.checkpoint import CheckpointError, atomic_write_json, atomic_write_text, load_checkpoint, save_checkpoint
+from agent.checkpoint import (CheckpointError, CheckpointWriter, atomic_write_json, atomic_write_text, durable_path,
+                              load_checkpoint)
 from agent.memory import Memory, build_memory
 from agent.runner import Episode, config_digest, make_environment
 
@@ -324,6 +325,9 @@ def run_sweep(env_name: str, tasks: Sequence[Any], backbone: Backbone, budget: B
         bar = stack.enter_context(tqdm(total=len(tasks), initial=streams.next_index, desc=f"sweep x{n}",
                                        unit="task", disable=not progress))
         bar.set_postfix_str("compiling the controller…", refresh=True)
+        writer = CheckpointWriter(checkpoint) if checkpoint is not None else None
+        if writer is not None:
+            stack.callback(writer.flush)  # the last checkpoint reaches the disk however the sweep stops
         processed = 0
         for index in range(streams.next_index, len(tasks)):
             if stop_after is not None and processed >= stop_after:
@@ -331,10 +335,11 @@ def run_sweep(env_name: str, tasks: Sequence[Any], backbone: Backbone, budget: B
             started = time.perf_counter()
             streams.run_task(env_name, tasks[index], environments, backbone, budget, seed)
             streams.seconds += time.perf_counter() - started
-            if checkpoint is not None:
+            if writer is not None:
+                finished = streams.next_index == len(tasks)
                 with guard.deferred():  # a task is committed whole or not at all
-                    save_checkpoint(checkpoint, {"identity": identity, "streams": streams.state_dict(),
-                                                 "finished": streams.next_index == len(tasks)})
+                    writer.save({"identity": identity, "streams": streams.state_dict(), "finished": finished},
+                                durable=finished)
             processed += 1
             bar.update(1)
             bar.set_postfix_str("", refresh=False)
@@ -357,8 +362,8 @@ def sweep_identity(env_name: str, tasks: Sequence[Any], backbone: Backbone, budg
 
 
 def _sweep_files(out: Path) -> list[Path]:
-    return [out / SWEEP_CONFIG, out / SWEEP_CHECKPOINT, *(out / name for name in SWEEP_OUTPUTS),
-            *sorted(out.glob(f".{SWEEP_CHECKPOINT}.*.tmp")), *sorted(out.glob(".sweep.*.tmp"))]
+    return [out / SWEEP_CONFIG, out / SWEEP_CHECKPOINT, durable_path(out / SWEEP_CHECKPOINT),
+            *(out / name for name in SWEEP_OUTPUTS), *sorted(out.glob(".sweep*.tmp"))]
 
 
 def prepare_sweep_folder(out: Path, identity: dict[str, Any], *, overwrite: bool) -> Path:
@@ -374,7 +379,7 @@ def prepare_sweep_folder(out: Path, identity: dict[str, Any], *, overwrite: bool
     if out.exists() and not out.is_dir():
         raise SweepError(f"{out} is a file, not a folder; pass another --out")
     out.mkdir(parents=True, exist_ok=True)
-    for stale in [*out.glob(f".{SWEEP_CHECKPOINT}.*.tmp")]:
+    for stale in out.glob(".sweep-checkpoint*.tmp"):  # a kill mid-write left it; we hold the lock
         stale.unlink(missing_ok=True)
     config_path, checkpoint = out / SWEEP_CONFIG, out / SWEEP_CHECKPOINT
     ours = {p.name for p in _sweep_files(out)} | {runfolder.LOCK}
@@ -387,7 +392,7 @@ def prepare_sweep_folder(out: Path, identity: dict[str, Any], *, overwrite: bool
             existing = json.loads(config_path.read_text())
         except (OSError, ValueError) as exc:
             raise SweepError(f"{config_path} is unreadable ({exc}); move it aside or pass another --out") from exc
-    started = checkpoint.exists() or any((out / name).exists() for name in SWEEP_OUTPUTS)
+    started = any(p.exists() for p in (checkpoint, durable_path(checkpoint), *(out / n for n in SWEEP_OUTPUTS)))
     if existing != identity and started:
         if not overwrite:
             what = (f"a sweep with other settings ({_first_difference(existing, identity)})" if existing is not None

@@ -106,16 +106,16 @@ def test_sigint_swallowed_by_a_callee_stops_the_run_and_commits_nothing(tmp_path
 
 
 def test_sigint_during_the_commit_is_deferred_until_the_task_is_written(tmp_path, monkeypatch) -> None:
-    import agent.runner as runner_module
+    from agent.checkpoint import CheckpointWriter
 
-    real_save = runner_module.save_checkpoint
+    real_save = CheckpointWriter.save
 
-    def save(path, state):
+    def save(self, state, **kwargs):
         if state["next_index"] == 2:
             signal.raise_signal(signal.SIGINT)  # lands between the record append and the checkpoint
-        real_save(path, state)
+        real_save(self, state, **kwargs)
 
-    monkeypatch.setattr(runner_module, "save_checkpoint", save)
+    monkeypatch.setattr(CheckpointWriter, "save", save)
     with pytest.raises(KeyboardInterrupt):
         run_stream("rag", "db", make_tasks(5), FakeBackbone(), DB, 0, tmp_path, env=FakeDBEnv())
     assert len(read_records(tmp_path / "rag" / "records.jsonl")) == 2

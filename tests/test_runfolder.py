@@ -149,7 +149,8 @@ def test_records_without_checkpoint_are_kept_and_the_advice_touches_one_method(t
     tasks = make_tasks(8)
     run_stream("memp", "db", tasks, FakeBackbone(), DB, 0, tmp_path, env=FakeDBEnv(), stop_after=5)
     before = (tmp_path / "memp" / "records.jsonl").read_bytes()
-    (tmp_path / "memp" / "checkpoint.pkl").unlink()
+    for name in ("checkpoint.pkl", "checkpoint.durable.pkl"):
+        (tmp_path / "memp" / name).unlink()
     with pytest.raises(CheckpointError) as info:
         run_stream("memp", "db", tasks, FakeBackbone(), DB, 0, tmp_path, env=FakeDBEnv())
     message = str(info.value)
@@ -163,7 +164,8 @@ def test_stateless_method_is_rebuilt_from_its_records(tmp_path) -> None:
     reference = run_stream("standard", "db", tasks, FakeBackbone(), DB, 0, tmp_path / "ref", env=FakeDBEnv())
     out = tmp_path / "run"
     run_stream("standard", "db", tasks, FakeBackbone(), DB, 0, out, env=FakeDBEnv(), stop_after=4)
-    (out / "standard" / "checkpoint.pkl").unlink()
+    for name in ("checkpoint.pkl", "checkpoint.durable.pkl"):
+        (out / "standard" / name).unlink()
     with open(out / "standard" / "records.jsonl", "ab") as handle:
         handle.write(b'{"index": 4, "torn')  # a half-written record is dropped and re-made
     backbone = FakeBackbone()
@@ -175,7 +177,8 @@ def test_stateless_method_is_rebuilt_from_its_records(tmp_path) -> None:
 def test_damaged_checkpoint_error_names_only_that_method(tmp_path, data_dir) -> None:
     out = tmp_path / "run"
     assert runner.invoke(app, run_args(out, data_dir, "standard,memp", 3)).exit_code == 0
-    (out / "memp" / "checkpoint.pkl").write_bytes(b"garbage")
+    for name in ("checkpoint.pkl", "checkpoint.durable.pkl"):
+        (out / "memp" / name).write_bytes(b"garbage")
     result = runner.invoke(app, run_args(out, data_dir, "standard,memp", 3))
     line = one_error_line(result.output)
     assert result.exit_code == 2 and "memp" in line and "--methods memp --overwrite" in line
@@ -203,11 +206,11 @@ def test_disk_full_is_one_error_line_and_the_run_resumes(tmp_path, data_dir, mon
     real_append = checkpoint.RecordLog.append
     calls = {"n": 0}
 
-    def append(self, record):
+    def append(self, record, **kwargs):
         calls["n"] += 1
         if calls["n"] == 3:
             raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
-        return real_append(self, record)
+        return real_append(self, record, **kwargs)
 
     monkeypatch.setattr(checkpoint.RecordLog, "append", append)
     result = runner.invoke(app, run_args(out, data_dir, "standard", 5))
