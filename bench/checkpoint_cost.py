@@ -3,7 +3,8 @@
 ``python -m bench.checkpoint_cost [--tasks N] [--out bench/results]`` runs the same DB stream
 (simulated backbone) three ways in one process, after a warm-up that compiles the controller:
 
-* ``sync_every_task``: the record and the checkpoint fsynced after every task (the old commit);
+* ``sync_every_task``: the record, the checkpoint and its durable copy fsynced after every task
+  (the old commit synced the record and the checkpoint);
 * ``group_commit``: the record and checkpoint replaced every task, fsynced every 5 s and at the
   end (:class:`agent.checkpoint.CheckpointWriter`, the default);
 * ``no_checkpoint``: checkpoint only at the end (the floor: the cost of the tasks themselves).
