@@ -67,8 +67,11 @@ def expected_failures(function: F) -> F:
 
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from agent.interrupt import InterruptGuard
+
         try:
-            return function(*args, **kwargs)
+            with InterruptGuard():  # Ctrl-C during start-up stops before the first task, never mid-import
+                return function(*args, **kwargs)
         except typer.Exit:
             raise
         except KeyboardInterrupt:

@@ -276,8 +276,9 @@ def run_stream(method: str, env_name: str, tasks: Sequence[Any], backbone: Backb
 
     The method's folder is locked for the whole call (:mod:`agent.runfolder`); a second
     process fails at once. SIGINT stops the stream between two committed tasks
-    (:mod:`agent.interrupt`): the records and checkpoint on disk stay those of the last
-    complete task, and ``KeyboardInterrupt`` propagates.
+    (:mod:`agent.interrupt`: the first Ctrl-C at the next phase boundary, a second at once):
+    the records and checkpoint on disk stay those of the last complete task, and
+    ``KeyboardInterrupt`` propagates.
     """
     if checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
@@ -314,6 +315,7 @@ def run_stream(method: str, env_name: str, tasks: Sequence[Any], backbone: Backb
                 for index in range(next_index, len(tasks)):
                     if stop_after is not None and processed >= stop_after:
                         break
+                    guard.check()
                     record = run_task(policy, environment, backbone, tasks[index], index, budget, seed)
                     finished = index + 1 == len(tasks)
                     with guard.deferred():  # a task is committed whole (record + checkpoint) or not at all

@@ -332,6 +332,7 @@ def run_sweep(env_name: str, tasks: Sequence[Any], backbone: Backbone, budget: B
         for index in range(streams.next_index, len(tasks)):
             if stop_after is not None and processed >= stop_after:
                 break
+            guard.check()
             started = time.perf_counter()
             streams.run_task(env_name, tasks[index], environments, backbone, budget, seed)
             streams.seconds += time.perf_counter() - started

@@ -23,18 +23,23 @@ from agent.checkpoint import load_checkpoint, read_records
 from agent.interrupt import InterruptGuard
 from agent.runner import comparable, run_stream
 from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks
+from tests.test_resume import lines
 
 DB = Budget.for_env("db")
 AT_TASK = 3
 
 
-def sqlite_swallowing_sigint() -> None:
-    """A SQLite query whose Python progress callback receives SIGINT: sqlite3 raises OperationalError."""
+def sqlite_swallowing_sigint(presses: int) -> None:
+    """A SQLite query whose Python progress callback receives SIGINT ``presses`` times.
+
+    Once the handler raises inside the callback (Python's default handler at once, the guard
+    at the second press), sqlite3 swallows the KeyboardInterrupt and raises OperationalError.
+    """
     connection = sqlite3.connect(":memory:")
     fired: list[int] = []
 
     def progress() -> int:
-        if not fired:
+        if len(fired) < presses:
             fired.append(1)
             signal.raise_signal(signal.SIGINT)
         return 0
@@ -45,16 +50,16 @@ def sqlite_swallowing_sigint() -> None:
 
 
 class InterruptedEnv(FakeDBEnv):
-    """Gets SIGINT inside SQLite during ``phase`` of task AT_TASK (once)."""
+    """Gets SIGINT (``presses`` times) inside SQLite during ``phase`` of task AT_TASK."""
 
-    def __init__(self, phase: str) -> None:
+    def __init__(self, phase: str, presses: int = 2) -> None:
         super().__init__()
-        self.phase, self.fired = phase, False
+        self.phase, self.presses, self.fired = phase, presses, False
 
     def _maybe(self, phase: str) -> None:
         if phase == self.phase and not self.fired and self.task.sample_index == AT_TASK:
             self.fired = True
-            sqlite_swallowing_sigint()  # raises sqlite3.OperationalError, not KeyboardInterrupt
+            sqlite_swallowing_sigint(self.presses)  # twice: sqlite3.OperationalError, not KeyboardInterrupt
 
     def reset(self, task):
         out = super().reset(task)
@@ -73,27 +78,29 @@ class InterruptedEnv(FakeDBEnv):
 class SwallowingBackbone(FakeBackbone):
     """A backbone whose client catches everything (as HTTP clients and retry loops do)."""
 
-    def __init__(self) -> None:
+    def __init__(self, presses: int = 2) -> None:
         super().__init__()
-        self.fired = False
+        self.presses, self.fired = presses, False
 
     def generate(self, conversations, max_tokens, stop=None, *, meta=None):
         if not self.fired and meta[0]["task"].sample_index == AT_TASK:
             self.fired = True
-            try:
-                signal.raise_signal(signal.SIGINT)
-            except BaseException:
-                pass  # swallowed: only the guard's flag remembers it
+            for _ in range(self.presses):
+                try:
+                    signal.raise_signal(signal.SIGINT)
+                except BaseException:
+                    pass  # swallowed: only the guard's flag remembers it
         return super().generate(conversations, max_tokens, stop, meta=meta)
 
 
+@pytest.mark.parametrize("presses", [1, 2])
 @pytest.mark.parametrize("phase", ["reset", "step", "judge", "backbone"])
-def test_sigint_swallowed_by_a_callee_stops_the_run_and_commits_nothing(tmp_path, phase) -> None:
+def test_sigint_swallowed_by_a_callee_stops_the_run_and_commits_nothing(tmp_path, phase, presses) -> None:
     tasks = make_tasks(8)
     reference = run_stream("memp", "db", tasks, FakeBackbone(), DB, 0, tmp_path / "ref", env=FakeDBEnv())
     out = tmp_path / "run"
-    env = FakeDBEnv() if phase == "backbone" else InterruptedEnv(phase)
-    backbone = SwallowingBackbone() if phase == "backbone" else FakeBackbone()
+    env = FakeDBEnv() if phase == "backbone" else InterruptedEnv(phase, presses)
+    backbone = SwallowingBackbone(presses) if phase == "backbone" else FakeBackbone()
     with pytest.raises(KeyboardInterrupt):
         run_stream("memp", "db", tasks, backbone, DB, 0, out, env=env)
     records = read_records(out / "memp" / "records.jsonl")
@@ -122,15 +129,17 @@ def test_sigint_during_the_commit_is_deferred_until_the_task_is_written(tmp_path
     assert load_checkpoint(tmp_path / "rag" / "checkpoint.pkl")["next_index"] == 2
 
 
-def test_guard_flag_survives_a_swallowed_interrupt() -> None:
+def test_first_sigint_only_sets_the_flag_the_second_raises_at_once(capsys) -> None:
     with InterruptGuard() as guard:
-        try:
-            signal.raise_signal(signal.SIGINT)
-        except KeyboardInterrupt:
-            pass
-        assert guard.requested
+        signal.raise_signal(signal.SIGINT)  # nothing is raised inside the callee
+        assert guard.requested and "Ctrl-C again" in capsys.readouterr().err
+        with InterruptGuard() as inner:  # nested guards share the flag
+            with pytest.raises(KeyboardInterrupt):
+                inner.check()
         with pytest.raises(KeyboardInterrupt):
-            guard.check()
+            signal.raise_signal(signal.SIGINT)  # the user insists
+        with pytest.raises(KeyboardInterrupt):
+            guard.check()  # and a callee that swallowed the second one cannot hide it either
 
 
 # ------------------------------------------------------------------------- a real run, a real SIGINT
@@ -141,13 +150,6 @@ METHODS = ("standard", "memp")
 def cli(out: Path, data_dir: str) -> list[str]:
     return [sys.executable, "-m", "agent.cli", "run", "--env", "db", "--methods", ",".join(METHODS), "--limit",
             str(LIMIT), "--seed", "2", "--out", str(out), "--data-dir", data_dir, "--no-progress"]
-
-
-def lines(path: Path) -> int:
-    try:
-        return path.read_bytes().count(b"\n")
-    except FileNotFoundError:
-        return 0
 
 
 @pytest.mark.slow
