@@ -166,3 +166,17 @@ def test_sweep_sigkill_at_several_points_then_resume_matches_uninterrupted(tmp_p
     assert data["rewards"] == [s.rewards for s in reference.streams]
     assert [s["admissions"] for s in data["streams"]] == [s.summary()["admissions"] for s in reference.streams]
     assert [s["output_tok"] for s in data["streams"]] == [s.summary()["output_tok"] for s in reference.streams]
+
+
+def test_an_older_sweep_without_settings_is_never_overwritten_silently(tmp_path) -> None:
+    from agent.sweep import prepare_sweep_folder
+
+    out = tmp_path / "sweep-db-seed0"
+    out.mkdir()
+    (out / "sweep.md").write_text("22 x 500 Table A3")  # written before sweeps recorded their settings
+    (out / "sweep.json").write_text("{}")
+    with pytest.raises(SweepError, match="settings are unknown.*--overwrite"):
+        prepare_sweep_folder(out, {"env": "db"}, overwrite=False)
+    assert (out / "sweep.md").read_text() == "22 x 500 Table A3"
+    prepare_sweep_folder(out, {"env": "db"}, overwrite=True)
+    assert not (out / "sweep.md").exists() and json.loads((out / "sweep-config.json").read_text()) == {"env": "db"}
