@@ -26,7 +26,13 @@ test: setup
 	TOKENWORTH_DATA_DIR=$(DATA) $(PY) -m pytest -q
 
 bench: setup
-	TOKENWORTH_DATA_DIR=$(DATA) $(VENV)/bin/tokenworth bench controller
+	TOKENWORTH_DATA_DIR=$(DATA) $(PY) -m bench controller
+
+# Convert the three jupytext scripts to notebooks/*.ipynb and execute them (figures included).
+# The kernel is this venv's ipykernel; TOKENWORTH_NOTEBOOK_FULL=1 runs them at full size.
+notebooks: setup
+	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	cd notebooks && TOKENWORTH_DATA_DIR=$(DATA) ../$(VENV)/bin/jupytext --to ipynb --execute 0*.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

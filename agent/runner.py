@@ -31,13 +31,16 @@ from typing import Any, Callable, Iterable, Sequence
 
 from agent.backbones.base import Backbone, Generation
 from agent.budget import EMPTY_BLOCK, Budget, BudgetExceeded, InjectionBlock, TokenLedger, build_injection_block
-from agent.checkpoint import RecordLog, atomic_write_json, load_checkpoint, read_records, save_checkpoint
+from agent import interrupt, runfolder
+from agent.checkpoint import (DURABLE_EVERY_S, CheckpointError, CheckpointWriter, RecordLog, load_checkpoint,
+                              read_records, records_reach)
 from agent.envs.base import Environment, conversation
+from agent.envs.registry import make_environment  # the registries map names to classes (agent/registry.py)
 from agent.memory import Memory, Turn
 from agent.policies.base import MemoryPolicy, Outcome
+from agent.policies.registry import METHOD_NAMES, make_policy
 from agent.show import instructions_digest
 
-METHOD_NAMES = ("standard", "rag", "memrl", "memp", "tokenworth")
 NONDETERMINISTIC_FIELDS = frozenset({"time_s"})  # wall clock; everything else must replay exactly
 
 # Trajectory logging (records' ``trajectory`` and ``judge`` fields). Replies are kept whole (a
@@ -49,44 +52,6 @@ JUDGE_CAP = 300  # per string in the judge's details (expected rows, the given a
 # reply is not applied to the environment, the task fails with this status and reward 0, the
 # reported tokens are booked as they are (never hidden), and ``error`` says what happened.
 OVER_MAX_TOKENS = "over_max_tokens"
-
-
-# ------------------------------------------------------------------------- factories
-def make_policy(method: str, env: str, budget: Budget, seed: int) -> MemoryPolicy:
-    """A fresh policy by name (one of :data:`METHOD_NAMES`)."""
-    if method == "standard":
-        from agent.policies.standard import StandardPolicy as cls
-    elif method == "rag":
-        from agent.policies.rag import RAGPolicy as cls
-    elif method == "memrl":
-        from agent.policies.memrl import MemRLPolicy as cls
-    elif method == "memp":
-        from agent.policies.memp import MemPPolicy as cls
-    elif method == "tokenworth":
-        from agent.policies.tokenworth import TokenWorthPolicy as cls
-    else:
-        raise ValueError(f"unknown method {method!r}; expected one of {', '.join(METHOD_NAMES)}")
-    return cls(env, budget, seed)
-
-
-def make_environment(env: str, budget: Budget, *, kg_endpoint: str | None = None) -> Environment:
-    """The environment by name, with its round limit set to the budget's J_max.
-
-    KG needs a SPARQL endpoint; without one its factory raises ``KGEndpointRequired``.
-    """
-    if env == "db":
-        from agent.envs.db import DBEnvironment
-
-        return DBEnvironment(max_rounds=budget.max_rounds)
-    if env == "os":
-        from agent.envs.os_env import OSEnvironment
-
-        return OSEnvironment(max_rounds=budget.max_rounds)
-    if env == "kg":
-        from agent.envs.kg import make_kg_environment
-
-        return make_kg_environment(kg_endpoint, max_rounds=budget.max_rounds)
-    raise ValueError(f"unknown environment {env!r}; expected db, os or kg")
 
 
 # ------------------------------------------------------------------------- one episode
@@ -264,15 +229,25 @@ def make_record(method: str, index: int, task: Any, episode: Episode, reward: in
 
 def run_task(policy: MemoryPolicy, env: Environment, backbone: Backbone, task: Any, index: int,
              budget: Budget, seed: int) -> dict[str, Any]:
-    """Run one task end to end and return its record (the policy has been updated)."""
+    """Run one task end to end and return its record (the policy has been updated).
+
+    ``interrupt.check()`` after every phase: a Ctrl-C that a callee swallowed (e.g. SQLite
+    turning it into ``OperationalError``) stops the task instead of becoming its outcome.
+    """
     started = time.perf_counter()
     injected, block, skills = injection_for(policy, task, budget)
+    interrupt.check()
     episode = Episode(env, task, block, skills, budget, seed)
+    interrupt.check()
     while (request := episode.request()) is not None:
         [generation] = backbone.generate([request.conversation], [request.max_tokens], meta=[request.meta])
+        interrupt.check()
         episode.feed(request, generation)
+        interrupt.check()
     reward = episode.judge()
+    interrupt.check()
     policy.update(task, injected, Outcome(reward, episode.status or "completed"), episode.turns)
+    interrupt.check()
     return make_record(policy.name, index, task, episode, reward, block, policy.take_log(), policy.bank_size(),
                        time.perf_counter() - started)
 
@@ -298,62 +273,148 @@ class StreamPaths:
 ProgressHook = Callable[[dict[str, Any]], None]
 
 
+def stream_identity(method: str, env_name: str, tasks: Sequence[Any], backbone: Backbone, budget: Budget,
+                    seed: int) -> dict[str, Any]:
+    return {"method": method, "env": env_name, "seed": seed, "budget": budget.as_dict(),
+            "backbone": getattr(backbone, "name", type(backbone).__name__),
+            "task_ids": config_digest({"ids": [t.task_id for t in tasks]})}
+
+
+def _redo_hint(paths: StreamPaths, method: str) -> str:
+    return (f"the records are kept; to redo {method} alone, rerun with --methods {method} --overwrite "
+            f"(it deletes only {paths.directory}'s records and checkpoint), or move {paths.directory} aside")
+
+
+def _rebuild_stateless(paths: StreamPaths, policy: MemoryPolicy, tasks: Sequence[Any]) -> tuple[int, int] | None:
+    """(next_index, offset) recovered from the records alone, for a policy with no state.
+
+    Only a policy whose state is empty (``standard``) can resume without its checkpoint: its
+    decisions do not depend on earlier tasks. The records must be tasks 0..n-1 in order; a
+    torn last line is dropped (it is re-made).
+    """
+    if policy.state_dict():
+        return None
+    offset = n = 0
+    with open(paths.records, "rb") as handle:
+        for line in handle:
+            if not line.endswith(b"\n"):
+                break
+            try:
+                record = json.loads(line)
+            except ValueError:
+                return None
+            if n >= len(tasks) or record.get("index") != n or record.get("task_id") != tasks[n].task_id:
+                return None
+            n, offset = n + 1, offset + len(line)
+    return n, offset
+
+
+def _resume_point(paths: StreamPaths, method: str, identity: dict[str, Any], policy: MemoryPolicy,
+                  tasks: Sequence[Any]) -> tuple[int, int]:
+    """Where to carry on: (next task index, JSONL offset); restores the policy's state."""
+    try:
+        state = load_checkpoint(paths.checkpoint, valid=lambda s: records_reach(
+            paths.records, int(s.get("jsonl_offset", -1)), int(s.get("next_index", -1))))
+    except CheckpointError as exc:
+        raise CheckpointError(f"{exc}; {_redo_hint(paths, method)}") from exc
+    if state is None:
+        if not paths.records.exists() or paths.records.stat().st_size == 0:
+            return 0, 0
+        rebuilt = _rebuild_stateless(paths, policy, tasks)
+        if rebuilt is None:
+            raise CheckpointError(
+                f"{paths.records} holds records but {paths.checkpoint} is missing, so {method}'s state (its memory "
+                f"bank and learned values) cannot be restored; {_redo_hint(paths, method)}")
+        return rebuilt
+    if state["identity"] != identity:
+        raise CheckpointError(
+            f"{paths.checkpoint} belongs to a different run ({state['identity']} vs {identity}); "
+            f"use another --out, or {_redo_hint(paths, method)}")
+    policy.load_state_dict(state["policy"])
+    return int(state["next_index"]), int(state["jsonl_offset"])
+
+
+def _replay(on_record: ProgressHook | None, records: list[dict[str, Any]]) -> None:
+    """Show records made before a resume: a hook with ``.resumed()`` counts them as done, not as new work."""
+    if on_record is None:
+        return
+    resumed = getattr(on_record, "resumed", None)
+    if resumed is not None:
+        resumed(records)
+    else:
+        for record in records:
+            on_record(record)
+
+
 def run_stream(method: str, env_name: str, tasks: Sequence[Any], backbone: Backbone, budget: Budget, seed: int,
                out_dir: str | Path, *, env: Environment | None = None, kg_endpoint: str | None = None,
                on_record: ProgressHook | None = None, checkpoint_every: int = 1,
-               stop_after: int | None = None) -> list[dict[str, Any]]:
+               stop_after: int | None = None, on_start: Callable[[int], None] | None = None,
+               durable_every_s: float = DURABLE_EVERY_S) -> list[dict[str, Any]]:
     """Run (or resume) ``method`` over ``tasks``; returns all records, old and new.
 
     ``stop_after`` processes at most that many tasks in this call (for tests and for
-    splitting long runs); the checkpoint makes a later call carry on.
+    splitting long runs); the checkpoint makes a later call carry on. ``on_start(next_index)``
+    is called once the resume point is known, before the first task runs. The checkpoint is
+    replaced after every task and synced to disk every ``durable_every_s`` seconds and when
+    the call ends (:class:`agent.checkpoint.CheckpointWriter`).
+
+    The method's folder is locked for the whole call (:mod:`agent.runfolder`); a second
+    process fails at once. SIGINT stops the stream between two committed tasks
+    (:mod:`agent.interrupt`: the first Ctrl-C at the next phase boundary, a second at once):
+    the records and checkpoint on disk stay those of the last complete task, and
+    ``KeyboardInterrupt`` propagates.
     """
     if checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
     paths = StreamPaths(Path(out_dir) / method)
-    identity = {"method": method, "env": env_name, "seed": seed, "budget": budget.as_dict(),
-                "backbone": getattr(backbone, "name", type(backbone).__name__),
-                "task_ids": config_digest({"ids": [t.task_id for t in tasks]})}
-    policy = make_policy(method, env_name, budget, seed)
-    state = load_checkpoint(paths.checkpoint)
-    next_index, offset = 0, 0
-    if state is not None:
-        if state["identity"] != identity:
-            raise RuntimeError(
-                f"{paths.checkpoint} belongs to a different run ({state['identity']} vs {identity}); "
-                "use another --out or --overwrite"
-            )
-        policy.load_state_dict(state["policy"])
-        next_index, offset = int(state["next_index"]), int(state["jsonl_offset"])
-    own_env = env is None
-    environment = make_environment(env_name, budget, kg_endpoint=kg_endpoint) if own_env else env
-    log = RecordLog(paths.records, resume_offset=offset)
-    try:
-        if on_record is not None:  # replayed records: a hook with .resumed() counts them as done, not as new work
-            replayed = read_records(paths.records)
-            resumed = getattr(on_record, "resumed", None)
-            if resumed is not None:
-                resumed(replayed)
-            else:
-                for record in replayed:
-                    on_record(record)
-        processed = 0
-        for index in range(next_index, len(tasks)):
-            if stop_after is not None and processed >= stop_after:
-                break
-            record = run_task(policy, environment, backbone, tasks[index], index, budget, seed)
-            offset = log.append(record)
-            processed += 1
-            if (index + 1) % checkpoint_every == 0 or index + 1 == len(tasks):
-                save_checkpoint(paths.checkpoint, {"identity": identity, "policy": policy.state_dict(),
-                                                   "next_index": index + 1, "jsonl_offset": offset,
-                                                   "finished": index + 1 == len(tasks)})
-            if on_record is not None:
-                on_record(record)
-    finally:
-        log.close()
-        if own_env:
-            environment.close()
-    return read_records(paths.records)
+    with runfolder.locked(*runfolder.method_lock(Path(out_dir), method)), interrupt.InterruptGuard() as guard:
+        for stale in runfolder.stale_temp_files(paths.directory):
+            stale.unlink(missing_ok=True)  # a kill mid-write left it; we hold the lock, so nobody is writing it
+        identity = stream_identity(method, env_name, tasks, backbone, budget, seed)
+        policy = make_policy(method, env_name, budget, seed)
+        next_index, offset = _resume_point(paths, method, identity, policy, tasks)
+        if next_index >= len(tasks):  # finished: nothing to write (works in a read-only folder)
+            records = read_records(paths.records)
+            _replay(on_record, records)
+            return records
+        try:
+            log = RecordLog(paths.records, resume_offset=offset)
+        except CheckpointError as exc:
+            raise CheckpointError(f"{exc}; {_redo_hint(paths, method)}") from exc
+        own_env = env is None
+        environment: Environment | None = env
+        try:
+            if environment is None:
+                environment = make_environment(env_name, budget, kg_endpoint=kg_endpoint)
+            _replay(on_record, read_records(paths.records))
+            if on_start is not None:
+                on_start(next_index)
+            writer = CheckpointWriter(paths.checkpoint, log=log, durable_every_s=durable_every_s)
+            processed = 0
+            try:
+                for index in range(next_index, len(tasks)):
+                    if stop_after is not None and processed >= stop_after:
+                        break
+                    guard.check()
+                    record = run_task(policy, environment, backbone, tasks[index], index, budget, seed)
+                    finished = index + 1 == len(tasks)
+                    with guard.deferred():  # a task is committed whole (record + checkpoint) or not at all
+                        offset = log.append(record, sync=False)
+                        if (index + 1) % checkpoint_every == 0 or finished:
+                            writer.save({"identity": identity, "policy": policy.state_dict(), "next_index": index + 1,
+                                         "jsonl_offset": offset, "finished": finished}, durable=finished)
+                    processed += 1
+                    if on_record is not None:
+                        on_record(record)
+            finally:
+                with guard.deferred():
+                    writer.flush()  # whatever stopped the stream, its last checkpoint reaches the disk
+        finally:
+            log.close()
+            if own_env and environment is not None:
+                environment.close()
+        return read_records(paths.records)
 
 
 def comparable(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -364,20 +425,8 @@ def comparable(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 def write_run_config(out_dir: str | Path, config: dict[str, Any], *, overwrite: bool = False) -> None:
     """Record the run's settings; refuse to mix two different runs in one directory.
 
-    The ``connection`` entry (where the server is, how patiently it is called) is rewritten with
-    the latest values and never compared: see agent/backbones/options.py.
+    A thin wrapper over :func:`agent.runfolder.prepare` for callers that run every method.
     """
-    path = Path(out_dir) / "config.json"
-    plain = json.loads(json.dumps(config, default=str))
-    if path.exists() and not overwrite:
-        existing = json.loads(path.read_text())
-        # "connection" (server URL, timeouts, retries, concurrency) is not part of the run's identity
-        if {k: v for k, v in existing.items() if k != "connection"} != {k: v for k, v in plain.items()
-                                                                         if k != "connection"}:
-            raise RuntimeError(
-                f"{out_dir} already holds a run with different settings ({path}); "
-                "pass another --out, or --overwrite to start over"
-            )
-        if existing.get("connection") == plain.get("connection"):
-            return
-    atomic_write_json(path, plain)
+    out = Path(out_dir)
+    with runfolder.locked(*runfolder.folder_lock(out), wait_s=runfolder.FOLDER_LOCK_WAIT_S):
+        runfolder.prepare(out, config, METHOD_NAMES if overwrite else (), METHOD_NAMES, overwrite=overwrite)
