@@ -26,8 +26,11 @@ def test_bad_or_misplaced_options_name_the_flag():
 
 
 def test_a_moved_server_resumes_but_another_model_does_not(tmp_path):
-    config = {"env": "db", "backbone_options": {"model": "m"}, "connection": {"base_url": "http://a:1/v1"}}
+    config = {"env": "db", "backbone": "openai", "seed": 0, "backbone_options": {"model": "m"},
+              "connection": {"base_url": "http://a:1/v1"}}
     write_run_config(tmp_path, config)
+    (tmp_path / "standard").mkdir()  # a method with results: only then do other settings conflict
+    (tmp_path / "standard" / "records.jsonl").write_text('{"index": 0}\n')
     moved = dict(config, connection={"base_url": "http://a:2/v1", "timeout": 9})
     write_run_config(tmp_path, moved)  # accepted, and the new connection is recorded
     assert json.loads((tmp_path / "config.json").read_text())["connection"]["base_url"] == "http://a:2/v1"
