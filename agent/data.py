@@ -15,10 +15,11 @@ Where the data lives, first match wins:
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any, Literal, Sequence, Union
+from typing import Any, Iterator, Literal, Sequence, Union
 
 EnvName = Literal["db", "os", "kg"]
 
@@ -140,16 +141,50 @@ class KGTask:
 Task = Union[DBTask, OSTask, KGTask]
 
 
-def _literal(value: Any, column: str, index: int, path: Path) -> Any:
-    if value is None or not isinstance(value, str):
-        return value
+def _corrupt(path: Path, index: Any, column: str, problem: str) -> DataError:
+    return DataError(f"{path}: row {index}, column {column!r} {problem}; the file looks corrupt. "
+                     f"{_how_to_get(path.parent.parent)}")
+
+
+@contextlib.contextmanager
+def _column(column: str, index: Any, path: Path) -> Iterator[None]:
+    """Turn a wrongly shaped value (a list where a dict belongs, a missing key) into a DataError."""
     try:
-        return ast.literal_eval(value)
-    except (ValueError, SyntaxError) as exc:
-        raise DataError(
-            f"{path}: row {index}, column {column!r} is not a Python literal ({exc}); the file "
-            f"looks corrupt. {_how_to_get(path.parent.parent)}"
-        ) from exc
+        yield
+    except DataError:
+        raise
+    except (AttributeError, TypeError, KeyError, ValueError, IndexError) as exc:
+        raise _corrupt(path, index, column, f"has the wrong shape ({type(exc).__name__}: {exc})") from exc
+
+
+def _literal(value: Any, column: str, index: int, path: Path, kind: type | tuple[type, ...] | None = None) -> Any:
+    """Decode a Python-literal string column; ``kind`` checks the decoded type (null only if it allows None)."""
+    if value is None and (kind is None or isinstance(None, kind)):
+        return None
+    if isinstance(value, str):
+        try:
+            value = ast.literal_eval(value)
+        except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
+            raise _corrupt(path, index, column, f"is not a Python literal ({exc})") from exc
+    if kind is not None and not isinstance(value, kind):
+        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise _corrupt(path, index, column, f"holds a {type(value).__name__}, expected a {names}")
+    return value
+
+
+def _text(row: dict[str, Any], column: str, index: Any, path: Path) -> str:
+    """A required text column: null or non-text values are refused, never turned into "None"."""
+    value = row[column]
+    if not isinstance(value, str) or not value.strip():
+        raise _corrupt(path, index, column, f"is {'null' if value is None else repr(value)[:60]}, expected text")
+    return value
+
+
+def _strings(value: Any, column: str, index: int, path: Path) -> tuple[str, ...]:
+    items = _literal(value, column, index, path, (list, tuple))
+    if items is None or not all(isinstance(x, str) for x in items):
+        raise _corrupt(path, index, column, "must be a list of strings")
+    return tuple(items)
 
 
 def _command(item: Any) -> CommandItem | None:
@@ -160,53 +195,67 @@ def _command(item: Any) -> CommandItem | None:
 
 def _db_record(row: dict[str, Any], path: Path) -> DBTask:
     i = int(row["sample_index"])
-    answer = _literal(row["answer_info"], "answer_info", i, path)
-    table = _literal(row["table_info"], "table_info", i, path)
-    direct = answer.get("direct")
-    if direct is not None:
-        direct = [tuple(r) for r in direct]
-    return DBTask(
-        sample_index=i,
-        instruction=str(row["instruction"]),
-        table=TableInfo(
+    answer = _literal(row["answer_info"], "answer_info", i, path, dict)
+    table = _literal(row["table_info"], "table_info", i, path, dict)
+    with _column("answer_info", i, path):
+        direct = answer.get("direct")
+        if direct is not None:
+            direct = [tuple(r) for r in direct]
+        md5, sql = answer.get("md5"), str(answer.get("sql") or "")
+    with _column("table_info", i, path):
+        info = TableInfo(
             name=str(table["name"]),
             columns=tuple(ColumnInfo(str(c["name"]), str(c["type"])) for c in table["column_info_list"]),
             rows=tuple(tuple(r) for r in table["row_list"]),
-        ),
+        )
+    return DBTask(
+        sample_index=i,
+        instruction=_text(row, "instruction", i, path),
+        table=info,
         answer_direct=direct,
-        answer_md5=answer.get("md5"),
-        answer_sql=str(answer.get("sql") or ""),
-        skill_list=tuple(_literal(row["skill_list"], "skill_list", i, path)),
+        answer_md5=md5,
+        answer_sql=sql,
+        skill_list=_strings(row["skill_list"], "skill_list", i, path),
         entry_hash=int(row["sql_instruction_row_list_entry_hash"]),
     )
 
 
 def _os_record(row: dict[str, Any], path: Path) -> OSTask:
     i = int(row["sample_index"])
-    evaluation = _literal(row["evaluation_info"], "evaluation_info", i, path)
+    evaluation = _literal(row["evaluation_info"], "evaluation_info", i, path, dict)
+    init = _literal(row["initialization_command_item"], "initialization_command_item", i, path, (dict, type(None)))
+    with _column("initialization_command_item", i, path):
+        init_item = _command(init)
+    with _column("evaluation_info", i, path):
+        evaluation_item = _command(evaluation["evaluation_command_item"])
+        ground_truth = _command(evaluation.get("ground_truth_command_item"))
+    if evaluation_item is None:
+        raise _corrupt(path, i, "evaluation_info", "has no evaluation command")
     return OSTask(
         sample_index=i,
-        instruction=str(row["instruction"]),
-        init=_command(_literal(row["initialization_command_item"], "initialization_command_item", i, path)),
-        evaluation=_command(evaluation["evaluation_command_item"]),  # type: ignore[arg-type]
-        ground_truth=_command(evaluation.get("ground_truth_command_item")),
-        skill_list=tuple(_literal(row["skill_list"], "skill_list", i, path)),
+        instruction=_text(row, "instruction", i, path),
+        init=init_item,
+        evaluation=evaluation_item,
+        ground_truth=ground_truth,
+        skill_list=_strings(row["skill_list"], "skill_list", i, path),
         entry_hash=int(row["raw_entry_hash"]),
     )
 
 
 def _kg_record(row: dict[str, Any], path: Path) -> KGTask:
     i = int(row["sample_index"])
+    entities = _literal(row["entity_dict"], "entity_dict", i, path, dict)
+    answers = _literal(row["answer_list"], "answer_list", i, path, (list, tuple))
     return KGTask(
         sample_index=i,
-        question=str(row["question"]),
-        qid=str(row["qid"]),
-        source=str(row["source"]),
-        entity_dict=dict(_literal(row["entity_dict"], "entity_dict", i, path)),
-        s_expression=str(row["s_expression"]),
-        action_list=tuple(_literal(row["action_list"], "action_list", i, path)),
-        answer_list=tuple(str(a) for a in _literal(row["answer_list"], "answer_list", i, path)),
-        skill_list=tuple(_literal(row["skill_list"], "skill_list", i, path)),
+        question=_text(row, "question", i, path),
+        qid=_text(row, "qid", i, path),
+        source=_text(row, "source", i, path),
+        entity_dict=dict(entities),
+        s_expression=_text(row, "s_expression", i, path),
+        action_list=_strings(row["action_list"], "action_list", i, path),
+        answer_list=tuple(str(a) for a in answers),
+        skill_list=_strings(row["skill_list"], "skill_list", i, path),
     )
 
 
@@ -222,8 +271,11 @@ def parquet_path(env: EnvName, data_dir: str | os.PathLike[str] | None = None) -
 def load_tasks(env: EnvName, data_dir: str | os.PathLike[str] | None = None, *, limit: int | None = None) -> list[Task]:
     """Load one environment's stream as typed records, in stream order.
 
-    Raises :class:`DataError` (with instructions) if the file is missing, unreadable,
-    has the wrong columns, or its ``sample_index`` is not a permutation of 0..N-1.
+    Raises :class:`DataError` (with instructions) if the file is missing, unreadable, has
+    the wrong columns, does not hold the stream's :data:`EXPECTED_ROWS` tasks (an empty file
+    is never "0 tasks"), has a null or empty required text (an ``instruction`` is never the
+    string "None"), a wrongly shaped literal (naming its row and column), or a
+    ``sample_index`` that is not a permutation of 0..N-1.
     """
     import pyarrow.parquet as pq  # heavy import kept out of module import time
 
@@ -239,6 +291,9 @@ def load_tasks(env: EnvName, data_dir: str | os.PathLike[str] | None = None, *, 
         records = [decode(row, path) for row in rows]
     except KeyError as exc:
         raise DataError(f"{path} lacks column {exc}; the file looks corrupt. {_how_to_get(resolve_data_dir(data_dir))}") from exc
+    if len(records) != EXPECTED_ROWS[env]:
+        raise DataError(f"{path} holds {len(records)} tasks, but the {env} stream has {EXPECTED_ROWS[env]}; the file "
+                        f"is incomplete or not the public release. {_how_to_get(resolve_data_dir(data_dir))}")
     records.sort(key=lambda r: r.sample_index)
     if [r.sample_index for r in records] != list(range(len(records))):
         raise DataError(f"{path}: sample_index is not 0..{len(records) - 1}; the file looks corrupt.")

@@ -4,6 +4,11 @@ Metrics (spec §1): SR = mean reward × 100; OutputTok = mean output tokens per 
 (execution + auxiliary); ΔTok = (OutputTok_method − OutputTok_Standard) / OutputTok_Standard,
 shown only when a Standard run is part of the comparison. Per-skill SR is the SR over the
 tasks whose ``skill_list`` contains that skill.
+
+A summary is only made from complete, clean streams: each method's records must hold task
+indices 0..N-1, each exactly once, in order (:class:`ReportError` otherwise). The summary of
+a run folder covers every method whose checkpoint says it finished
+(:func:`finished_records`), whichever process ran it.
 """
 
 from __future__ import annotations
@@ -13,6 +18,40 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+
+
+class ReportError(ValueError):
+    """Records that cannot be summarised (duplicated or missing tasks)."""
+
+
+def check_indices(method: str, records: Sequence[Mapping[str, Any]]) -> None:
+    """Refuse records whose task indices are not exactly 0..N-1 in order."""
+    indices = [r.get("index") for r in records]
+    if indices == list(range(len(indices))):
+        return
+    seen: dict[Any, int] = {}
+    for i in indices:
+        seen[i] = seen.get(i, 0) + 1
+    duplicated = sorted(i for i, c in seen.items() if c > 1 and isinstance(i, int))
+    top = max((i for i in indices if isinstance(i, int)), default=-1)
+    missing = sorted(set(range(top + 1)) - set(seen))
+    raise ReportError(
+        f"{method}: its records are not tasks 0..N-1 exactly once in order ({len(duplicated)} duplicated, e.g. "
+        f"{duplicated[:5]}; {len(missing)} missing, e.g. {missing[:5]}); they were written by two runs at once or "
+        f"edited; redo {method} with --methods {method} --overwrite")
+
+
+def finished_records(out_dir: str | Path, methods: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """Records of every method in ``out_dir`` whose checkpoint says it finished, in ``methods`` order."""
+    from agent.checkpoint import load_checkpoint, read_records
+
+    out = Path(out_dir)
+    found: dict[str, list[dict[str, Any]]] = {}
+    for method in methods:
+        state = load_checkpoint(out / method / "checkpoint.pkl")
+        if state is not None and state.get("finished"):
+            found[method] = read_records(out / method / "records.jsonl")
+    return found
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +75,7 @@ def summarize(records_by_method: Mapping[str, Sequence[Mapping[str, Any]]]) -> l
     for method, records in records_by_method.items():
         if not records:
             continue
+        check_indices(method, records)
         rewards = np.asarray([r["reward"] for r in records], dtype=np.float64)
         tokens = np.asarray([r["output_tokens"] for r in records], dtype=np.float64)
         skill_hits: dict[str, list[int]] = {}
@@ -96,28 +136,72 @@ def cumulative_sr(records: Sequence[Mapping[str, Any]]) -> np.ndarray:
     return 100.0 * np.cumsum(rewards) / np.arange(1, len(rewards) + 1)
 
 
+def rolling_sr(records: Sequence[Mapping[str, Any]], window: int) -> np.ndarray:
+    """SR (%) over the last ``window`` tasks, for tasks window..N (one value per full window)."""
+    rewards = np.asarray([r["reward"] for r in records], dtype=np.float64)
+    if len(rewards) < window:
+        return np.zeros(0)
+    return 100.0 * np.convolve(rewards, np.ones(window) / window, mode="valid")
+
+
+def rolling_window(n_tasks: int) -> int:
+    """A window long enough to smooth 0/1 rewards, short enough to show change: N/10 in [5, 50]."""
+    return int(min(50, max(5, n_tasks // 10)))
+
+
+def _zoomed(ax: Any, curves: Sequence[np.ndarray], skip: int = 0) -> None:
+    """Fit the y axis to the curves (ignoring the first ``skip`` points), with a little margin."""
+    values = np.concatenate([c[skip:] if len(c) > skip else c for c in curves]) if curves else np.zeros(0)
+    if values.size == 0:
+        return
+    low, high = float(values.min()), float(values.max())
+    pad = max(2.0, 0.08 * (high - low))
+    ax.set_ylim(max(0.0, low - pad), min(100.0, high + pad))
+
+
 def plot_cumulative_sr(records_by_method: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path,
                        title: str = "") -> Path:
-    """PNG of cumulative SR over the stream, one line per method (Agg backend)."""
+    """PNG of SR over the stream, one colour per method (Agg backend).
+
+    Top: cumulative SR, its y axis zoomed to the data (the first tasks, where the running
+    mean swings between 0 and 100 %, are left out of the zoom). Bottom: SR over a rolling
+    window of the last W tasks (:func:`rolling_window`), which shows *when* a method gains
+    or loses, where the cumulative curve only drifts.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9.5, 4.5), dpi=120)
-    for method, records in records_by_method.items():
-        if records:
-            curve = cumulative_sr(records)
-            ax.plot(np.arange(1, len(curve) + 1), curve, label=f"{method} ({curve[-1]:.1f}%)")
-    ax.set_xlabel("task in stream")
-    ax.set_ylabel("cumulative SR (%)")
-    ax.set_ylim(0, 100)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))  # outside: never hides the curves
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9.5, 7.0), dpi=120, sharex=True)
+    present = {m: r for m, r in records_by_method.items() if r}
+    n_max = max((len(r) for r in present.values()), default=0)
+    window = rolling_window(n_max)
+    cumulative, rolling = [], []
+    for method, records in present.items():
+        curve = cumulative_sr(records)
+        line, = top.plot(np.arange(1, len(curve) + 1), curve, label=f"{method} ({curve[-1]:.1f}%)")
+        cumulative.append(curve)
+        roll = rolling_sr(records, window)
+        if roll.size:
+            bottom.plot(np.arange(window, len(records) + 1), roll, color=line.get_color(), label=method)
+            rolling.append(roll)
+    _zoomed(top, cumulative, skip=min(20, max(0, n_max // 10)))
+    _zoomed(bottom, rolling)
+    top.set_ylabel("cumulative SR (%)")
+    bottom.set_ylabel(f"SR over last {window} tasks (%)")
+    bottom.set_xlabel("task in stream")
+    for ax in (top, bottom):
+        ax.grid(alpha=0.3)
+        if n_max:
+            ax.set_xlim(1, n_max)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9)  # outside: never hides curves
     if title:
-        ax.set_title(title)
+        top.set_title(title)
     fig.tight_layout()
     target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp.png")
     fig.savefig(tmp, format="png")
     plt.close(fig)

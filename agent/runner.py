@@ -30,52 +30,28 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from agent.backbones.base import Backbone, Generation
-from agent.budget import EMPTY_BLOCK, Budget, InjectionBlock, TokenLedger, build_injection_block
-from agent.checkpoint import RecordLog, atomic_write_json, load_checkpoint, read_records, save_checkpoint
+from agent.budget import EMPTY_BLOCK, Budget, BudgetExceeded, InjectionBlock, TokenLedger, build_injection_block
+from agent import interrupt, runfolder
+from agent.checkpoint import (DURABLE_EVERY_S, CheckpointError, CheckpointWriter, RecordLog, load_checkpoint,
+                              read_records, records_reach)
 from agent.envs.base import Environment, conversation
+from agent.envs.registry import make_environment  # the registries map names to classes (agent/registry.py)
 from agent.memory import Memory, Turn
 from agent.policies.base import MemoryPolicy, Outcome
+from agent.policies.registry import METHOD_NAMES, make_policy
+from agent.show import instructions_digest
 
-METHOD_NAMES = ("standard", "rag", "memrl", "memp", "tokenworth")
 NONDETERMINISTIC_FIELDS = frozenset({"time_s"})  # wall clock; everything else must replay exactly
 
-
-# ------------------------------------------------------------------------- factories
-def make_policy(method: str, env: str, budget: Budget, seed: int) -> MemoryPolicy:
-    """A fresh policy by name (one of :data:`METHOD_NAMES`)."""
-    if method == "standard":
-        from agent.policies.standard import StandardPolicy as cls
-    elif method == "rag":
-        from agent.policies.rag import RAGPolicy as cls
-    elif method == "memrl":
-        from agent.policies.memrl import MemRLPolicy as cls
-    elif method == "memp":
-        from agent.policies.memp import MemPPolicy as cls
-    elif method == "tokenworth":
-        from agent.policies.tokenworth import TokenWorthPolicy as cls
-    else:
-        raise ValueError(f"unknown method {method!r}; expected one of {', '.join(METHOD_NAMES)}")
-    return cls(env, budget, seed)
-
-
-def make_environment(env: str, budget: Budget, *, kg_endpoint: str | None = None) -> Environment:
-    """The environment by name, with its round limit set to the budget's J_max.
-
-    KG needs a SPARQL endpoint; without one its factory raises ``KGEndpointRequired``.
-    """
-    if env == "db":
-        from agent.envs.db import DBEnvironment
-
-        return DBEnvironment(max_rounds=budget.max_rounds)
-    if env == "os":
-        from agent.envs.os_env import OSEnvironment
-
-        return OSEnvironment(max_rounds=budget.max_rounds)
-    if env == "kg":
-        from agent.envs.kg import make_kg_environment
-
-        return make_kg_environment(kg_endpoint, max_rounds=budget.max_rounds)
-    raise ValueError(f"unknown environment {env!r}; expected db, os or kg")
+# Trajectory logging (records' ``trajectory`` and ``judge`` fields). Replies are kept whole (a
+# reply is bounded by max_tokens); an observation, and any string inside a parsed action or the
+# judge's details, is cut to this many characters, and the full length is kept beside it.
+OBSERVATION_CAP = 1000
+JUDGE_CAP = 300  # per string in the judge's details (expected rows, the given answer)
+# A backbone that reports more output tokens than the call's max_tokens broke the budget. The
+# reply is not applied to the environment, the task fails with this status and reward 0, the
+# reported tokens are booked as they are (never hidden), and ``error`` says what happened.
+OVER_MAX_TOKENS = "over_max_tokens"
 
 
 # ------------------------------------------------------------------------- one episode
@@ -98,7 +74,11 @@ class Episode:
         self.status: str | None = None
         self.error: str | None = None
         self.messages: list[dict[str, str]] = []
+        self.log: list[dict[str, Any]] = []  # one entry per round, see round_entry
+        self.verdict: dict[str, Any] = {}
+        self.instructions_sha: str | None = None
         try:
+            self.instructions_sha = instructions_digest(env.instructions())
             env.reset(task)
             self.messages = conversation(env, task, block.text)
         except Exception as exc:  # an environment that cannot start the task fails it
@@ -127,29 +107,81 @@ class Episode:
 
     def feed(self, request: Request, generation: Generation) -> None:
         """Apply the backbone's reply to the environment."""
-        self.ledger.charge(generation.output_tokens, "execution", request.max_tokens)
+        try:
+            self.ledger.charge(generation.output_tokens, "execution", request.max_tokens)
+        except BudgetExceeded as exc:  # see OVER_MAX_TOKENS
+            self.ledger.charge(generation.output_tokens, "execution", generation.output_tokens)
+            self.turns.append(Turn(len(self.turns), generation.text, "", None, generation.output_tokens,
+                                   generation.finish_reason))
+            self.log.append(round_entry(generation, request.max_tokens, None, None))
+            self.status, self.error = OVER_MAX_TOKENS, str(exc)
+            return
         self.messages.append({"role": "assistant", "content": generation.text})
         try:
             result = self.env.step(generation.text)
         except Exception as exc:
             self.turns.append(Turn(len(self.turns), generation.text, "", None, generation.output_tokens,
                                    generation.finish_reason))
+            self.log.append(round_entry(generation, request.max_tokens, None, None))
             self._fail(exc)
             return
         self.turns.append(Turn(len(self.turns), generation.text, result.observation, result.action,
                                generation.output_tokens, generation.finish_reason))
+        self.log.append(round_entry(generation, request.max_tokens, result.action, result.observation,
+                                    invalid=result.status == "invalid_action"))
         if result.done:
             self.status = result.status or "completed"
+            if self.status == "invalid_action" and self.error is None:
+                self.error = f"invalid action: {invalid_reason(result.action, result.observation)}"
         else:
             self.messages.append({"role": "user", "content": result.observation})
 
     def judge(self) -> int:
-        """The environment's verdict (0 when the grader itself fails)."""
+        """The environment's verdict (0 when the grader itself fails, or the backbone broke the budget)."""
+        if self.status == OVER_MAX_TOKENS:
+            self.verdict = {"reward": 0, "skipped": "the backbone exceeded max_tokens; the reply was not applied"}
+            return 0
         try:
-            return int(self.env.judge().reward)
+            judgement = self.env.judge()
         except Exception as exc:
             self.status, self.error = "env_error", self.error or f"judge: {type(exc).__name__}: {exc}"
+            self.verdict = {"reward": 0, "error": self.error}
             return 0
+        self.verdict = {"reward": int(judgement.reward), **clipped(dict(judgement.details), JUDGE_CAP)}
+        return int(judgement.reward)
+
+
+def clipped(value: Any, cap: int = OBSERVATION_CAP) -> Any:
+    """``value`` with every string longer than ``cap`` cut (JSON-ready; lists/tuples become lists)."""
+    if isinstance(value, str):
+        return value if len(value) <= cap else value[:cap] + f" …[{len(value)} chars]"
+    if isinstance(value, dict):
+        return {str(k): clipped(v, cap) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [clipped(v, cap) for v in value[:50]]
+        return items + [f"…[{len(value)} items]"] if len(value) > 50 else items
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return clipped(str(value), cap)
+
+
+def invalid_reason(action: dict[str, Any] | None, observation: str) -> str:
+    """Why the environment rejected a reply: the parser's reason, else its observation."""
+    reason = (action or {}).get("reason") or observation or "unparseable reply"
+    return clipped(str(reason), 300)
+
+
+def round_entry(generation: Generation, max_tokens: int, action: dict[str, Any] | None, observation: str | None,
+                *, invalid: bool = False) -> dict[str, Any]:
+    """One round of the trajectory as recorded: the reply, what was parsed, what came back."""
+    entry: dict[str, Any] = {"reply": generation.text, "tokens": generation.output_tokens, "max_tokens": max_tokens,
+                             "finish_reason": generation.finish_reason,
+                             "action": clipped(action) if action is not None and not invalid else None,
+                             "invalid": invalid_reason(action, observation or "") if invalid else None}
+    if observation is not None:
+        entry["observation"] = clipped(observation)
+        entry["observation_chars"] = len(observation)
+    return entry
 
 
 def injection_for(policy: MemoryPolicy, task: Any, budget: Budget) -> tuple[list[Memory], InjectionBlock, tuple[str, ...] | None]:
@@ -185,21 +217,37 @@ def make_record(method: str, index: int, task: Any, episode: Episode, reward: in
         "bank_size": bank_size,
         "finish_reasons": [t.finish_reason for t in episode.turns],
         "error": episode.error,
+        "accounting": episode.budget.accounting,
+        "instructions_sha256": episode.instructions_sha,
+        "task_prompt": episode.messages[3]["content"] if len(episode.messages) > 3 else None,
+        "injection_text": block.text,
+        "trajectory": episode.log,
+        "judge": episode.verdict,
         "time_s": round(seconds, 4),
     }
 
 
 def run_task(policy: MemoryPolicy, env: Environment, backbone: Backbone, task: Any, index: int,
              budget: Budget, seed: int) -> dict[str, Any]:
-    """Run one task end to end and return its record (the policy has been updated)."""
+    """Run one task end to end and return its record (the policy has been updated).
+
+    ``interrupt.check()`` after every phase: a Ctrl-C that a callee swallowed (e.g. SQLite
+    turning it into ``OperationalError``) stops the task instead of becoming its outcome.
+    """
     started = time.perf_counter()
     injected, block, skills = injection_for(policy, task, budget)
+    interrupt.check()
     episode = Episode(env, task, block, skills, budget, seed)
+    interrupt.check()
     while (request := episode.request()) is not None:
         [generation] = backbone.generate([request.conversation], [request.max_tokens], meta=[request.meta])
+        interrupt.check()
         episode.feed(request, generation)
+        interrupt.check()
     reward = episode.judge()
+    interrupt.check()
     policy.update(task, injected, Outcome(reward, episode.status or "completed"), episode.turns)
+    interrupt.check()
     return make_record(policy.name, index, task, episode, reward, block, policy.take_log(), policy.bank_size(),
                        time.perf_counter() - started)
 
@@ -225,57 +273,148 @@ class StreamPaths:
 ProgressHook = Callable[[dict[str, Any]], None]
 
 
+def stream_identity(method: str, env_name: str, tasks: Sequence[Any], backbone: Backbone, budget: Budget,
+                    seed: int) -> dict[str, Any]:
+    return {"method": method, "env": env_name, "seed": seed, "budget": budget.as_dict(),
+            "backbone": getattr(backbone, "name", type(backbone).__name__),
+            "task_ids": config_digest({"ids": [t.task_id for t in tasks]})}
+
+
+def _redo_hint(paths: StreamPaths, method: str) -> str:
+    return (f"the records are kept; to redo {method} alone, rerun with --methods {method} --overwrite "
+            f"(it deletes only {paths.directory}'s records and checkpoint), or move {paths.directory} aside")
+
+
+def _rebuild_stateless(paths: StreamPaths, policy: MemoryPolicy, tasks: Sequence[Any]) -> tuple[int, int] | None:
+    """(next_index, offset) recovered from the records alone, for a policy with no state.
+
+    Only a policy whose state is empty (``standard``) can resume without its checkpoint: its
+    decisions do not depend on earlier tasks. The records must be tasks 0..n-1 in order; a
+    torn last line is dropped (it is re-made).
+    """
+    if policy.state_dict():
+        return None
+    offset = n = 0
+    with open(paths.records, "rb") as handle:
+        for line in handle:
+            if not line.endswith(b"\n"):
+                break
+            try:
+                record = json.loads(line)
+            except ValueError:
+                return None
+            if n >= len(tasks) or record.get("index") != n or record.get("task_id") != tasks[n].task_id:
+                return None
+            n, offset = n + 1, offset + len(line)
+    return n, offset
+
+
+def _resume_point(paths: StreamPaths, method: str, identity: dict[str, Any], policy: MemoryPolicy,
+                  tasks: Sequence[Any]) -> tuple[int, int]:
+    """Where to carry on: (next task index, JSONL offset); restores the policy's state."""
+    try:
+        state = load_checkpoint(paths.checkpoint, valid=lambda s: records_reach(
+            paths.records, int(s.get("jsonl_offset", -1)), int(s.get("next_index", -1))))
+    except CheckpointError as exc:
+        raise CheckpointError(f"{exc}; {_redo_hint(paths, method)}") from exc
+    if state is None:
+        if not paths.records.exists() or paths.records.stat().st_size == 0:
+            return 0, 0
+        rebuilt = _rebuild_stateless(paths, policy, tasks)
+        if rebuilt is None:
+            raise CheckpointError(
+                f"{paths.records} holds records but {paths.checkpoint} is missing, so {method}'s state (its memory "
+                f"bank and learned values) cannot be restored; {_redo_hint(paths, method)}")
+        return rebuilt
+    if state["identity"] != identity:
+        raise CheckpointError(
+            f"{paths.checkpoint} belongs to a different run ({state['identity']} vs {identity}); "
+            f"use another --out, or {_redo_hint(paths, method)}")
+    policy.load_state_dict(state["policy"])
+    return int(state["next_index"]), int(state["jsonl_offset"])
+
+
+def _replay(on_record: ProgressHook | None, records: list[dict[str, Any]]) -> None:
+    """Show records made before a resume: a hook with ``.resumed()`` counts them as done, not as new work."""
+    if on_record is None:
+        return
+    resumed = getattr(on_record, "resumed", None)
+    if resumed is not None:
+        resumed(records)
+    else:
+        for record in records:
+            on_record(record)
+
+
 def run_stream(method: str, env_name: str, tasks: Sequence[Any], backbone: Backbone, budget: Budget, seed: int,
                out_dir: str | Path, *, env: Environment | None = None, kg_endpoint: str | None = None,
                on_record: ProgressHook | None = None, checkpoint_every: int = 1,
-               stop_after: int | None = None) -> list[dict[str, Any]]:
+               stop_after: int | None = None, on_start: Callable[[int], None] | None = None,
+               durable_every_s: float = DURABLE_EVERY_S) -> list[dict[str, Any]]:
     """Run (or resume) ``method`` over ``tasks``; returns all records, old and new.
 
     ``stop_after`` processes at most that many tasks in this call (for tests and for
-    splitting long runs); the checkpoint makes a later call carry on.
+    splitting long runs); the checkpoint makes a later call carry on. ``on_start(next_index)``
+    is called once the resume point is known, before the first task runs. The checkpoint is
+    replaced after every task and synced to disk every ``durable_every_s`` seconds and when
+    the call ends (:class:`agent.checkpoint.CheckpointWriter`).
+
+    The method's folder is locked for the whole call (:mod:`agent.runfolder`); a second
+    process fails at once. SIGINT stops the stream between two committed tasks
+    (:mod:`agent.interrupt`: the first Ctrl-C at the next phase boundary, a second at once):
+    the records and checkpoint on disk stay those of the last complete task, and
+    ``KeyboardInterrupt`` propagates.
     """
     if checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
     paths = StreamPaths(Path(out_dir) / method)
-    identity = {"method": method, "env": env_name, "seed": seed, "budget": budget.as_dict(),
-                "backbone": getattr(backbone, "name", type(backbone).__name__),
-                "task_ids": config_digest({"ids": [t.task_id for t in tasks]})}
-    policy = make_policy(method, env_name, budget, seed)
-    state = load_checkpoint(paths.checkpoint)
-    next_index, offset = 0, 0
-    if state is not None:
-        if state["identity"] != identity:
-            raise RuntimeError(
-                f"{paths.checkpoint} belongs to a different run ({state['identity']} vs {identity}); "
-                "use another --out or --overwrite"
-            )
-        policy.load_state_dict(state["policy"])
-        next_index, offset = int(state["next_index"]), int(state["jsonl_offset"])
-    own_env = env is None
-    environment = make_environment(env_name, budget, kg_endpoint=kg_endpoint) if own_env else env
-    log = RecordLog(paths.records, resume_offset=offset)
-    try:
-        if on_record is not None:
-            for record in read_records(paths.records):
-                on_record(record)
-        processed = 0
-        for index in range(next_index, len(tasks)):
-            if stop_after is not None and processed >= stop_after:
-                break
-            record = run_task(policy, environment, backbone, tasks[index], index, budget, seed)
-            offset = log.append(record)
-            processed += 1
-            if (index + 1) % checkpoint_every == 0 or index + 1 == len(tasks):
-                save_checkpoint(paths.checkpoint, {"identity": identity, "policy": policy.state_dict(),
-                                                   "next_index": index + 1, "jsonl_offset": offset,
-                                                   "finished": index + 1 == len(tasks)})
-            if on_record is not None:
-                on_record(record)
-    finally:
-        log.close()
-        if own_env:
-            environment.close()
-    return read_records(paths.records)
+    with runfolder.locked(*runfolder.method_lock(Path(out_dir), method)), interrupt.InterruptGuard() as guard:
+        for stale in runfolder.stale_temp_files(paths.directory):
+            stale.unlink(missing_ok=True)  # a kill mid-write left it; we hold the lock, so nobody is writing it
+        identity = stream_identity(method, env_name, tasks, backbone, budget, seed)
+        policy = make_policy(method, env_name, budget, seed)
+        next_index, offset = _resume_point(paths, method, identity, policy, tasks)
+        if next_index >= len(tasks):  # finished: nothing to write (works in a read-only folder)
+            records = read_records(paths.records)
+            _replay(on_record, records)
+            return records
+        try:
+            log = RecordLog(paths.records, resume_offset=offset)
+        except CheckpointError as exc:
+            raise CheckpointError(f"{exc}; {_redo_hint(paths, method)}") from exc
+        own_env = env is None
+        environment: Environment | None = env
+        try:
+            if environment is None:
+                environment = make_environment(env_name, budget, kg_endpoint=kg_endpoint)
+            _replay(on_record, read_records(paths.records))
+            if on_start is not None:
+                on_start(next_index)
+            writer = CheckpointWriter(paths.checkpoint, log=log, durable_every_s=durable_every_s)
+            processed = 0
+            try:
+                for index in range(next_index, len(tasks)):
+                    if stop_after is not None and processed >= stop_after:
+                        break
+                    guard.check()
+                    record = run_task(policy, environment, backbone, tasks[index], index, budget, seed)
+                    finished = index + 1 == len(tasks)
+                    with guard.deferred():  # a task is committed whole (record + checkpoint) or not at all
+                        offset = log.append(record, sync=False)
+                        if (index + 1) % checkpoint_every == 0 or finished:
+                            writer.save({"identity": identity, "policy": policy.state_dict(), "next_index": index + 1,
+                                         "jsonl_offset": offset, "finished": finished}, durable=finished)
+                    processed += 1
+                    if on_record is not None:
+                        on_record(record)
+            finally:
+                with guard.deferred():
+                    writer.flush()  # whatever stopped the stream, its last checkpoint reaches the disk
+        finally:
+            log.close()
+            if own_env and environment is not None:
+                environment.close()
+        return read_records(paths.records)
 
 
 def comparable(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -284,14 +423,10 @@ def comparable(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def write_run_config(out_dir: str | Path, config: dict[str, Any], *, overwrite: bool = False) -> None:
-    """Record the run's settings; refuse to mix two different runs in one directory."""
-    path = Path(out_dir) / "config.json"
-    if path.exists() and not overwrite:
-        existing = json.loads(path.read_text())
-        if existing != json.loads(json.dumps(config, default=str)):
-            raise RuntimeError(
-                f"{out_dir} already holds a run with different settings ({path}); "
-                "pass another --out, or --overwrite to start over"
-            )
-        return
-    atomic_write_json(path, json.loads(json.dumps(config, default=str)))
+    """Record the run's settings; refuse to mix two different runs in one directory.
+
+    A thin wrapper over :func:`agent.runfolder.prepare` for callers that run every method.
+    """
+    out = Path(out_dir)
+    with runfolder.locked(*runfolder.folder_lock(out), wait_s=runfolder.FOLDER_LOCK_WAIT_S):
+        runfolder.prepare(out, config, METHOD_NAMES if overwrite else (), METHOD_NAMES, overwrite=overwrite)

@@ -24,8 +24,10 @@ one-at-a-time sensitivity grid of spec §9 (the preset plus 21 single changes: 2
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
+import json
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -36,9 +38,11 @@ import numpy as np
 
 from agent.backbones.base import Backbone
 from agent.budget import EMPTY_BLOCK, Budget, build_injection_block
-from agent.checkpoint import atomic_write_json, atomic_write_text
+from agent import interrupt, runfolder
+from agent.checkpoint import (CheckpointError, CheckpointWriter, atomic_write_json, atomic_write_text, durable_path,
+                              load_checkpoint)
 from agent.memory import Memory, build_memory
-from agent.runner import Episode, make_environment
+from agent.runner import Episode, config_digest, make_environment
 
 ALIASES = {"eta": "eta_max", "lambda": "lambda_w", "beta": "beta_w"}
 
@@ -199,69 +203,222 @@ class SweepResult:
     batch_sizes: list[int]
 
 
+class _Streams:
+    """The sweep's host side between tasks: controllers (with their memory tables), per-stream results.
+
+    Everything a resumed sweep needs lives here, and :meth:`state_dict` / :meth:`load_state_dict`
+    round-trip it (the controllers through their own ``state_dict``).
+    """
+
+    def __init__(self, env_name: str, configs: Sequence[dict[str, Any]], budget: Budget) -> None:
+        n = len(configs)
+        self.ctl = StackedControllers(env_name, configs, budget.bank_capacity)
+        self.results = [StreamResult(dict(c)) for c in configs]
+        self.batch_sizes: list[int] = []
+        self.next_index = 0
+        self.seconds = 0.0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"controllers": self.ctl.state_dict(encode=Memory.as_dict),
+                "results": [dataclasses.asdict(r) for r in self.results],
+                "batch_sizes": list(self.batch_sizes), "next_index": self.next_index, "seconds": self.seconds}
+
+    def load_state_dict(self, data: dict[str, Any]) -> None:
+        self.ctl.load_state_dict(data["controllers"], decode=Memory.from_dict)
+        self.results = [StreamResult(**r) for r in data["results"]]
+        self.batch_sizes = list(data["batch_sizes"])
+        self.next_index = int(data["next_index"])
+        self.seconds = float(data["seconds"])
+
+    def run_task(self, env_name: str, task: Any, environments: Sequence[Any], backbone: Backbone, budget: Budget,
+                 seed: int) -> None:
+        """One task on every stream: select, batched episodes, then observe + offer + end_task.
+
+        ``interrupt.check()`` after every phase, as in :func:`agent.runner.run_task`.
+        """
+        from tokenworth_jax import Admission, featurize
+
+        ctl, n = self.ctl, len(self.results)
+        batch_sizes: list[int] = []
+        selection = ctl.select(featurize(task.query_text, ctl.spec.dim))
+        interrupt.check()
+        episodes = []
+        injected_count = []
+        for i in range(n):
+            memory = ctl.selected(selection, i)
+            if memory is not None:
+                block = build_injection_block([(memory.memory_id, memory.text)], budget)
+                injected = [memory] if block.memory_ids else []
+            else:
+                block, injected = EMPTY_BLOCK, []
+            skills = tuple(memory.skills) if injected else None
+            episodes.append(Episode(environments[i], task, block, skills, budget, seed))
+            injected_count.append(bool(injected))
+        interrupt.check()
+        while True:
+            pending = [(e, r) for e in episodes if (r := e.request()) is not None]
+            if not pending:
+                break
+            batch_sizes.append(len(pending))
+            generations = backbone.generate([r.conversation for _, r in pending], [r.max_tokens for _, r in pending],
+                                            meta=[r.meta for _, r in pending])
+            interrupt.check()
+            for (episode, request), generation in zip(pending, generations):
+                episode.feed(request, generation)
+            interrupt.check()
+        rewards = np.asarray([e.judge() for e in episodes], dtype=np.int32)
+        interrupt.check()
+        candidates = [build_memory(env_name, task, e.turns, int(r), budget) for e, r in zip(episodes, rewards)]
+        vectors = featurize([c.key_text if c else "" for c in candidates], ctl.spec.dim)
+        decision = ctl.finish(rewards, vectors, candidates)  # observe + offer + end_task, one call
+        for i, candidate in enumerate(candidates):
+            if candidate is not None:
+                code = Admission(int(decision.code[i])).name
+                self.results[i].admissions[code] = self.results[i].admissions.get(code, 0) + 1
+        interrupt.check()
+        for i, episode in enumerate(episodes):
+            self.results[i].rewards.append(int(rewards[i]))
+            self.results[i].tokens.append(episode.ledger.total)
+            self.results[i].injected += injected_count[i]
+        self.batch_sizes.extend(batch_sizes)
+        self.next_index += 1
+
+
 def run_sweep(env_name: str, tasks: Sequence[Any], backbone: Backbone, budget: Budget,
               configs: Sequence[dict[str, Any]], seed: int, *, kg_endpoint: str | None = None,
-              envs: Sequence[Any] | None = None, progress: bool = False) -> SweepResult:
-    """Run every configuration over ``tasks`` in lockstep; see the module docstring."""
-    from tokenworth_jax import Admission, featurize
+              envs: Sequence[Any] | None = None, progress: bool = False, out_dir: str | Path | None = None,
+              settings: dict[str, Any] | None = None, overwrite: bool = False,
+              stop_after: int | None = None) -> SweepResult:
+    """Run every configuration over ``tasks`` in lockstep; see the module docstring.
 
+    With ``out_dir`` the sweep is resumable (:func:`prepare_sweep_folder`): the folder is locked,
+    checked against ``settings`` (a folder holding a sweep with other settings is refused unless
+    ``overwrite``), and a checkpoint is committed after every task, so a sweep killed at any
+    point (``kill -9`` or Ctrl-C) carries on where it stopped and ends with the same results.
+    ``stop_after`` runs at most that many tasks in this call.
+    """
     if not configs:
         raise SweepError("the sweep has no configurations")
-    started = time.perf_counter()
     n = len(configs)
-    ctl = StackedControllers(env_name, configs, budget.bank_capacity)
-    environments = list(envs) if envs is not None else [make_environment(env_name, budget, kg_endpoint=kg_endpoint)
-                                                         for _ in range(n)]
-    if len(environments) != n:
-        raise SweepError(f"need one environment per stream ({n}), got {len(environments)}")
-    results = [StreamResult(dict(c)) for c in configs]
-    batch_sizes: list[int] = []
-    from tqdm import tqdm
-
-    bar = tqdm(total=len(tasks), desc=f"sweep x{n}", unit="task", disable=not progress)
-    try:
-        for task in tasks:
-            selection = ctl.select(featurize(task.query_text, ctl.spec.dim))
-            episodes = []
-            injected_memories: list[list[Memory]] = []
-            for i in range(n):
-                memory = ctl.selected(selection, i)
-                if memory is not None:
-                    block = build_injection_block([(memory.memory_id, memory.text)], budget)
-                    injected = [memory] if block.memory_ids else []
-                else:
-                    block, injected = EMPTY_BLOCK, []
-                skills = tuple(memory.skills) if injected else None
-                episodes.append(Episode(environments[i], task, block, skills, budget, seed))
-                injected_memories.append(injected)
-                results[i].injected += bool(injected)
-            while True:
-                pending = [(e, r) for e in episodes if (r := e.request()) is not None]
-                if not pending:
-                    break
-                batch_sizes.append(len(pending))
-                generations = backbone.generate([r.conversation for _, r in pending], [r.max_tokens for _, r in pending],
-                                                meta=[r.meta for _, r in pending])
-                for (episode, request), generation in zip(pending, generations):
-                    episode.feed(request, generation)
-            rewards = np.asarray([e.judge() for e in episodes], dtype=np.int32)
-            candidates = [build_memory(env_name, task, e.turns, int(r), budget) for e, r in zip(episodes, rewards)]
-            vectors = featurize([c.key_text if c else "" for c in candidates], ctl.spec.dim)
-            decision = ctl.finish(rewards, vectors, candidates)
-            for i, candidate in enumerate(candidates):
-                if candidate is not None:
-                    code = Admission(int(decision.code[i])).name
-                    results[i].admissions[code] = results[i].admissions.get(code, 0) + 1
-            for i, episode in enumerate(episodes):
-                results[i].rewards.append(int(rewards[i]))
-                results[i].tokens.append(episode.ledger.total)
-            bar.update(1)
-    finally:
-        bar.close()
+    if envs is not None and len(envs) != n:
+        raise SweepError(f"need one environment per stream ({n}), got {len(envs)}")
+    identity = sweep_identity(env_name, tasks, backbone, budget, configs, seed, settings)
+    with contextlib.ExitStack() as stack:
+        guard = stack.enter_context(interrupt.InterruptGuard())
+        streams = _Streams(env_name, configs, budget)
+        checkpoint: Path | None = None
+        if out_dir is not None:
+            out = Path(out_dir)
+            stack.enter_context(runfolder.locked(out / runfolder.LOCK, f"sweep folder {out}"))
+            checkpoint = prepare_sweep_folder(out, identity, overwrite=overwrite)
+            state = _load_sweep_checkpoint(checkpoint, identity)
+            if state is not None:
+                streams.load_state_dict(state["streams"])
+        if streams.next_index >= len(tasks):
+            return SweepResult(env_name, seed, streams.results, streams.seconds, streams.batch_sizes)
+        environments = list(envs) if envs is not None else []
         if envs is None:
-            for environment in environments:
-                environment.close()
-    return SweepResult(env_name, seed, results, time.perf_counter() - started, batch_sizes)
+            stack.callback(lambda: [e.close() for e in environments])
+            environments.extend(make_environment(env_name, budget, kg_endpoint=kg_endpoint) for _ in range(n))
+        from tqdm import tqdm
+
+        bar = stack.enter_context(tqdm(total=len(tasks), initial=streams.next_index, desc=f"sweep x{n}",
+                                       unit="task", disable=not progress))
+        bar.set_postfix_str("compiling the controller…", refresh=True)
+        writer = CheckpointWriter(checkpoint) if checkpoint is not None else None
+        if writer is not None:
+            stack.callback(writer.flush)  # the last checkpoint reaches the disk however the sweep stops
+        processed = 0
+        for index in range(streams.next_index, len(tasks)):
+            if stop_after is not None and processed >= stop_after:
+                break
+            guard.check()
+            started = time.perf_counter()
+            streams.run_task(env_name, tasks[index], environments, backbone, budget, seed)
+            streams.seconds += time.perf_counter() - started
+            if writer is not None:
+                finished = streams.next_index == len(tasks)
+                with guard.deferred():  # a task is committed whole or not at all
+                    writer.save({"identity": identity, "streams": streams.state_dict(), "finished": finished},
+                                durable=finished)
+            processed += 1
+            bar.update(1)
+            bar.set_postfix_str("", refresh=False)
+    return SweepResult(env_name, seed, streams.results, streams.seconds, streams.batch_sizes)
+
+
+# ------------------------------------------------------------------------- the sweep folder
+SWEEP_CONFIG = "sweep-config.json"
+SWEEP_CHECKPOINT = "sweep-checkpoint.pkl"
+SWEEP_OUTPUTS = ("sweep.md", "sweep.json")
+
+
+def sweep_identity(env_name: str, tasks: Sequence[Any], backbone: Backbone, budget: Budget,
+                   configs: Sequence[dict[str, Any]], seed: int, settings: dict[str, Any] | None) -> dict[str, Any]:
+    """What makes two sweeps the same: settings, configurations, budget, backbone and task ids."""
+    identity = {"env": env_name, "seed": seed, "configs": [dict(c) for c in configs], "budget": budget.as_dict(),
+                "backbone": getattr(backbone, "name", type(backbone).__name__),
+                "task_ids": config_digest({"ids": [t.task_id for t in tasks]}), "settings": settings or {}}
+    return json.loads(json.dumps(identity, default=str))
+
+
+def _sweep_files(out: Path) -> list[Path]:
+    return [out / SWEEP_CONFIG, out / SWEEP_CHECKPOINT, durable_path(out / SWEEP_CHECKPOINT),
+            *(out / name for name in SWEEP_OUTPUTS), *sorted(out.glob(".sweep*.tmp"))]
+
+
+def prepare_sweep_folder(out: Path, identity: dict[str, Any], *, overwrite: bool) -> Path:
+    """Check the sweep folder against ``identity`` (lock held); returns the checkpoint path.
+
+    * new or empty folder: becomes a sweep folder;
+    * same settings: resumed; stale temp files of a killed checkpoint write are removed;
+    * other settings: refused, unless ``overwrite`` (which deletes only the sweep's own files)
+      or no task has run yet (e.g. the first attempt could not reach its server);
+    * any other non-empty folder (no ``sweep-config.json``): refused; with ``overwrite``, a
+      folder holding only an older sweep's ``sweep.md``/``sweep.json`` is taken over.
+    """
+    if out.exists() and not out.is_dir():
+        raise SweepError(f"{out} is a file, not a folder; pass another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob(".sweep-checkpoint*.tmp"):  # a kill mid-write left it; we hold the lock
+        stale.unlink(missing_ok=True)
+    config_path, checkpoint = out / SWEEP_CONFIG, out / SWEEP_CHECKPOINT
+    ours = {p.name for p in _sweep_files(out)} | {runfolder.LOCK}
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in ours)
+    if foreign:
+        raise SweepError(f"{out} holds files that are not a sweep's ({', '.join(foreign[:5])}); pass another --out")
+    existing: Any = None
+    if config_path.exists():
+        try:
+            existing = json.loads(config_path.read_text())
+        except (OSError, ValueError) as exc:
+            raise SweepError(f"{config_path} is unreadable ({exc}); move it aside or pass another --out") from exc
+    started = any(p.exists() for p in (checkpoint, durable_path(checkpoint), *(out / n for n in SWEEP_OUTPUTS)))
+    if existing != identity and started:
+        if not overwrite:
+            what = (f"a sweep with other settings ({_first_difference(existing, identity)})" if existing is not None
+                    else "an earlier sweep whose settings are unknown")
+            raise SweepError(f"{out} holds {what}; pass another --out, or --overwrite to discard that sweep")
+    if overwrite or existing != identity:
+        for path in _sweep_files(out):
+            path.unlink(missing_ok=True)
+        atomic_write_json(config_path, identity)
+    return checkpoint
+
+
+def _first_difference(old: Any, new: dict[str, Any]) -> str:
+    if not isinstance(old, dict):
+        return "unreadable"
+    keys = [k for k in new if old.get(k) != new.get(k)] + [k for k in old if k not in new]
+    key = keys[0] if keys else "?"
+    return f"{key}: {old.get(key)!r} there, {new.get(key)!r} now"[:300]
+
+
+def _load_sweep_checkpoint(path: Path, identity: dict[str, Any]) -> dict[str, Any] | None:
+    state = load_checkpoint(path)
+    if state is not None and state.get("identity") != identity:
+        raise CheckpointError(f"{path} belongs to another sweep; pass another --out, or --overwrite to discard it")
+    return state
 
 
 def markdown(result: SweepResult) -> str:

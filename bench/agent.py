@@ -1,8 +1,11 @@
 """Agent-level benchmark: the Table-1-shaped comparison of every policy on DB and OS.
 
-Runs ``tokenworth run`` once per (environment, seed) into ``<out>/runs/<env>-<backbone>-seed<s>``
-(so an interrupted benchmark resumes), then writes the mean ± std over seeds of SR, OutputTok and
-ΔTok per method to ``<out>/agent.md`` / ``agent.json`` and a bar plot to ``<out>/agent.png``.
+Runs ``tokenworth run`` once per (environment, seed) into
+``<out>/runs/<env>-<backbone>-<accounting>-seed<s>`` (so an interrupted benchmark resumes), then
+writes the mean ± std over seeds of SR, OutputTok and ΔTok per method to ``<out>/agent.md`` /
+``agent.json`` and a bar plot to ``<out>/agent.png``. ``--budget-accounting`` (per-call, the
+default, or per-task) and the OpenAI-backbone flags (``--model``, ``--base-url``, ``--timeout``,
+``--retry-for``, ``--max-retries``, ``--concurrency``, ``--extra-body``) are passed to every run.
 
 With the simulated backbone the numbers measure the harness and the policies under the sim's
 documented generative model (``agent/backbones/sim.py``), not an LLM.
@@ -17,6 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from agent.budget import ACCOUNTINGS, DEFAULT_ACCOUNTING
 from agent.checkpoint import atomic_write_json, atomic_write_text
 
 METHODS = "standard,rag,memrl,memp,tokenworth"
@@ -40,8 +44,9 @@ def aggregate(per_seed: Sequence[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return out
 
 
-def markdown(results: dict[str, list[dict[str, Any]]], backbone: str, seeds: Sequence[int], limit: int | None) -> str:
-    lines = [f"# Agent benchmark · backbone {backbone} · seeds {list(seeds)}"
+def markdown(results: dict[str, list[dict[str, Any]]], backbone: str, seeds: Sequence[int], limit: int | None,
+             accounting: str = "per-call") -> str:
+    lines = [f"# Agent benchmark · backbone {backbone} · O_max {accounting} · seeds {list(seeds)}"
              + (f" · first {limit} tasks" if limit else " · full streams"), ""]
     for env, rows in results.items():
         lines += [f"## {env.upper()}", "", "| method | SR (%) | OutputTok | ΔTok vs Standard |", "|---|---:|---:|---:|"]
@@ -84,8 +89,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--out", default="bench/results")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--budget-accounting", default=DEFAULT_ACCOUNTING, choices=ACCOUNTINGS)
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--base-url", default=None)
+    parser.add_argument("--timeout", type=float, default=None)
+    parser.add_argument("--retry-for", type=float, default=None)
+    parser.add_argument("--max-retries", type=int, default=None)
+    parser.add_argument("--concurrency", type=int, default=None)
+    parser.add_argument("--extra-body", default=None, help="JSON object added to every openai request")
     args = parser.parse_args(argv)
     from agent.cli import run_benchmark
+
+    connection = dict(timeout=args.timeout, retry_for=args.retry_for, max_retries=args.max_retries,
+                      concurrency=args.concurrency, extra_body=args.extra_body)
+    accounting = args.budget_accounting
 
     out = Path(args.out)
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -93,18 +110,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     for env in args.envs.split(","):
         per_seed = []
         for seed in seeds:
-            run_dir = out / "runs" / f"{env}-{args.backbone}-seed{seed}"
+            run_dir = out / "runs" / f"{env}-{args.backbone}-{accounting}-seed{seed}"
             run_benchmark(env=env, methods=args.methods, backbone=args.backbone, seed=seed, out=run_dir,
                           data_dir=Path(args.data_dir) if args.data_dir else None, limit=args.limit,
-                          progress=not args.no_progress)
+                          progress=not args.no_progress, budget_accounting=accounting, model=args.model,
+                          base_url=args.base_url, connection=connection)
             per_seed.append(_load_summary(run_dir))
         results[env] = aggregate(per_seed)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "agent.md", markdown(results, args.backbone, seeds, args.limit))
-    atomic_write_json(out / "agent.json", {"backbone": args.backbone, "seeds": seeds, "limit": args.limit,
-                                           "results": results})
+    table = markdown(results, args.backbone, seeds, args.limit, accounting)
+    atomic_write_text(out / "agent.md", table)
+    atomic_write_json(out / "agent.json", {"backbone": args.backbone, "accounting": accounting, "seeds": seeds,
+                                           "limit": args.limit, "results": results})
     plot(results, out / "agent.png")
-    print(markdown(results, args.backbone, seeds, args.limit))
+    print(table)
     return results
 
 

@@ -2,8 +2,12 @@
 
 Replays every task's gold SQL through :class:`agent.envs.db.DBEnvironment` exactly as an
 agent would (an Operation with the gold SQL, then for SELECT tasks an Answer holding the
-observed rows), judges it with the environment's own grader, and counts the passes. Each
-mismatch is printed with its likely cause; the summary goes to
+observed rows), judges it with the environment's own grader, and counts the passes. Two
+more replays wrap each SELECT task's gold query the way a model often writes it, as a
+derived table (``SELECT * FROM (<gold>) q``) and as a CTE (``WITH q AS (<gold>) SELECT *
+FROM q``); both are correct answers on MySQL, so they must pass too (write tasks are
+replayed unwrapped in those runs). Finally the judge is timed on a 300,000-tuple answer.
+Each mismatch is printed with its likely cause; the summary goes to
 ``bench/results/db_fidelity.json``.
 
     python -m bench.db_fidelity --data-dir /path/to/lifelongagentbench
@@ -12,13 +16,14 @@ mismatch is printed with its likely cause; the summary goes to
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
 from agent.data import DBTask, load_tasks
-from agent.envs.db import DBEnvironment, replay_gold
+from agent.envs.db import DBEnvironment, answer_matches, replay_gold
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "db_fidelity.json"
 
@@ -59,13 +64,23 @@ def _is_number(value: Any) -> bool:
         return False
 
 
-def run(data_dir: str | None, limit: int | None = None) -> dict[str, Any]:
-    tasks = load_tasks("db", data_dir, limit=limit)
+WRAPPINGS = {
+    "gold": lambda sql: sql,
+    "derived": lambda sql: f"SELECT * FROM ({sql.strip().rstrip(';')}) q",
+    "cte": lambda sql: f"WITH q AS ({sql.strip().rstrip(';')}) SELECT * FROM q",
+}
+
+
+def replay(tasks: Sequence[DBTask], wrapping: str) -> dict[str, Any]:
+    """Replay every task's gold SQL (SELECT tasks wrapped as ``wrapping`` says)."""
     env = DBEnvironment()
+    wrap = WRAPPINGS[wrapping]
     started = time.perf_counter()
     mismatches = []
     by_kind = {"select": [0, 0], "write": [0, 0]}
     for task in tasks:
+        if not task.is_write:
+            task = dataclasses.replace(task, answer_sql=wrap(task.answer_sql))
         judgement, observation = replay_gold(task, env)
         kind = "write" if task.is_write else "select"
         by_kind[kind][1] += 1
@@ -81,9 +96,8 @@ def run(data_dir: str | None, limit: int | None = None) -> dict[str, Any]:
                 "observation": observation[:500],
             }
         )
-    passed = sum(v[0] for v in by_kind.values())
     return {
-        "passed": passed,
+        "passed": sum(v[0] for v in by_kind.values()),
         "total": len(tasks),
         "select": {"passed": by_kind["select"][0], "total": by_kind["select"][1]},
         "write": {"passed": by_kind["write"][0], "total": by_kind["write"][1]},
@@ -92,19 +106,73 @@ def run(data_dir: str | None, limit: int | None = None) -> dict[str, Any]:
     }
 
 
+def _timed(call) -> tuple[Any, float, float]:
+    """(result, wall seconds, CPU seconds): CPU time is the fairer number on a shared machine."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = call()
+    return result, round(time.perf_counter() - wall, 3), round(time.process_time() - cpu, 3)
+
+
+def judge_timing(tuples: int = 300_000) -> dict[str, Any]:
+    """Seconds to judge a ``tuples``-row answer of (int, str) pairs, matching and not, next
+    to ``ast.literal_eval`` of the same text (a reference taken in the same process)."""
+    import ast
+
+    gold = [(i, f"n{i}") for i in range(tuples)]
+    text = repr(gold)
+    matched, match_wall, match_cpu = _timed(lambda: answer_matches(text, gold))
+    wrong = text.replace(f"'n{tuples - 1}'", "'other'")
+    mismatched, mismatch_wall, mismatch_cpu = _timed(lambda: answer_matches(wrong, gold))
+    _, eval_wall, eval_cpu = _timed(lambda: ast.literal_eval(text))
+    return {
+        "tuples": tuples,
+        "answer_chars": len(text),
+        "seconds_match": match_wall,
+        "cpu_seconds_match": match_cpu,
+        "seconds_mismatch": mismatch_wall,
+        "cpu_seconds_mismatch": mismatch_cpu,
+        "seconds_literal_eval_reference": eval_wall,
+        "cpu_seconds_literal_eval_reference": eval_cpu,
+        "verdicts_right": matched and not mismatched,
+    }
+
+
+def run(data_dir: str | None, limit: int | None = None, judge_tuples: int = 300_000) -> dict[str, Any]:
+    tasks = load_tasks("db", data_dir, limit=limit)
+    summary = replay(tasks, "gold")
+    summary["wrapped"] = {name: replay(tasks, name) for name in ("derived", "cte")}
+    summary["judge"] = judge_timing(judge_tuples)
+    return summary
+
+
+def _line(name: str, result: dict[str, Any]) -> str:
+    return (
+        f"{name}: {result['passed']}/{result['total']} judged correct "
+        f"(SELECT {result['select']['passed']}/{result['select']['total']}, "
+        f"write {result['write']['passed']}/{result['write']['total']}) in {result['seconds']} s"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=None, help="folder holding db_bench/train-00000-of-00001.parquet")
     parser.add_argument("--limit", type=int, default=None, help="replay only the first N tasks")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the JSON summary")
+    parser.add_argument("--judge-tuples", type=int, default=300_000, help="size of the timed judge answer")
     args = parser.parse_args(argv)
-    summary = run(args.data_dir, args.limit)
-    for item in summary["mismatches"]:
-        print(f"[{item['sample_index']}] {item['kind']}: {item['cause']}\n    {item['sql']}")
+    summary = run(args.data_dir, args.limit, args.judge_tuples)
+    results = {"gold replay": summary, **{f"{k}-wrapped replay": v for k, v in summary["wrapped"].items()}}
+    for name, result in results.items():
+        for item in result["mismatches"]:
+            print(f"[{name}] [{item['sample_index']}] {item['kind']}: {item['cause']}\n    {item['sql']}")
+    for name, result in results.items():
+        print(_line(name, result))
+    judge = summary["judge"]
     print(
-        f"gold replay: {summary['passed']}/{summary['total']} judged correct "
-        f"(SELECT {summary['select']['passed']}/{summary['select']['total']}, "
-        f"write {summary['write']['passed']}/{summary['write']['total']}) in {summary['seconds']} s"
+        f"judge: {judge['tuples']} tuples ({judge['answer_chars']} characters) in {judge['seconds_match']} s "
+        f"({judge['cpu_seconds_match']} s CPU; a wrong answer {judge['seconds_mismatch']} s, "
+        f"{judge['cpu_seconds_mismatch']} s CPU; ast.literal_eval of the same text "
+        f"{judge['seconds_literal_eval_reference']} s), verdicts right: {judge['verdicts_right']}"
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=2, default=str) + "\n")

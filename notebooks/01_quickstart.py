@@ -19,8 +19,9 @@
 #
 # The stream is the LifelongAgentBench DB task list; **the backbone is simulated** (success
 # is drawn from the skill-overlap model of `agent.backbones.sim`, see
-# `bench/controller/simdb.py`). Small by default; set `TOKENWORTH_NOTEBOOK_FULL=1` for all
-# 500 tasks.
+# `bench/controller/simdb.py`). 240 tasks by default, so that the first AGOP update of the
+# metric (every `agop_interval` = 200 tasks in the DB preset) has run; set
+# `TOKENWORTH_NOTEBOOK_FULL=1` for all 500 tasks.
 
 # %%
 import json
@@ -38,7 +39,7 @@ import tokenworth_jax as tw  # noqa: E402
 from bench.controller import simdb  # noqa: E402
 
 FULL = os.environ.get("TOKENWORTH_NOTEBOOK_FULL") == "1"
-N_TASKS = 500 if FULL else 60
+N_TASKS = 500 if FULL else 240  # > agop_interval (200): M has been updated once
 
 # %% [markdown]
 # ## 1. Featurise
@@ -125,16 +126,38 @@ print("counters", jax.device_get(state.counters))
 # %%
 import matplotlib.pyplot as plt  # noqa: E402
 
-fig, ax = plt.subplots(1, 2, figsize=(10, 3))
-ax[0].bar(["cos", "u", "rel", "rec"], w)
+w0 = np.asarray(hp.w0)
+features = ["cos", "u", "rel", "rec"]
+fig, ax = plt.subplots(1, 3, figsize=(15, 3.8))
+x = np.arange(len(features))
+ax[0].bar(x - 0.2, w0, 0.4, label="w0 (start)")
+ax[0].bar(x + 0.2, w, 0.4, label=f"w after {N_TASKS} tasks")
+ax[0].set_xticks(x, features)
+ax[0].set_xlabel("base feature")
+ax[0].set_ylabel("weight")
 ax[0].set_title("base weights w")
-ax[1].plot(M[:spec.dim], lw=0.5, label="|e_q - e_m| block")
-ax[1].plot(range(spec.dim, spec.dim + 5), M[spec.dim:], "o", label="cos,u,rel,rec,freq")
-ax[1].set_title("metric diagonal M")
-ax[1].legend()
+ax[0].legend(fontsize=8)
+tail = M[spec.dim:]
+x = np.arange(len(tail))
+ax[1].bar(x, tail - 1.0, 0.6, color="tab:green", label=f"after {int(state.counters.n_agop)} AGOP update(s)")
+ax[1].axhline(0.0, color="grey", lw=0.8, label="start (M = 1)")
+ax[1].set_xticks(x, ["cos", "u", "rel", "rec", "freq"])
+ax[1].set_xlabel("statistic")
+ax[1].set_ylabel("M − 1")
+ax[1].set_title("metric M on the five statistics")
+ax[1].legend(fontsize=8)
+block = np.sort(M[:spec.dim])[::-1]
+ax[2].plot(np.arange(1, spec.dim + 1), block - 1.0, color="tab:purple", label="M_d − 1, sorted")
+ax[2].axhline(0.0, color="grey", lw=0.8, label="start (M = 1)")
+ax[2].set_xlabel("bucket d of |e_q − e_m| (sorted by M_d)")
+ax[2].set_ylabel("M_d − 1")
+ax[2].set_title("metric M on the embedding block")
+ax[2].legend(fontsize=8)
+fig.tight_layout()
 plt.show()
 
 # %%
 print("KEY_OUTPUTS " + json.dumps(dict(
-    n_tasks=N_TASKS, success_rate=success_rate, bank_valid=int(bank.valid.sum()), w=w.tolist(),
+    n_tasks=N_TASKS, n_agop=int(state.counters.n_agop), success_rate=success_rate,
+    bank_valid=int(bank.valid.sum()), w=w.tolist(),
     metric_tail=M[spec.dim:].tolist(), selected_id=int(sel.memory_id), worth_new=float(wv.new))))

@@ -17,8 +17,10 @@
 # One DB-preset controller runs over the DB stream in chunks (`tw.run` per chunk, the
 # state kept between chunks). After each chunk we record the metric diagonal `M`, the
 # residual weight `η = η_max · min(1, n_krr_fits / 3)`, and the bank. **The backbone is
-# simulated** (see `bench/controller/simdb.py`). Small by default; set
-# `TOKENWORTH_NOTEBOOK_FULL=1` for all 500 tasks.
+# simulated** (see `bench/controller/simdb.py`). It runs the whole DB stream (500 tasks,
+# about 20 s on a laptop CPU) with the DB preset: the bank (B_max = 64) fills after about 130
+# tasks, so evictions and replacements appear, and AGOP (every 200 tasks) updates `M` twice.
+# At fewer tasks none of that would be visible.
 
 # %%
 import json
@@ -35,11 +37,9 @@ import tokenworth_jax as tw  # noqa: E402
 from bench.controller import simdb  # noqa: E402
 
 FULL = os.environ.get("TOKENWORTH_NOTEBOOK_FULL") == "1"
-N_TASKS, CHUNK = (500, 25) if FULL else (120, 20)
-# Short refit intervals at small size, so AGOP acts within the short stream.
-OVERRIDES = {} if FULL else dict(krr_interval=10, agop_interval=20)
+N_TASKS, CHUNK = 500, 10  # TOKENWORTH_NOTEBOOK_FULL changes nothing here: this is the full stream
 
-spec, hp = tw.presets.db(**OVERRIDES)
+spec, hp = tw.presets.db()
 stream = simdb.load_stream(N_TASKS)
 chunks = simdb.run_chunks(stream, hp, spec, CHUNK)
 print(len(chunks), "chunks; final counters", jax.device_get(chunks[-1][0].counters))
@@ -66,19 +66,31 @@ print("|e_q-e_m| block: mean", round(float(M_final[:D].mean()), 3), "max", round
 # %%
 import matplotlib.pyplot as plt  # noqa: E402
 
-fig, ax = plt.subplots(1, 3, figsize=(15, 3.5))
-ax[0].plot(t_axis, block_mean, "k-o", label="|e_q−e_m| block (mean)")
+agop_at = [t for t, prev, s in zip(t_axis[1:], chunks[:-1], chunks[1:])
+           if int(s[0].counters.n_agop) > int(prev[0].counters.n_agop)]
+fig, ax = plt.subplots(1, 3, figsize=(15, 3.8))
+ax[0].plot(t_axis, np.asarray(block_mean) - 1.0, "k-", lw=2, label="|e_q−e_m| block (mean)")
 for k, name in enumerate(tail_names):
-    ax[0].plot(t_axis, tails[:, k], "-", label=name)
-ax[0].set_yscale("log")
+    ax[0].plot(t_axis, tails[:, k] - 1.0, "-", label=name)
+for t in agop_at:
+    ax[0].axvline(t, color="grey", ls=":", lw=1)
 ax[0].set_xlabel("task")
-ax[0].set_title("metric diagonal M")
-ax[0].legend(fontsize=7)
-ax[1].step(t_axis, eta, where="post")
+ax[0].set_ylabel("M − 1 (linear)")
+ax[0].set_title(f"metric diagonal M ({len(agop_at)} AGOP updates, dotted)")
+ax[0].legend(fontsize=7, ncol=2)
+ax[1].step(t_axis, eta, where="post", label="η")
+ax[1].axhline(float(hp.eta_max), color="grey", ls="--", lw=0.8, label="η_max")
 ax[1].set_xlabel("task")
+ax[1].set_ylabel("η (residual weight)")
+ax[1].set_ylim(0, float(hp.eta_max) * 1.15)
 ax[1].set_title("η = η_max · min(1, n_krr_fits/3)")
-ax[2].hist(M_final[:D], bins=40)
+ax[1].legend(fontsize=8, loc="lower right")
+ax[2].hist(M_final[:D] - 1.0, bins=40, label=f"final, {D} buckets")
+ax[2].axvline(0.0, color="grey", lw=0.8, label="start (M = 1)")
+ax[2].set_xlabel("M_d − 1")
+ax[2].set_ylabel("buckets")
 ax[2].set_title("final M over the |e_q−e_m| block")
+ax[2].legend(fontsize=8)
 fig.tight_layout()
 plt.show()
 
@@ -100,19 +112,33 @@ for s, _ in chunks:
     skill_share.append(stream.skill_table[ids][:, top_skills].mean(0) if len(ids) else np.zeros(len(top_skills)))
 skill_share = np.array(skill_share)
 
-fig, ax = plt.subplots(1, 3, figsize=(15, 3.5))
+evicted = np.concatenate([np.asarray(o.decision.evicted_id) for _, o in chunks]) >= 0
+evictions = int(evicted.sum())
+evictions_per_chunk = [int((np.asarray(o.decision.evicted_id) >= 0).sum()) for _, o in chunks]
+print("evictions", evictions)
+
+fig, ax = plt.subplots(1, 3, figsize=(15, 3.8))
 for k, a in enumerate(tw.Admission):
     if a is not tw.Admission.NOT_OFFERED and per_chunk[:, k].any():
         ax[0].plot(t_axis, np.cumsum(per_chunk[:, k]), label=a.name)
+ax[0].plot(t_axis, np.cumsum(evictions_per_chunk), "k--", label="evictions (any cause)")
+ax[0].set_xlabel("task")
+ax[0].set_ylabel("decisions so far")
 ax[0].set_title("admission decisions (cumulative)")
 ax[0].legend(fontsize=7)
 ax[1].plot(t_axis, sizes, label="valid memories")
+ax[1].axhline(spec.capacity, color="grey", ls="--", lw=0.8, label=f"capacity B_max = {spec.capacity}")
 ax[1].plot(t_axis, ages, label="mean age (tasks)")
-ax[1].set_title("bank size and age")
+ax[1].set_xlabel("task")
+ax[1].set_ylabel("memories / tasks")
+ax[1].set_title("bank size and mean memory age")
 ax[1].legend(fontsize=7)
 for k, sk in enumerate(top_skills):
     ax[2].plot(t_axis, skill_share[:, k], label=stream.skill_names[sk])
-ax[2].set_title("share of bank memories with each common skill")
+ax[2].set_xlabel("task")
+ax[2].set_ylabel("share of bank memories")
+ax[2].set_ylim(0, 1)
+ax[2].set_title("bank memories with each common skill")
 ax[2].legend(fontsize=7)
 fig.tight_layout()
 plt.show()
@@ -120,4 +146,5 @@ plt.show()
 # %%
 print("KEY_OUTPUTS " + json.dumps(dict(
     n_tasks=N_TASKS, n_agop=int(chunks[-1][0].counters.n_agop), metric_block_mean=block_mean,
-    metric_tail_final=M_final[D:].tolist(), eta=eta, admissions=counts, bank_sizes=sizes)))
+    metric_tail_final=M_final[D:].tolist(), eta=eta, admissions=counts, bank_sizes=sizes,
+    capacity=int(spec.capacity), evictions=evictions)))

@@ -100,8 +100,8 @@ def stub():
 
 @pytest.fixture
 def backbone(stub):
-    with OpenAIBackbone("stub-model", base_url=stub.url, concurrency=4, max_attempts=4,
-                        backoff_base=0.01, backoff_max=0.05, timeout=10) as b:
+    with OpenAIBackbone("stub-model", base_url=stub.url, concurrency=4, max_retries=3,
+                        backoff_base=0.01, backoff_max=0.05, timeout=10, on_notice=lambda line: None) as b:
         yield b
 
 
@@ -150,7 +150,7 @@ def test_non_transient_errors_raise_at_once(stub, backbone, status):
 
 def test_attempts_are_bounded(stub, backbone):
     stub.always_status = 500
-    with pytest.raises(BackboneError, match="after 4 attempts"):
+    with pytest.raises(BackboneError, match="4 attempts"):
         backbone.generate([conv("x")], [8])
     assert len(stub.requests) == 4
 
@@ -173,8 +173,9 @@ def test_connection_errors_are_retried_then_fail():
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with OpenAIBackbone("m", base_url=f"http://127.0.0.1:{port}/v1", max_attempts=2, backoff_base=0.01, timeout=2) as b:
-        with pytest.raises(BackboneError, match="after 2 attempts"):
+    with OpenAIBackbone("m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=1, backoff_base=0.01, timeout=2,
+                        on_notice=lambda line: None) as b:
+        with pytest.raises(BackboneError, match="2 attempts"):
             b.generate([conv("x")], [8])
         assert b.attempts == 2
 

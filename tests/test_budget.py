@@ -21,7 +21,7 @@ def test_budget_is_frozen_and_validated() -> None:
 
 
 def test_ledger_caps_each_call_by_remaining_and_per_call_cap() -> None:
-    ledger = TokenLedger(Budget.for_env("os"))  # O_max 512, cap 512
+    ledger = TokenLedger(Budget.for_env("os", accounting="per-task"))  # O_max 512, cap 512
     assert ledger.next_max_tokens() == 512
     ledger.charge(500, "execution", 512)
     assert ledger.next_max_tokens() == 12
@@ -29,7 +29,7 @@ def test_ledger_caps_each_call_by_remaining_and_per_call_cap() -> None:
     assert (ledger.execution_tokens, ledger.auxiliary_tokens, ledger.total, ledger.remaining) == (500, 5, 505, 7)
     ledger.charge(7, "execution", 7)
     assert ledger.exhausted and ledger.next_max_tokens() == 0
-    big = TokenLedger(Budget.for_env("os").replace(max_output_tokens=2000))
+    big = TokenLedger(Budget.for_env("os", accounting="per-task").replace(max_output_tokens=2000))
     assert big.next_max_tokens() == 512
 
 
@@ -81,3 +81,22 @@ def test_block_with_no_room_injects_nothing() -> None:
     assert block.text == "" and block.memory_ids == () and block.dropped_ids == (1,)
     assert build_injection_block([], budget).text == ""
     assert build_injection_block([(1, "m")], budget.replace(max_memories=0)).memory_ids == ()
+
+
+def test_per_call_accounting_gives_each_call_o_max_and_keeps_the_total() -> None:
+    budget = Budget.for_env("db", accounting="per-call")
+    ledger = TokenLedger(budget)
+    for _ in range(3):
+        assert ledger.next_max_tokens() == 128
+        ledger.charge(100, "execution", 128)
+    assert ledger.total == 300 and not ledger.exhausted
+    with pytest.raises(BudgetExceeded):  # each call is still capped at O_max
+        ledger.charge(129, "execution", ledger.next_max_tokens())
+    assert TokenLedger(Budget.for_env("os", "per-call").replace(max_output_tokens=2000)).next_max_tokens() == 512
+
+
+def test_accounting_default_and_validation() -> None:
+    assert Budget.for_env("db").accounting == "per-call"  # the default: see agent/budget.py
+    assert Budget.for_env("db", "per-task").as_dict()["accounting"] == "per-task"
+    with pytest.raises(ValueError, match="accounting"):
+        Budget.for_env("db", "per-round")

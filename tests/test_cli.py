@@ -61,3 +61,12 @@ def test_data_fetch_reports_failure_clearly(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(agent.data, "fetch", offline)
     result = runner.invoke(app, ["data", "fetch", "--data-dir", str(tmp_path)])
     assert result.exit_code == 2 and "download failed" in result.output and "no route" in result.output
+
+
+def test_bar_says_the_controller_is_compiling_during_the_first_tokenworth_task(tmp_path, data_dir) -> None:
+    result = runner.invoke(app, ["run", "--methods", "standard,tokenworth", "--limit", "2", "--out", str(tmp_path),
+                                 "--data-dir", data_dir, "--progress"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("compiling the controller") >= 1
+    standard_bar = result.output.split("tokenworth")[0]
+    assert "compiling" not in standard_bar  # only the method that compiles says so

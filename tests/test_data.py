@@ -76,3 +76,48 @@ def test_missing_column_is_reported(data_dir, tmp_path):
 def test_unknown_environment():
     with pytest.raises(ValueError, match="unknown environment"):
         load_tasks("web")  # type: ignore[arg-type]
+
+
+def _rewrite(path: Path, column: str, index: int, value) -> None:
+    table = pq.read_table(path)
+    values = table.column(column).to_pylist()
+    values[index] = value
+    field = table.schema.field(column)
+    table = table.set_column(table.schema.get_field_index(column), field, pa.array(values, type=field.type))
+    pq.write_table(table, path)
+
+
+def test_empty_file_is_refused_not_zero_tasks(data_dir, tmp_path):
+    path = _copy_env(data_dir, tmp_path, "db")
+    pq.write_table(pq.read_table(path).slice(0, 0), path)
+    with pytest.raises(DataError, match="holds 0 tasks.*has 500"):
+        load_tasks("db", tmp_path)
+
+
+def test_truncated_stream_is_refused(data_dir, tmp_path):
+    path = _copy_env(data_dir, tmp_path, "os")
+    pq.write_table(pq.read_table(path).slice(0, 20), path)
+    with pytest.raises(DataError, match="holds 20 tasks"):
+        load_tasks("os", tmp_path)
+
+
+@pytest.mark.parametrize("env,column", [("db", "instruction"), ("os", "instruction"), ("kg", "question")])
+def test_null_text_is_refused_not_the_string_none(data_dir, tmp_path, env, column):
+    path = _copy_env(data_dir, tmp_path, env)
+    _rewrite(path, column, 7, None)
+    with pytest.raises(DataError, match=rf"row 7, column '{column}' is null"):
+        load_tasks(env, tmp_path)
+
+
+@pytest.mark.parametrize("env,column,value", [
+    ("db", "answer_info", "['not', 'a', 'dict']"),
+    ("db", "table_info", "{'name': 't'}"),
+    ("os", "evaluation_info", "[1, 2]"),
+    ("kg", "entity_dict", "['m.0abc']"),
+    ("kg", "skill_list", "{'a': 1}"),
+])
+def test_wrongly_shaped_literal_names_row_and_column(data_dir, tmp_path, env, column, value):
+    path = _copy_env(data_dir, tmp_path, env)
+    _rewrite(path, column, 4, value)
+    with pytest.raises(DataError, match=rf"row 4, column '{column}'"):
+        load_tasks(env, tmp_path)

@@ -64,7 +64,7 @@ def execute(name: str) -> dict:
 
 def test_quickstart():
     out = execute("01_quickstart.py")
-    assert out["n_tasks"] == 60
+    assert out["n_tasks"] == 240 and out["n_agop"] >= 1  # the metric panel shows an AGOP update
     assert 0.0 < out["success_rate"] < 1.0
     assert 0 < out["bank_valid"] <= 64
     assert len(out["w"]) == 4 and len(out["metric_tail"]) == 5
@@ -86,4 +86,5 @@ def test_geometry_over_time():
     assert out["metric_block_mean"][0] != pytest.approx(1.0) or out["metric_block_mean"][-1] != pytest.approx(1.0)
     assert out["eta"] == sorted(out["eta"])  # the ramp only grows
     assert sum(v for k, v in out["admissions"].items() if k != "NOT_OFFERED") > 0
+    assert max(out["bank_sizes"]) == out["capacity"] and out["evictions"] > 0  # the bank fills and evicts
     assert out["_images"] >= 2

@@ -108,3 +108,62 @@ def test_finished_stream_is_not_rerun(tmp_path) -> None:
     calls = len(backbone.calls)
     again = run_stream("standard", "db", tasks, backbone, Budget.for_env("db"), 0, tmp_path, env=FakeDBEnv())
     assert len(again) == 5 and len(backbone.calls) == calls
+
+
+def test_checkpoint_is_synced_on_the_injected_clock_and_when_the_stream_stops(tmp_path, monkeypatch) -> None:
+    import agent.checkpoint as checkpoint
+
+    now = {"t": 0.0}
+    made: list[checkpoint.CheckpointWriter] = []
+    real_init = checkpoint.CheckpointWriter.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **{**kwargs, "clock": lambda: now["t"]})
+        made.append(self)
+
+    monkeypatch.setattr(checkpoint.CheckpointWriter, "__init__", init)
+    real_save = checkpoint.CheckpointWriter.save
+    durable_at: list[int] = []
+
+    def save(self, state, **kwargs):
+        before = self.durable_saves
+        real_save(self, state, **kwargs)
+        if self.durable_saves > before:
+            durable_at.append(state["next_index"])
+        now["t"] += 2.0  # every task takes two seconds
+
+    monkeypatch.setattr(checkpoint.CheckpointWriter, "save", save)
+    run_stream("memp", "db", make_tasks(12), FakeBackbone(), Budget.for_env("db"), 0, tmp_path, env=FakeDBEnv(),
+               stop_after=9, durable_every_s=5.0)
+    assert durable_at == [4, 7]  # every 5 s of the injected clock (tasks end at t = 0, 2, 4, 6, ...) ...
+    assert made[0].durable_saves == 3  # ... plus the flush after task 9, when the call stops
+    run_stream("memp", "db", make_tasks(12), FakeBackbone(), Budget.for_env("db"), 0, tmp_path, env=FakeDBEnv(),
+               stop_after=1, durable_every_s=5.0)
+    assert made[-1].durable_saves == 1  # a call that stops before 5 s still syncs its last checkpoint
+    assert load_checkpoint(checkpoint.durable_path(tmp_path / "memp" / "checkpoint.pkl"))["next_index"] == 10
+
+
+def test_power_loss_falls_back_to_the_durable_checkpoint(tmp_path) -> None:
+    """A power cut can leave the newest (unsynced) checkpoint torn or ahead of the records."""
+    import shutil
+
+    from agent.checkpoint import durable_path
+
+    tasks = make_tasks(10)
+    budget = Budget.for_env("db")
+    reference = run_stream("memrl", "db", tasks, FakeBackbone(), budget, 0, tmp_path / "ref", env=FakeDBEnv())
+    out = tmp_path / "cut"
+    run_stream("memrl", "db", tasks, FakeBackbone(), budget, 0, out, env=FakeDBEnv(), stop_after=4)
+    folder = out / "memrl"
+    synced = {p.name: p.read_bytes() for p in (folder / "records.jsonl", durable_path(folder / "checkpoint.pkl"))}
+    run_stream("memrl", "db", tasks, FakeBackbone(), budget, 0, out, env=FakeDBEnv(), stop_after=3,
+               durable_every_s=1e9)
+    # the cut: the unsynced checkpoint says 7 tasks, but only the synced records (4 tasks) reached the disk
+    (folder / "records.jsonl").write_bytes(synced["records.jsonl"])
+    durable_path(folder / "checkpoint.pkl").write_bytes(synced["checkpoint.durable.pkl"])
+    assert load_checkpoint(folder / "checkpoint.pkl")["next_index"] == 7
+    resumed = run_stream("memrl", "db", tasks, FakeBackbone(), budget, 0, out, env=FakeDBEnv())
+    assert comparable(resumed) == comparable(reference)
+    shutil.copy(folder / "checkpoint.pkl", tmp_path / "keep.pkl")
+    (folder / "checkpoint.pkl").write_bytes(b"\x80torn")  # a torn newest checkpoint: the durable copy is used
+    assert load_checkpoint(folder / "checkpoint.pkl")["next_index"] == 10

@@ -12,18 +12,29 @@ from agent.policies.standard import StandardPolicy
 from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks
 
 DB = Budget.for_env("db")
+DB_PER_TASK = Budget.for_env("db", accounting="per-task")
 RECORD_KEYS = {"task_id", "env", "reward", "status", "rounds", "output_tokens", "execution_tokens", "auxiliary_tokens",
                "injected_memory_id", "injected_length", "time_s", "skill_list", "decision", "method", "index"}
 
 
 def test_record_fields_and_token_accounting() -> None:
     backbone = FakeBackbone()
-    record = run_task(StandardPolicy("db", DB), FakeDBEnv(), backbone, make_tasks(1)[0], 0, DB, seed=0)
+    record = run_task(StandardPolicy("db", DB_PER_TASK), FakeDBEnv(), backbone, make_tasks(1)[0], 0, DB_PER_TASK,
+                      seed=0)
     assert RECORD_KEYS <= set(record)
     assert record["rounds"] == 2 and record["status"] == "completed"
     assert record["output_tokens"] == record["execution_tokens"] > 0
     assert [c["cap"] for c in backbone.calls] == [128, 128 - backbone_tokens(backbone, 0)]
     assert record["auxiliary_tokens"] == 0 and record["injected_memory_id"] is None
+    assert record["accounting"] == "per-task"
+
+
+def test_per_call_accounting_gives_every_call_o_max_and_sums_the_total() -> None:
+    backbone = FakeBackbone()
+    record = run_task(StandardPolicy("db", DB), FakeDBEnv(), backbone, make_tasks(1)[0], 0, DB, seed=0)
+    assert DB.accounting == "per-call" and record["accounting"] == "per-call"
+    assert [c["cap"] for c in backbone.calls] == [128, 128]
+    assert record["output_tokens"] == sum(t["tokens"] for t in record["trajectory"]) > 0
 
 
 def backbone_tokens(backbone: FakeBackbone, call: int) -> int:
@@ -35,7 +46,7 @@ def backbone_tokens(backbone: FakeBackbone, call: int) -> int:
 def test_budget_exhaustion_ends_task() -> None:
     # round 0 (a valid query) spends exactly O_max: no call is made for the answer
     first = backbone_tokens(FakeBackbone(), 0)
-    tight = DB.replace(max_output_tokens=first)
+    tight = DB_PER_TASK.replace(max_output_tokens=first)
     backbone = FakeBackbone()
     record = run_task(StandardPolicy("db", tight), FakeDBEnv(), backbone, make_tasks(1)[0], 0, tight, seed=0)
     assert record["status"] == "budget_exhausted" and record["output_tokens"] == first
@@ -130,7 +141,8 @@ def test_real_db_env_with_sim_backbone_all_methods(tmp_path, data_dir) -> None:
         records = run_stream(method, "db", tasks, backbone, DB, 0, tmp_path)
         assert len(records) == 25
         for r in records:
-            assert r["output_tokens"] <= DB.max_output_tokens and r["rounds"] <= DB.max_rounds
+            assert DB.allows([t["tokens"] for t in r["trajectory"]]) and r["rounds"] <= DB.max_rounds
+            assert r["output_tokens"] == sum(t["tokens"] for t in r["trajectory"])
             assert r["injected_length"] <= DB.max_injected_chars
             assert r["status"] in {"completed", "round_limit", "budget_exhausted", "invalid_action", "env_error"}
         if method == "standard":

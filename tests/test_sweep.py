@@ -1,5 +1,6 @@
 """Lockstep multi-stream sweeps: grid parsing, batching, and equality with single runs."""
 
+import dataclasses
 import json
 
 import pytest
@@ -59,3 +60,123 @@ def test_sweep_on_real_db_env_matches_tokenworth_run(tmp_path, data_dir) -> None
     single = run_stream("tokenworth", "db", tasks, backbone, DB, 0, tmp_path)
     assert [r["reward"] for r in single] == result.streams[0].rewards
     assert [r["output_tokens"] for r in single] == result.streams[0].tokens
+
+
+# ------------------------------------------------------------------------- resumable sweep folders
+def comparable_sweep(result) -> list[dict]:
+    return [dataclasses.asdict(s) for s in result.streams]
+
+
+def test_sweep_checkpoints_every_task_and_resumes_exactly(tmp_path) -> None:
+    from agent.checkpoint import load_checkpoint
+
+    tasks = make_tasks(10)
+    configs = configs_from_grid(["eta=0.05,0.3", "gamma=0.5,2"])
+    reference = run_sweep("db", tasks, FakeBackbone(), DB, configs, 0, envs=[FakeDBEnv() for _ in configs])
+    out = tmp_path / "sweep"
+    for stop in (3, 1, 4):
+        run_sweep("db", tasks, FakeBackbone(), DB, configs, 0, envs=[FakeDBEnv() for _ in configs], out_dir=out,
+                  stop_after=stop)
+    assert load_checkpoint(out / "sweep-checkpoint.pkl")["streams"]["next_index"] == 8
+    backbone = FakeBackbone()
+    resumed = run_sweep("db", tasks, backbone, DB, configs, 0, envs=[FakeDBEnv() for _ in configs], out_dir=out)
+    assert comparable_sweep(resumed) == comparable_sweep(reference)
+    assert resumed.batch_sizes == reference.batch_sizes and len(backbone.batch_sizes) == 2 * 2  # only tasks 8, 9 ran
+
+
+def test_sweep_refuses_a_folder_holding_another_sweep(tmp_path, data_dir) -> None:
+    from typer.testing import CliRunner
+
+    from agent.cli import app
+
+    runner = CliRunner()
+    out = tmp_path / "sweep"
+    base = ["sweep", "--limit", "3", "--out", str(out), "--data-dir", data_dir, "--no-progress"]
+    assert runner.invoke(app, [*base, "--grid", "eta=0.1,0.3"]).exit_code == 0
+    before = (out / "sweep.json").read_text()
+    other = runner.invoke(app, [*base, "--grid", "gamma=0.5"])
+    assert other.exit_code == 2 and "other settings" in other.output and "--overwrite" in other.output
+    assert (out / "sweep.json").read_text() == before  # the earlier sweep is intact
+    again = runner.invoke(app, [*base, "--grid", "eta=0.1,0.3"])  # the same sweep: finished, nothing re-run
+    assert again.exit_code == 0 and json.loads((out / "sweep.json").read_text())["rewards"] == json.loads(before)["rewards"]
+    assert runner.invoke(app, [*base, "--grid", "gamma=0.5", "--overwrite"]).exit_code == 0
+    assert len(json.loads((out / "sweep.json").read_text())["streams"]) == 1
+    foreign = tmp_path / "thesis"
+    foreign.mkdir()
+    (foreign / "chapter1.tex").write_text("mine")
+    refused = runner.invoke(app, ["sweep", "--limit", "3", "--out", str(foreign), "--data-dir", data_dir,
+                                  "--no-progress", "--overwrite"])
+    assert refused.exit_code == 2 and "not a sweep" in refused.output and (foreign / "chapter1.tex").exists()
+
+
+def test_sweep_interrupt_commits_nothing_of_the_task_in_flight(tmp_path) -> None:
+    from agent.checkpoint import load_checkpoint
+    from tests.test_interrupt import AT_TASK, InterruptedEnv
+
+    tasks = make_tasks(7)
+    configs = [{}, {"eta_max": 0.3}]
+    reference = run_sweep("db", tasks, FakeBackbone(), DB, configs, 0, envs=[FakeDBEnv() for _ in configs])
+    out = tmp_path / "sweep"
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep("db", tasks, FakeBackbone(), DB, configs, 0, envs=[InterruptedEnv("step"), FakeDBEnv()],
+                  out_dir=out)
+    assert load_checkpoint(out / "sweep-checkpoint.pkl")["streams"]["next_index"] == AT_TASK
+    resumed = run_sweep("db", tasks, FakeBackbone(), DB, configs, 0, envs=[FakeDBEnv() for _ in configs], out_dir=out)
+    assert comparable_sweep(resumed) == comparable_sweep(reference)
+
+
+@pytest.mark.slow
+def test_sweep_sigkill_at_several_points_then_resume_matches_uninterrupted(tmp_path, data_dir) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from agent.backbones.registry import make_backbone
+    from agent.checkpoint import load_checkpoint
+    from agent.data import load_tasks
+
+    limit = 14
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "agent.cli", "sweep", "--grid", "eta=0.1,0.3", "--limit", str(limit), "--out",
+           str(out), "--data-dir", data_dir, "--no-progress"]
+
+    def done() -> int:
+        try:
+            state = load_checkpoint(out / "sweep-checkpoint.pkl")
+        except Exception:  # being replaced right now: look again
+            return -1
+        return state["streams"]["next_index"] if state else 0
+
+    for at in (2, 6, 11):
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 240
+        while done() < at:
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "kill point not reached in time"
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert proc.returncode == -signal.SIGKILL
+    finished = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    tasks = load_tasks("db", data_dir, limit=limit)
+    reference = run_sweep("db", tasks, make_backbone("sim", seed=0), DB, configs_from_grid(["eta=0.1,0.3"]), 0)
+    data = json.loads((out / "sweep.json").read_text())
+    assert data["rewards"] == [s.rewards for s in reference.streams]
+    assert [s["admissions"] for s in data["streams"]] == [s.summary()["admissions"] for s in reference.streams]
+    assert [s["output_tok"] for s in data["streams"]] == [s.summary()["output_tok"] for s in reference.streams]
+
+
+def test_an_older_sweep_without_settings_is_never_overwritten_silently(tmp_path) -> None:
+    from agent.sweep import prepare_sweep_folder
+
+    out = tmp_path / "sweep-db-seed0"
+    out.mkdir()
+    (out / "sweep.md").write_text("22 x 500 Table A3")  # written before sweeps recorded their settings
+    (out / "sweep.json").write_text("{}")
+    with pytest.raises(SweepError, match="settings are unknown.*--overwrite"):
+        prepare_sweep_folder(out, {"env": "db"}, overwrite=False)
+    assert (out / "sweep.md").read_text() == "22 x 500 Table A3"
+    prepare_sweep_folder(out, {"env": "db"}, overwrite=True)
+    assert not (out / "sweep.md").exists() and json.loads((out / "sweep-config.json").read_text()) == {"env": "db"}

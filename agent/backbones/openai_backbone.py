@@ -11,12 +11,25 @@ Decisions:
   sync call; connections are reused across batches. ``close()`` stops the thread.
 - **Token accounting.** ``output_tokens`` is the server's ``usage.completion_tokens``. A
   response without usage is an error (text is never re-tokenised here).
-- **Retries.** Connection errors, timeouts, 408, 409, 429 and 5xx are retried up to
-  ``max_attempts`` times in all, with exponential backoff and jitter (a server's
-  ``Retry-After`` is honoured up to ``backoff_max``). The client's own retries are off, so
-  every attempt is visible here. Only the successful attempt's usage counts: a failed
-  attempt returns no completion and is billed nothing in the budget. Other errors
-  (400, 401, 403, 404, 422, …) raise :class:`BackboneError` at once.
+- **Timeouts.** ``connect_timeout`` (default 10 s) bounds opening a connection; ``timeout``
+  (default 600 s) bounds waiting for the reply once the request is sent. The read timeout is
+  generous on purpose: it includes time the request waits in the server's queue. While a
+  request is outstanding, a line says so every ``notice_every`` seconds (default 30 s), so a
+  server that accepts connections but never answers is never silent.
+- **Retries.** Connection errors, timeouts, 408, 409, 429 and 5xx are retried with capped
+  exponential backoff (``backoff_base`` 1 s, doubling, at most ``backoff_max`` 30 s, equal
+  jitter; a server's ``Retry-After`` is honoured up to the cap) for up to ``retry_for``
+  seconds per request, counted from its first failure (default 300 s: a model server restart
+  takes ~30 s), and at most
+  ``max_retries`` retries when that is set. Every retry prints one line (attempt, wait, cause)
+  through ``on_notice`` (default: ``tqdm.write`` to stderr, above any progress bar). A request
+  whose fate is unknown (read timeout, connection dropped after sending) may still be running
+  on the server: it is resent only with a line that says so. When the window is spent, one
+  :class:`BackboneError` names the URL and the cause. The client's own retries are off, so
+  every attempt is visible here. Only the successful attempt's usage counts: a failed attempt
+  returns no completion and is billed nothing in the budget. Other errors (400, 401, 403,
+  404, 422, …) raise :class:`BackboneError` at once, with a hint where one is known (a 404
+  from a base URL without ``/v1``; a model name the server does not serve).
 - **Sampling.** ``temperature=0, top_p=1`` and zero presence/frequency penalties are always
   sent. ``vllm serve`` otherwise fills unset fields (top_k, repetition_penalty) from the
   model's generation config: start it with ``--generation-config vllm`` or pass
@@ -28,8 +41,10 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import sys
 import threading
-from typing import Any, Mapping, Sequence
+import time
+from typing import Any, Callable, Mapping, Sequence
 
 from agent.backbones.base import BackboneError, Conversation, Generation, checked_caps
 
@@ -57,18 +72,25 @@ class OpenAIBackbone:
         base_url: str | None = None,
         api_key: str | None = None,
         concurrency: int = 8,
-        max_attempts: int = 6,
-        backoff_base: float = 0.5,
+        timeout: float = 600.0,
+        connect_timeout: float = 10.0,
+        retry_for: float = 300.0,
+        max_retries: int | None = None,
+        backoff_base: float = 1.0,
         backoff_max: float = 30.0,
-        timeout: float = 120.0,
+        notice_every: float = 30.0,
         extra_body: Mapping[str, Any] | None = None,
+        on_notice: Callable[[str], None] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
-        if max_attempts < 1:
-            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-        if backoff_base < 0 or backoff_max < 0:
-            raise ValueError("backoff_base and backoff_max must be >= 0")
+        if max_retries is not None and max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        for name, value in (("timeout", timeout), ("connect_timeout", connect_timeout), ("notice_every", notice_every)):
+            if not value > 0:
+                raise ValueError(f"{name} must be > 0 seconds, got {value}")
+        if retry_for < 0 or backoff_base < 0 or backoff_max < 0:
+            raise ValueError("retry_for, backoff_base and backoff_max must be >= 0")
         self._openai = import_openai()
         key = api_key or os.environ.get("OPENAI_API_KEY")
         if not key:
@@ -77,18 +99,37 @@ class OpenAIBackbone:
             key = "EMPTY"  # local servers (vllm serve) accept any key
         self.model = model
         self.base_url = base_url
+        self.url = (base_url or "https://api.openai.com/v1").rstrip("/")
         self.concurrency = concurrency
-        self.max_attempts = max_attempts
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.retry_for = retry_for
+        self.max_retries = max_retries
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
+        self.notice_every = notice_every
         self.extra_body = dict(extra_body or {})
+        self.on_notice = on_notice or _print_notice
         self.attempts = 0  # HTTP requests sent, retries included (for logs and tests)
-        self._client_options = {"api_key": key, "base_url": base_url, "timeout": timeout, "max_retries": 0}
+        self.notices: list[str] = []  # every line printed, for tests and logs
+        self._client_options = {"api_key": key, "base_url": base_url, "max_retries": 0,
+                                "timeout": self._openai.Timeout(timeout, connect=connect_timeout)}
         self._jitter = random.Random()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._client: Any = None
         self._lock = threading.Lock()
+        self._last_notice: tuple[str, float] = ("", 0.0)
+
+    def notice(self, text: str, *, key: str | None = None) -> None:
+        """Report one line; the same ``key`` within 2 s (parallel requests failing alike) is said once."""
+        now = time.monotonic()
+        key = key or text
+        if key == self._last_notice[0] and now - self._last_notice[1] < 2.0:
+            return
+        self._last_notice = (key, now)
+        self.notices.append(text)
+        self.on_notice(text)
 
     # -- event-loop thread -------------------------------------------------------------
 
@@ -158,27 +199,82 @@ class OpenAIBackbone:
             raise
 
     async def _with_retries(self, conversation: Conversation, cap: int, stop: list[str] | None) -> Generation:
-        last_error: Exception | None = None
-        for attempt in range(self.max_attempts):
+        first_failure: float | None = None  # the retry window opens at the first failure
+        retries = 0
+        while True:
             try:
-                return await self._request(conversation, cap, stop)
+                return await self._watched(self._request(conversation, cap, stop))
             except self._openai.APIStatusError as exc:
                 if not _is_transient_status(exc.status_code):
-                    raise BackboneError(f"{self.base_url or 'OpenAI'} rejected the request ({exc.status_code}): {exc}") from exc
-                last_error = exc
+                    raise BackboneError(self._rejection(exc)) from exc
+                cause, maybe_running = f"HTTP {exc.status_code} {_message(exc)}", False
                 retry_after = _retry_after_seconds(exc)
             except self._openai.APIConnectionError as exc:  # includes APITimeoutError
-                last_error, retry_after = exc, None
-            if attempt + 1 < self.max_attempts:
-                await asyncio.sleep(self._backoff(attempt, retry_after))
-        raise BackboneError(f"request failed after {self.max_attempts} attempts: {last_error}") from last_error
+                cause, maybe_running = _connection_cause(exc, self.timeout, self.connect_timeout)
+                retry_after = None
+            now = time.monotonic()
+            first_failure = now if first_failure is None else first_failure
+            elapsed = now - first_failure
+            left = self.retry_for - elapsed
+            wait = self._backoff(retries, retry_after)
+            if left < wait or (self.max_retries is not None and retries >= self.max_retries):
+                limit = (f"--retry-for {self.retry_for:g}s" if left < wait else f"--max-retries {self.max_retries}")
+                raise BackboneError(
+                    f"the model server at {self.url} failed: {cause} ({retries + 1} attempts, retried for {elapsed:.0f}s, "
+                    f"{limit}). Check that it is running and reachable, then rerun the same command to resume."
+                )
+            retries += 1
+            resend = " It may still be running the earlier request, which is sent again." if maybe_running else ""
+            self.notice(f"openai: attempt {retries} to {self.url} failed: {cause}; retry {retries} in {wait:.1f}s "
+                        f"({left:.0f}s of --retry-for left).{resend}", key=f"{retries}|{cause}")
+            await asyncio.sleep(wait)
 
-    def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        ceiling = min(self.backoff_max, self.backoff_base * 2**attempt)
-        delay = ceiling / 2 + self._jitter.uniform(0, ceiling / 2)  # "equal jitter"
+    async def _watched(self, request: Any) -> Generation:
+        """Await ``request``, saying every ``notice_every`` seconds that it is still outstanding."""
+        task = asyncio.ensure_future(request)
+        started = time.monotonic()
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=self.notice_every)
+                if done:
+                    return task.result()
+                self.notice(f"openai: still waiting for {self.url} ({time.monotonic() - started:.0f}s of the "
+                            f"{self.timeout:g}s read timeout; requests in flight are not resent)",
+                            key=f"wait|{int((time.monotonic() - started) // self.notice_every)}")
+        finally:
+            if not task.done():
+                task.cancel()
+
+    def _backoff(self, retry: int, retry_after: float | None) -> float:
+        """Capped exponential backoff with equal jitter; a Retry-After is honoured up to the cap."""
+        ceiling = min(self.backoff_max, self.backoff_base * 2**retry)
+        delay = ceiling / 2 + self._jitter.uniform(0, ceiling / 2)
         if retry_after is not None:
             delay = max(delay, min(retry_after, self.backoff_max))
         return delay
+
+    def _rejection(self, exc: Any) -> str:
+        """One line for a non-transient HTTP error, with a hint where one is known."""
+        status, message = exc.status_code, _message(exc)
+        text = f"the model server at {self.url} rejected the request (HTTP {status}): {message}"
+        if "model" in message.lower() and status in (400, 404, 422):
+            served = self._served_models()
+            text += (f". The --model flag names {self.model!r}; pass a model the server serves"
+                     + (f" ({', '.join(served)})" if served else "") + " with --model.")
+        elif status == 404 and not self.url.endswith("/v1"):
+            text += f". Did you mean --base-url {self.url}/v1 ?"
+        return text
+
+    def _served_models(self) -> list[str]:
+        """The server's model ids (``GET /models``), or [] when it will not say."""
+        try:
+            import httpx
+
+            reply = httpx.get(f"{self.url}/models", timeout=self.connect_timeout,
+                              headers={"Authorization": f"Bearer {self._client_options['api_key']}"})
+            return [str(m.get("id")) for m in reply.json().get("data", [])][:10]
+        except Exception:  # noqa: BLE001 - only a hint
+            return []
 
     async def _request(self, conversation: Conversation, cap: int, stop: list[str] | None) -> Generation:
         self.attempts += 1
@@ -211,6 +307,51 @@ class OpenAIBackbone:
             output_tokens=int(response.usage.completion_tokens),
             finish_reason=str(choice.finish_reason or "stop"),
         )
+
+
+def _print_notice(text: str) -> None:
+    """Print above any tqdm progress bar (on stderr)."""
+    from tqdm import tqdm
+
+    tqdm.write(text, file=sys.stderr)
+
+
+def _message(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])
+        if isinstance(inner, str):
+            return inner
+    return str(getattr(exc, "message", exc))
+
+
+def _connection_cause(exc: Any, read_timeout: float, connect_timeout: float) -> tuple[str, bool]:
+    """(what went wrong, whether the server may still be running the request).
+
+    The transport error is the ``__cause__`` of the client's APIConnectionError; it is matched
+    by class name (``ConnectError``, ``ConnectTimeout``, ``…Timeout…``), since openai releases
+    differ in which httpx module they raise from.
+    """
+    cause = exc.__cause__
+    names = {cls.__name__ for cls in type(cause).__mro__} if cause is not None else set()
+    if "ConnectTimeout" in names:
+        return f"no connection within {connect_timeout:g}s (connect timeout)", False
+    if "ConnectError" in names:
+        return f"cannot connect ({_root(cause)})", False
+    if "TimeoutException" in names or type(exc).__name__ == "APITimeoutError":
+        return f"no reply within the {read_timeout:g}s read timeout", True
+    if cause is not None:
+        return f"connection lost ({type(cause).__name__}: {_root(cause)})", True
+    return f"connection error ({exc})", True
+
+
+def _root(exc: BaseException) -> str:
+    """The innermost cause's text ("[Errno 111] Connection refused"), else the error's own."""
+    while exc.__cause__ is not None or exc.__context__ is not None:
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return str(exc) or type(exc).__name__
 
 
 def _is_transient_status(status: int) -> bool:

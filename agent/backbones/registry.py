@@ -5,47 +5,30 @@
 - ``"vllm"``: :class:`~agent.backbones.vllm_backbone.VLLMBackbone` (needs the ``[vllm]`` extra;
   options: ``model``, ``gpu_memory_utilization``, ``max_model_len``, …).
 - ``"openai"``: :class:`~agent.backbones.openai_backbone.OpenAIBackbone` (options: ``model``,
-  ``base_url``, ``api_key``, ``concurrency``, ``max_attempts``, …).
+  ``base_url``, ``api_key``, ``concurrency``, ``timeout``, ``retry_for``, …).
 
-Imports are lazy, so asking for "sim" never imports vLLM or the OpenAI client.
+Entries live in :data:`BACKBONES`, an :class:`agent.registry.Registry` (the same pattern as
+policies and environments). Imports are lazy, so asking for "sim" never imports vLLM or the OpenAI client.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from agent.backbones.base import Backbone
+from agent.registry import Registry
 
-BACKBONE_NAMES = ("sim", "vllm", "openai")
-
-
-def _sim(**options: Any) -> Backbone:
-    from agent.backbones.sim import SimBackbone
-
-    return SimBackbone(**options)
-
-
-def _vllm(**options: Any) -> Backbone:
-    from agent.backbones.vllm_backbone import VLLMBackbone
-
-    return VLLMBackbone(**options)
-
-
-def _openai(**options: Any) -> Backbone:
-    from agent.backbones.openai_backbone import OpenAIBackbone
-
-    return OpenAIBackbone(**options)
-
-
-_FACTORIES: dict[str, Callable[..., Backbone]] = {"sim": _sim, "vllm": _vllm, "openai": _openai}
+BACKBONES: Registry[Backbone] = Registry("backbone", {
+    "sim": "agent.backbones.sim:SimBackbone",
+    "vllm": "agent.backbones.vllm_backbone:VLLMBackbone",
+    "openai": "agent.backbones.openai_backbone:OpenAIBackbone",
+})
+BACKBONE_NAMES = BACKBONES.names
 
 
 def make_backbone(name: str, **options: Any) -> Backbone:
     """Build a backbone by name. Unknown names and options raise a clear error."""
-    try:
-        factory = _FACTORIES[name]
-    except KeyError:
-        raise ValueError(f"unknown backbone {name!r}; expected one of {', '.join(BACKBONE_NAMES)}") from None
+    factory = BACKBONES.factory(name)
     if name in ("vllm", "openai") and "model" not in options:
         raise ValueError(f"the {name!r} backbone needs a model name: make_backbone({name!r}, model=...)")
     try:

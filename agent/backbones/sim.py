@@ -62,9 +62,10 @@ class SimParams:
     is about 0.53 on DB, 0.58 on OS and 0.31 on KG (KG near the paper's local Standard,
     30.7%). Measured end to end on the real DB environment with an uncapped output budget,
     the no-memory DB success rate is 53.4% / 51.6%, mean 155 output tokens per task. Under
-    the paper's DB budget (O_max = 128 tokens per task) it drops to about 27%, because many
-    gold answers (SQL plus the returned rows) need more than 128 tokens: even an
-    always-successful simulator without a Thought line reaches only 56.6% there.
+    the paper's DB budget read per task (O_max = 128 tokens shared by all rounds) it drops to
+    about 27%, because many gold answers (SQL plus the returned rows) need more than 128
+    tokens: even an always-successful simulator without a Thought line reaches only 56.6%
+    there (78.0% under the default per-call accounting; ``bench/budget_ceiling.py``).
     """
 
     p0_range_db: tuple[float, float] = (0.25, 0.90)

@@ -1,15 +1,17 @@
 """The one interface the three environments share.
 
-A policy or backbone only ever sees text: the prompt turns (:meth:`Environment.prompt`),
+A policy or backbone only ever sees text: the prompt turns (:meth:`Environment.instructions`,
+:meth:`Environment.task_prompt`),
 observations returned by :meth:`Environment.step`, and the judged reward.
 
 Lifecycle per task::
 
-    env = make_env("db")          # or DBEnvironment(...), OSEnvironment(...), KGEnvironment(...)
-    first_obs = env.reset(task)   # fresh database / sandbox / variable store
-    obs, done = env.step(reply)   # one agent reply (the whole LLM output text)
-    result = env.judge()          # Judgement(reward in {0,1}, status, details)
-    env.close()                   # tear everything down (idempotent)
+    env = make_environment("db", budget)   # agent.envs.registry; or DBEnvironment(...), OSEnvironment(...), ...
+    prompt = env.reset(task)               # fresh database / sandbox / variable store; returns the task prompt
+    result = env.step(reply)               # one agent reply (the whole LLM output text) -> StepResult
+                                           #   (.observation, .done, .status, .action)
+    verdict = env.judge()                  # Judgement(reward in {0, 1}, details)
+    env.close()                            # tear everything down (idempotent)
 """
 
 from __future__ import annotations

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Literal
+import time
+from typing import Any, Callable, Literal
 
 from agent.data import CommandItem, OSTask
 from agent.envs.base import Environment, Judgement, StepResult
@@ -114,6 +115,7 @@ class OSEnvironment(Environment):
         max_rounds: int = 5,
         command_timeout: float = 20.0,
         limits: SandboxLimits | None = SandboxLimits(),
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_rounds < 1:
             raise ValueError(f"max_rounds must be at least 1, got {max_rounds}")
@@ -122,6 +124,7 @@ class OSEnvironment(Environment):
         self.max_rounds = max_rounds
         self.command_timeout = command_timeout
         self.limits = limits
+        self.clock = clock  # the sandboxes measure command timeouts on it (tests inject one)
         self._sandbox: Sandbox | None = None
         self._task: OSTask | None = None
         self._rounds = 0
@@ -147,7 +150,7 @@ class OSEnvironment(Environment):
         self._task = task
         self._rounds, self._done, self._status = 0, False, None
         self._init_result, self._init_error, self._judgement, self._error = None, None, None, None
-        self._sandbox = Sandbox(self.limits).start()
+        self._sandbox = Sandbox(self.limits, clock=self.clock).start()
         if task.init is not None:
             self._init_result = self.execute(task.init)
             if self._init_result.timed_out or self._init_result.exit_code != 0:

@@ -37,6 +37,8 @@ class Outcome:
 
 class MemoryPolicy(abc.ABC):
     name: ClassVar[str]
+    # shown on the progress bar while the first task of a (resumed) stream runs, e.g. while compiling
+    first_task_note: ClassVar[str | None] = None
 
     def __init__(self, env: str, budget: Budget, seed: int = 0) -> None:
         self.env = env

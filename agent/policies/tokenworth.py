@@ -26,6 +26,7 @@ from agent.policies.base import MemoryPolicy, Outcome
 
 class TokenWorthPolicy(MemoryPolicy):
     name = "tokenworth"
+    first_task_note = "compiling the controller…"  # the first select/offer compile (~13 s on CPU)
 
     def __init__(self, env: str, budget: Budget, seed: int = 0, **overrides: Any) -> None:
         super().__init__(env, budget, seed)

@@ -4,10 +4,12 @@
 * ``functions``: MySQL functions/aggregates registered on the connection;
 * ``types``: which results MySQL returns as DECIMAL (for ``Decimal('…')`` observations);
 * ``errors``: MySQL-shaped error texts;
-* ``database``: the guarded in-memory database (authorizer, time limit, table hash).
+* ``limits``: the per-reply wall-clock budget and the size bounds;
+* ``database``: the guarded in-memory database (authorizer, budget, derived tables, table hash).
 """
 
 from .database import MySQLOnSQLite, table_md5
 from .errors import MySQLError
+from .limits import Deadline, Limits
 
-__all__ = ["MySQLError", "MySQLOnSQLite", "table_md5"]
+__all__ = ["Deadline", "Limits", "MySQLError", "MySQLOnSQLite", "table_md5"]

@@ -48,6 +48,25 @@ def timeout(seconds: float) -> MySQLError:
     )
 
 
+def packet_too_big(limit: int) -> MySQLError:
+    """A statement longer than this environment accepts (its ``max_allowed_packet``)."""
+    return MySQLError(1153, "08S01", f"Got a packet bigger than 'max_allowed_packet' bytes ({limit} characters)")
+
+
+def too_deep(limit: int | None = None) -> MySQLError:
+    """Nesting deeper than the parser can take (MySQL runs out of thread stack)."""
+    bound = f" (at most {limit} levels of parentheses)" if limit else ""
+    return MySQLError(1436, "HY000", f"Thread stack overrun: the statement nests too deeply{bound}")
+
+
+def trigger_missing() -> MySQLError:
+    return MySQLError(1360, "HY000", "Trigger does not exist")
+
+
+def function_missing(database: str, name: str) -> MySQLError:
+    return MySQLError(1305, "42000", f"FUNCTION {database}.{name} does not exist")
+
+
 def denied(what: str) -> MySQLError:
     return MySQLError(1227, "42000", f"Access denied; this environment does not allow {what}")
 
@@ -91,6 +110,11 @@ _PATTERNS: list[tuple[re.Pattern[str], object]] = [
     ),
     (re.compile(r"(?:near \"(.*?)\": )?syntax error"), lambda m, db, sql: syntax_error(sql, _find(sql, m.group(1)))),
     (re.compile(r"incomplete input"), lambda m, db, sql: syntax_error(sql, len(sql))),
+    (re.compile(r"parser stack overflow|Expression tree is too large"), lambda m, db, sql: too_deep()),
+    (
+        re.compile(r"string or blob too big"),
+        lambda m, db, sql: MySQLError(1301, "HY000", "Result of a string function was larger than max_allowed_packet"),
+    ),
 ]
 
 

@@ -9,8 +9,11 @@ rather than by rewriting SQL text:
   (decimal expressions, strings converted to numbers) it returns the plain mean.
 * ``STDDEV``/``STD``/``STDDEV_POP``/``STDDEV_SAMP``/``VARIANCE``/``VAR_POP``/``VAR_SAMP``.
 * ``CONCAT``, ``CONCAT_WS`` (NULL-skipping), ``IF``, date parts (``YEAR`` ...), ``NOW``.
-* ``mysql_int``: how a value written into an INT column is stored (numbers rounded half
-  away from zero; numeric strings converted; anything else rejected as strict mode does).
+* ``INSTR`` (case-insensitive), ``REPLACE``, ``TRIM``/``LTRIM``/``RTRIM`` (of a string) and
+  ``FORMAT``, in linear time: SQLite's own are O(n*m) in C and cannot be interrupted.
+* ``mysql_int`` (called by the INT-rounding triggers): how a value written into an INT
+  column is stored (numbers rounded half away from zero; numeric strings converted;
+  anything else rejected as strict mode does).
 """
 
 from __future__ import annotations
@@ -208,6 +211,66 @@ def _date_part(attribute: str) -> Callable[[Any], int | None]:
     return part
 
 
+def _text_args(*args: Any) -> list[str] | None:
+    return None if any(a is None for a in args) else [_as_text(a) for a in args]
+
+
+def _instr(haystack: Any, needle: Any) -> int | None:
+    """MySQL INSTR: 1-based position of the first match, case-insensitively as the
+    utf8mb4_0900_ai_ci collation compares (SQLite's is case-sensitive and O(n*m))."""
+    texts = _text_args(haystack, needle)
+    if texts is None:
+        return None
+    text, part = texts
+    folded_text, folded_part = text.lower(), part.lower()
+    if len(folded_text) == len(text) and len(folded_part) == len(part):
+        text, part = folded_text, folded_part
+    return text.find(part) + 1
+
+
+def _replace(value: Any, old: Any, new: Any) -> str | None:
+    """MySQL REPLACE (case-sensitive, as SQLite's), in linear time."""
+    texts = _text_args(value, old, new)
+    if texts is None:
+        return None
+    text, before, after = texts
+    return text if not before else text.replace(before, after)
+
+
+def _trimmer(leading: bool, trailing: bool) -> Callable[..., str | None]:
+    """MySQL TRIM/LTRIM/RTRIM: strip spaces, or every repetition of a whole *string*
+    (``TRIM(BOTH 'ab' FROM s)``, which sqlglot writes as ``TRIM(s, 'ab')``) at the ends.
+    SQLite's two-argument trim strips a *set of characters* instead, in O(n*m)."""
+
+    def trim(value: Any, remove: Any = " ") -> str | None:
+        texts = _text_args(value, remove)
+        if texts is None:
+            return None
+        text, part = texts
+        if not part:
+            return text
+        start, end = 0, len(text)
+        if leading:
+            while text.startswith(part, start, end):
+                start += len(part)
+        if trailing:
+            while end - len(part) >= start and text.endswith(part, start, end):
+                end -= len(part)
+        return text[start:end]
+
+    return trim
+
+
+def _format(value: Any, places: Any, locale: Any = None) -> str | None:
+    """MySQL FORMAT(X, D): X rounded half away from zero to D decimals (at most 30), with
+    thousands separators (sqlglot writes it as NUMBER_TO_STR)."""
+    if value is None or places is None:
+        return None
+    digits = min(max(int(mysql_number(places) or 0), 0), 30)
+    number = to_decimal(mysql_number(value) or 0)
+    return f"{round_half_away(number, digits):,.{digits}f}"
+
+
 def _now() -> str:
     return _dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
 
@@ -224,8 +287,17 @@ SCALAR_FUNCTIONS: dict[str, tuple[int, Callable[..., Any]]] = {
     "minute": (1, _date_part("minute")),
     "second": (1, _date_part("second")),
     "now": (0, _now),
-    "mysql_int": (1, mysql_int),
+    "instr": (2, _instr),
+    "number_to_str": (-1, _format),
+    "replace": (3, _replace),
+    "trim": (-1, _trimmer(True, True)),
+    "ltrim": (-1, _trimmer(True, False)),
+    "rtrim": (-1, _trimmer(False, True)),
 }
+
+# SQLite functions MySQL does not have whose cost is not bounded by their result's size
+# (printf/format loop once per padding character, even past SQLite's length limit).
+SQLITE_ONLY_FUNCTIONS = frozenset({"printf", "format"})
 
 
 def register(conn: sqlite3.Connection) -> None:

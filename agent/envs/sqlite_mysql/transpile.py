@@ -16,7 +16,14 @@ here add the MySQL *behaviours* SQLite lacks, each as an AST rewrite:
   an earlier one just wrote; the earlier expressions are substituted in.
 * **DATE_ADD/DATE_SUB** with an INTERVAL become SQLite ``date``/``datetime`` modifiers.
 * MySQL errors the original would raise and SQLite would not: ``LIMIT`` inside
-  ``IN (subquery)`` (1235) and a subquery reading the table being modified (1093).
+  ``IN (subquery)`` (1235), a subquery reading the table being modified (1093), and
+  ONLY_FULL_GROUP_BY (1055/1140, see ``check_full_group_by``).
+* **Derived tables and CTEs** are materialized as MySQL does (``materialize``): each one
+  runs as a query of its own, with the row-order rules above, and its rows go to a
+  temporary table in that order, which the outer query then scans.
+* **Reserved names.** The emulation's own objects start with ``_mysql_``; a statement
+  naming one of them, a SQLite schema table or a SQLite-only function is refused with the
+  error MySQL gives for a missing object (``check_names``).
 """
 
 from __future__ import annotations
@@ -27,9 +34,18 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from .errors import MySQLError, syntax_error
+from .functions import SQLITE_ONLY_FUNCTIONS
+from .errors import MySQLError, function_missing, syntax_error, table_missing, trigger_missing
 
 ALLOWED_STATEMENTS = (exp.Query, exp.Insert, exp.Update, exp.Delete, exp.Create, exp.Drop, exp.Alter)
+INTERNAL_PREFIX = "_mysql_"  # every object the emulation creates starts with this
+_RESERVED_TABLE_PREFIXES = (INTERNAL_PREFIX, "sqlite_", "pragma_")
+# Aggregates sqlglot reads as plain function calls
+_ANONYMOUS_AGGREGATES = frozenset({"std", "var_samp", "json_arrayagg", "json_objectagg", "bit_xor"})
+
+
+class NotMaterializable(Exception):
+    """A derived table or CTE that cannot run on its own (correlated, recursive, too big)."""
 
 
 @dataclasses.dataclass
@@ -86,15 +102,43 @@ def parse(sql: str) -> exp.Expression:
     return trees[0]
 
 
+def paren_depth(sql: str) -> int:
+    """Deepest nesting of parentheses outside quoted text (a linear pre-parse check)."""
+    depth = deepest = 0
+    quote: str | None = None
+    escaped = False
+    for char in sql:
+        if quote is not None:
+            if escaped:
+                escaped = False
+            elif char == "\\" and quote != "`":
+                escaped = True
+            elif char == quote:
+                quote = None
+        elif char in "'\"`":
+            quote = char
+        elif char == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char == ")":
+            depth -= 1
+    return deepest
+
+
 def translate(sql: str) -> Statement:
     """Translate one MySQL statement (no trailing ``;``) for the SQLite engine."""
-    tree = parse(sql)
+    return translate_tree(parse(sql), sql)
+
+
+def translate_tree(tree: exp.Expression, sql: str) -> Statement:
+    """Translate a parsed statement; ``sql`` is its text, for error messages."""
     meta = _meta_command(tree, sql)
     if meta is not None:
         return meta
     if isinstance(tree, exp.Command) or not isinstance(tree, ALLOWED_STATEMENTS):
         raise syntax_error(sql)
     _check_mysql_restrictions(tree)
+    check_full_group_by(tree)
     if isinstance(tree, exp.Delete):
         return Statement(_delete_sql(tree), "write", tree=tree)
     if isinstance(tree, exp.Update):
@@ -130,7 +174,15 @@ def _meta_command(tree: exp.Expression, sql: str) -> Statement | None:
             return Statement(None, "show_create", target=target_name)
         if what == "DATABASES":
             return Statement(None, "show_databases")
+        if what == "TRIGGERS":
+            return Statement(None, "show_triggers")
         raise syntax_error(sql)
+    if isinstance(tree, exp.Drop) and str(tree.args.get("kind") or "").upper() == "TRIGGER":
+        # The agent cannot create triggers (CREATE TRIGGER is not supported), so every
+        # trigger it could name is missing; the emulation's own are not its to drop.
+        if tree.args.get("exists"):
+            return Statement(None, "noop")
+        raise trigger_missing()
     if isinstance(tree, exp.Describe) and isinstance(tree.this, exp.Table):
         return Statement(None, "describe", target=tree.this.name)
     if isinstance(tree, exp.Use):
@@ -207,6 +259,223 @@ def _base_tables(select: exp.Select) -> list[exp.Table] | None:
 def _target_table(tree: exp.Update | exp.Delete) -> exp.Table | None:
     this = tree.this
     return this if isinstance(this, exp.Table) else None
+
+
+# --- reserved names ------------------------------------------------------------------
+
+
+def check_names(tree: exp.Expression, database: str) -> None:
+    """Refuse statements that name the emulation's own objects, SQLite's schema tables,
+    table-valued functions or SQLite-only functions, with the error MySQL gives for a
+    missing object (so nothing about them is revealed)."""
+    if isinstance(tree, exp.Drop) and str(tree.args.get("kind") or "").upper() == "TRIGGER":
+        return  # answered as MySQL would without touching the database (see _meta_command)
+    defining = isinstance(tree, (exp.Create, exp.Alter, exp.Drop))
+    for node in tree.walk():
+        if isinstance(node, exp.Table):
+            if node.this is not None and not isinstance(node.this, exp.Identifier):
+                raise syntax_error(node.sql(dialect="mysql"))  # e.g. pragma_table_info('t')
+            if node.name.lower().startswith(_RESERVED_TABLE_PREFIXES):
+                if defining:
+                    raise MySQLError(1103, "42000", f"Incorrect table name '{node.name}'")
+                raise table_missing(database, node.name)
+        elif isinstance(node, exp.Anonymous):
+            name = node.name.lower()
+            if name.startswith(INTERNAL_PREFIX) or name in SQLITE_ONLY_FUNCTIONS:
+                raise function_missing(database, node.name)
+
+
+# --- ONLY_FULL_GROUP_BY -----------------------------------------------------------------
+
+
+def _scope_nodes(node: exp.Expression):
+    """``node`` and its descendants in the same query scope, outside aggregates and window
+    functions (nested SELECTs are their own scopes)."""
+    return node.walk(
+        prune=lambda n: isinstance(n, (exp.AggFunc, exp.Window, exp.Select, exp.Subquery))
+        or (isinstance(n, exp.Anonymous) and n.name.lower() in _ANONYMOUS_AGGREGATES)
+    )
+
+
+def _has_aggregate(node: exp.Expression) -> bool:
+    for n in node.walk(prune=lambda n: isinstance(n, (exp.Window, exp.Select, exp.Subquery)) and n is not node):
+        if isinstance(n, exp.AggFunc) and not isinstance(n.parent, exp.Window):
+            return True
+        if isinstance(n, exp.Anonymous) and n.name.lower() in _ANONYMOUS_AGGREGATES:
+            return True
+    return False
+
+
+def _source_names(select: exp.Select) -> dict[str, str]:
+    """Alias (lower-cased) -> how MySQL names the source in its errors (db-less here)."""
+    names = {}
+    for source in _direct_sources(select):
+        if isinstance(source, exp.Table):
+            names[source.alias_or_name.lower()] = source.name
+        elif source.alias_or_name:
+            names[source.alias_or_name.lower()] = source.alias_or_name
+    return names
+
+
+def check_full_group_by(tree: exp.Expression) -> None:
+    """MySQL 8's default ``ONLY_FULL_GROUP_BY``: in a grouped (or aggregated) SELECT, each
+    select-list expression must be a GROUP BY expression, or use only grouped columns
+    outside aggregates. Functional dependence is not detected (MySQL detects it through
+    primary and unique keys, which the benchmark's tables do not have) and ``*`` is not
+    checked."""
+    for select in tree.find_all(exp.Select):
+        group = select.args.get("group")
+        aggregated = any(_has_aggregate(e) for e in select.expressions) or any(
+            select.args.get(part) is not None and _has_aggregate(select.args[part]) for part in ("having", "order")
+        )
+        if group is None and not aggregated:
+            continue
+        keys = list(group.expressions) if group is not None else []
+        aliases = {e.alias.lower(): e.unalias() for e in select.expressions if isinstance(e, exp.Alias)}
+        for key in list(keys):
+            if isinstance(key, exp.Literal) and not key.is_string and key.this.isdigit():
+                index = int(key.this) - 1
+                if 0 <= index < len(select.expressions):
+                    keys.append(select.expressions[index].unalias())
+            elif isinstance(key, exp.Column) and not key.table and key.name.lower() in aliases:
+                keys.append(aliases[key.name.lower()])
+        key_sql = {k.sql(dialect="mysql") for k in keys}
+        grouped = [(k.table.lower(), k.name.lower()) for k in keys if isinstance(k, exp.Column)]
+        sources = _source_names(select)
+        only_source = next(iter(sources.values())) if len(sources) == 1 else ""
+        for position, expression in enumerate(select.expressions, start=1):
+            inner = expression.unalias()
+            if isinstance(inner, exp.Star) or inner.sql(dialect="mysql") in key_sql:
+                continue
+            for node in _scope_nodes(inner):
+                if not isinstance(node, exp.Column) or node.is_star:
+                    continue
+                table, name = node.table.lower(), node.name.lower()
+                if any(n == name and (not t or not table or t == table) for t, n in grouped):
+                    continue
+                owner = sources.get(table, node.table) if table else only_source
+                column = f"{owner}.{node.name}" if owner else node.name
+                raise _full_group_by_error(position, column, grouped=group is not None)
+
+
+def _full_group_by_error(position: int, column: str, grouped: bool) -> MySQLError:
+    mode = "this is incompatible with sql_mode=only_full_group_by"
+    if grouped:
+        return MySQLError(
+            1055,
+            "42000",
+            f"Expression #{position} of SELECT list is not in GROUP BY clause and contains nonaggregated column "
+            f"'{column}' which is not functionally dependent on columns in GROUP BY clause; {mode}",
+        )
+    return MySQLError(
+        1140,
+        "42000",
+        f"In aggregated query without GROUP BY, expression #{position} of SELECT list contains nonaggregated "
+        f"column '{column}'; {mode}",
+    )
+
+
+# --- derived tables and CTEs -----------------------------------------------------------------
+
+
+def _is_derived(node: exp.Expression) -> bool:
+    return isinstance(node, exp.Subquery) and isinstance(node.parent, (exp.From, exp.Join))
+
+
+def has_derived_tables(tree: exp.Expression) -> bool:
+    """Does the query read a derived table or a (top-level) CTE?"""
+    return (tree.args.get("with_") or tree.args.get("with")) is not None or any(
+        _is_derived(n) for n in tree.find_all(exp.Subquery)
+    )
+
+
+def only_source(tree: exp.Expression) -> str | None:
+    """Name of the outermost SELECT's single stored source, if it has exactly one."""
+    select = tree
+    while isinstance(select, exp.SetOperation):
+        select = select.this
+    if not isinstance(select, exp.Select):
+        return None
+    sources = _direct_sources(select)
+    return sources[0].name if len(sources) == 1 and isinstance(sources[0], exp.Table) else None
+
+
+def _is_simple_outer(select: exp.Expression, source: exp.Expression) -> bool:
+    """MySQL keeps a derived table's ORDER BY only when the outer query is not grouped or
+    aggregated, has no DISTINCT, HAVING or ORDER BY, and reads only that source."""
+    if not isinstance(select, exp.Select):
+        return False
+    if any(select.args.get(a) for a in ("group", "having", "order", "distinct", "joins")):
+        return False
+    if any(_has_aggregate(e) for e in select.expressions):
+        return False
+    sources = _direct_sources(select)
+    return len(sources) == 1 and sources[0] is source
+
+
+def _without_ignored_order(body: exp.Expression, simple: bool) -> exp.Expression:
+    if not isinstance(body, exp.Query):
+        raise NotMaterializable("not a query")  # e.g. DML inside WITH: SQLite reports it
+    if isinstance(body, exp.Select) and body.args.get("order") and not body.args.get("limit") and not simple:
+        body.set("order", None)
+    return body
+
+
+def _alias_columns(node: exp.Expression) -> list[str] | None:
+    alias = node.args.get("alias")
+    columns = alias.args.get("columns") if isinstance(alias, exp.TableAlias) else None
+    return [c.name for c in columns] if columns else None
+
+
+def _reference(temp: str, alias: str) -> exp.Table:
+    return exp.Table(
+        this=exp.to_identifier(temp, quoted=True), alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True))
+    )
+
+
+def _cte_references(tree: exp.Expression, name: str) -> list[exp.Table]:
+    return [t for t in tree.find_all(exp.Table) if not t.args.get("db") and t.name.lower() == name]
+
+
+def materialize(tree: exp.Query, store) -> exp.Query:
+    """``tree`` with each non-recursive top-level CTE and each derived table replaced by a
+    stored table: ``store(body, column_names)`` runs the body and returns the new table's
+    name. A derived table's ORDER BY without LIMIT is dropped where MySQL ignores it."""
+    tree = tree.copy()
+    key = "with_" if "with_" in tree.args else "with"
+    with_ = tree.args.get(key)
+    if with_ is not None:
+        if with_.args.get("recursive"):
+            raise NotMaterializable("recursive CTE")
+        for cte in with_.expressions:
+            name = cte.alias_or_name.lower()
+            references = _cte_references(tree, name)
+            simple = len(references) == 1 and _is_simple_outer(references[0].parent.parent, references[0])
+            body = _without_ignored_order(cte.this.copy(), simple)
+            temp = store(body, _alias_columns(cte))
+            for reference in _cte_references(tree, name):
+                if reference.find_ancestor(exp.CTE) is cte:
+                    continue
+                reference.replace(_reference(temp, reference.alias_or_name))
+        tree.set(key, None)
+    outermost = [
+        n for n in tree.find_all(exp.Subquery) if _is_derived(n) and not any(_is_derived(a) for a in _ancestors(n, tree))
+    ]
+    for subquery in outermost:
+        if not subquery.alias_or_name:
+            raise MySQLError(1248, "42000", "Every derived table must have its own alias")
+        simple = _is_simple_outer(subquery.parent.parent, subquery)
+        body = _without_ignored_order(subquery.this.copy(), simple)
+        temp = store(body, _alias_columns(subquery))
+        subquery.replace(_reference(temp, subquery.alias_or_name))
+    return tree
+
+
+def _ancestors(node: exp.Expression, stop: exp.Expression):
+    parent = node.parent
+    while parent is not None and parent is not stop:
+        yield parent
+        parent = parent.parent
 
 
 # --- SELECT order ---------------------------------------------------------------------

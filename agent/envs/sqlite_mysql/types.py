@@ -32,14 +32,20 @@ def _merge(a: ResultType, b: ResultType, combine_scale) -> ResultType:
     return ("dec", combine_scale(a[1], b[1]))
 
 
-def infer(node: exp.Expression, columns: dict[str, str]) -> ResultType:
-    """The MySQL result type of ``node``; ``columns`` maps lower-cased names to INT/TEXT."""
+Columns = dict[str, "str | ResultType"]
+
+
+def infer(node: exp.Expression, columns: Columns) -> ResultType:
+    """The MySQL result type of ``node``; ``columns`` maps lower-cased names to INT/TEXT,
+    or to a result type already inferred (a materialized derived table's column)."""
     node = node.unalias() if isinstance(node, exp.Alias) else node
     if isinstance(node, exp.Paren):
         return infer(node.this, columns)
     if isinstance(node, exp.Column):
         kind = columns.get(node.name.lower())
-        return None if kind is None else (("int", 0) if kind.upper().startswith("INT") else ("text", 0))
+        if kind is None or isinstance(kind, tuple):
+            return kind
+        return ("int", 0) if kind.upper().startswith("INT") else ("text", 0)
     if isinstance(node, exp.Literal):
         if node.is_string:
             return ("text", 0)
@@ -88,8 +94,10 @@ def infer(node: exp.Expression, columns: dict[str, str]) -> ResultType:
     return None
 
 
-def output_types(query: exp.Expression, columns: dict[str, str]) -> list[ResultType]:
-    """Result types of the outermost SELECT list (``*`` expands to the table's columns)."""
+def output_types(query: exp.Expression, columns: Columns, star: Columns | None = None) -> list[ResultType]:
+    """Result types of the outermost SELECT list (``*`` expands to ``star``, by default
+    ``columns``: the columns of the query's only source)."""
+    star = columns if star is None else star
     select = query
     while isinstance(select, exp.SetOperation):
         select = select.this
@@ -100,7 +108,7 @@ def output_types(query: exp.Expression, columns: dict[str, str]) -> list[ResultT
     result: list[ResultType] = []
     for expression in select.expressions:
         if isinstance(expression, exp.Star) or (isinstance(expression, exp.Column) and expression.is_star):
-            result.extend(infer(exp.column(name), columns) for name in columns)
+            result.extend(infer(exp.column(name), star) for name in star)
         else:
             result.append(infer(expression, columns))
     return result

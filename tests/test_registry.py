@@ -1,0 +1,35 @@
+"""One registry pattern for policies, environments and backbones."""
+
+import subprocess
+import sys
+
+import pytest
+
+from agent.backbones.registry import BACKBONES, make_backbone
+from agent.budget import Budget
+from agent.envs.registry import ENVIRONMENTS, make_environment
+from agent.policies.registry import METHOD_NAMES, POLICIES, make_policy
+from agent.registry import Registry
+
+
+def test_all_three_kinds_use_the_same_registry() -> None:
+    assert all(isinstance(r, Registry) for r in (POLICIES, ENVIRONMENTS, BACKBONES))
+    assert METHOD_NAMES == ("standard", "rag", "memrl", "memp", "tokenworth")
+    assert ENVIRONMENTS.names == ("db", "os", "kg") and BACKBONES.names == ("sim", "vllm", "openai")
+    for maker, registry in ((lambda n: make_policy(n, "db", Budget.for_env("db"), 0), POLICIES),
+                            (lambda n: make_environment(n, Budget.for_env("db")), ENVIRONMENTS),
+                            (make_backbone, BACKBONES)):
+        with pytest.raises(ValueError, match=f"unknown {registry.kind} 'nope'; expected one of {registry.names[0]}"):
+            maker("nope")
+
+
+def test_entries_are_lazy_and_registration_is_checked() -> None:
+    registry: Registry[object] = Registry("thing", {"od": "collections:OrderedDict"})
+    assert registry.make("od", a=1) == {"a": 1}
+    with pytest.raises(ValueError, match="twice"):
+        registry.register("od", dict)
+    with pytest.raises(ValueError, match="module:attribute"):
+        registry.register("bad", "collections.OrderedDict")
+    code = "import sys; from agent.policies.registry import make_policy; print('jax' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "False", result.stderr  # naming the registry imports no policy

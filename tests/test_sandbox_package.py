@@ -1,0 +1,53 @@
+"""The sandbox package ships its set-up script and PID-1 program as package data."""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+import agent.envs.sandbox as sandbox_pkg
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_data_files_are_declared_for_installed_packages():
+    """Every non-Python file of the package must be listed in pyproject's package-data,
+    or a wheel (a non-editable install) would lack it."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    patterns = config["tool"]["setuptools"]["package-data"]["agent.envs.sandbox"]
+    package_dir = Path(sandbox_pkg.__file__).parent
+    data = [p.name for p in package_dir.iterdir() if p.is_file() and p.suffix not in (".py", ".pyc")]
+    data.append("holder.py")  # run as a program inside the sandbox, not imported
+    assert "setup.sh" in data
+    for name in data:
+        assert any(fnmatch.fnmatch(name, pat) for pat in patterns), f"{name} is not declared as package data"
+
+
+def test_resources_are_readable_through_importlib():
+    files = resources.files("agent.envs.sandbox")
+    assert "\nset -eu\n" in files.joinpath("setup.sh").read_text()
+    holder = files.joinpath("holder.py").read_text()
+    compile(holder, "holder.py", "exec")  # valid Python for the sandbox's python3
+    assert 'if __name__ == "__main__":' in holder  # importing it must not run PID 1's loop
+
+
+def test_seccomp_policy_compiles_and_missing_libseccomp_is_a_clear_error(monkeypatch):
+    import sys
+
+    from agent.envs.sandbox import SandboxError, seccomp
+
+    program = seccomp.compile_filter()
+    assert program and len(program) % 8 == 0  # struct sock_filter[], 8 bytes each
+    assert {"add_key", "keyctl", "unshare", "mount", "kexec_load", "bpf", "perf_event_open", "ptrace"} <= seccomp.denied_names()
+    seccomp.compile_filter.cache_clear()
+    monkeypatch.setitem(sys.modules, "pyseccomp", None)  # as if the package were missing
+    try:
+        assert "libseccomp2" in seccomp.unavailable_reason()
+        with pytest.raises(SandboxError, match="pyseccomp"):
+            seccomp.compile_filter()
+    finally:
+        seccomp.compile_filter.cache_clear()
