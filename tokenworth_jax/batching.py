@@ -18,7 +18,7 @@ docs/performance.md). Both equal separate runs (tests/test_transforms.py).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Literal, Optional, get_args
+from typing import Any, Callable, Literal, get_args
 
 import jax
 import jax.numpy as jnp
@@ -52,56 +52,20 @@ def lift(fn: Callable[..., Any], batched: bool) -> Callable[..., Any]:
     return jax.vmap(fn) if batched else fn
 
 
-def _pass_through(fn: Callable[..., Any], otherwise: Callable[..., Any], args: tuple,
-                  batched: bool) -> tuple[list[Optional[int]], Any]:
-    """For each output leaf: the index of the argument leaf both branches return unchanged, or None.
-
-    Found by tracing both branches once for one configuration (abstractly, no compute): a leaf
-    a branch does not touch is the very same traced object as the argument.
-    """
-    found: dict[str, Any] = {}
-
-    def probe(*a: Any) -> int:
-        pos = {id(x): i for i, x in enumerate(jax.tree_util.tree_leaves(a))}
-        out_fn, treedef = jax.tree_util.tree_flatten(fn(*a))
-        out_other = jax.tree_util.tree_leaves(otherwise(*a))
-        found["pass"] = [pos[id(x)] if id(x) in pos and id(x) == id(y) else None for x, y in zip(out_fn, out_other)]
-        found["treedef"] = treedef
-        return 0
-
-    one = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape[1:] if batched else x.shape, x.dtype), args)
-    jax.eval_shape(probe, *one)
-    return found["pass"], found["treedef"]
-
-
 def gated(pred: jax.Array, fn: Callable[..., Any], otherwise: Callable[..., Any], args: tuple, batched: bool) -> Any:
     """``fn(*args) if pred else otherwise(*args)`` with both branches returning the same structure.
 
     For one configuration this is ``lax.cond``. Batched (``pred`` of shape (C,), every argument
     stacked on axis 0) ``fn`` runs, vmapped, only when some configuration needs it, and each
     configuration keeps ``otherwise``'s result where its own ``pred`` is false.
-
-    Only the output leaves that a branch changes go through the conditional; leaves both
-    branches pass through unchanged (e.g. the windows, for an admission) bypass it, so XLA
-    does not copy them at every step.
     """
-    passes, treedef = _pass_through(fn, otherwise, args, batched)
-    changed = [i for i, p in enumerate(passes) if p is None]
-
-    def only_changed(f: Callable[..., Any]) -> Callable[[tuple], list]:
-        g = jax.vmap(f) if batched else f
-        return lambda a: [jax.tree_util.tree_leaves(g(*a))[i] for i in changed]
-
     if not batched:
-        new = jax.lax.cond(pred, only_changed(fn), only_changed(otherwise), args)
-    else:
-        def some(a: tuple) -> list:
-            return tree_where(pred, only_changed(fn)(a), only_changed(otherwise)(a))
+        return jax.lax.cond(pred, fn, otherwise, *args)
 
-        new = jax.lax.cond(jnp.any(pred), some, only_changed(otherwise), args)
-    arg_leaves = jax.tree_util.tree_leaves(args)
-    it = iter(new)
-    return jax.tree_util.tree_unflatten(treedef, [arg_leaves[p] if p is not None else next(it) for p in passes])
+    def some(a: tuple) -> Any:
+        return tree_where(pred, jax.vmap(fn)(*a), jax.vmap(otherwise)(*a))
+
+    return jax.lax.cond(jnp.any(pred), some, lambda a: jax.vmap(otherwise)(*a), args)
 
 
 def map_configs(fn: Callable[..., Any], *stacked: Any, strategy: Strategy = "auto") -> Any:
