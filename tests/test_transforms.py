@@ -188,3 +188,20 @@ def test_vmap_admission_runs_only_when_some_configuration_offers():
         outer = [e for e in jaxpr.jaxpr.eqns if e.primitive.name in ("jit", "pjit")][0].params["jaxpr"].jaxpr.eqns
         names = [e.primitive.name for e in outer]
         assert "cond" in names and "dot_general" not in names, names
+
+
+def test_plain_vmap_of_run_at_the_db_preset_completes():
+    """``jax.jit(jax.vmap(tw.run))`` at the DB preset's shapes runs to the end (a conditional that
+    returned only the changed leaves once deadlocked XLA here) and equals run_batched."""
+    spec, _ = tw.preset("db")
+    hps = tw.stack_hparams([tw.hparams("db"), tw.hparams("db", eta_max=0.3), tw.hparams("db", lambda_w=0.03),
+                            tw.hparams("db", beta_w=0.25)])
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=(2, 20, spec.dim))
+    v /= np.linalg.norm(v, axis=-1, keepdims=True)
+    events = tw.Event(jnp.asarray(v[0], jnp.float32), jnp.ones(20, jnp.int32), jnp.asarray(v[1], jnp.float32),
+                      jnp.arange(20, dtype=jnp.int32))
+    states = tw.init_batched(spec, hps)
+    _, out = jax.jit(jax.vmap(lambda s, h: tw.run(s, events, h, spec)))(states, hps)
+    _, ref = tw.run_batched(states, events, hps, spec, strategy="map")
+    np.testing.assert_array_equal(np.asarray(out.decision.code), np.asarray(ref.decision.code))
