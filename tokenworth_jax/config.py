@@ -20,6 +20,7 @@ from jax.typing import ArrayLike
 
 N_BASE_FEATURES = 4  # phi = [cos, u, rel, rec]
 N_STAT_FEATURES = 5  # z tail = [cos, u, rel, rec, freq]
+N_LIFT_FEATURES = 3  # TokenWorth+ psi = [1, cos, mean advantage]
 
 
 class Spec(NamedTuple):
@@ -36,6 +37,9 @@ class Spec(NamedTuple):
     # Worth is computed over the bank in chunks of this many memories (0 = all at once).
     # Bounds peak memory for very large banks; results are identical.
     worth_chunk: int = 0
+    # TokenWorth+ (opt-in, docs/tokenworth-plus.md): adds State.plus; False = the paper, unchanged.
+    plus: bool = False
+    null_window: int = 128  # TokenWorth+: tasks with nothing injected kept for p̂₀(q)
 
     @property
     def feature_dim(self) -> int:
@@ -75,9 +79,24 @@ class HParams(NamedTuple):
     u_failure: ArrayLike
     u_min: ArrayLike
     u_max: ArrayLike
+    # ---- TokenWorth+ (read only when Spec.plus; docs/tokenworth-plus.md). Defaults of None keep
+    # checkpoints written before these leaves existed loadable (the paper path never reads them).
+    plus_rank: ArrayLike = None  # 0/1: rank candidates by predicted advantage (else the paper's s)
+    plus_abstain: ArrayLike = None  # 0/1: inject only when the predicted advantage beats plus_margin
+    plus_advantage: ArrayLike = None  # 0/1: residual target y - (2 p0(q) - 1) (else the paper's delta)
+    plus_worth: ArrayLike = None  # 0/1: lifecycle worth = mean predicted advantage over probes
+    plus_margin: ArrayLike = None  # abstention margin, in success-probability units
+    plus_explore: ArrayLike = None  # Thompson scale on the Laplace posterior (0 = greedy)
+    plus_lambda: ArrayLike = None  # ridge of the lift model towards plus_theta0
+    plus_theta0: ArrayLike = None  # (3,) prior lift weights for [1, cos, mean advantage]
+    plus_p0_prior: ArrayLike = None  # prior mean of p0
+    plus_p0_strength: ArrayLike = None  # pseudo-count of that prior (and of the kernel shrinkage)
+    plus_bandwidth: ArrayLike = None  # kernel width of p0(q) on the cosine distance
+    plus_seed: ArrayLike = None  # int: PRNG seed of the exploration key
 
 
-INT_FIELDS = frozenset({"base_interval", "krr_interval", "agop_interval", "warmup"})
+INT_FIELDS = frozenset({"base_interval", "krr_interval", "agop_interval", "warmup", "plus_seed"})
+PLUS_FIELDS = tuple(f for f in HParams._fields if f.startswith("plus_"))
 
 COMMON: dict[str, Any] = dict(
     w0=(1.0, 0.10, 0.10, 0.02),
@@ -102,6 +121,19 @@ COMMON: dict[str, Any] = dict(
     u_failure=0.45,
     u_min=-2.0,
     u_max=5.0,
+    # TokenWorth+ defaults: every part on (they only act when Spec.plus is True).
+    plus_rank=0.0,  # rank by the paper score s; 1 = by predicted advantage (measured worse on sim DB)
+    plus_abstain=1.0,
+    plus_advantage=1.0,
+    plus_worth=1.0,
+    plus_margin=0.0,
+    plus_explore=1.0,
+    plus_lambda=1.0,
+    plus_theta0=(0.0, 0.0, 0.0),
+    plus_p0_prior=0.5,
+    plus_p0_strength=2.0,
+    plus_bandwidth=0.05,
+    plus_seed=0,
 )
 
 # Table A1 (per environment) and App. C (BigCodeBench / ALFWorld).
@@ -135,12 +167,14 @@ def hparams(preset: str = "db", *, dtype: Any = jnp.float32, **overrides: ArrayL
 def validate_hparams(hp: HParams) -> None:
     """Host-side checks with clear messages (skipped for traced values)."""
     try:
-        concrete = {k: np.asarray(v) for k, v in hp._asdict().items()}
+        concrete = {k: np.asarray(v) for k, v in hp._asdict().items() if v is not None}
     except jax.errors.TracerArrayConversionError:  # inside a transformation: nothing to check
         return
     for name in ("w0", "w_min", "w_max"):
         if concrete[name].shape[-1:] != (N_BASE_FEATURES,):
             raise ValueError(f"{name} must have {N_BASE_FEATURES} entries, got shape {concrete[name].shape}")
+    if "plus_theta0" in concrete:  # TokenWorth+ leaves (absent in checkpoints that predate them)
+        _validate_plus(concrete)
     for name, v in concrete.items():
         if not np.all(np.isfinite(v)):
             raise ValueError(f"hyperparameter {name} must be finite, got {v}")
@@ -152,6 +186,18 @@ def validate_hparams(hp: HParams) -> None:
             raise ValueError(f"{name} must be > 0, got {concrete[name]}")
     if np.any(concrete["m_min"] <= 0) or np.any(concrete["m_max"] < concrete["m_min"]):
         raise ValueError("metric clip needs 0 < m_min <= m_max")
+
+
+def _validate_plus(concrete: dict[str, np.ndarray]) -> None:
+    if concrete["plus_theta0"].shape[-1:] != (N_LIFT_FEATURES,):
+        raise ValueError(f"plus_theta0 must have {N_LIFT_FEATURES} entries, got shape {concrete['plus_theta0'].shape}")
+    for name in ("plus_lambda", "plus_p0_strength", "plus_bandwidth"):
+        if np.any(concrete[name] <= 0):
+            raise ValueError(f"{name} must be > 0, got {concrete[name]}")
+    if np.any(concrete["plus_p0_prior"] <= 0) or np.any(concrete["plus_p0_prior"] >= 1):
+        raise ValueError(f"plus_p0_prior must be in (0, 1), got {concrete['plus_p0_prior']}")
+    if np.any(concrete["plus_explore"] < 0):
+        raise ValueError(f"plus_explore must be >= 0, got {concrete['plus_explore']}")
 
 
 def preset(name: str = "db", *, dtype: Any = jnp.float32, spec_overrides: dict[str, Any] | None = None,

@@ -24,6 +24,7 @@ from .lifecycle import Decision, offer as _offer
 from .ring import ring_push, ring_valid
 from .scoring import score_pairs
 from .state import Pending, State, init as _init
+from . import plus as _plus
 
 
 class Selection(NamedTuple):
@@ -68,12 +69,15 @@ def _select(state: State, query: jax.Array, hp: HParams, spec: Spec) -> tuple[St
     score = jnp.where(cand_valid, ps.score[0], -jnp.inf)
     retrieved = jnp.any(bank.valid)
     chosen = jnp.where(retrieved, jnp.argmax(score).astype(i32), i32(-1))
+    if state.plus is not None:  # TokenWorth+ hook: rank by predicted advantage, maybe abstain (chosen = -1)
+        state, chosen = _plus.choose(state, query, top, top_rel, cand_valid, score, ps.base[0], chosen, hp)
+    selected = chosen >= 0  # the paper: == retrieved
     c = jnp.maximum(chosen, 0)
-    slot = jnp.where(retrieved, top[c], i32(-1))
+    slot = jnp.where(selected, top[c], i32(-1))
     pending = Pending(
         query=query,
         retrieved=retrieved,
-        selected=retrieved,
+        selected=selected,
         slot=slot,
         phi=ps.phi[0, c],
         z=ps.z[0, c],
@@ -88,7 +92,7 @@ def _select(state: State, query: jax.Array, hp: HParams, spec: Spec) -> tuple[St
         relevance=top_rel,
         chosen=chosen,
         slot=slot,
-        memory_id=jnp.where(retrieved, bank.ids[jnp.maximum(slot, 0)], i32(-1)),
+        memory_id=jnp.where(selected, bank.ids[jnp.maximum(slot, 0)], i32(-1)),
     )
     return state._replace(pending=pending), selection
 
@@ -143,6 +147,8 @@ def _record_feedback(state: State, reward: jax.Array, hp: HParams) -> State:
     r = reward.astype(f)
     y = 2 * r - 1
     delta = y - (2 * jax.nn.sigmoid(p.s_base) - 1)
+    if state.plus is not None:  # TokenWorth+ hook: advantage credit y - (2 p0(q) - 1)
+        delta = _plus.residual_target(state, y, delta, hp)
 
     bank = state.bank
     slot = jnp.maximum(p.slot, 0)
@@ -158,7 +164,7 @@ def _record_feedback(state: State, reward: jax.Array, hp: HParams) -> State:
         c=bump(bank.c, bank.c[slot] + 1),
         last=bump(bank.last, state.counters.t),
     )
-    return state._replace(
+    state = state._replace(
         bank=bank,
         base_ring=ring_push(state.base_ring, (p.phi, y), sel),
         fast_ring=ring_push(state.fast_ring, (p.z, delta), sel),
@@ -166,6 +172,9 @@ def _record_feedback(state: State, reward: jax.Array, hp: HParams) -> State:
         counters=state.counters._replace(n_feedback=state.counters.n_feedback + sel.astype(jnp.int32)),
         pending=p._replace(reward=reward),
     )
+    if state.plus is not None:  # TokenWorth+ hook: p0 ring, lift refit, per-memory advantage
+        state = _plus.record(state, hp)
+    return state
 
 
 def refits_due(state: State, hp: HParams) -> tuple[jax.Array, jax.Array, jax.Array]:

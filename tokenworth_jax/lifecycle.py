@@ -80,6 +80,10 @@ def worth(state: State, e_new: jax.Array, hp: HParams, spec: Spec) -> Worth:
     stats = _concat_stats(memory_stats(state.bank, t, hp.kappa), new_memory_stats(t, hp.u_init, f))
     emb = jnp.concatenate([state.bank.emb, e_new[None, :]], axis=0)
     scores = _scores_chunked(queries, emb, stats, state, hp, spec.worth_chunk)  # (P, B+1)
+    if state.plus is not None:  # TokenWorth+ hook: worth = predicted advantage over p0(q)
+        from .plus import worth_scores
+
+        scores = worth_scores(state, queries, emb, stats, scores, hp)
     weight = pvalid.astype(f) / jnp.sum(pvalid).astype(f)
     V = weight @ scores
     rho = weight @ (scores[:, -1] > 0).astype(f)
@@ -142,6 +146,10 @@ def _admit(state: State, e_new: jax.Array, new_id: jax.Array, hp: HParams, spec:
     safe_slot = jnp.maximum(slot, 0)
     evicted_id = jnp.where(writes & (code != i32(Admission.ADMITTED_ROOM)), bank.ids[safe_slot], i32(-1))
     new_bank = _write_memory(bank, safe_slot, writes, e_new, new_id, state.counters.t, hp)
+    if state.plus is not None:  # TokenWorth+ hook: a new memory's advantage statistics start at zero
+        from .plus import on_write
+
+        state = on_write(state, safe_slot, writes)
     decision = Decision(
         code=code, slot=slot, evicted_id=evicted_id, novelty=novelty,
         near_slot=jnp.where(any_valid, near, i32(-1)), v_new=V.new, v_max_bank=v_bank_max, v_near=v_near,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -67,6 +67,7 @@ class State(NamedTuple):
     predictor: Predictor
     pending: Pending
     counters: Counters
+    plus: Any = None  # TokenWorth+ sub-state (plus.state.PlusState) when Spec.plus, else None (no leaves)
 
 
 def init(spec: Spec, hp: HParams) -> State:
@@ -111,7 +112,14 @@ def init(spec: Spec, hp: HParams) -> State:
             reward=jnp.full((), -1, jnp.int32),
         ),
         counters=Counters(zeros_i, zeros_i, zeros_i, zeros_i, zeros_i),
+        plus=_init_plus(spec, hp) if spec.plus else None,  # TokenWorth+ hook
     )
+
+
+def _init_plus(spec: Spec, hp: HParams) -> Any:
+    from .plus.state import init_plus
+
+    return init_plus(spec, hp)
 
 
 def state_to_numpy(state: State) -> dict[str, np.ndarray]:
