@@ -122,7 +122,7 @@ COMMON: dict[str, Any] = dict(
     u_min=-2.0,
     u_max=5.0,
     # TokenWorth+ defaults: every part on (they only act when Spec.plus is True).
-    plus_rank=1.0,  # rank by the predicted advantage, the quantity that also decides abstention; 0 = paper s
+    plus_rank=0.0,  # rank by the paper score s; 1 = by predicted advantage (measured worse on sim DB)
     plus_abstain=1.0,
     plus_advantage=1.0,
     plus_worth=1.0,

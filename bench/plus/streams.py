@@ -15,7 +15,7 @@ keyed by its own query vector (id i). Injecting memory j changes the success pro
 success iff v_i < clip(p, 0.02, 0.98) (common random numbers across methods).
 
 Methods: no memory; paper TokenWorth (DB preset); TokenWorth+ (DB preset, ``Spec(plus=True)``)
-with its default ranking by predicted advantage and with ``plus_rank = 0`` (the paper's s); and an **oracle** that knows every
+with its default paper ranking and with ``plus_rank = 1``; and an **oracle** that knows every
 true probability and, at each task, takes the best arm among "no memory" and every memory
 of its bank (the last 64 successful tasks, the controller's B_max). Reported: SR (%) mean ±
 std over seeds, the fraction of tasks with an injection, and the gap closed,
@@ -119,7 +119,7 @@ def run_controller(stream: dict[str, np.ndarray], plus: bool, **overrides: Any) 
 METHODS: dict[str, tuple[bool, dict[str, Any]]] = {
     "tokenworth": (False, {}),
     "tokenworth+": (True, {}),
-    "tokenworth+ (rank by paper s)": (True, {"plus_rank": 0.0}),
+    "tokenworth+ (rank by advantage)": (True, {"plus_rank": 1.0}),
 }
 
 
