@@ -74,8 +74,19 @@ def summarize(runs: Path, env: str, seeds: Sequence[int], methods: Sequence[str]
     return rows
 
 
+# Extra run folders kept for comparison (renamed ``tokenworth+`` folders of earlier defaults).
+VARIANTS = {
+    "tokenworth+_rank_adv": "tokenworth+ with plus_rank = 1 (rank by predicted advantage)",
+    "tokenworth+_v1": "tokenworth+ with the first defaults: plus_margin = 0, plus_theta0 = (0, 0, 0)",
+}
+
+
 def markdown(results: dict[str, list[dict[str, Any]]], seeds: Sequence[int]) -> str:
     lines = [f"# TokenWorth+ vs baselines · simulated backbone · seeds {list(seeds)}", ""]
+    shown = {r["method"] for rows in results.values() for r in rows}
+    lines += [f"- `{k}`: {v}" for k, v in VARIANTS.items() if k in shown]
+    lines += ["- abstained: the bank had candidates but nothing was injected; J: skill overlap (sim's Jaccard) of "
+              "the injected memory and of the best candidate in the same recall set", ""]
     for env, rows in results.items():
         lines += [f"## {env.upper()}", "",
                   "| method | tasks | SR (%) | OutputTok | injected (%) | abstained (%) | J injected | J best in recall |",
