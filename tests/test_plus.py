@@ -18,8 +18,8 @@ from tests.controller_helpers import FAST_SCHEDULE, SMALL_SPEC, clustered_stream
 OFF = dict(plus_rank=0.0, plus_abstain=0.0, plus_advantage=0.0, plus_worth=0.0)
 
 
-def setup(plus: bool = True, **overrides):
-    spec = tw.Spec(**SMALL_SPEC, plus=plus, null_window=10)
+def setup(plus: bool = True, incremental: bool = False, **overrides):
+    spec = tw.Spec(**SMALL_SPEC, plus=plus, null_window=10, incremental=incremental)
     return spec, tw.hparams("db", **{**FAST_SCHEDULE, **overrides})
 
 
@@ -34,11 +34,11 @@ def test_paper_mode_has_no_plus_state():
     assert not spec.plus and tw.init(spec, hp).plus is None
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_switched_off_equals_paper_decision_for_decision(seed):
+@pytest.mark.parametrize("seed,incremental", [(0, False), (1, False), (0, True)])
+def test_switched_off_equals_paper_decision_for_decision(seed, incremental):
     ev = events(seed)
-    spec0, hp0 = setup(plus=False)
-    spec1, hp1 = setup(plus=True, plus_explore=1.0, **OFF)
+    spec0, hp0 = setup(plus=False, incremental=incremental)
+    spec1, hp1 = setup(plus=True, incremental=incremental, plus_explore=1.0, **OFF)
     s0, out0 = tw.run(tw.init(spec0, hp0), ev, hp0, spec0)
     s1, out1 = tw.run(tw.init(spec1, hp1), ev, hp1, spec1)
     # the stream is long enough to exercise every admission path and refit
@@ -206,3 +206,47 @@ def test_plus_hparams_are_validated():
         tw.hparams("db", plus_p0_prior=1.0)
     with pytest.raises(ValueError, match="plus_explore"):
         tw.hparams("db", plus_explore=-1.0)
+
+
+def test_incremental_worth_equals_full_in_plus_mode():
+    """Spec.incremental with Spec.plus: same decisions as the full worth (float64), scores to rounding."""
+    from tests.controller_helpers import precision
+
+    with precision("float64"):
+        q, m, r = clustered_stream(4, 90, SMALL_SPEC["dim"])
+        ev = tw.Event(query=jnp.asarray(q), reward=jnp.asarray(r), memory=jnp.asarray(m),
+                      memory_id=jnp.arange(90, dtype=jnp.int32))
+        hp = tw.hparams("db", dtype=jnp.float64, **FAST_SCHEDULE)
+        outs = []
+        for incremental in (False, True):
+            spec = tw.Spec(**SMALL_SPEC, dtype="float64", plus=True, null_window=10, incremental=incremental)
+            state, out = tw.run(tw.init(spec, hp), ev, hp, spec)
+            outs.append((state, out))
+        (s_full, full), (s_inc, inc) = outs
+        assert int(s_full.plus.n_abstain) > 0 and int(jnp.sum(full.decision.code >= 2)) > 0  # abstains, bank full
+        for name in ("chosen", "slot", "memory_id"):
+            np.testing.assert_array_equal(np.asarray(getattr(inc.selection, name)), np.asarray(getattr(full.selection, name)))
+        for name in ("code", "slot", "evicted_id"):
+            np.testing.assert_array_equal(np.asarray(getattr(inc.decision, name)), np.asarray(getattr(full.decision, name)))
+        np.testing.assert_allclose(np.asarray(inc.decision.v_new), np.asarray(full.decision.v_new), rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(s_inc.plus.theta), np.asarray(s_full.plus.theta), rtol=1e-9, atol=1e-12)
+
+
+def test_checkpoint_hparams_without_plus_leaves_load_with_defaults():
+    from tokenworth_jax.config import PLUS_FIELDS, hparams_from_arrays
+
+    hp = tw.hparams("db")
+    old = {k: np.asarray(v) for k, v in hp._asdict().items() if k not in PLUS_FIELDS}
+    loaded = hparams_from_arrays(old)
+    for k in hp._fields:
+        np.testing.assert_array_equal(np.asarray(getattr(loaded, k)), np.asarray(getattr(hp, k)))
+        assert np.asarray(getattr(loaded, k)).dtype == np.asarray(getattr(hp, k)).dtype
+    with pytest.raises(ValueError, match="missing"):
+        hparams_from_arrays({k: v for k, v in old.items() if k != "gamma"})
+
+
+def test_plus_switch_must_be_a_bool():
+    with pytest.raises(ValueError, match="Spec.plus"):
+        tw.Spec(plus=1)
+    with pytest.raises(ValueError, match="Spec.null_window"):
+        tw.Spec(plus=True, null_window=0)
