@@ -337,7 +337,7 @@ def sweep(
                                                "start over; without it a sweep resumes."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
 ) -> None:
-    """Run N TokenWorth configurations as N lockstep streams (one batched controller call per phase)."""
+    """Run N TokenWorth configurations as N lockstep streams (two compiled controller calls per task)."""
     run_sweep_command(env=env, grid=grid, table_a3=table_a3, backbone=backbone, seed=seed, out=out,
                       data_dir=data_dir, limit=limit, kg_endpoint=kg_endpoint, model=model, base_url=base_url,
                       overwrite=overwrite, progress=progress, budget_accounting=budget_accounting,

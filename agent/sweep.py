@@ -2,14 +2,17 @@
 
 All N streams process the same task at the same time. Per task:
 
-1. one ``jax.vmap``-ped :func:`tokenworth_jax.select` over the stacked controller states and
+1. one compiled :func:`tokenworth_jax.select_batched` over the stacked controller states and
    stacked hyperparameters (the query vector is shared);
 2. each stream builds its episode (its own environment instance, its own injected memory);
    every round, the pending backbone calls of all streams go out as **one batched**
    ``generate`` (streams that finished early drop out of the batch);
-3. one vmapped ``observe`` with the N rewards; one vmapped ``offer`` for the streams whose
-   task succeeded and produced a memory (the others are masked back to their old state);
-   one vmapped ``end_task``.
+3. one compiled :func:`tokenworth_jax.finish_task_batched`: observe with the N rewards, offer
+   (masked to the streams whose task succeeded and produced a memory; the admission runs only
+   if some stream offers) and end_task.
+
+The controller's batching strategy is ``tokenworth_jax``'s ``"auto"``: a loop over the
+configurations inside the compiled call on CPU, ``vmap`` on accelerators (docs/performance.md).
 
 The stream with a configuration equal to the preset makes exactly the decisions of
 ``tokenworth run --methods tokenworth`` (same featurisation, same pure functions).
@@ -67,6 +70,8 @@ def _fields() -> tuple[tuple[str, ...], frozenset[str]]:
 
 
 def parse_grid_item(item: str) -> tuple[str, list[float | int]]:
+    from tokenworth_jax.config import check_value
+
     fields, int_fields = _fields()
     name, sep, values = item.partition("=")
     name = ALIASES.get(name.strip(), name.strip())
@@ -83,9 +88,12 @@ def parse_grid_item(item: str) -> tuple[str, list[float | int]]:
         if name in int_fields:
             if number != int(number):
                 raise SweepError(f"--grid {item!r}: {name} takes integers, got {raw!r}")
-            parsed.append(int(number))
-        else:
-            parsed.append(number)
+            number = int(number)
+        try:  # the same range check as tokenworth_jax.hparams
+            check_value(name, number)
+        except ValueError as exc:
+            raise SweepError(f"--grid {item!r}: {exc}") from None
+        parsed.append(number)
     return name, parsed
 
 
@@ -108,11 +116,11 @@ def label(config: dict[str, Any]) -> str:
 
 # ------------------------------------------------------------------------- batched controller
 class StackedControllers:
-    """N controller states stacked on axis 0, each phase one compiled call over all streams.
+    """N controller states stacked on axis 0 and one :class:`~tokenworth_jax.MemoryTable` per stream.
 
-    ``tokenworth_jax.map_configs`` batches with ``vmap`` on accelerators and loops inside the
-    compiled program on CPU (where XLA's batched matmuls are slower than a loop of plain ones);
-    ``observe_batched`` runs a refit only for streams that are due.
+    A thin wrapper over the batched pure API: :meth:`select` and :meth:`finish` are one
+    compiled call each over all streams. :meth:`state_dict` / :meth:`load_state_dict` hold
+    everything a resumed sweep needs of the controllers.
     """
 
     def __init__(self, env: str, configs: Sequence[dict[str, Any]], capacity: int) -> None:
@@ -120,47 +128,54 @@ class StackedControllers:
 
         try:
             specs_hps = [tw.preset(env, **config) for config in configs]
+            self.spec = specs_hps[0][0]._replace(capacity=capacity)
+            self.hp = tw.stack_hparams([hp for _, hp in specs_hps])
         except ValueError as exc:
             raise SweepError(str(exc)) from exc
-        spec = specs_hps[0][0]._replace(capacity=capacity)
-        self.spec = spec
-        self.hp = tw.stack_hparams([hp for _, hp in specs_hps])
-        self.state = jax.vmap(lambda hp: tw.raw["init"](spec, hp))(self.hp)
-        raw = tw.raw
-        each = tw.map_configs
-        self._select = jax.jit(lambda s, q, hp: each(lambda s1, hp1: raw["select"](s1, q, hp1, spec), s, hp))
-        self._observe = jax.jit(lambda s, r, hp: raw["observe_batched"](s, r, hp, spec))
-        self._offer = jax.jit(lambda s, e, i, hp: each(lambda *a: raw["offer"](*a, spec), s, e, i, hp))
-        self._end = jax.jit(lambda s: each(lambda s1: raw["end_task"](s1, spec), s))
+        self.state = tw.init_batched(self.spec, self.hp)
+        self.tables: list[Any] = [tw.MemoryTable() for _ in configs]
 
     def select(self, query_vec: np.ndarray) -> Any:
-        self.state, selection = self._select(self.state, jnp.asarray(query_vec, self.spec.float_dtype), self.hp)
+        """Host copy of the N selections (leading axis N)."""
+        import tokenworth_jax as tw
+
+        self.state, selection = tw.select_batched(self.state, jnp.asarray(query_vec, self.spec.float_dtype), self.hp,
+                                                  self.spec)
         return jax.device_get(selection)
 
-    def observe(self, rewards: np.ndarray) -> None:
-        self.state = self._observe(self.state, jnp.asarray(rewards, jnp.int32), self.hp)
+    def selected(self, selection: Any, i: int) -> Any:
+        """Stream ``i``'s selected memory payload, or None."""
+        return self.tables[i].get(int(selection.memory_id[i])) if int(selection.chosen[i]) >= 0 else None
 
-    def offer(self, vectors: np.ndarray, ids: np.ndarray, mask: np.ndarray) -> Any:
-        new_state, decision = self._offer(self.state, jnp.asarray(vectors, self.spec.float_dtype),
-                                          jnp.asarray(ids, jnp.int32), self.hp)
-        keep = jnp.asarray(mask)
-        self.state = jax.tree_util.tree_map(
-            lambda new, old: jnp.where(keep.reshape((-1,) + (1,) * (new.ndim - 1)), new, old), new_state, self.state)
-        return jax.device_get(decision)
+    def finish(self, rewards: np.ndarray, vectors: np.ndarray, payloads: Sequence[Any]) -> Any:
+        """observe + offer (streams whose payload is not None) + end_task; applies the decisions."""
+        import tokenworth_jax as tw
 
-    def end_task(self) -> None:
-        self.state = self._end(self.state)
+        mask = np.asarray([p is not None for p in payloads])
+        ids = np.asarray([t.next_id for t in self.tables], np.int32)
+        self.state, decision = tw.finish_task_batched(
+            self.state, jnp.asarray(rewards, jnp.int32), jnp.asarray(vectors, self.spec.float_dtype),
+            jnp.asarray(ids), jnp.asarray(mask), self.hp, self.spec)
+        decision = jax.device_get(decision)
+        for i, payload in enumerate(payloads):
+            if payload is not None:
+                self.tables[i].apply(payload.with_id(int(ids[i])), written=int(decision.slot[i]) >= 0,
+                                     evicted_id=int(decision.evicted_id[i]))
+        return decision
 
-    def state_dict(self) -> dict[str, Any]:
-        """The stacked controller states as NumPy arrays (for the sweep checkpoint)."""
+    def state_dict(self, encode: Any = None) -> dict[str, Any]:
         from tokenworth_jax.state import state_to_numpy
 
-        return {"state": state_to_numpy(self.state)}
+        return {"state": state_to_numpy(self.state), "tables": [t.state_dict(encode) for t in self.tables]}
 
-    def load_state_dict(self, data: dict[str, Any]) -> None:
+    def load_state_dict(self, data: dict[str, Any], decode: Any = None) -> None:
+        import tokenworth_jax as tw
         from tokenworth_jax.state import state_from_numpy
 
+        if len(data["tables"]) != len(self.tables):
+            raise SweepError(f"sweep checkpoint has {len(data['tables'])} streams, this sweep {len(self.tables)}")
         self.state = state_from_numpy(self.state, data["state"])
+        self.tables = [tw.MemoryTable.from_state_dict(t, decode) for t in data["tables"]]
 
 
 # ------------------------------------------------------------------------- the sweep
@@ -189,7 +204,7 @@ class SweepResult:
 
 
 class _Streams:
-    """The sweep's host side between tasks: controllers, banks, id counters, per-stream results.
+    """The sweep's host side between tasks: controllers (with their memory tables), per-stream results.
 
     Everything a resumed sweep needs lives here, and :meth:`state_dict` / :meth:`load_state_dict`
     round-trip it (the controllers through their own ``state_dict``).
@@ -198,23 +213,18 @@ class _Streams:
     def __init__(self, env_name: str, configs: Sequence[dict[str, Any]], budget: Budget) -> None:
         n = len(configs)
         self.ctl = StackedControllers(env_name, configs, budget.bank_capacity)
-        self.banks: list[dict[int, Memory]] = [{} for _ in range(n)]
-        self.next_ids = np.zeros(n, dtype=np.int64)
         self.results = [StreamResult(dict(c)) for c in configs]
         self.batch_sizes: list[int] = []
         self.next_index = 0
         self.seconds = 0.0
 
     def state_dict(self) -> dict[str, Any]:
-        return {"controllers": self.ctl.state_dict(),
-                "banks": [{mid: m.as_dict() for mid, m in bank.items()} for bank in self.banks],
-                "next_ids": self.next_ids.copy(), "results": [dataclasses.asdict(r) for r in self.results],
+        return {"controllers": self.ctl.state_dict(encode=Memory.as_dict),
+                "results": [dataclasses.asdict(r) for r in self.results],
                 "batch_sizes": list(self.batch_sizes), "next_index": self.next_index, "seconds": self.seconds}
 
     def load_state_dict(self, data: dict[str, Any]) -> None:
-        self.ctl.load_state_dict(data["controllers"])
-        self.banks = [{int(mid): Memory.from_dict(m) for mid, m in bank.items()} for bank in data["banks"]]
-        self.next_ids = np.asarray(data["next_ids"], dtype=np.int64).copy()
+        self.ctl.load_state_dict(data["controllers"], decode=Memory.from_dict)
         self.results = [StreamResult(**r) for r in data["results"]]
         self.batch_sizes = list(data["batch_sizes"])
         self.next_index = int(data["next_index"])
@@ -222,7 +232,7 @@ class _Streams:
 
     def run_task(self, env_name: str, task: Any, environments: Sequence[Any], backbone: Backbone, budget: Budget,
                  seed: int) -> None:
-        """One task on every stream: select, batched episodes, observe, offer, end_task.
+        """One task on every stream: select, batched episodes, then observe + offer + end_task.
 
         ``interrupt.check()`` after every phase, as in :func:`agent.runner.run_task`.
         """
@@ -235,8 +245,7 @@ class _Streams:
         episodes = []
         injected_count = []
         for i in range(n):
-            memory_id = int(selection.memory_id[i])
-            memory = self.banks[i].get(memory_id) if int(selection.chosen[i]) >= 0 else None
+            memory = ctl.selected(selection, i)
             if memory is not None:
                 block = build_injection_block([(memory.memory_id, memory.text)], budget)
                 injected = [memory] if block.memory_ids else []
@@ -259,22 +268,13 @@ class _Streams:
             interrupt.check()
         rewards = np.asarray([e.judge() for e in episodes], dtype=np.int32)
         interrupt.check()
-        ctl.observe(rewards)
         candidates = [build_memory(env_name, task, e.turns, int(r), budget) for e, r in zip(episodes, rewards)]
-        mask = np.asarray([c is not None for c in candidates])
-        if mask.any():
-            vectors = featurize([c.key_text if c else "" for c in candidates], ctl.spec.dim)
-            decision = ctl.offer(vectors, self.next_ids.astype(np.int32), mask)
-            for i, candidate in enumerate(candidates):
-                if candidate is None:
-                    continue
+        vectors = featurize([c.key_text if c else "" for c in candidates], ctl.spec.dim)
+        decision = ctl.finish(rewards, vectors, candidates)  # observe + offer + end_task, one call
+        for i, candidate in enumerate(candidates):
+            if candidate is not None:
                 code = Admission(int(decision.code[i])).name
                 self.results[i].admissions[code] = self.results[i].admissions.get(code, 0) + 1
-                self.banks[i].pop(int(decision.evicted_id[i]), None)
-                if int(decision.slot[i]) >= 0:
-                    self.banks[i][int(self.next_ids[i])] = candidate.with_id(int(self.next_ids[i]))
-                self.next_ids[i] += 1
-        ctl.end_task()
         interrupt.check()
         for i, episode in enumerate(episodes):
             self.results[i].rewards.append(int(rewards[i]))

@@ -135,3 +135,22 @@ def test_simulated_db_reward_matches_the_simulator(data_dir):
             p = float(simdb.success_probability(stream, jnp.int32(i), jnp.int32(j)))
             assert p == pytest.approx(ep.p, abs=1e-6)
             assert bool(stream.outcome_u[i] < p) == ep.success
+
+
+def test_speedups_schema(results):
+    p = load(results, "speedups")
+    check_machine(p)
+    for path in ("run", "host_fused", "host_separate"):
+        for worth in ("full", "incremental"):
+            assert positive(p["per_task"][f"{path}/{worth}"]["cpu_ms"])
+    for clock in ("wall_ms", "cpu_ms"):
+        assert all(positive(v) for v in p["speedups"][clock].values())
+    assert p["batched"]["configs"] >= 2 and len(p["batched"]["seconds"]) == 6
+
+
+def test_partial_rerun_merges_suite_json(tmp_path):
+    path = tmp_path / "suite.json"
+    suite.write_suite(path, "tiny", {"per_task": {"seconds": 1.0}})
+    data = suite.write_suite(path, "tiny", {"sweep": {"seconds": 2.0}})
+    assert set(data["ran"]) == {"per_task", "sweep"}
+    assert json.loads(path.read_text())["ran"]["per_task"]["seconds"] == 1.0

@@ -10,7 +10,7 @@ from jax.test_util import check_grads
 
 from tokenworth_jax import kernels, krr
 
-from controller_helpers import precision
+from tests.controller_helpers import precision
 
 
 def _fitted(f, seed=0, n=9, F=6):

@@ -111,3 +111,19 @@ def test_checkpoint_shape_mismatch_is_rejected(ctl):
     data["state"][key] = np.zeros(5, np.float32)
     with pytest.raises(ValueError, match="checkpoint leaf"):
         tw.Controller.from_state_dict(data)
+
+
+def test_checkpoint_from_before_the_redesign_still_loads(ctl):
+    """Older checkpoints: texts + next_id instead of the memory table, no device phase, no cache leaves."""
+    ctl.select("find rows where value is 2")
+    ctl.observe(1)
+    data = ctl.state_dict()
+    old = {k: v for k, v in data.items() if k not in ("memories", "device_phase")}
+    old["texts"], old["next_id"] = data["memories"]["items"], data["memories"]["next_id"]
+    old["state"] = {k: v for k, v in data["state"].items() if ".cache" not in k}
+    old["spec"] = {k: v for k, v in data["spec"].items() if k != "incremental"}
+    twin = tw.Controller.from_state_dict(old)
+    for c in (ctl, twin):
+        c.offer("new memory", key_text="brand new")
+    assert ctl.select("q").as_dict() == twin.select("q").as_dict()
+    assert twin.texts == ctl.texts

@@ -9,7 +9,7 @@ import pytest
 import tokenworth_jax as tw
 from tokenworth_jax import Admission
 
-from controller_helpers import clustered_stream, precision, small_setup
+from tests.controller_helpers import clustered_stream, precision, small_setup
 
 D = 4
 

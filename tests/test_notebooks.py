@@ -17,7 +17,7 @@ import pytest
 jupytext = pytest.importorskip("jupytext")
 nbclient = pytest.importorskip("nbclient")
 
-from conftest import DATA_DIR  # noqa: E402
+from tests.conftest import DATA_DIR  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"

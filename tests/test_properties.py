@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import tokenworth_jax as tw
 from tokenworth_jax.ring import ring_count, ring_valid
 
-from controller_helpers import small_setup, unit
+from tests.controller_helpers import small_setup, unit
 
 SPEC, HP = small_setup(jnp.float32, base_interval=3, krr_interval=2, agop_interval=4, warmup=1)
 T = 24

@@ -5,7 +5,7 @@ import io
 import os
 import re
 
-from conftest import REPO
+from tests.conftest import REPO
 
 
 def test_readme_controller_example_runs():

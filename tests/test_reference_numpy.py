@@ -1,4 +1,4 @@
-"""Self-tests of the float64 NumPy reference (tests/reference_numpy.py).
+"""Self-tests of the float64 NumPy reference (tokenworth_jax/reference_numpy.py).
 
 The reference is the oracle for the JAX controller, so its own correctness is checked
 here against independent facts: finite differences, linear-algebra identities, hand
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reference_numpy import (
+from tokenworth_jax.reference_numpy import (
     ADMITTED_NOVEL,
     ADMITTED_ROOM,
     ADMITTED_WORTH,

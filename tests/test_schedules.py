@@ -6,10 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 
 import tokenworth_jax as tw
-from tokenworth_jax.controller import schedule
-from tokenworth_jax.scoring import eta
+from tokenworth_jax.refit import schedule
+from tokenworth_jax.scoring import eta_schedule
 
-from controller_helpers import clustered_stream, precision, small_setup
+from tests.controller_helpers import clustered_stream, precision, small_setup
 
 
 def _expected_counts(n_max, base_interval, krr_interval, agop_interval, warmup):
@@ -67,7 +67,7 @@ def test_eta_ramps_over_three_fits():
         values = []
         for k in range(5):
             s = state._replace(counters=state.counters._replace(n_krr_fits=jnp.int32(k)))
-            values.append(float(eta(s, hp)))
+            values.append(float(eta_schedule(s.counters.n_krr_fits, hp.eta_max, s.w.dtype)))
         np.testing.assert_allclose(values, [0, 0.05, 0.10, 0.15, 0.15], rtol=1e-6)
 
 

@@ -22,9 +22,7 @@ N_BASE_FEATURES = 4  # phi = [cos, u, rel, rec]
 N_STAT_FEATURES = 5  # z tail = [cos, u, rel, rec, freq]
 
 
-class Spec(NamedTuple):
-    """Static, shape-fixing settings. Hashable, so it is a static jit argument."""
-
+class _SpecFields(NamedTuple):
     dim: int = 512
     capacity: int = 64  # B_max
     base_window: int = 256
@@ -34,8 +32,37 @@ class Spec(NamedTuple):
     n_probes: int = 8  # earlier queries kept as probes; |P| <= n_probes + 1
     dtype: str = "float32"
     # Worth is computed over the bank in chunks of this many memories (0 = all at once).
-    # Bounds peak memory for very large banks; results are identical.
+    # Bounds peak memory for very large banks; decisions are identical, values equal to
+    # rounding (XLA blocks the smaller matmuls differently; tests/test_transforms.py).
     worth_chunk: int = 0
+    # Incremental worth (tokenworth_jax.worth_cache): cache the D-dimensional part of the KRR
+    # distances for probes x bank x support, so a task costs (B + P + 1) N D instead of
+    # (P + 1)(B + 1) N D. Same decisions as the full computation (scores equal to rounding);
+    # costs (P + 1) B (N + 1) floats of state. worth_chunk does not apply to it.
+    incremental: bool = False
+
+
+SPEC_MINIMUM = dict(dim=1, capacity=1, base_window=1, fast_window=1, slow_window=1, k_candidates=1, n_probes=1,
+                    worth_chunk=0)
+DTYPES = ("float32", "float64")
+
+
+class Spec(_SpecFields):
+    """Static, shape-fixing settings. Hashable, so it is a static jit argument.
+
+    Every field is checked when a Spec is made (also by ``_replace``): a ValueError names the
+    field, its value and the allowed range.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "Spec":
+        self = super().__new__(cls, *args, **kwargs)
+        validate_spec(self)
+        return self
+
+    def _replace(self, **changes: Any) -> "Spec":
+        return type(self)(**{**self._asdict(), **changes})
 
     @property
     def feature_dim(self) -> int:
@@ -44,6 +71,32 @@ class Spec(NamedTuple):
     @property
     def float_dtype(self) -> jnp.dtype:
         return jnp.dtype(self.dtype)
+
+
+def validate_spec(spec: _SpecFields) -> None:
+    for name, lo in SPEC_MINIMUM.items():
+        value = getattr(spec, name)
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise ValueError(f"Spec.{name} = {value!r} must be an integer >= {lo}")
+        if value < lo:
+            raise ValueError(f"Spec.{name} = {value!r} is out of range: must be an integer >= {lo}")
+    if not isinstance(spec.incremental, (bool, np.bool_)):
+        raise ValueError(f"Spec.incremental = {spec.incremental!r} must be True or False")
+    try:
+        name = jnp.dtype(spec.dtype).name
+    except TypeError:
+        name = None
+    if name not in DTYPES:
+        raise ValueError(f"Spec.dtype = {spec.dtype!r} is not supported: must be one of {DTYPES}")
+
+
+def spec_from_dict(data: dict[str, Any]) -> Spec:
+    """A validated Spec from ``Spec._asdict()`` output (e.g. a checkpoint); unknown keys are an error."""
+    unknown = set(data) - set(Spec._fields)
+    if unknown:
+        raise ValueError(f"unknown Spec field(s) {sorted(unknown)}; known: {list(Spec._fields)}")
+    return Spec(**{k: (int(v) if isinstance(v, np.integer) else bool(v) if isinstance(v, np.bool_) else v)
+                   for k, v in data.items()})
 
 
 class HParams(NamedTuple):
@@ -114,8 +167,85 @@ PRESETS: dict[str, dict[str, Any]] = {
 PRESET_CAPACITY = {"db": 64, "os": 64, "kg": 64, "appc": 50}
 
 
+# Allowed range of every hyperparameter: (low, high, low_open, high_open); None = unbounded.
+# Cross-field rules (w_min <= w_max, m_min <= m_max, u_min <= u_init <= u_max) follow below.
+RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = dict(
+    w0=(None, None, False, False),
+    lambda_w=(0, None, True, False),
+    beta_w=(0, 1, False, False),
+    w_min=(None, None, False, False),
+    w_max=(None, None, False, False),
+    base_interval=(1, None, False, False),
+    lambda_krr=(0, None, True, False),
+    gamma=(0, None, True, False),
+    beta_m=(0, 1, False, False),
+    m_min=(0, None, True, False),
+    m_max=(0, None, True, False),
+    krr_interval=(1, None, False, False),
+    agop_interval=(1, None, False, False),
+    warmup=(0, None, False, False),
+    eta_max=(0, 1, False, False),
+    kappa=(0, None, False, False),
+    tau_nov=(0, 2, False, False),  # novelty = 1 - cos lies in [0, 2]
+    delta_write=(0, None, False, False),
+    tau_pos=(0, 1, False, False),  # a fraction of probes
+    tau_util=(None, None, False, False),
+    delta_rep=(0, None, False, False),
+    u_init=(None, None, False, False),
+    u_success=(0, None, False, False),
+    u_failure=(0, None, False, False),
+    u_min=(None, None, False, False),
+    u_max=(None, None, False, False),
+)
+
+
+def _range_text(lo: float | None, hi: float | None, lo_open: bool, hi_open: bool, integer: bool) -> str:
+    kind = "an integer" if integer else "a finite number"
+    if lo is None and hi is None:
+        return kind
+    if hi is None:
+        return f"{kind} {'>' if lo_open else '>='} {lo}"
+    if lo is None:
+        return f"{kind} {'<' if hi_open else '<='} {hi}"
+    return f"{kind} in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
+
+
+def _where(bad: np.ndarray) -> str:
+    """' (configuration i)' for the first offending entry of a stacked hyperparameter."""
+    if bad.ndim == 0:
+        return ""
+    return f" (first at index {tuple(int(i) for i in np.argwhere(bad)[0])})"
+
+
+def check_value(name: str, value: Any) -> np.ndarray:
+    """The host value of one hyperparameter as float64, or a ValueError naming field, value and range."""
+    if name not in RANGES:
+        raise ValueError(f"unknown hyperparameter {name!r}; known: {list(HParams._fields)}")
+    try:
+        v = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"hyperparameter {name} = {value!r} is not a number") from None
+    lo, hi, lo_open, hi_open = RANGES[name]
+    integer = name in INT_FIELDS
+    allowed = _range_text(lo, hi, lo_open, hi_open, integer)
+    bad = ~np.isfinite(v)
+    if integer:
+        bad |= np.isfinite(v) & (v != np.round(v))
+    if lo is not None:
+        bad |= (v <= lo) if lo_open else (v < lo)
+    if hi is not None:
+        bad |= (v >= hi) if hi_open else (v > hi)
+    if np.any(bad):
+        shown = np.asarray(value).tolist()  # plain Python numbers (or nested lists) in the message
+        raise ValueError(f"hyperparameter {name} = {shown!r} is out of range{_where(bad)}: must be {allowed}")
+    return v
+
+
 def hparams(preset: str = "db", *, dtype: Any = jnp.float32, **overrides: ArrayLike) -> HParams:
-    """Hyperparameters of a preset, with overrides, as arrays of ``dtype`` (ints as int32)."""
+    """Hyperparameters of a preset, with overrides, as arrays of ``dtype`` (ints as int32).
+
+    Every value is validated on the host first (:func:`validate_hparams`).
+    """
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; expected one of {sorted(PRESETS)}")
     values = {**COMMON, **PRESETS[preset]}
@@ -123,6 +253,8 @@ def hparams(preset: str = "db", *, dtype: Any = jnp.float32, **overrides: ArrayL
     if unknown:
         raise ValueError(f"unknown hyperparameter(s) {sorted(unknown)}; known: {list(HParams._fields)}")
     values.update(overrides)
+    for name in HParams._fields:  # before any cast: 2.5 must not become 2
+        check_value(name, values[name])
     leaves = {}
     for name in HParams._fields:
         kind = jnp.int32 if name in INT_FIELDS else dtype
@@ -132,36 +264,57 @@ def hparams(preset: str = "db", *, dtype: Any = jnp.float32, **overrides: ArrayL
     return hp
 
 
-def validate_hparams(hp: HParams) -> None:
-    """Host-side checks with clear messages (skipped for traced values)."""
+def validate_hparams(hp: HParams) -> HParams:
+    """Host-side check of every field (works on stacked configurations too); returns ``hp``.
+
+    A ValueError names the field, its value (and the configuration index when stacked) and
+    the allowed range. Skipped for traced values (inside a transformation nothing is concrete).
+    """
     try:
         concrete = {k: np.asarray(v) for k, v in hp._asdict().items()}
-    except jax.errors.TracerArrayConversionError:  # inside a transformation: nothing to check
-        return
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        return hp
     for name in ("w0", "w_min", "w_max"):
         if concrete[name].shape[-1:] != (N_BASE_FEATURES,):
-            raise ValueError(f"{name} must have {N_BASE_FEATURES} entries, got shape {concrete[name].shape}")
-    for name, v in concrete.items():
-        if not np.all(np.isfinite(v)):
-            raise ValueError(f"hyperparameter {name} must be finite, got {v}")
-    for name in ("base_interval", "krr_interval", "agop_interval"):
-        if np.any(concrete[name] < 1):
-            raise ValueError(f"{name} must be >= 1, got {concrete[name]}")
-    for name in ("lambda_w", "lambda_krr", "gamma"):
-        if np.any(concrete[name] <= 0):
-            raise ValueError(f"{name} must be > 0, got {concrete[name]}")
-    if np.any(concrete["m_min"] <= 0) or np.any(concrete["m_max"] < concrete["m_min"]):
-        raise ValueError("metric clip needs 0 < m_min <= m_max")
+            raise ValueError(f"hyperparameter {name} must have {N_BASE_FEATURES} entries, got shape {concrete[name].shape}")
+    v = {name: check_value(name, concrete[name]) for name in HParams._fields}
+
+    def pair(lo_name: str, hi_name: str) -> None:
+        bad = v[lo_name] > v[hi_name]
+        if np.any(bad):
+            raise ValueError(f"hyperparameters {lo_name} = {concrete[lo_name].tolist()} and {hi_name} = "
+                             f"{concrete[hi_name].tolist()}{_where(np.asarray(bad))}: need {lo_name} <= {hi_name}")
+
+    pair("w_min", "w_max")
+    pair("m_min", "m_max")
+    pair("u_min", "u_max")
+    pair("u_min", "u_init")
+    pair("u_init", "u_max")
+    return hp
+
+
+def hparams_from_arrays(data: dict[str, Any]) -> HParams:
+    """Validated HParams from ``{name: array}`` (e.g. a checkpoint); missing or unknown names are an error."""
+    missing, unknown = set(HParams._fields) - set(data), set(data) - set(HParams._fields)
+    if missing or unknown:
+        raise ValueError(f"hyperparameters: missing {sorted(missing)}, unknown {sorted(unknown)}")
+    return validate_hparams(HParams(**{k: jnp.asarray(data[k]) for k in HParams._fields}))
 
 
 def preset(name: str = "db", *, dtype: Any = jnp.float32, spec_overrides: dict[str, Any] | None = None,
            **overrides: ArrayLike) -> tuple[Spec, HParams]:
     """``(spec, hparams)`` for an environment preset: ``"db"``, ``"os"``, ``"kg"`` or ``"appc"``."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; expected one of {sorted(PRESETS)}")
     spec_fields = {"capacity": PRESET_CAPACITY[name], "dtype": jnp.dtype(dtype).name, **(spec_overrides or {})}
     spec = Spec(**spec_fields)
     return spec, hparams(name, dtype=dtype, **overrides)
 
 
 def stack_hparams(configs: list[HParams]) -> HParams:
-    """Stack configurations along a new leading axis, for ``jax.vmap``."""
+    """Stack configurations along a new leading axis, for ``jax.vmap`` (each one validated)."""
+    if not configs:
+        raise ValueError("stack_hparams needs at least one configuration")
+    for hp in configs:
+        validate_hparams(hp)
     return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *configs)

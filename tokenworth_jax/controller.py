@@ -1,29 +1,35 @@
 """The controller's pure functions: select, observe, offer, end_task, and the fused step.
 
 Every function takes the state pytree and returns a new one; nothing is kept on the host.
-``spec`` is static; ``hp`` is traced, so ``jax.vmap`` over stacked hyperparameters (and
-states) runs many configurations in one call, and new values never recompile.
+``spec`` is static; ``hp`` is traced, so new values never recompile.
 
-A task is ``select -> observe -> offer (only after a success) -> end_task``; ``step`` fuses
-them for ``jax.lax.scan`` over a pre-featurised stream (see :func:`run`).
+A task is ``select -> observe -> offer (only after a success) -> end_task``. Each phase is
+written once, for one configuration; :func:`finish_task` fuses observe + offer + end_task
+(one device call for the host :class:`~tokenworth_jax.Controller`), :func:`step` fuses the
+whole task for ``jax.lax.scan`` over a pre-featurised stream (:func:`run`).
+
+The ``*_batched`` entry points run C configurations stacked on axis 0 with the same code,
+lifted by :mod:`tokenworth_jax.batching` (``strategy`` ``"vmap"`` or ``"map"``); each takes an
+optional (C,) ``mask`` of the configurations that take part (the others keep their state).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 
-from . import krr
-from .agop import agop_diagonal, update_metric
-from .base_scorer import newton_fit, refit_weights
+from .batching import Strategy, lift, resolve, tree_where
 from .config import HParams, Spec
 from .features import MemoryStats, memory_stats
 from .lifecycle import Decision, offer as _offer
-from .ring import ring_push, ring_valid
-from .scoring import score_pairs
+from .refit import refit
+from .ring import ring_push
+from .scoring import eta_schedule, score_pairs
 from .state import Pending, State, init as _init
+from . import worth_cache
+from .features import base_features, residual_features
 
 
 class Selection(NamedTuple):
@@ -55,83 +61,60 @@ class StepOutput(NamedTuple):
 RewardFn = Callable[[Event, Selection], jax.Array]
 
 
+# ----- one configuration -------------------------------------------------------------------
 def _select(state: State, query: jax.Array, hp: HParams, spec: Spec) -> tuple[State, Selection]:
     bank = state.bank
     i32 = jnp.int32
+    f = state.w.dtype
     k = min(spec.k_candidates, spec.capacity)
     relevance = jnp.where(bank.valid, bank.emb @ query, -jnp.inf)
     top_rel, top = jax.lax.top_k(relevance, k)  # ties: lower slot first
     top = top.astype(i32)
     cand_valid = bank.valid[top]
     stats = MemoryStats(*(s[top] for s in memory_stats(bank, state.counters.t, hp.kappa)))
-    ps = score_pairs(query[None, :], bank.emb[top], stats, state, hp)
-    score = jnp.where(cand_valid, ps.score[0], -jnp.inf)
+    eta = eta_schedule(state.counters.n_krr_fits, hp.eta_max, f)
+    cache = state.cache
+    if worth_cache.enabled(cache):  # the query's row over the whole bank: scores now, worth later
+        row = worth_cache.dpart(query[None, :], bank.emb, cache.geometry, state.metric)  # (1, B, N)
+        cos = bank.emb @ query
+        cache = worth_cache.set_query_row(cache, row[0], cos)
+        score_k, base_k = worth_cache.scores(row[:, top], cos[top][None, :], stats, state.w, state.predictor,
+                                             cache.geometry, state.metric, hp.gamma, eta)
+        phi_k = base_features(cos[top], stats)  # (K, 4)
+    else:
+        ps = score_pairs(query[None, :], bank.emb[top], stats, state.w, state.predictor, state.metric, hp.gamma, eta)
+        score_k, base_k, phi_k = ps.score, ps.base, ps.phi[0]
+    score = jnp.where(cand_valid, score_k[0], -jnp.inf)
     retrieved = jnp.any(bank.valid)
     chosen = jnp.where(retrieved, jnp.argmax(score).astype(i32), i32(-1))
     c = jnp.maximum(chosen, 0)
     slot = jnp.where(retrieved, top[c], i32(-1))
+    if worth_cache.enabled(cache):
+        stats_c = MemoryStats(*(s[c] for s in stats))
+        z_c = residual_features(jnp.abs(query - bank.emb[top[c]]), phi_k[c, 0], stats_c)
+    else:
+        z_c = ps.z[0, c]
     pending = Pending(
         query=query,
         retrieved=retrieved,
         selected=retrieved,
         slot=slot,
-        phi=ps.phi[0, c],
-        z=ps.z[0, c],
-        s_base=ps.base[0, c],
+        phi=phi_k[c],
+        z=z_c,
+        s_base=base_k[0, c],
         reward=i32(-1),
     )
     selection = Selection(
         candidates=jnp.where(cand_valid, top, i32(-1)),
         candidate_ids=jnp.where(cand_valid, bank.ids[top], i32(-1)),
         scores=score,
-        base_scores=jnp.where(cand_valid, ps.base[0], -jnp.inf),
+        base_scores=jnp.where(cand_valid, base_k[0], -jnp.inf),
         relevance=top_rel,
         chosen=chosen,
         slot=slot,
         memory_id=jnp.where(retrieved, bank.ids[jnp.maximum(slot, 0)], i32(-1)),
     )
-    return state._replace(pending=pending), selection
-
-
-def _fit_krr(state: State, hp: HParams) -> State:
-    (z, delta) = state.fast_ring.data
-    predictor = krr.fit(z, ring_valid(state.fast_ring), delta, state.metric, jnp.asarray(hp.gamma, z.dtype),
-                        jnp.asarray(hp.lambda_krr, z.dtype))
-    counters = state.counters._replace(n_krr_fits=state.counters.n_krr_fits + 1)
-    return state._replace(predictor=predictor, counters=counters)
-
-
-def _fit_base(state: State, hp: HParams) -> State:
-    phi, y = state.base_ring.data
-    f = phi.dtype
-    w_fit, _ = newton_fit(phi, y, ring_valid(state.base_ring), state.w, jnp.asarray(hp.w0, f),
-                          jnp.asarray(hp.lambda_w, f))
-    w = refit_weights(state.w, w_fit, jnp.asarray(hp.beta_w, f), jnp.asarray(hp.w_min, f), jnp.asarray(hp.w_max, f))
-    return state._replace(w=w, counters=state.counters._replace(n_base_fits=state.counters.n_base_fits + 1))
-
-
-def _agop(state: State, hp: HParams) -> State:
-    z, _ = state.slow_ring.data
-    f = z.dtype
-    grads = krr.grad(z, state.predictor, state.metric, jnp.asarray(hp.gamma, f))
-    G = agop_diagonal(grads, ring_valid(state.slow_ring))
-    metric = update_metric(state.metric, G, jnp.asarray(hp.beta_m, f), jnp.asarray(hp.m_min, f),
-                           jnp.asarray(hp.m_max, f))
-    state = state._replace(metric=metric, counters=state.counters._replace(n_agop=state.counters.n_agop + 1))
-    return _fit_krr(state, hp)  # refit immediately with the new metric
-
-
-def _when(pred: jax.Array, fn: Callable[[State], State], state: State) -> State:
-    return jax.lax.cond(pred, fn, lambda s: s, state)
-
-
-def schedule(n_feedback: jax.Array, hp: HParams) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Which refits are due at feedback count ``n_feedback``: (base, krr, agop-if-fitted)."""
-    n = n_feedback
-    base_due = (n > 0) & (n % hp.base_interval == 0)
-    krr_due = (n == hp.warmup) | ((n > hp.warmup) & (n % hp.krr_interval == 0))
-    agop_due = (n > 0) & (n % hp.agop_interval == 0)
-    return base_due, krr_due, agop_due
+    return state._replace(pending=pending, cache=cache), selection
 
 
 def _record_feedback(state: State, reward: jax.Array, hp: HParams) -> State:
@@ -168,29 +151,20 @@ def _record_feedback(state: State, reward: jax.Array, hp: HParams) -> State:
     )
 
 
-def refits_due(state: State, hp: HParams) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(base, krr, agop) refits due right after this task's feedback was recorded."""
-    base_due, krr_due, agop_due = schedule(state.counters.n_feedback, hp)
-    sel = state.pending.selected
-    return sel & base_due, sel & krr_due, sel & agop_due
+def _observe(state: State, reward: jax.Array, hp: HParams, spec: Spec, *, batched: bool = False) -> State:
+    """Record the judged reward, then run the refits it makes due."""
+    del spec
+    return refit(lift(_record_feedback, batched)(state, reward, hp), hp, batched)
 
 
-def _refit(state: State, hp: HParams) -> State:
-    """Run the due refits in order: base, KRR, then AGOP (needs a fitted KRR) and its KRR refit."""
-    base_due, krr_due, agop_due = refits_due(state, hp)
-    state = _when(base_due, lambda s: _fit_base(s, hp), state)
-    state = _when(krr_due, lambda s: _fit_krr(s, hp), state)
-    return _when(agop_due & (state.counters.n_krr_fits > 0), lambda s: _agop(s, hp), state)
-
-
-def _observe(state: State, reward: jax.Array, hp: HParams, spec: Spec) -> State:
-    return _refit(_record_feedback(state, reward, hp), hp)
-
-
-def _end_task(state: State, spec: Spec) -> State:
+def _end_task_one(state: State) -> State:
     p = state.pending
     i32 = jnp.int32
+    cache = state.cache
+    if worth_cache.enabled(cache):
+        cache = worth_cache.push_query(cache, state.probe_ring.idx, p.retrieved)
     return state._replace(
+        cache=cache,
         probe_ring=ring_push(state.probe_ring, p.query, p.retrieved),
         counters=state.counters._replace(t=state.counters.t + 1),
         pending=p._replace(retrieved=jnp.zeros((), bool), selected=jnp.zeros((), bool), slot=i32(-1),
@@ -198,13 +172,24 @@ def _end_task(state: State, spec: Spec) -> State:
     )
 
 
+def _end_task(state: State, spec: Spec, *, batched: bool = False) -> State:
+    del spec
+    return lift(_end_task_one, batched)(state)
+
+
+def _finish_task(state: State, reward: jax.Array, memory: jax.Array, memory_id: jax.Array, offered: jax.Array,
+                 hp: HParams, spec: Spec, *, batched: bool = False) -> tuple[State, Decision]:
+    """observe + offer (where ``offered``) + end_task: the rest of a task in one call."""
+    state = _observe(state, reward, hp, spec, batched=batched)
+    state, decision = _offer(state, memory, memory_id, hp, spec, enabled=offered, batched=batched)
+    return _end_task(state, spec, batched=batched), decision
+
+
 def _step(state: State, event: Event, hp: HParams, spec: Spec,
           reward_fn: Optional[RewardFn] = None) -> tuple[State, StepOutput]:
     state, selection = _select(state, event.query, hp, spec)
     reward = jnp.asarray(event.reward if reward_fn is None else reward_fn(event, selection), jnp.int32)
-    state = _observe(state, reward, hp, spec)
-    state, decision = _offer(state, event.memory, event.memory_id, hp, spec)
-    state = _end_task(state, spec)
+    state, decision = _finish_task(state, reward, event.memory, event.memory_id, jnp.ones((), bool), hp, spec)
     return state, StepOutput(selection=selection, reward=reward, decision=decision)
 
 
@@ -214,78 +199,94 @@ def _run(state: State, events: Event, hp: HParams, spec: Spec,
     return jax.lax.scan(lambda s, e: _step(s, e, hp, spec, reward_fn), state, events)
 
 
-# ----- many configurations at once ---------------------------------------------------------
-# Two strategies, chosen by the static ``strategy`` argument:
-#
-# * ``"vmap"`` batches every array op over the configurations. Under a plain ``jax.vmap`` a
-#   ``lax.cond`` with a per-configuration predicate becomes a ``select``, so every refit would
-#   run for every configuration at every step; here the refits stay outside the vmap, behind
-#   one ``lax.cond`` on "any configuration due". Best where batched matmuls are cheap (GPU).
-# * ``"map"`` loops over the configurations inside the compiled program (``lax.map``), so
-#   each configuration's refits are real branches. On CPU, XLA's batched matmuls are slower
-#   than a loop of plain ones (measured in bench/results), so this is the CPU default.
-#
-# ``"auto"`` picks ``"map"`` on the CPU backend and ``"vmap"`` elsewhere. Both give the same
-# results as separate runs (tests/test_transforms.py).
-
-Strategy = str  # "auto" | "vmap" | "map"
+def _close_and_select(state: State, reward: jax.Array, memory: jax.Array, memory_id: jax.Array, offered: jax.Array,
+                      query: jax.Array, hp: HParams, spec: Spec) -> tuple[State, Decision, Selection]:
+    """:func:`finish_task` of the open task, then :func:`select` of the next: one device call."""
+    state, decision = _finish_task(state, reward, memory, memory_id, offered, hp, spec)
+    state, selection = _select(state, query, hp, spec)
+    return state, decision, selection
 
 
-def _resolve(strategy: Strategy) -> str:
-    if strategy == "auto":
-        return "map" if jax.default_backend() == "cpu" else "vmap"
-    if strategy not in ("vmap", "map"):
-        raise ValueError(f"strategy must be 'auto', 'vmap' or 'map', got {strategy!r}")
-    return strategy
+# ----- C configurations stacked on axis 0 -----------------------------------------------------
+def _configs(states: State) -> int:
+    return states.counters.t.shape[0]
 
 
-def map_configs(fn: Callable[..., Any], *stacked: Any, strategy: Strategy = "auto") -> Any:
-    """Apply a per-configuration function to arguments stacked on axis 0 (vmap or lax.map).
-
-    Shared arguments go in ``fn``'s closure. Use it inside ``jax.jit``.
-    """
-    if _resolve(strategy) == "map":
-        return jax.lax.map(lambda args: fn(*args), stacked)
-    return jax.vmap(fn)(*stacked)
+def _mask(mask: Optional[jax.Array], C: int) -> jax.Array:
+    return jnp.ones((C,), bool) if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), (C,))
 
 
-def _tree_where(mask: jax.Array, new: State, old: State) -> State:
-    def pick(a: jax.Array, b: jax.Array) -> jax.Array:
-        return jnp.where(mask.reshape(mask.shape + (1,) * (a.ndim - 1)), a, b)
+def _per_config(x: jax.Array, C: int, ndim: int) -> jax.Array:
+    """Broadcast an argument shared by all configurations (rank ``ndim``) to a leading axis C."""
+    x = jnp.asarray(x)
+    return x if x.ndim > ndim else jnp.broadcast_to(x, (C,) + x.shape)
 
-    return jax.tree_util.tree_map(pick, new, old)
+
+def _select_batched(states: State, queries: jax.Array, hps: HParams, spec: Spec, mask: Optional[jax.Array] = None,
+                    strategy: Strategy = "auto") -> tuple[State, Selection]:
+    """:func:`select` for C configurations; ``queries`` is (D,) shared or (C, D)."""
+    C = _configs(states)
+    q, m = _per_config(queries, C, 1), _mask(mask, C)
+
+    def one(s: State, qq: jax.Array, hp: HParams) -> tuple[State, Selection]:
+        return _select(s, qq, hp, spec)
+
+    if resolve(strategy) == "map":
+        new, sel = jax.lax.map(lambda a: one(*a), (states, q, hps))
+    else:
+        new, sel = jax.vmap(one)(states, q, hps)
+    return tree_where(m, new, states), sel
 
 
-def _observe_batched(states: State, rewards: jax.Array, hps: HParams, spec: Spec, strategy: Strategy = "auto") -> State:
-    """``observe`` for C stacked states and hyperparameters (leading axis C)."""
-    if _resolve(strategy) == "map":
-        return jax.lax.map(lambda x: _observe(x[0], x[1], x[2], spec), (states, rewards, hps))
-    states = jax.vmap(_record_feedback)(states, rewards, hps)
-    base_due, krr_due, _ = jax.vmap(refits_due)(states, hps)
+def _observe_batched(states: State, rewards: jax.Array, hps: HParams, spec: Spec,
+                     strategy: Strategy = "auto") -> State:
+    """:func:`observe` for C configurations; ``rewards`` is (C,) (or one shared reward)."""
+    r = _per_config(jnp.asarray(rewards, jnp.int32), _configs(states), 0)
+    if resolve(strategy) == "map":
+        return jax.lax.map(lambda a: _observe(a[0], a[1], a[2], spec), (states, r, hps))
+    return _observe(states, r, hps, spec, batched=True)
 
-    def gated(pred: jax.Array, fit: Callable[[State, HParams], State], s: State) -> State:
-        return jax.lax.cond(jnp.any(pred), lambda x: _tree_where(pred, jax.vmap(fit)(x, hps), x), lambda x: x, s)
 
-    states = gated(base_due, _fit_base, states)
-    states = gated(krr_due, _fit_krr, states)
-    _, _, agop_due = jax.vmap(refits_due)(states, hps)
-    return gated(agop_due & (states.counters.n_krr_fits > 0), _agop, states)
+def _offer_batched(states: State, memories: jax.Array, memory_ids: jax.Array, hps: HParams, spec: Spec,
+                   mask: Optional[jax.Array] = None, strategy: Strategy = "auto") -> tuple[State, Decision]:
+    """:func:`offer` for C configurations; the admission runs only if some masked-in one succeeded."""
+    C = _configs(states)
+    e, ids, m = _per_config(memories, C, 1), _per_config(jnp.asarray(memory_ids, jnp.int32), C, 0), _mask(mask, C)
+    if resolve(strategy) == "map":
+        return jax.lax.map(lambda a: _offer(a[0], a[1], a[2], a[3], spec, enabled=a[4]), (states, e, ids, hps, m))
+    return _offer(states, e, ids, hps, spec, enabled=m, batched=True)
+
+
+def _end_task_batched(states: State, spec: Spec, mask: Optional[jax.Array] = None,
+                      strategy: Strategy = "auto") -> State:
+    """:func:`end_task` for C configurations (cheap: always vmapped)."""
+    del strategy
+    return tree_where(_mask(mask, _configs(states)), _end_task(states, spec, batched=True), states)
+
+
+def _finish_task_batched(states: State, rewards: jax.Array, memories: jax.Array, memory_ids: jax.Array,
+                         offered: jax.Array, hps: HParams, spec: Spec,
+                         strategy: Strategy = "auto") -> tuple[State, Decision]:
+    """:func:`finish_task` for C configurations (``offered`` is the (C,) offer mask)."""
+    C = _configs(states)
+    args = (_per_config(jnp.asarray(rewards, jnp.int32), C, 0), _per_config(memories, C, 1),
+            _per_config(jnp.asarray(memory_ids, jnp.int32), C, 0), _mask(offered, C))
+    if resolve(strategy) == "map":
+        return jax.lax.map(lambda a: _finish_task(a[0], *a[1], a[2], spec), (states, args, hps))
+    return _finish_task(states, *args, hps, spec, batched=True)
 
 
 def _step_batched(states: State, event: Event, hps: HParams, spec: Spec, reward_fn: Optional[RewardFn] = None,
                   strategy: Strategy = "auto") -> tuple[State, StepOutput]:
     """:func:`step` for C configurations on one shared event. Outputs have a leading axis C."""
-    if _resolve(strategy) == "map":
+    if resolve(strategy) == "map":
         return jax.lax.map(lambda x: _step(x[0], event, x[1], spec, reward_fn), (states, hps))
-    states, selection = jax.vmap(_select, in_axes=(0, None, 0, None))(states, event.query, hps, spec)
+    states, selection = _select_batched(states, event.query, hps, spec, strategy="vmap")
     if reward_fn is None:
         rewards = jnp.broadcast_to(jnp.asarray(event.reward, jnp.int32), states.counters.t.shape)
     else:
         rewards = jax.vmap(reward_fn, in_axes=(None, 0))(event, selection).astype(jnp.int32)
-    states = _observe_batched(states, rewards, hps, spec, "vmap")
-    states, decision = jax.vmap(_offer, in_axes=(0, None, None, 0, None))(states, event.memory, event.memory_id,
-                                                                          hps, spec)
-    states = jax.vmap(_end_task, in_axes=(0, None))(states, spec)
+    states, decision = _finish_task_batched(states, rewards, event.memory, event.memory_id, None, hps, spec, "vmap")
     return states, StepOutput(selection=selection, reward=rewards, decision=decision)
 
 
@@ -293,32 +294,37 @@ def _run_batched(states: State, events: Event, hps: HParams, spec: Spec, reward_
                  strategy: Strategy = "auto") -> tuple[State, StepOutput]:
     """C configurations (stacked states and hyperparameters) over one shared stream.
 
-    Equal to ``jax.vmap(run)``, without its cost of running every refit at every step.
-    Outputs have shape (C, T, ...).
+    Equal to ``jax.vmap(run)``, without its cost of running every refit and every admission
+    at every step. Outputs have shape (C, T, ...).
     """
-    if _resolve(strategy) == "map":
+    if resolve(strategy) == "map":
         return jax.lax.map(lambda x: _run(x[0], events, x[1], spec, reward_fn), (states, hps))
     states, out = jax.lax.scan(lambda s, e: _step_batched(s, e, hps, spec, reward_fn, "vmap"), states, events)
     return states, jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), out)
 
 
-def init_batched(spec: Spec, hps: HParams) -> State:
+def _init_batched(spec: Spec, hps: HParams) -> State:
     """C fresh states for stacked hyperparameters."""
     return jax.vmap(_init, in_axes=(None, 0))(spec, hps)
 
 
-# Public, jit-compiled entry points. ``spec`` (and ``reward_fn``) are static.
+# Public, jit-compiled entry points. ``spec``, ``reward_fn`` and ``strategy`` are static. They
+# compose inside a user's own jit / vmap / scan (a jitted function called under jit is inlined).
 init = jax.jit(_init, static_argnames=("spec",))
 select = jax.jit(_select, static_argnames=("spec",))
-observe = jax.jit(_observe, static_argnames=("spec",))
-offer = jax.jit(_offer, static_argnames=("spec",))
-end_task = jax.jit(_end_task, static_argnames=("spec",))
+observe = jax.jit(_observe, static_argnames=("spec", "batched"))
+offer = jax.jit(_offer, static_argnames=("spec", "batched"))
+end_task = jax.jit(_end_task, static_argnames=("spec", "batched"))
+finish_task = jax.jit(_finish_task, static_argnames=("spec", "batched"))
+close_and_select = jax.jit(_close_and_select, static_argnames=("spec",))
 step = jax.jit(_step, static_argnames=("spec", "reward_fn"))
 run = jax.jit(_run, static_argnames=("spec", "reward_fn"))
+
+init_batched = jax.jit(_init_batched, static_argnames=("spec",))
+select_batched = jax.jit(_select_batched, static_argnames=("spec", "strategy"))
 observe_batched = jax.jit(_observe_batched, static_argnames=("spec", "strategy"))
+offer_batched = jax.jit(_offer_batched, static_argnames=("spec", "strategy"))
+end_task_batched = jax.jit(_end_task_batched, static_argnames=("spec", "strategy"))
+finish_task_batched = jax.jit(_finish_task_batched, static_argnames=("spec", "strategy"))
 step_batched = jax.jit(_step_batched, static_argnames=("spec", "reward_fn", "strategy"))
 run_batched = jax.jit(_run_batched, static_argnames=("spec", "reward_fn", "strategy"))
-
-# Un-jitted versions, for composing inside a user's own jit / vmap / scan.
-raw = dict(init=_init, select=_select, observe=_observe, offer=_offer, end_task=_end_task, step=_step, run=_run,
-           observe_batched=_observe_batched, step_batched=_step_batched, run_batched=_run_batched)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from .state import Bank
+if TYPE_CHECKING:  # state.py imports this module (through the worth cache)
+    from .state import Bank
 
 
 class MemoryStats(NamedTuple):

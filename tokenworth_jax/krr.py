@@ -9,10 +9,34 @@ import jax.numpy as jnp
 from jax.scipy.linalg import cho_solve
 
 from .kernels import kernel_matrix, safe_sqrt, sqdist_gram
-from .state import Predictor
 
 MAX_RIDGE_RETRIES = 6
 RIDGE_GROWTH = 10.0
+
+
+class Predictor(NamedTuple):
+    """The fitted residual KRR: a snapshot of the fast window at the last fit.
+
+    Shapes: N = ``Spec.fast_window`` support rows of F = D + 5 features.
+    """
+
+    support: jax.Array  # (N, F)
+    support_valid: jax.Array  # (N,) bool
+    alpha: jax.Array  # (N,), zero on invalid rows
+    ridge: jax.Array  # scalar: the ridge the last solve needed (>= lambda_krr)
+
+
+def predictor_init(n: int, F: int, lambda_krr: jax.Array, dtype: jnp.dtype) -> Predictor:
+    """No fit yet: all support rows invalid, alpha = 0 (so f = 0)."""
+    return Predictor(support=jnp.zeros((n, F), dtype), support_valid=jnp.zeros((n,), bool),
+                     alpha=jnp.zeros((n,), dtype), ridge=jnp.asarray(lambda_krr, dtype))
+
+
+def support_center(predictor: Predictor) -> jax.Array:
+    """(F,) mean of the valid support rows (0 with none): the centring point of :func:`predict`."""
+    valid = predictor.support_valid
+    count = jnp.maximum(jnp.sum(valid), 1).astype(predictor.support.dtype)
+    return jnp.sum(jnp.where(valid[:, None], predictor.support, jnp.zeros_like(predictor.support)), axis=0) / count
 
 
 class _Attempt(NamedTuple):
@@ -60,11 +84,13 @@ def fit(support: jax.Array, valid: jax.Array, delta: jax.Array, metric: jax.Arra
 
 def predict(zq: jax.Array, predictor: Predictor, metric: jax.Array, gamma: jax.Array) -> jax.Array:
     """f(z) = sum_j alpha_j K_M(z, z_j) for a batch ``zq`` of shape (n, D+5)."""
-    valid = predictor.support_valid
-    count = jnp.maximum(jnp.sum(valid), 1).astype(zq.dtype)
-    center = jnp.sum(jnp.where(valid[:, None], predictor.support, jnp.zeros_like(predictor.support)), axis=0) / count
-    r = safe_sqrt(sqdist_gram(zq, predictor.support, metric, center))
-    K = jnp.exp(-gamma * r)
+    r2 = sqdist_gram(zq, predictor.support, metric, support_center(predictor))
+    return predict_from_sqdist(r2, predictor, gamma)
+
+
+def predict_from_sqdist(r2: jax.Array, predictor: Predictor, gamma: jax.Array) -> jax.Array:
+    """f from squared metric distances ``r2`` of shape (..., N) to the support rows."""
+    K = jnp.exp(-gamma * safe_sqrt(r2))
     return K @ predictor.alpha  # alpha is zero on invalid support rows
 
 

@@ -8,11 +8,13 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from .batching import gated
 from .config import HParams, Spec
 from .features import MemoryStats, memory_stats, new_memory_stats
 from .ring import ring_valid
-from .scoring import score_pairs
+from .scoring import eta_schedule, score_pairs
 from .state import Bank, State
+from . import worth_cache
 
 
 class Admission(enum.IntEnum):
@@ -31,8 +33,8 @@ class Worth(NamedTuple):
     bank: jax.Array  # (B,) V(m) for every slot (meaningless on invalid slots)
     new: jax.Array  # V(m_new)
     rho_pos: jax.Array  # fraction of probes with s(q, m_new) > 0
-    scores: jax.Array  # (P, B+1) the score matrix; last column is the candidate
-    probe_valid: jax.Array  # (P,)
+    scores: jax.Array  # (P+1, B+1) the score matrix; last column is the candidate
+    probe_valid: jax.Array  # (P+1,)
 
 
 class Decision(NamedTuple):
@@ -48,10 +50,8 @@ class Decision(NamedTuple):
 
 
 def probes(state: State) -> tuple[jax.Array, jax.Array]:
-    """(P, D) probe queries (current first, then the ring) and their (P,) validity."""
-    queries = jnp.concatenate([state.pending.query[None, :], state.probe_ring.data], axis=0)
-    valid = jnp.concatenate([jnp.ones((1,), bool), ring_valid(state.probe_ring)])
-    return queries, valid
+    """(P+1, D) probe queries (current first, then the ring) and their (P+1,) validity."""
+    return worth_cache.probes(state.pending.query, state.probe_ring)
 
 
 def _concat_stats(a: MemoryStats, b: MemoryStats) -> MemoryStats:
@@ -60,30 +60,63 @@ def _concat_stats(a: MemoryStats, b: MemoryStats) -> MemoryStats:
 
 def _scores_chunked(queries: jax.Array, emb: jax.Array, stats: MemoryStats, state: State, hp: HParams,
                     chunk: int) -> jax.Array:
-    """(P, N) scores, computed ``chunk`` memories at a time when ``chunk`` > 0 (bounds memory)."""
+    """(Q, N) scores, computed ``chunk`` memories at a time when ``chunk`` > 0 (bounds memory)."""
     n = emb.shape[0]
+    f = state.w.dtype
+    eta = eta_schedule(state.counters.n_krr_fits, hp.eta_max, f)
+
+    def scores(e: jax.Array, st: MemoryStats) -> jax.Array:
+        return score_pairs(queries, e, st, state.w, state.predictor, state.metric, hp.gamma, eta).score
+
     if chunk <= 0 or n <= chunk:
-        return score_pairs(queries, emb, stats, state, hp).score
+        return scores(emb, stats)
     pad = (-n) % chunk
     emb_p = jnp.pad(emb, ((0, pad), (0, 0)))
     stats_p = MemoryStats(*(jnp.pad(s, (0, pad)) for s in stats))
     blocks = (emb_p.reshape(-1, chunk, emb.shape[1]), MemoryStats(*(s.reshape(-1, chunk) for s in stats_p)))
-    out = jax.lax.map(lambda blk: score_pairs(queries, blk[0], blk[1], state, hp).score, blocks)  # (nb, P, chunk)
+    out = jax.lax.map(lambda blk: scores(*blk), blocks)  # (n_blocks, Q, chunk)
     return jnp.moveaxis(out, 0, 1).reshape(queries.shape[0], -1)[:, :n]
+
+
+class _Column(NamedTuple):
+    """The candidate's cached quantities, written into the slot it fills (incremental worth)."""
+
+    dpart: jax.Array  # (P+1, N)
+    cos: jax.Array  # (P+1,)
+
+
+def _worth(state: State, e_new: jax.Array, hp: HParams, spec: Spec) -> tuple[Worth, _Column | None]:
+    f = state.w.dtype
+    t = state.counters.t
+    queries, pvalid = probes(state)
+    weight = pvalid.astype(f) / jnp.sum(pvalid).astype(f)
+    bank_stats = memory_stats(state.bank, t, hp.kappa)
+    new_stats = new_memory_stats(t, hp.u_init, f)
+    if worth_cache.enabled(state.cache):
+        eta = eta_schedule(state.counters.n_krr_fits, hp.eta_max, f)
+        col = _Column(dpart=worth_cache.dpart(queries, e_new[None, :], state.cache.geometry, state.metric)[:, 0],
+                      cos=queries @ e_new)
+
+        def score(dp: jax.Array, cos: jax.Array, stats: MemoryStats) -> jax.Array:
+            return worth_cache.scores(dp, cos, stats, state.w, state.predictor, state.cache.geometry, state.metric, hp.gamma,
+                                      eta)[0]
+
+        s_bank = score(state.cache.dpart, state.cache.cos, bank_stats)  # (P+1, B)
+        s_new = score(col.dpart[:, None, :], col.cos[:, None], MemoryStats(*(x[None] for x in new_stats)))
+        scores = jnp.concatenate([s_bank, s_new], axis=1)
+    else:
+        col = None
+        stats = _concat_stats(bank_stats, new_stats)
+        emb = jnp.concatenate([state.bank.emb, e_new[None, :]], axis=0)
+        scores = _scores_chunked(queries, emb, stats, state, hp, spec.worth_chunk)  # (P+1, B+1)
+    V = weight @ scores
+    rho = weight @ (scores[:, -1] > 0).astype(f)
+    return Worth(bank=V[:-1], new=V[-1], rho_pos=rho, scores=scores, probe_valid=pvalid), col
 
 
 def worth(state: State, e_new: jax.Array, hp: HParams, spec: Spec) -> Worth:
     """V(m) = mean over valid probes of s_t(q, m), for the whole bank and the candidate at once."""
-    f = state.w.dtype
-    t = state.counters.t
-    queries, pvalid = probes(state)
-    stats = _concat_stats(memory_stats(state.bank, t, hp.kappa), new_memory_stats(t, hp.u_init, f))
-    emb = jnp.concatenate([state.bank.emb, e_new[None, :]], axis=0)
-    scores = _scores_chunked(queries, emb, stats, state, hp, spec.worth_chunk)  # (P, B+1)
-    weight = pvalid.astype(f) / jnp.sum(pvalid).astype(f)
-    V = weight @ scores
-    rho = weight @ (scores[:, -1] > 0).astype(f)
-    return Worth(bank=V[:-1], new=V[-1], rho_pos=rho, scores=scores, probe_valid=pvalid)
+    return _worth(state, e_new, hp, spec)[0]
 
 
 def _write_memory(bank: Bank, slot: jax.Array, enabled: jax.Array, e_new: jax.Array, new_id: jax.Array,
@@ -112,7 +145,7 @@ def _admit(state: State, e_new: jax.Array, new_id: jax.Array, hp: HParams, spec:
     f = state.w.dtype
     B = spec.capacity
     i32 = jnp.int32
-    V = worth(state, e_new, hp, spec)
+    V, column = _worth(state, e_new, hp, spec)
 
     cos = jnp.where(bank.valid, bank.emb @ e_new, -jnp.inf)
     any_valid = jnp.any(bank.valid)
@@ -142,12 +175,15 @@ def _admit(state: State, e_new: jax.Array, new_id: jax.Array, hp: HParams, spec:
     safe_slot = jnp.maximum(slot, 0)
     evicted_id = jnp.where(writes & (code != i32(Admission.ADMITTED_ROOM)), bank.ids[safe_slot], i32(-1))
     new_bank = _write_memory(bank, safe_slot, writes, e_new, new_id, state.counters.t, hp)
+    cache = state.cache
+    if column is not None:
+        cache = worth_cache.write_column(cache, safe_slot, column.dpart, column.cos, writes)
     decision = Decision(
         code=code, slot=slot, evicted_id=evicted_id, novelty=novelty,
         near_slot=jnp.where(any_valid, near, i32(-1)), v_new=V.new, v_max_bank=v_bank_max, v_near=v_near,
         rho_pos=V.rho_pos,
     )
-    return state._replace(bank=new_bank), decision
+    return state._replace(bank=new_bank, cache=cache), decision
 
 
 def _not_offered(state: State, spec: Spec) -> Decision:
@@ -158,13 +194,15 @@ def _not_offered(state: State, spec: Spec) -> Decision:
                     v_new=nan, v_max_bank=nan, v_near=nan, rho_pos=nan)
 
 
-def offer(state: State, e_new: jax.Array, new_id: jax.Array, hp: HParams, spec: Spec) -> tuple[State, Decision]:
-    """Offer the memory of the current task. Only a judged success can write (else NOT_OFFERED)."""
-    success = state.pending.reward == 1
+def offer(state: State, e_new: jax.Array, new_id: jax.Array, hp: HParams, spec: Spec, *,
+          enabled: jax.Array | bool = True, batched: bool = False) -> tuple[State, Decision]:
+    """Offer the memory of the current task. Only a judged success can write (else NOT_OFFERED).
+
+    ``enabled`` (bool, (C,) when batched) masks the offer off, e.g. for streams without a
+    memory this task. Batched, the admission (and its worth computation) runs only when some
+    configuration is enabled with a success (see :func:`tokenworth_jax.batching.gated`).
+    """
+    success = (state.pending.reward == 1) & jnp.asarray(enabled, bool)
     new_id = jnp.asarray(new_id, jnp.int32)
-    return jax.lax.cond(
-        success,
-        lambda s: _admit(s, e_new, new_id, hp, spec),
-        lambda s: (s, _not_offered(s, spec)),
-        state,
-    )
+    return gated(success, lambda s, e, i, h: _admit(s, e, i, h, spec), lambda s, e, i, h: (s, _not_offered(s, spec)),
+                 (state, e_new, new_id, hp), batched)

@@ -1,4 +1,8 @@
-"""The controller's immutable state pytree: fixed-capacity arrays with validity masks."""
+"""The controller's immutable state pytree: fixed-capacity arrays with validity masks.
+
+Shape names used in the comments: B = ``Spec.capacity``, D = ``Spec.dim``, F = D + 5 residual
+features, N_base / N_fast / N_slow = the window sizes, P = ``Spec.n_probes``.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .config import N_BASE_FEATURES, HParams, Spec
+from .krr import Predictor, predictor_init
 from .ring import Ring, ring_init
+from .worth_cache import WorthCache, cache_init
 
 
 class Bank(NamedTuple):
@@ -26,15 +32,6 @@ class Bank(NamedTuple):
     tau: jax.Array  # (B,) int32 creation step
 
 
-class Predictor(NamedTuple):
-    """The fitted residual KRR: a snapshot of the fast window at the last fit."""
-
-    support: jax.Array  # (N_fast, D+5)
-    support_valid: jax.Array  # (N_fast,) bool
-    alpha: jax.Array  # (N_fast,), zero on invalid rows
-    ridge: jax.Array  # scalar: the ridge the last solve needed (>= lambda_krr)
-
-
 class Pending(NamedTuple):
     """What the open task remembers between select, observe and offer."""
 
@@ -43,7 +40,7 @@ class Pending(NamedTuple):
     selected: jax.Array  # bool: a memory was chosen
     slot: jax.Array  # int32 chosen bank slot (-1 if none)
     phi: jax.Array  # (4,) phi* at selection time
-    z: jax.Array  # (D+5,) z* at selection time
+    z: jax.Array  # (F,) z* at selection time
     s_base: jax.Array  # scalar s_base* at selection time
     reward: jax.Array  # int32 reward once observed (-1 before)
 
@@ -58,15 +55,16 @@ class Counters(NamedTuple):
 
 class State(NamedTuple):
     bank: Bank
-    base_ring: Ring  # data = (phi (256, 4), y (256,))
-    fast_ring: Ring  # data = (z (128, D+5), delta (128,))
-    slow_ring: Ring  # data = (z (256, D+5), delta (256,))
-    probe_ring: Ring  # data = q (n_probes, D)
+    base_ring: Ring  # data = (phi (N_base, 4), y (N_base,))
+    fast_ring: Ring  # data = (z (N_fast, F), delta (N_fast,))
+    slow_ring: Ring  # data = (z (N_slow, F), delta (N_slow,))
+    probe_ring: Ring  # data = q (P, D)
     w: jax.Array  # (4,) base weights
-    metric: jax.Array  # (D+5,) diagonal of M
+    metric: jax.Array  # (F,) diagonal of M
     predictor: Predictor
     pending: Pending
     counters: Counters
+    cache: WorthCache  # incremental worth (Spec.incremental); zero-width arrays when off
 
 
 def init(spec: Spec, hp: HParams) -> State:
@@ -94,12 +92,7 @@ def init(spec: Spec, hp: HParams) -> State:
         probe_ring=ring_init(jnp.zeros((spec.n_probes, D), f)),
         w=w0 * jnp.ones(w0.shape[-1:], f),
         metric=jnp.ones((F,), f),
-        predictor=Predictor(
-            support=jnp.zeros((spec.fast_window, F), f),
-            support_valid=jnp.zeros((spec.fast_window,), bool),
-            alpha=jnp.zeros((spec.fast_window,), f),
-            ridge=jnp.asarray(hp.lambda_krr, f),
-        ),
+        predictor=predictor_init(spec.fast_window, F, hp.lambda_krr, f),
         pending=Pending(
             query=jnp.zeros((D,), f),
             retrieved=jnp.zeros((), bool),
@@ -111,6 +104,7 @@ def init(spec: Spec, hp: HParams) -> State:
             reward=jnp.full((), -1, jnp.int32),
         ),
         counters=Counters(zeros_i, zeros_i, zeros_i, zeros_i, zeros_i),
+        cache=cache_init(spec.n_probes + 1, B, spec.fast_window, D, f, spec.incremental),
     )
 
 
@@ -127,6 +121,9 @@ def state_from_numpy(template: State, arrays: dict[str, np.ndarray]) -> State:
     for path, leaf in paths:
         key = jax.tree_util.keystr(path)
         if key not in arrays:
+            if leaf.size == 0:  # an empty leaf added later (e.g. the cache when off): nothing to restore
+                leaves.append(leaf)
+                continue
             raise ValueError(f"checkpoint lacks state leaf {key}")
         arr = np.asarray(arrays[key])
         if arr.shape != leaf.shape or arr.dtype != leaf.dtype:

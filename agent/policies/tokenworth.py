@@ -9,8 +9,10 @@ question as its key text (so recall compares question with question, as the othe
 similarity-based methods do). The decision log holds the candidates, their scores and the
 admission decision.
 
-The policy keeps each memory's :class:`~agent.memory.Memory` (for its skills) keyed by the
-controller's memory id, and drops it when the controller evicts or replaces it.
+Each memory's :class:`~agent.memory.Memory` (for its skills) is the payload the controller's
+:class:`~tokenworth_jax.MemoryTable` keeps under its id; the table drops it when the
+controller evicts or replaces it (one bookkeeping type for the host controller, this policy
+and the lockstep sweep).
 """
 
 from __future__ import annotations
@@ -34,14 +36,13 @@ class TokenWorthPolicy(MemoryPolicy):
         self.controller = Controller.from_preset(env, **overrides)
         if self.controller.spec.capacity != budget.bank_capacity:
             self.controller = Controller(self.controller.spec._replace(capacity=budget.bank_capacity), self.controller.hp)
-        self.memories: dict[int, Memory] = {}
 
     def retrieve(self, task: Any) -> list[Memory]:
         selection = self.controller.select(task.query_text)
         self.note(selection=selection.as_dict())
-        if selection.memory_id is None:
+        if selection.memory is None:
             return []
-        return [self.memories[selection.memory_id]][: self.budget.max_memories]
+        return [selection.memory][: self.budget.max_memories]
 
     def update(self, task: Any, memories: Sequence[Memory], outcome: Outcome, trajectory: Sequence[Turn]) -> None:
         self.controller.observe(outcome.reward)
@@ -49,23 +50,27 @@ class TokenWorthPolicy(MemoryPolicy):
         if memory is None:
             self.note(admission=None)
         else:
-            decision = self.controller.offer(memory.text, key_text=memory.key_text)
-            if decision.evicted_id is not None:
-                self.memories.pop(decision.evicted_id, None)
-            if decision.memory_id is not None:
-                self.memories[decision.memory_id] = memory.with_id(decision.memory_id)
+            new_id = self.controller.memories.next_id
+            decision = self.controller.offer(memory.text, key_text=memory.key_text, payload=memory.with_id(new_id))
             self.note(admission=decision.as_dict())
         self.controller.end_task()
 
+    @property
+    def memories(self) -> dict[int, Memory]:
+        """The bank's memories by controller id (a view of the controller's table)."""
+        return self.controller.memories.items
+
     def bank_size(self) -> int:
-        return len(self.memories)
+        return len(self.controller.memories)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"controller": self.controller.state_dict(),
-                "memories": {mid: m.as_dict() for mid, m in self.memories.items()}}
+        return {"controller": self.controller.state_dict(encode=Memory.as_dict)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        from tokenworth_jax import Controller
+        from tokenworth_jax import Controller, MemoryTable
 
-        self.controller = Controller.from_state_dict(state["controller"])
-        self.memories = {int(mid): Memory.from_dict(m) for mid, m in state["memories"].items()}
+        self.controller = Controller.from_state_dict(state["controller"], decode=Memory.from_dict)
+        if "memories" in state:  # checkpoints before the shared table: payloads were kept beside the texts
+            table = self.controller.memories
+            items = {int(mid): Memory.from_dict(m) for mid, m in state["memories"].items()}
+            self.controller.memories = MemoryTable(items, table.next_id)

@@ -14,6 +14,13 @@ computation needed. Banks above ``Size.worth_chunk`` memories use
 ``Spec(worth_chunk=...)``, which bounds the score temporaries to
 P x chunk x (D + 5) floats.
 
+Incremental worth (``Spec.incremental``, one more child per size): the per-task cost is a
+whole task inside ``tw.run`` (the new query's row at select, B N D; the offer's candidate
+column, statistics part and decision; the cache updated in place), over a few all-success
+tasks with no refit due, plus the full cache refresh of each KRR fit amortised over the DB
+schedule (1/krr_interval + 1/agop_interval refreshes per task). Standalone ``select`` / ``offer``
+calls are also reported; outside a scan they copy the whole cache. The cache's size is reported.
+
 Linearity: least-squares fit of time = a + b B over all sizes (the slope b is the cost per
 memory), and the log-log slope between the two largest sizes (1 means linear).
 """
@@ -38,7 +45,8 @@ def _maxrss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux reports KiB
 
 
-def child(capacity: int, chunk: int, repeats: int, spec_overrides: dict[str, int]) -> dict[str, Any]:
+def child(capacity: int, chunk: int, repeats: int, spec_overrides: dict[str, int],
+          incremental: bool = False) -> dict[str, Any]:
     import jax
     import jax.numpy as jnp
 
@@ -48,7 +56,10 @@ def child(capacity: int, chunk: int, repeats: int, spec_overrides: dict[str, int
 
     from .common import time_call
 
-    spec, hp = tw.preset("db", spec_overrides={**spec_overrides, "capacity": capacity, "worth_chunk": chunk})
+    from tokenworth_jax import worth_cache
+
+    spec, hp = tw.preset("db", spec_overrides={**spec_overrides, "capacity": capacity, "worth_chunk": chunk,
+                                               "incremental": incremental})
     rng = np.random.default_rng(capacity)
     D, F, t = spec.dim, spec.feature_dim, 1000
 
@@ -78,6 +89,10 @@ def child(capacity: int, chunk: int, repeats: int, spec_overrides: dict[str, int
         pending=state.pending._replace(query=jnp.asarray(unit(1)[0]), retrieved=jnp.ones((), bool),
                                        reward=jnp.int32(1)))
     e_new = jnp.asarray(unit(1)[0])
+    refresh = jax.jit(lambda s: s._replace(cache=worth_cache.refresh(s.cache, s.pending.query, s.probe_ring, s.bank.emb,
+                                                                     s.predictor, s.metric)))
+    if incremental:
+        state = refresh(state)
     state = jax.block_until_ready(state)
     worth = jax.jit(tw.worth, static_argnames=("spec",))
     t0 = time.perf_counter()
@@ -87,27 +102,47 @@ def child(capacity: int, chunk: int, repeats: int, spec_overrides: dict[str, int
     rss_base = _maxrss_mib()
     w_sum, _ = time_call(lambda: worth(state, e_new, hp, spec).bank, repeats)
     o_sum, _ = time_call(lambda: tw.offer(state, e_new, jnp.int32(B), hp, spec), repeats)
+    extra: dict[str, Any] = {}
+    if incremental:
+        # A realistic per-task cost: tw.run over a few all-success tasks (select, observe, offer,
+        # end_task in one scan, so the cache is updated in place as in an agent run), with the
+        # feedback count placed where no refit is due; the refresh is timed on its own and amortised.
+        n_steps = 4
+        events = tw.Event(query=jnp.asarray(unit(n_steps)), reward=jnp.ones((n_steps,), jnp.int32),
+                          memory=jnp.asarray(unit(n_steps)), memory_id=jnp.arange(B, B + n_steps, dtype=jnp.int32))
+        no_refit = state._replace(counters=state.counters._replace(n_feedback=jnp.int32(1001)))
+        run_sum, _ = time_call(lambda: tw.run(no_refit, events, hp, spec)[1].decision.code, repeats)
+        q = jnp.asarray(unit(1)[0])
+        s_sum, _ = time_call(lambda: tw.select(state, q, hp, spec)[1], repeats)
+        r_sum, _ = time_call(lambda: refresh(state).cache.dpart, max(1, repeats // 2))
+        per_task = 1 / int(hp.krr_interval) + 1 / int(hp.agop_interval)
+        task_ms = run_sum["median_ms"] / n_steps
+        extra = dict(select=s_sum, refresh=r_sum, refreshes_per_task=per_task, run_task_ms=task_ms,
+                     amortised_task_ms=task_ms + per_task * r_sum["median_ms"],
+                     cache_mib=sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(state.cache)) / 2 ** 20)
     rss_peak = _maxrss_mib()
     dev = jax.devices()[0]
     stats = dev.memory_stats() if hasattr(dev, "memory_stats") else None
     P = spec.n_probes + 1
     rows = (chunk if 0 < chunk < B + 1 else B + 1)
-    return dict(capacity=B, worth_chunk=chunk, worth=w_sum, offer=o_sum, compile_s=compile_s,
+    return dict(capacity=B, worth_chunk=chunk, incremental=incremental, **extra, worth=w_sum, offer=o_sum, compile_s=compile_s,
                 maxrss_baseline_mib=rss_base, maxrss_peak_mib=rss_peak, maxrss_growth_mib=rss_peak - rss_base,
                 score_temporary_mib=P * rows * F * 4 / 2 ** 20, bank_mib=B * D * 4 / 2 ** 20,
                 device_memory_stats=stats, device=str(dev))
 
 
 def run(size: Size, out_dir: Path) -> dict[str, Any]:
-    results = []
+    results, inc_results = [], []
     for B in size.bank_sizes:
         chunk = size.worth_chunk if B > size.worth_chunk else 0
         cmd = [sys.executable, "-m", "bench.controller.bank_scaling", "--child", str(B), "--chunk", str(chunk),
                "--repeats", str(size.bank_repeats), "--spec", json.dumps(size.spec_overrides)]
-        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1800)
-        if proc.returncode != 0:
-            raise RuntimeError(f"bank-scaling child for B={B} failed:\n{proc.stderr[-4000:]}")
-        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        for incremental in (False, True):
+            proc = subprocess.run(cmd + (["--incremental"] if incremental else []), cwd=REPO, capture_output=True,
+                                  text=True, timeout=1800)
+            if proc.returncode != 0:
+                raise RuntimeError(f"bank-scaling child for B={B} failed:\n{proc.stderr[-4000:]}")
+            (inc_results if incremental else results).append(json.loads(proc.stdout.strip().splitlines()[-1]))
     Bs = np.array([r["capacity"] for r in results], float)
     fits = {}
     for key in ("worth", "offer"):
@@ -117,7 +152,13 @@ def run(size: Size, out_dir: Path) -> dict[str, Any]:
         fits[key] = dict(intercept_ms=float(intercept), slope_us_per_memory=float(slope * 1e3),
                          loglog_slope_last_two=loglog)
     largest = results[-1]
-    payload = dict(size=size.name, spec_overrides=size.spec_overrides, results=results, fit=fits,
+    inc_largest = inc_results[-1]
+    payload = dict(size=size.name, spec_overrides=size.spec_overrides, results=results, incremental=inc_results,
+                   fit=fits,
+                   incremental_target=dict(capacity=100_000, amortised_task_s=0.15,
+                                           measured_s=inc_largest["amortised_task_ms"] / 1e3
+                                           if inc_largest["capacity"] == 100_000 else None,
+                                           cache_mib=inc_largest["cache_mib"]),
                    target=dict(capacity=100_000, offer_s=0.5,
                                measured_s=largest["offer"]["median_ms"] / 1e3 if largest["capacity"] == 100_000 else None),
                    memory_method="peak RSS (getrusage ru_maxrss) per subprocess; growth = peak after the timed "
@@ -130,6 +171,12 @@ def run(size: Size, out_dir: Path) -> dict[str, Any]:
         f"- {k}: time = {f['intercept_ms']:.3g} ms + {f['slope_us_per_memory']:.4g} us x B; "
         f"log-log slope between the two largest sizes {f['loglog_slope_last_two']:.3f}" for k, f in fits.items())
     text += f"\n\nMemory: {payload['memory_method']}.\n"
+    text += "\nIncremental worth (Spec.incremental): per-task cost with the refresh amortised over the DB schedule:\n\n"
+    text += md_table(["B", "task in tw.run ms", "refresh ms", "amortised task ms", "select ms (standalone)",
+                      "offer ms (standalone)", "cache MiB", "peak RSS MiB"],
+                     [[r["capacity"], r["run_task_ms"], r["refresh"]["median_ms"], r["amortised_task_ms"],
+                       r["select"]["median_ms"], r["offer"]["median_ms"], r["cache_mib"], r["maxrss_peak_mib"]]
+                      for r in inc_results])
     write_result(out_dir, "bank_scaling", payload, text)
     return payload
 
@@ -140,8 +187,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--chunk", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--spec", default="{}", help="JSON Spec overrides")
+    ap.add_argument("--incremental", action="store_true", help="Spec(incremental=True)")
     a = ap.parse_args(argv)
-    print(json.dumps(child(a.child, a.chunk, a.repeats, json.loads(a.spec))))
+    print(json.dumps(child(a.child, a.chunk, a.repeats, json.loads(a.spec), a.incremental)))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ import tokenworth_jax as tw
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "bench" / "results"
-TESTS_DIR = REPO / "tests"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +50,8 @@ class Size:
     shard_devices: int
     shard_configs: int
     shard_tasks: int
+    speedup_configs: int = 8  # bench/controller/speedups.py: batched configurations ...
+    speedup_tasks: int = 50  # ... over this many tasks
 
 
 TINY_SPEC = dict(dim=32, capacity=8, base_window=16, fast_window=16, slow_window=16, k_candidates=4, n_probes=3)
@@ -58,15 +59,16 @@ TINY_SPEC = dict(dim=32, capacity=8, base_window=16, fast_window=16, slow_window
 SIZES: dict[str, Size] = {
     "tiny": Size("tiny", TINY_SPEC, prefill_tasks=40, window=20, window_repeats=2, numpy_window=20, micro_repeats=5,
                  bank_sizes=(8, 64, 512), bank_repeats=3, worth_chunk=128, sweep_configs=(1, 2), sweep_tasks=12,
-                 sweep_loop_max_configs=2, numpy_sweep_tasks=12, shard_devices=4, shard_configs=4, shard_tasks=12),
+                 sweep_loop_max_configs=2, numpy_sweep_tasks=12, shard_devices=4, shard_configs=4, shard_tasks=12,
+                 speedup_configs=2, speedup_tasks=12),
     "quick": Size("quick", {}, prefill_tasks=400, window=200, window_repeats=3, numpy_window=200, micro_repeats=30,
                   bank_sizes=(64, 1_000, 10_000, 100_000), bank_repeats=3, worth_chunk=4096, sweep_configs=(1, 4),
                   sweep_tasks=50, sweep_loop_max_configs=4, numpy_sweep_tasks=50, shard_devices=4, shard_configs=4,
-                  shard_tasks=50),
+                  shard_tasks=50, speedup_configs=16, speedup_tasks=100),
     "full": Size("full", {}, prefill_tasks=500, window=200, window_repeats=5, numpy_window=200, micro_repeats=100,
                  bank_sizes=(64, 1_000, 3_000, 10_000, 30_000, 100_000), bank_repeats=5, worth_chunk=4096,
                  sweep_configs=(1, 16, 256), sweep_tasks=500, sweep_loop_max_configs=16, numpy_sweep_tasks=100,
-                 shard_devices=4, shard_configs=16, shard_tasks=500),
+                 shard_devices=4, shard_configs=16, shard_tasks=500, speedup_configs=256, speedup_tasks=500),
 }
 
 
@@ -220,14 +222,8 @@ def state_facts(state: tw.State, spec: tw.Spec) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- reference
 
 def reference_module() -> Any:
-    """The float64 NumPy reference, ``tests/reference_numpy.py``.
-
-    It lives with the tests (it is their oracle), not in an installed package, so the
-    benchmarks put the repository's ``tests/`` directory on ``sys.path`` to import it.
-    """
-    if str(TESTS_DIR) not in sys.path:
-        sys.path.insert(0, str(TESTS_DIR))
-    import reference_numpy
+    """The float64 NumPy reference, :mod:`tokenworth_jax.reference_numpy` (installed with the package)."""
+    from tokenworth_jax import reference_numpy
 
     return reference_numpy
 

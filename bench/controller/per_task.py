@@ -167,13 +167,10 @@ def run(size: Size, out_dir: Path) -> dict[str, Any]:
 def refit_breakdown(state: tw.State, hp: tw.HParams, repeats: int) -> dict[str, Any]:
     """Each refit on its own, on the pre-filled state, to say what dominates an observe with refits.
 
-    Uses the controller's internal refit functions (``_fit_base``, ``_fit_krr``, ``_agop``):
-    they are not public API, so this breaks loudly if they are renamed.
+    Uses the public refit functions ``tw.fit_base``, ``tw.fit_krr`` and ``tw.agop_update``.
     """
-    from tokenworth_jax import controller as C
-
     out = {}
-    for name, fn in (("base_newton", C._fit_base), ("krr_fit", C._fit_krr), ("agop_plus_krr", C._agop)):
+    for name, fn in (("base_newton", tw.fit_base), ("krr_fit", tw.fit_krr), ("agop_plus_krr", tw.agop_update)):
         jitted = jax.jit(fn)
         summary, compile_s = time_call(lambda: jitted(state, hp), repeats)
         out[name] = dict(**summary, compile_s=compile_s)

@@ -14,6 +14,15 @@ counts one FLOP; a multiply-add two):
 * AGOP: gradients of S rows against N support rows, 6SNF; G 2SF; then a KRR fit.
 * Newton base fit: O(window x 4 x iterations), under 0.1 MFLOP: left out.
 
+Incremental worth (``Spec.incremental``, :mod:`tokenworth_jax.worth_cache`), Gram form split
+into the D part (cached) and the 5 statistics features:
+
+* select: recall 2BD; the query's D-part row over the whole bank: |e_q - e_m| 2BD, a^2 3BD,
+  GEMM 2BND, combine 3BN; K candidates' statistics part 10KN + 40K + 3KN, kernel 5KN.
+* offer: candidate column 5PD + 2PND + 3PN; statistics part for P(B+1) pairs
+  10P(B+1)N + 40P(B+1) + 3P(B+1)N; kernel and prediction 5P(B+1)N; novelty 2BD.
+* refresh (every KRR fit): P rows like the select row, 5PBD + 2PBND + 3PBN.
+
 Alongside, XLA's own count (``compiled.cost_analysis()['flops']``) is recorded where the
 backend provides it; it counts every branch of a ``lax.cond``, so it overstates steps
 whose refits are skipped.
@@ -42,8 +51,12 @@ def flops(spec: tw.Spec) -> dict[str, float]:
     offer = 2 * n * D + 2 * n * D + 2 * n * N * F + 5 * n * F + 5 * N * F + 5 * n * N + 2 * B * D
     krr = 4 * N * N * F + 3 * N * N + N ** 3 / 3 + 2 * N * N
     agop = 6 * S * N * F + 2 * S * F + krr
+    inc_select = 2 * B * D + 5 * B * D + 2 * B * N * D + 3 * B * N + 10 * K * N + 40 * K + 3 * K * N + 5 * K * N
+    inc_offer = 5 * P * D + 2 * P * N * D + 3 * P * N + 10 * n * N + 40 * n + 3 * n * N + 5 * n * N + 2 * B * D
+    refresh = 5 * P * B * D + 2 * P * B * N * D + 3 * P * B * N
     return dict(select=float(select), offer=float(offer), krr_fit=float(krr), agop_with_refit=float(agop),
-                observe_full_refit=float(krr + agop))
+                observe_full_refit=float(krr + agop), incremental_select=float(inc_select),
+                incremental_offer=float(inc_offer), incremental_refresh=float(refresh))
 
 
 def matmul_roof(n: int, repeats: int) -> dict[str, float]:
@@ -103,5 +116,10 @@ def run(size: Size, out_dir: Path, per_task: dict[str, Any]) -> dict[str, Any]:
     text = f"Roof: {n}x{n} float32 matmul, {roof['gflops']:.1f} GFLOP/s ({roof['median_ms']:.2f} ms).\n\n"
     text += md_table(["step", "MFLOP", "ms", "GFLOP/s", "of roof"], rows)
     text += f"\nXLA cost_analysis FLOPs (all cond branches): {payload['xla_flops']}\n\n{payload['notes']}\n"
+    text += "\nFLOP counts, full vs incremental worth (MFLOP per call; the refresh runs at every KRR fit):\n\n"
+    text += md_table(["step", "full", "incremental"],
+                     [["select", counts["select"] / 1e6, counts["incremental_select"] / 1e6],
+                      ["offer (admission)", counts["offer"] / 1e6, counts["incremental_offer"] / 1e6],
+                      ["cache refresh (per KRR fit)", "-", counts["incremental_refresh"] / 1e6]])
     write_result(out_dir, "roofline", payload, text)
     return payload

@@ -48,7 +48,7 @@ def child(size_name: str, n_devices: int) -> dict[str, Any]:
     spec, _ = db_setup(size)
     events = synthetic_stream(T, spec.dim, seed=2).events()
     hps = tw.stack_hparams(configs(C))
-    fn = jax.jit(lambda s, e, h: tw.raw["run_batched"](s, e, h, spec, None, "vmap"))
+    fn = jax.jit(lambda s, e, h: tw.run_batched(s, e, h, spec, None, "vmap"))
 
     mesh = Mesh(np.array(devices[:n_devices]), ("config",))
     by_config = NamedSharding(mesh, PartitionSpec("config"))

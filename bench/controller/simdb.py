@@ -126,7 +126,7 @@ def sweep(stream: SimStream, configs: Sequence[tw.HParams], spec: tw.Spec) -> tu
 
     @jax.jit
     def go(hps: tw.HParams, events: tw.Event) -> tuple[tw.State, tw.StepOutput]:
-        return tw.raw["run_batched"](tw.init_batched(spec, hps), events, hps, spec, fn)
+        return tw.run_batched(tw.init_batched(spec, hps), events, hps, spec, fn)
 
     return jax.block_until_ready(go(hps, events))
 

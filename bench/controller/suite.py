@@ -3,7 +3,8 @@
 The default (``quick``) size finishes in a few minutes on a 2-core CPU; ``--full`` selects
 the full sizes (100k-memory bank, 256 configurations x 500 tasks, ...). ``--size tiny`` is
 for the smoke test. Results: ``<name>.json`` and ``<name>.md`` per benchmark in ``--out``
-(default ``bench/results``), plus ``suite.json`` listing what ran. The same command runs
+(default ``bench/results``), plus ``suite.json`` listing what ran: a partial rerun
+(``--only``) merges its entries into the existing ``suite.json`` instead of replacing it. The same command runs
 unchanged on a GPU and records the device in every result.
 """
 
@@ -15,10 +16,10 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import bank_scaling, per_task, roofline, sharded, sweep
+from . import bank_scaling, per_task, roofline, sharded, speedups, sweep
 from .common import DEFAULT_OUT, SIZES, machine_info
 
-BENCHMARKS = ("per_task", "roofline", "bank_scaling", "sweep", "sharded")
+BENCHMARKS = ("per_task", "roofline", "bank_scaling", "sweep", "sharded", "speedups")
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -56,11 +57,29 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             results[name] = sweep.run(size, out)
         elif name == "sharded":
             results[name] = sharded.run(size, out, force_host_devices=not args.real_devices)
-        ran[name] = dict(seconds=time.perf_counter() - t0, json=f"{name}.json", markdown=f"{name}.md")
+        elif name == "speedups":
+            results[name] = speedups.run(size, out)
+        ran[name] = dict(seconds=time.perf_counter() - t0, json=f"{name}.json", markdown=f"{name}.md", size=size.name)
         print(f"[bench] {name} done in {ran[name]['seconds']:.1f} s -> {out / (name + '.md')}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "suite.json").write_text(json.dumps(dict(size=size.name, machine=machine_info(), ran=ran), indent=2) + "\n")
+    write_suite(out / "suite.json", size.name, ran)
     return results
+
+
+def write_suite(path: Path, size: str, ran: dict[str, Any]) -> dict[str, Any]:
+    """Merge this run's entries into ``suite.json`` (a partial rerun keeps the others)."""
+    previous: dict[str, Any] = {}
+    if path.exists():
+        try:
+            previous = json.loads(path.read_text()).get("ran", {})
+        except (json.JSONDecodeError, AttributeError):
+            previous = {}
+    merged = {**previous, **ran}
+    data = dict(size=size, machine=machine_info(), ran={k: merged[k] for k in BENCHMARKS if k in merged})
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(path)
+    return data
 
 
 if __name__ == "__main__":

@@ -51,12 +51,11 @@ def configs(n: int) -> list[tw.HParams]:
 
 def vmapped_run(spec: tw.Spec) -> Callable[..., Any]:
     """jit(vmap(run)) over (state, hparams); the event stream is shared by all configurations."""
-    run = tw.raw["run"]
-    return jax.jit(jax.vmap(lambda s, e, h: run(s, e, h, spec), in_axes=(0, None, 0)))
+    return jax.jit(jax.vmap(lambda s, e, h: tw.run(s, e, h, spec), in_axes=(0, None, 0)))
 
 
 def init_many(spec: tw.Spec, hps: tw.HParams) -> tw.State:
-    return jax.vmap(lambda h: tw.raw["init"](spec, h))(hps)
+    return tw.init_batched(spec, hps)
 
 
 def run(size: Size, out_dir: Path) -> dict[str, Any]:

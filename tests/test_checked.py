@@ -1,0 +1,60 @@
+"""Checked mode (tw.checked): the first non-finite input or state is reported; clean calls equal the plain API."""
+
+from __future__ import annotations
+
+import chex
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental.checkify import JaxRuntimeError
+
+import tokenworth_jax as tw
+
+from tests.controller_helpers import clustered_stream, precision, small_setup
+
+
+@pytest.fixture(scope="module")
+def setup():
+    with precision("float32") as f:
+        spec, hp = small_setup(f)
+        q, m, r = clustered_stream(seed=2, T=12, dim=spec.dim)
+        events = tw.Event(jnp.asarray(q, f), jnp.ones(12, jnp.int32), jnp.asarray(m, f), jnp.arange(12, dtype=jnp.int32))
+        state, _ = tw.run(tw.init(spec, hp), events, hp, spec)
+        yield spec, hp, state, jnp.asarray(q[0], f), jnp.asarray(m[0], f)
+
+
+def test_checked_calls_equal_plain_calls(setup):
+    spec, hp, state, q, m = setup
+    a = tw.checked.select(state, q, hp, spec)
+    b = tw.select(state, q, hp, spec)
+    chex.assert_trees_all_equal(a, b)
+    s = tw.checked.observe(a[0], 1, hp, spec)
+    chex.assert_trees_all_equal(s, tw.observe(a[0], jnp.int32(1), hp, spec))
+    chex.assert_trees_all_equal(tw.checked.offer(s, m, 99, hp, spec), tw.offer(s, m, jnp.int32(99), hp, spec))
+    chex.assert_trees_all_equal(tw.checked.finish_task(a[0], 1, m, 99, True, hp, spec),
+                                tw.finish_task(a[0], jnp.int32(1), m, jnp.int32(99), jnp.ones((), bool), hp, spec))
+
+
+def test_nan_query_is_reported_by_name(setup):
+    spec, hp, state, q, m = setup
+    with pytest.raises(JaxRuntimeError, match=r"select: input query has a non-finite entry"):
+        tw.checked.select(state, q.at[3].set(jnp.nan), hp, spec)
+
+
+def test_nan_memory_is_reported_before_it_poisons_the_bank(setup):
+    spec, hp, state, q, m = setup
+    s = tw.observe(tw.select(state, q, hp, spec)[0], jnp.int32(1), hp, spec)
+    with pytest.raises(JaxRuntimeError, match=r"offer: input memory has a non-finite entry"):
+        tw.checked.offer(s, m.at[0].set(jnp.inf), 5, hp, spec)
+    # the unchecked API takes a NaN query silently and the windows are poisoned: what checked mode is for
+    poisoned = tw.observe(tw.select(state, q.at[0].set(jnp.nan), hp, spec)[0], jnp.int32(1), hp, spec)
+    assert not np.all(np.isfinite(np.asarray(poisoned.base_ring.data[0])))
+    with pytest.raises(JaxRuntimeError, match=r"end_task: incoming state\.base_ring\.data\[0\] has a non-finite entry"):
+        tw.checked.end_task(poisoned, spec)
+
+
+def test_nan_hyperparameter_leaf_is_named(setup):
+    spec, hp, state, q, m = setup
+    bad = hp._replace(gamma=jnp.asarray(jnp.nan, jnp.float32))
+    with pytest.raises(JaxRuntimeError, match=r"select: input hp\.gamma has a non-finite entry"):
+        tw.checked.select(state, q, bad, spec)

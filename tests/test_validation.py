@@ -1,0 +1,95 @@
+"""Spec and HParams are validated on the host at construction: field, value and allowed range."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tokenworth_jax as tw
+
+BAD_HPARAMS = [
+    (dict(eta_max=-1), r"eta_max = -1 is out of range: must be a finite number in \[0, 1\]"),
+    (dict(eta_max=5), r"eta_max = 5 .*\[0, 1\]"),
+    (dict(beta_w=2), r"beta_w = 2 .*\[0, 1\]"),
+    (dict(beta_m=1.5), r"beta_m = 1.5 .*\[0, 1\]"),
+    (dict(warmup=-3), r"warmup = -3 .*integer >= 0"),
+    (dict(kappa=-1), r"kappa = -1 .*>= 0"),
+    (dict(tau_pos=2), r"tau_pos = 2 .*\[0, 1\]"),
+    (dict(base_interval=2.5), r"base_interval = 2.5 .*an integer >= 1"),  # never truncated to 2
+    (dict(krr_interval=0), r"krr_interval = 0 .*>= 1"),
+    (dict(gamma=0.0), r"gamma = 0.0 .*> 0"),
+    (dict(lambda_krr=float("nan")), r"lambda_krr = nan"),
+    (dict(m_min=3.0, m_max=1.0), r"m_min = 3.0 and m_max = 1.0: need m_min <= m_max"),
+    (dict(w_min=(0, 0, 0, 2.0), w_max=(2, 1, 1, 1)), r"w_min .* w_max .*index \(3,\)"),
+    (dict(u_init=9.0), r"u_init = 9.0 and u_max = 5.0"),
+    (dict(w0=(1.0, 0.1)), r"w0 must have 4 entries"),
+]
+
+
+@pytest.mark.parametrize("overrides, message", BAD_HPARAMS, ids=[next(iter(o)) for o, _ in BAD_HPARAMS])
+def test_bad_hyperparameters_are_refused_with_field_value_and_range(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        tw.hparams("db", **overrides)
+
+
+@pytest.mark.parametrize("field", ["capacity", "k_candidates", "n_probes", "base_window", "fast_window", "dim"])
+def test_bad_spec_fields_are_refused(field):
+    with pytest.raises(ValueError, match=rf"Spec\.{field} = 0 is out of range: must be an integer >= 1"):
+        tw.Spec(**{field: 0})
+    spec = tw.Spec()
+    with pytest.raises(ValueError, match=rf"Spec\.{field} = 0"):
+        spec._replace(**{field: 0})  # _replace goes through the same check
+    with pytest.raises(ValueError, match=rf"Spec\.{field} = 2.5 must be an integer"):
+        tw.Spec(**{field: 2.5})
+
+
+def test_spec_dtype_and_flags():
+    with pytest.raises(ValueError, match=r"Spec\.dtype = 'int8' is not supported"):
+        tw.Spec(dtype="int8")
+    with pytest.raises(ValueError, match=r"Spec\.incremental = 1 must be True or False"):
+        tw.Spec(incremental=1)
+    with pytest.raises(ValueError, match=r"Spec\.worth_chunk = -1"):
+        tw.Spec(worth_chunk=-1)
+
+
+def test_unknown_preset_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"unknown preset 'foo'; expected one of \['appc', 'db', 'kg', 'os'\]"):
+        tw.preset("foo")
+    with pytest.raises(ValueError, match="unknown preset"):
+        tw.Controller.from_preset("foo")
+
+
+def test_stacked_hyperparameters_name_the_configuration():
+    good = tw.hparams("db")
+    bad = good._replace(eta_max=np.float32(-1.0))
+    with pytest.raises(ValueError, match=r"eta_max = -1.0 is out of range"):
+        tw.stack_hparams([good, bad])
+    stacked = tw.stack_hparams([good, good])
+    with pytest.raises(ValueError, match=r"first at index \(1,\)"):
+        tw.config.validate_hparams(stacked._replace(tau_pos=np.asarray([0.5, 3.0], np.float32)))
+
+
+def test_from_state_dict_validates_phase_and_hyperparameters():
+    ctl = tw.Controller(*tw.preset("db", spec_overrides=dict(dim=16, capacity=4)))
+    ctl.select("a question")
+    data = ctl.state_dict()
+    with pytest.raises(ValueError, match=r"checkpoint phase must be one of .*got 'bogus'"):
+        tw.Controller.from_state_dict({**data, "phase": "bogus"})
+    hp = dict(data["hparams"], eta_max=np.float32(-5))
+    with pytest.raises(ValueError, match=r"eta_max = -5.0 is out of range"):
+        tw.Controller.from_state_dict({**data, "hparams": hp})
+    with pytest.raises(ValueError, match=r"Spec\.capacity = 0"):
+        tw.Controller.from_state_dict({**data, "spec": dict(data["spec"], capacity=0)})
+    with pytest.raises(ValueError, match=r"phase 'judged' needs reward 0 or 1"):
+        tw.Controller.from_state_dict({**data, "phase": "judged", "reward": None})
+    twin = tw.Controller.from_state_dict(data)  # the untouched checkpoint loads
+    assert twin.phase == "selected"
+
+
+def test_sweep_grid_uses_the_same_check():
+    from agent.sweep import SweepError, configs_from_grid
+
+    with pytest.raises(SweepError, match=r"eta_max = -1.0 is out of range: must be a finite number in \[0, 1\]"):
+        configs_from_grid(["eta=-1,0.1"])
+    with pytest.raises(SweepError, match=r"beta_m = 1.5"):
+        configs_from_grid(["beta_m=0.1,1.5"])
