@@ -250,3 +250,12 @@ def test_plus_switch_must_be_a_bool():
         tw.Spec(plus=1)
     with pytest.raises(ValueError, match="Spec.null_window"):
         tw.Spec(plus=True, null_window=0)
+
+
+def test_checked_mode_accepts_a_plus_state():
+    """tw.checked flags every non-finite state leaf: the plus state has none (empty-bank gain is 0)."""
+    ev = events(5, T=30)
+    spec, hp = setup()
+    state, out = tw.checked.run(tw.init(spec, hp), ev, hp, spec)
+    assert int(jnp.sum(out.selection.chosen >= 0)) > 0
+    assert float(tw.init(spec, hp).plus.pending.gain) == 0.0

@@ -30,9 +30,9 @@ class TokenWorthPlusPolicy(TokenWorthPolicy):
 
     def retrieve(self, task: Any) -> list:
         memories = super().retrieve(task)
-        pending = jax.device_get(self.controller.state.plus.pending)
-        gain = float(pending.gain)
-        self.note(plus={"p0": float(pending.p0), "gain": None if gain != gain else gain,
+        state = self.controller.state
+        retrieved, pending = jax.device_get((state.pending.retrieved, state.plus.pending))
+        self.note(plus={"p0": float(pending.p0), "gain": float(pending.gain) if retrieved else None,
                         "abstained": bool(pending.abstained)})
         return memories
 

@@ -64,7 +64,7 @@ def choose(state: Any, query: jax.Array, top: jax.Array, cos: jax.Array, cand_va
     inject = retrieved & (~_on(hp.plus_abstain) | (g > hp.plus_margin))
     chosen = jnp.where(inject, idx, i32(-1))
     abstained = retrieved & ~inject
-    pending = PlusPending(p0=p0, psi=psi[idx], gain=jnp.where(retrieved, g, jnp.full((), jnp.nan, f)),
+    pending = PlusPending(p0=p0, psi=psi[idx], gain=jnp.where(retrieved, g, jnp.zeros((), f)),
                           abstained=abstained)
     plus = plus._replace(key=key, pending=pending, n_abstain=plus.n_abstain + abstained.astype(i32))
     return state._replace(plus=plus), chosen

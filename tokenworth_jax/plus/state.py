@@ -15,7 +15,9 @@ from .lift import N_LIFT
 class PlusPending(NamedTuple):
     p0: jax.Array  # p̂₀(q) at select time
     psi: jax.Array  # (N_LIFT,) lift features of the chosen candidate
-    gain: jax.Array  # predicted advantage Â of the chosen candidate (nan when the bank was empty)
+    # predicted advantage Â of the chosen candidate; 0 when the bank was empty (finite, so that
+    # tw.checked accepts the state; State.pending.retrieved tells the two apart)
+    gain: jax.Array
     abstained: jax.Array  # bool: a candidate existed but nothing was injected
 
 
@@ -47,6 +49,6 @@ def init_plus(spec, hp) -> PlusState:  # noqa: ANN001 - Spec/HParams (avoid an i
         adv_sum=jnp.zeros((spec.capacity,), f),
         adv_n=jnp.zeros((spec.capacity,), f),
         n_abstain=jnp.zeros((), jnp.int32),
-        pending=PlusPending(p0=jnp.full((), 0.5, f), psi=jnp.zeros((N_LIFT,), f), gain=jnp.full((), jnp.nan, f),
+        pending=PlusPending(p0=jnp.full((), 0.5, f), psi=jnp.zeros((N_LIFT,), f), gain=jnp.zeros((), f),
                             abstained=jnp.zeros((), bool)),
     )
