@@ -112,9 +112,9 @@ def expected_failures(function: F) -> F:
 
 def parse_methods(text: str) -> list[str]:
     methods = [m.strip().lower() for m in text.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in METHOD_NAMES]
+    unknown = [m for m in methods if m not in POLICIES]  # the default run's METHOD_NAMES plus opt-in ones
     if unknown or not methods:
-        fail(f"unknown method(s) {unknown or [text]}; choose from {','.join(METHOD_NAMES)}")
+        fail(f"unknown method(s) {unknown or [text]}; choose from {','.join(POLICIES.names)}")
     if len(set(methods)) != len(methods):
         fail(f"--methods lists a method twice: {text}")
     return methods
@@ -269,7 +269,7 @@ def run_benchmark(env: str = "db", methods: str = ",".join(METHOD_NAMES), backbo
             runfolder.check_run_folder(out_dir)
             for method in method_list:  # every named method's lock before any task runs
                 held.enter_context(runfolder.locked(*runfolder.method_lock(out_dir, method)))
-            runfolder.prepare(out_dir, config, method_list, METHOD_NAMES, overwrite=overwrite)
+            runfolder.prepare(out_dir, config, method_list, POLICIES.names, overwrite=overwrite)
         typer.echo(f"{env}: {len(tasks)} tasks, backbone {backbone}, seed {seed}, budget {budget.as_dict()} "
                    f"-> {out_dir}", err=True)
         started = time.perf_counter()
@@ -294,7 +294,7 @@ def write_summary(out_dir: Path, summary_dir: Path | None, title: str, started: 
 
     target = summary_dir or out_dir
     with runfolder.locked(*runfolder.folder_lock(out_dir), wait_s=runfolder.FOLDER_LOCK_WAIT_S):
-        records = finished_records(out_dir, METHOD_NAMES)
+        records = finished_records(out_dir, POLICIES.names)
         summaries = summarize(records)
         table = markdown_table(summaries, title)
         typer.echo(table)
@@ -336,11 +336,12 @@ def sweep(
     overwrite: bool = typer.Option(False, help="Discard the sweep this folder holds (only a sweep folder) and "
                                                "start over; without it a sweep resumes."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
+    plus: bool = typer.Option(False, "--plus", help="TokenWorth+ controllers (docs/tokenworth-plus.md)."),
 ) -> None:
     """Run N TokenWorth configurations as N lockstep streams (two compiled controller calls per task)."""
     run_sweep_command(env=env, grid=grid, table_a3=table_a3, backbone=backbone, seed=seed, out=out,
                       data_dir=data_dir, limit=limit, kg_endpoint=kg_endpoint, model=model, base_url=base_url,
-                      overwrite=overwrite, progress=progress, budget_accounting=budget_accounting,
+                      overwrite=overwrite, progress=progress, budget_accounting=budget_accounting, plus=plus,
                       connection=dict(timeout=timeout, retry_for=retry_for, max_retries=max_retries,
                                       concurrency=concurrency, extra_body=extra_body))
 
@@ -349,7 +350,8 @@ def sweep(
 def run_sweep_command(env: str, grid: list[str], table_a3: bool, backbone: str, seed: int, out: Path | None,
                       data_dir: Path | None, limit: int | None, kg_endpoint: str | None, model: str | None,
                       base_url: str | None, overwrite: bool, progress: bool,
-                      budget_accounting: str = DEFAULT_ACCOUNTING, connection: dict[str, Any] | None = None) -> None:
+                      budget_accounting: str = DEFAULT_ACCOUNTING, connection: dict[str, Any] | None = None,
+                      plus: bool = False) -> None:
     from agent.backbones.registry import make_backbone
     from agent.data import load_tasks, resolve_data_dir
     from agent.sweep import SweepError, configs_from_grid, run_sweep, table_a3_configs, write_sweep_results
@@ -375,7 +377,7 @@ def run_sweep_command(env: str, grid: list[str], table_a3: bool, backbone: str, 
     typer.echo(f"sweep: {len(configs)} configurations x {len(tasks)} {env} tasks -> {out_dir}", err=True)
     try:
         result = run_sweep(env, tasks, bb, budget, configs, seed, kg_endpoint=endpoint,
-                           progress=progress, out_dir=out_dir, settings=settings, overwrite=overwrite)
+                           progress=progress, out_dir=out_dir, settings=settings, overwrite=overwrite, plus=plus)
     except SweepError as exc:
         fail(str(exc))
     table = write_sweep_results(result, out_dir)

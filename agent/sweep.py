@@ -123,12 +123,12 @@ class StackedControllers:
     everything a resumed sweep needs of the controllers.
     """
 
-    def __init__(self, env: str, configs: Sequence[dict[str, Any]], capacity: int) -> None:
+    def __init__(self, env: str, configs: Sequence[dict[str, Any]], capacity: int, plus: bool = False) -> None:
         import tokenworth_jax as tw
 
         try:
             specs_hps = [tw.preset(env, **config) for config in configs]
-            self.spec = specs_hps[0][0]._replace(capacity=capacity)
+            self.spec = specs_hps[0][0]._replace(capacity=capacity, plus=plus)  # plus: TokenWorth+ (opt-in)
             self.hp = tw.stack_hparams([hp for _, hp in specs_hps])
         except ValueError as exc:
             raise SweepError(str(exc)) from exc
@@ -210,9 +210,9 @@ class _Streams:
     round-trip it (the controllers through their own ``state_dict``).
     """
 
-    def __init__(self, env_name: str, configs: Sequence[dict[str, Any]], budget: Budget) -> None:
+    def __init__(self, env_name: str, configs: Sequence[dict[str, Any]], budget: Budget, plus: bool = False) -> None:
         n = len(configs)
-        self.ctl = StackedControllers(env_name, configs, budget.bank_capacity)
+        self.ctl = StackedControllers(env_name, configs, budget.bank_capacity, plus=plus)
         self.results = [StreamResult(dict(c)) for c in configs]
         self.batch_sizes: list[int] = []
         self.next_index = 0
@@ -288,8 +288,11 @@ def run_sweep(env_name: str, tasks: Sequence[Any], backbone: Backbone, budget: B
               configs: Sequence[dict[str, Any]], seed: int, *, kg_endpoint: str | None = None,
               envs: Sequence[Any] | None = None, progress: bool = False, out_dir: str | Path | None = None,
               settings: dict[str, Any] | None = None, overwrite: bool = False,
-              stop_after: int | None = None) -> SweepResult:
+              stop_after: int | None = None, plus: bool = False) -> SweepResult:
     """Run every configuration over ``tasks`` in lockstep; see the module docstring.
+
+    ``plus`` runs TokenWorth+ controllers (docs/tokenworth-plus.md); grids over its ``plus_*``
+    hyperparameters need it.
 
     With ``out_dir`` the sweep is resumable (:func:`prepare_sweep_folder`): the folder is locked,
     checked against ``settings`` (a folder holding a sweep with other settings is refused unless
@@ -299,13 +302,17 @@ def run_sweep(env_name: str, tasks: Sequence[Any], backbone: Backbone, budget: B
     """
     if not configs:
         raise SweepError("the sweep has no configurations")
+    if not plus and any(k.startswith("plus_") for c in configs for k in c):
+        raise SweepError("plus_* hyperparameters only act on TokenWorth+ controllers: pass --plus")
+    if plus:  # a TokenWorth+ sweep is never resumed as a paper one, nor the reverse
+        settings = {**(settings or {}), "plus": True}
     n = len(configs)
     if envs is not None and len(envs) != n:
         raise SweepError(f"need one environment per stream ({n}), got {len(envs)}")
     identity = sweep_identity(env_name, tasks, backbone, budget, configs, seed, settings)
     with contextlib.ExitStack() as stack:
         guard = stack.enter_context(interrupt.InterruptGuard())
-        streams = _Streams(env_name, configs, budget)
+        streams = _Streams(env_name, configs, budget, plus=plus)
         checkpoint: Path | None = None
         if out_dir is not None:
             out = Path(out_dir)

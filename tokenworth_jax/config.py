@@ -20,6 +20,7 @@ from jax.typing import ArrayLike
 
 N_BASE_FEATURES = 4  # phi = [cos, u, rel, rec]
 N_STAT_FEATURES = 5  # z tail = [cos, u, rel, rec, freq]
+N_LIFT_FEATURES = 3  # TokenWorth+ psi = [1, cos, mean advantage]
 
 
 class _SpecFields(NamedTuple):
@@ -40,10 +41,13 @@ class _SpecFields(NamedTuple):
     # (P + 1)(B + 1) N D. Same decisions as the full computation (scores equal to rounding);
     # costs (P + 1) B (N + 1) floats of state. worth_chunk does not apply to it.
     incremental: bool = False
+    # TokenWorth+ (opt-in, docs/tokenworth-plus.md): adds State.plus; False = the paper, unchanged.
+    plus: bool = False
+    null_window: int = 128  # TokenWorth+: tasks with nothing injected kept for p̂₀(q)
 
 
 SPEC_MINIMUM = dict(dim=1, capacity=1, base_window=1, fast_window=1, slow_window=1, k_candidates=1, n_probes=1,
-                    worth_chunk=0)
+                    worth_chunk=0, null_window=1)
 DTYPES = ("float32", "float64")
 
 
@@ -80,8 +84,9 @@ def validate_spec(spec: _SpecFields) -> None:
             raise ValueError(f"Spec.{name} = {value!r} must be an integer >= {lo}")
         if value < lo:
             raise ValueError(f"Spec.{name} = {value!r} is out of range: must be an integer >= {lo}")
-    if not isinstance(spec.incremental, (bool, np.bool_)):
-        raise ValueError(f"Spec.incremental = {spec.incremental!r} must be True or False")
+    for name in ("incremental", "plus"):
+        if not isinstance(getattr(spec, name), (bool, np.bool_)):
+            raise ValueError(f"Spec.{name} = {getattr(spec, name)!r} must be True or False")
     try:
         name = jnp.dtype(spec.dtype).name
     except TypeError:
@@ -128,9 +133,25 @@ class HParams(NamedTuple):
     u_failure: ArrayLike
     u_min: ArrayLike
     u_max: ArrayLike
+    # ---- TokenWorth+ (read only when Spec.plus; docs/tokenworth-plus.md). :func:`hparams` always
+    # fills them (validated like every field); None defaults only serve hand-built HParams, and
+    # checkpoints written before they existed load with their defaults (:func:`hparams_from_arrays`).
+    plus_rank: ArrayLike = None  # 0/1: rank candidates by predicted advantage (else the paper's s)
+    plus_abstain: ArrayLike = None  # 0/1: inject only when the predicted advantage beats plus_margin
+    plus_advantage: ArrayLike = None  # 0/1: residual target y - (2 p0(q) - 1) (else the paper's delta)
+    plus_worth: ArrayLike = None  # 0/1: lifecycle worth = mean predicted advantage over probes
+    plus_margin: ArrayLike = None  # abstention margin, in success-probability units
+    plus_explore: ArrayLike = None  # Thompson scale on the Laplace posterior (0 = greedy)
+    plus_lambda: ArrayLike = None  # ridge of the lift model towards plus_theta0
+    plus_theta0: ArrayLike = None  # (3,) prior lift weights for [1, cos, mean advantage]
+    plus_p0_prior: ArrayLike = None  # prior mean of p0
+    plus_p0_strength: ArrayLike = None  # pseudo-count of that prior (and of the kernel shrinkage)
+    plus_bandwidth: ArrayLike = None  # kernel width of p0(q) on the cosine distance
+    plus_seed: ArrayLike = None  # int: PRNG seed of the exploration key
 
 
-INT_FIELDS = frozenset({"base_interval", "krr_interval", "agop_interval", "warmup"})
+INT_FIELDS = frozenset({"base_interval", "krr_interval", "agop_interval", "warmup", "plus_seed"})
+PLUS_FIELDS = tuple(f for f in HParams._fields if f.startswith("plus_"))
 
 COMMON: dict[str, Any] = dict(
     w0=(1.0, 0.10, 0.10, 0.02),
@@ -155,6 +176,19 @@ COMMON: dict[str, Any] = dict(
     u_failure=0.45,
     u_min=-2.0,
     u_max=5.0,
+    # TokenWorth+ defaults: every part on (they only act when Spec.plus is True).
+    plus_rank=0.0,  # rank by the paper score s; 1 = by predicted advantage (measured worse on sim DB)
+    plus_abstain=1.0,
+    plus_advantage=1.0,
+    plus_worth=1.0,
+    plus_margin=-0.05,
+    plus_explore=1.0,
+    plus_lambda=1.0,
+    plus_theta0=(0.5, 0.0, 0.0),  # optimistic intercept: without it a greedy start never injects
+    plus_p0_prior=0.5,
+    plus_p0_strength=2.0,
+    plus_bandwidth=0.05,
+    plus_seed=0,
 )
 
 # Table A1 (per environment) and App. C (BigCodeBench / ALFWorld).
@@ -196,6 +230,18 @@ RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = dict(
     u_failure=(0, None, False, False),
     u_min=(None, None, False, False),
     u_max=(None, None, False, False),
+    plus_rank=(0, 1, False, False),  # switches: 0 = off, 1 = on
+    plus_abstain=(0, 1, False, False),
+    plus_advantage=(0, 1, False, False),
+    plus_worth=(0, 1, False, False),
+    plus_margin=(-1, 1, False, False),  # a difference of two probabilities
+    plus_explore=(0, None, False, False),
+    plus_lambda=(0, None, True, False),
+    plus_theta0=(None, None, False, False),
+    plus_p0_prior=(0, 1, True, True),
+    plus_p0_strength=(0, None, True, False),
+    plus_bandwidth=(0, None, True, False),
+    plus_seed=(0, 2**31 - 1, False, False),  # an int32 PRNG seed
 )
 
 
@@ -270,14 +316,15 @@ def validate_hparams(hp: HParams) -> HParams:
     A ValueError names the field, its value (and the configuration index when stacked) and
     the allowed range. Skipped for traced values (inside a transformation nothing is concrete).
     """
-    try:
-        concrete = {k: np.asarray(v) for k, v in hp._asdict().items()}
+    try:  # None: a TokenWorth+ leaf of a hand-built HParams (never read by the paper path)
+        concrete = {k: np.asarray(v) for k, v in hp._asdict().items() if v is not None}
     except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
         return hp
-    for name in ("w0", "w_min", "w_max"):
-        if concrete[name].shape[-1:] != (N_BASE_FEATURES,):
-            raise ValueError(f"hyperparameter {name} must have {N_BASE_FEATURES} entries, got shape {concrete[name].shape}")
-    v = {name: check_value(name, concrete[name]) for name in HParams._fields}
+    shapes = [(name, N_BASE_FEATURES) for name in ("w0", "w_min", "w_max")] + [("plus_theta0", N_LIFT_FEATURES)]
+    for name, n in shapes:
+        if name in concrete and concrete[name].shape[-1:] != (n,):
+            raise ValueError(f"hyperparameter {name} must have {n} entries, got shape {concrete[name].shape}")
+    v = {name: check_value(name, value) for name, value in concrete.items()}
 
     def pair(lo_name: str, hi_name: str) -> None:
         bad = v[lo_name] > v[hi_name]
@@ -294,8 +341,16 @@ def validate_hparams(hp: HParams) -> HParams:
 
 
 def hparams_from_arrays(data: dict[str, Any]) -> HParams:
-    """Validated HParams from ``{name: array}`` (e.g. a checkpoint); missing or unknown names are an error."""
+    """Validated HParams from ``{name: array}`` (e.g. a checkpoint); missing or unknown names are an error.
+
+    Checkpoints written before TokenWorth+ lack the ``plus_*`` names: those take their
+    defaults (:data:`COMMON`), which the paper path never reads.
+    """
     missing, unknown = set(HParams._fields) - set(data), set(data) - set(HParams._fields)
+    if missing == set(PLUS_FIELDS):
+        like = np.asarray(data["lambda_w"]).dtype
+        data = {**data, **{k: np.asarray(COMMON[k], np.int32 if k in INT_FIELDS else like) for k in PLUS_FIELDS}}
+        missing = set()
     if missing or unknown:
         raise ValueError(f"hyperparameters: missing {sorted(missing)}, unknown {sorted(unknown)}")
     return validate_hparams(HParams(**{k: jnp.asarray(data[k]) for k in HParams._fields}))

@@ -28,6 +28,7 @@ from .refit import refit
 from .ring import ring_push
 from .scoring import eta_schedule, score_pairs
 from .state import Pending, State, init as _init
+from . import plus as _plus
 from . import worth_cache
 from .features import base_features, residual_features
 
@@ -87,8 +88,11 @@ def _select(state: State, query: jax.Array, hp: HParams, spec: Spec) -> tuple[St
     score = jnp.where(cand_valid, score_k[0], -jnp.inf)
     retrieved = jnp.any(bank.valid)
     chosen = jnp.where(retrieved, jnp.argmax(score).astype(i32), i32(-1))
+    if state.plus is not None:  # TokenWorth+ hook: rank by predicted advantage, maybe abstain (chosen = -1)
+        state, chosen = _plus.choose(state, query, top, top_rel, cand_valid, score, base_k[0], chosen, hp)
+    selected = chosen >= 0  # the paper: == retrieved
     c = jnp.maximum(chosen, 0)
-    slot = jnp.where(retrieved, top[c], i32(-1))
+    slot = jnp.where(selected, top[c], i32(-1))
     if worth_cache.enabled(cache):
         stats_c = MemoryStats(*(s[c] for s in stats))
         z_c = residual_features(jnp.abs(query - bank.emb[top[c]]), phi_k[c, 0], stats_c)
@@ -97,7 +101,7 @@ def _select(state: State, query: jax.Array, hp: HParams, spec: Spec) -> tuple[St
     pending = Pending(
         query=query,
         retrieved=retrieved,
-        selected=retrieved,
+        selected=selected,
         slot=slot,
         phi=phi_k[c],
         z=z_c,
@@ -112,7 +116,7 @@ def _select(state: State, query: jax.Array, hp: HParams, spec: Spec) -> tuple[St
         relevance=top_rel,
         chosen=chosen,
         slot=slot,
-        memory_id=jnp.where(retrieved, bank.ids[jnp.maximum(slot, 0)], i32(-1)),
+        memory_id=jnp.where(selected, bank.ids[jnp.maximum(slot, 0)], i32(-1)),
     )
     return state._replace(pending=pending, cache=cache), selection
 
@@ -126,6 +130,8 @@ def _record_feedback(state: State, reward: jax.Array, hp: HParams) -> State:
     r = reward.astype(f)
     y = 2 * r - 1
     delta = y - (2 * jax.nn.sigmoid(p.s_base) - 1)
+    if state.plus is not None:  # TokenWorth+ hook: advantage credit y - (2 p0(q) - 1)
+        delta = _plus.residual_target(state, y, delta, hp)
 
     bank = state.bank
     slot = jnp.maximum(p.slot, 0)
@@ -141,7 +147,7 @@ def _record_feedback(state: State, reward: jax.Array, hp: HParams) -> State:
         c=bump(bank.c, bank.c[slot] + 1),
         last=bump(bank.last, state.counters.t),
     )
-    return state._replace(
+    state = state._replace(
         bank=bank,
         base_ring=ring_push(state.base_ring, (p.phi, y), sel),
         fast_ring=ring_push(state.fast_ring, (p.z, delta), sel),
@@ -149,6 +155,9 @@ def _record_feedback(state: State, reward: jax.Array, hp: HParams) -> State:
         counters=state.counters._replace(n_feedback=state.counters.n_feedback + sel.astype(jnp.int32)),
         pending=p._replace(reward=reward),
     )
+    if state.plus is not None:  # TokenWorth+ hook: p0 ring, lift refit, per-memory advantage
+        state = _plus.record(state, hp)
+    return state
 
 
 def _observe(state: State, reward: jax.Array, hp: HParams, spec: Spec, *, batched: bool = False) -> State:

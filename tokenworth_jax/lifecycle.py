@@ -14,6 +14,7 @@ from .features import MemoryStats, memory_stats, new_memory_stats
 from .ring import ring_valid
 from .scoring import eta_schedule, score_pairs
 from .state import Bank, State
+from . import plus as _plus
 from . import worth_cache
 
 
@@ -106,9 +107,13 @@ def _worth(state: State, e_new: jax.Array, hp: HParams, spec: Spec) -> tuple[Wor
         scores = jnp.concatenate([s_bank, s_new], axis=1)
     else:
         col = None
-        stats = _concat_stats(bank_stats, new_stats)
         emb = jnp.concatenate([state.bank.emb, e_new[None, :]], axis=0)
-        scores = _scores_chunked(queries, emb, stats, state, hp, spec.worth_chunk)  # (P+1, B+1)
+        scores = _scores_chunked(queries, emb, _concat_stats(bank_stats, new_stats), state, hp,
+                                 spec.worth_chunk)  # (P+1, B+1)
+    if state.plus is not None:  # TokenWorth+ hook: worth = predicted advantage over p0(q), either path
+        cos = (queries @ emb.T if col is None  # (P+1, B+1); incremental: the cached cosines
+               else jnp.concatenate([state.cache.cos, col.cos[:, None]], axis=1))
+        scores = _plus.worth_scores(state, queries, cos, _concat_stats(bank_stats, new_stats), scores, hp)
     V = weight @ scores
     rho = weight @ (scores[:, -1] > 0).astype(f)
     return Worth(bank=V[:-1], new=V[-1], rho_pos=rho, scores=scores, probe_valid=pvalid), col
@@ -178,6 +183,8 @@ def _admit(state: State, e_new: jax.Array, new_id: jax.Array, hp: HParams, spec:
     cache = state.cache
     if column is not None:
         cache = worth_cache.write_column(cache, safe_slot, column.dpart, column.cos, writes)
+    if state.plus is not None:  # TokenWorth+ hook: a new memory's advantage statistics start at zero
+        state = _plus.on_write(state, safe_slot, writes)
     decision = Decision(
         code=code, slot=slot, evicted_id=evicted_id, novelty=novelty,
         near_slot=jnp.where(any_valid, near, i32(-1)), v_new=V.new, v_max_bank=v_bank_max, v_near=v_near,

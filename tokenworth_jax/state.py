@@ -6,7 +6,7 @@ features, N_base / N_fast / N_slow = the window sizes, P = ``Spec.n_probes``.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -65,6 +65,7 @@ class State(NamedTuple):
     pending: Pending
     counters: Counters
     cache: WorthCache  # incremental worth (Spec.incremental); zero-width arrays when off
+    plus: Any = None  # TokenWorth+ sub-state (plus.state.PlusState) when Spec.plus, else None (no leaves)
 
 
 def init(spec: Spec, hp: HParams) -> State:
@@ -105,7 +106,14 @@ def init(spec: Spec, hp: HParams) -> State:
         ),
         counters=Counters(zeros_i, zeros_i, zeros_i, zeros_i, zeros_i),
         cache=cache_init(spec.n_probes + 1, B, spec.fast_window, D, f, spec.incremental),
+        plus=_init_plus(spec, hp) if spec.plus else None,  # TokenWorth+ hook
     )
+
+
+def _init_plus(spec: Spec, hp: HParams) -> Any:
+    from .plus.state import init_plus
+
+    return init_plus(spec, hp)
 
 
 def state_to_numpy(state: State) -> dict[str, np.ndarray]:

@@ -18,7 +18,9 @@ POLICIES: Registry[MemoryPolicy] = Registry("method", {
     "memp": "agent.policies.memp:MemPPolicy",
     "tokenworth": "agent.policies.tokenworth:TokenWorthPolicy",
 })
-METHOD_NAMES = POLICIES.names
+METHOD_NAMES = POLICIES.names  # the default run
+# Opt-in methods: known to `tokenworth run --methods`, not part of the default run.
+POLICIES.register("tokenworth+", "agent.policies.tokenworth_plus:TokenWorthPlusPolicy")  # docs/tokenworth-plus.md
 
 
 def make_policy(method: str, env: str, budget: Any, seed: int) -> MemoryPolicy:
