@@ -65,6 +65,11 @@ SIZES: dict[str, Size] = {
                   bank_sizes=(64, 1_000, 10_000, 100_000), bank_repeats=3, worth_chunk=4096, sweep_configs=(1, 4),
                   sweep_tasks=50, sweep_loop_max_configs=4, numpy_sweep_tasks=50, shard_devices=4, shard_configs=4,
                   shard_tasks=50, speedup_configs=16, speedup_tasks=100),
+    # quick, except that the batched-vs-loop comparison runs at the 256 configurations x 500 tasks
+    "c256": Size("c256", {}, prefill_tasks=400, window=200, window_repeats=3, numpy_window=200, micro_repeats=30,
+                 bank_sizes=(64, 1_000, 10_000, 100_000), bank_repeats=3, worth_chunk=4096, sweep_configs=(1, 4),
+                 sweep_tasks=50, sweep_loop_max_configs=4, numpy_sweep_tasks=50, shard_devices=4, shard_configs=4,
+                 shard_tasks=50, speedup_configs=256, speedup_tasks=500),
     "full": Size("full", {}, prefill_tasks=500, window=200, window_repeats=5, numpy_window=200, micro_repeats=100,
                  bank_sizes=(64, 1_000, 3_000, 10_000, 30_000, 100_000), bank_repeats=5, worth_chunk=4096,
                  sweep_configs=(1, 16, 256), sweep_tasks=500, sweep_loop_max_configs=16, numpy_sweep_tasks=100,
