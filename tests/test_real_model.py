@@ -100,4 +100,5 @@ def test_one_os_task_through_a_real_server(server, tmp_path, data_dir):
         pytest.skip(f"OS sandbox unavailable: {sandbox_unavailable_reason()}")
     before = predicted_total(server)
     records = run(server, tmp_path, "os", 1)
+    assert [r["index"] for r in records] == [0]
     check(records, "os", before, predicted_total(server))
