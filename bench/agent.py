@@ -59,7 +59,7 @@ def markdown(results: dict[str, list[dict[str, Any]]], backbone: str, seeds: Seq
     return "\n".join(lines)
 
 
-def plot(results: dict[str, list[dict[str, Any]]], path: Path) -> None:
+def plot(results: dict[str, list[dict[str, Any]]], path: Path, accounting: str = "per-call") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -71,7 +71,7 @@ def plot(results: dict[str, list[dict[str, Any]]], path: Path) -> None:
         means = [r["sr"][0] for r in rows]
         stds = [r["sr"][1] for r in rows]
         ax.bar(names, means, yerr=stds, capsize=4, color="tab:blue")
-        ax.set_title(f"{env.upper()}: success rate (mean ± std over seeds)")
+        ax.set_title(f"{env.upper()}: SR, mean ± std over seeds (O_max {accounting})")
         ax.set_ylabel("SR (%)")
         ax.tick_params(axis="x", rotation=30)
     fig.tight_layout()
@@ -122,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     atomic_write_text(out / "agent.md", table)
     atomic_write_json(out / "agent.json", {"backbone": args.backbone, "accounting": accounting, "seeds": seeds,
                                            "limit": args.limit, "results": results})
-    plot(results, out / "agent.png")
+    plot(results, out / "agent.png", accounting)
     print(table)
     return results
 
