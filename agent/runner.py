@@ -29,164 +29,33 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from agent.auxiliary import AuxRequest, aux_cap, book, drive, without_model
 from agent.backbones.base import Backbone, Generation
-from agent.budget import EMPTY_BLOCK, Budget, BudgetExceeded, InjectionBlock, TokenLedger, build_injection_block
+from agent.budget import EMPTY_BLOCK, Budget, InjectionBlock, TokenLedger, build_injection_block
 from agent import interrupt, runfolder
 from agent.checkpoint import (DURABLE_EVERY_S, CheckpointError, CheckpointWriter, RecordLog, load_checkpoint,
                               read_records, records_reach)
-from agent.envs.base import Environment, conversation
+from agent.envs.base import Environment
 from agent.envs.registry import make_environment  # the registries map names to classes (agent/registry.py)
-from agent.memory import Memory, Turn
+from agent.episode import (JUDGE_CAP, OBSERVATION_CAP, OVER_MAX_TOKENS, Episode, Request, clipped,  # noqa: F401
+                           invalid_reason, round_entry)
+from agent.memory import Memory
 from agent.policies.base import MemoryPolicy, Outcome
 from agent.policies.registry import METHOD_NAMES, make_policy
-from agent.show import instructions_digest
 
 NONDETERMINISTIC_FIELDS = frozenset({"time_s"})  # wall clock; everything else must replay exactly
 
-# Trajectory logging (records' ``trajectory`` and ``judge`` fields). Replies are kept whole (a
-# reply is bounded by max_tokens); an observation, and any string inside a parsed action or the
-# judge's details, is cut to this many characters, and the full length is kept beside it.
-OBSERVATION_CAP = 1000
-JUDGE_CAP = 300  # per string in the judge's details (expected rows, the given answer)
-# A backbone that reports more output tokens than the call's max_tokens broke the budget. The
-# reply is not applied to the environment, the task fails with this status and reward 0, the
-# reported tokens are booked as they are (never hidden), and ``error`` says what happened.
-OVER_MAX_TOKENS = "over_max_tokens"
 
 
-# ------------------------------------------------------------------------- one episode
-@dataclasses.dataclass
-class Request:
-    conversation: list[dict[str, str]]
-    max_tokens: int
-    meta: dict[str, Any]
+def injection_for(policy: MemoryPolicy, task: Any, budget: Budget,
+                  answer: Callable[[AuxRequest], Generation | None] | None = None,
+                  ) -> tuple[list[Memory], InjectionBlock, tuple[str, ...] | None]:
+    """Retrieve and render; the memories returned are only those actually injected.
 
-
-class Episode:
-    """One task's interaction, advanced one backbone reply at a time."""
-
-    def __init__(self, env: Environment, task: Any, block: InjectionBlock, skills: tuple[str, ...] | None,
-                 budget: Budget, seed: int) -> None:
-        self.env, self.task, self.block, self.budget, self.seed = env, task, block, budget, seed
-        self.memory_skills = skills  # None: nothing injected (the sim backbone's contract)
-        self.ledger = TokenLedger(budget)
-        self.turns: list[Turn] = []
-        self.status: str | None = None
-        self.error: str | None = None
-        self.messages: list[dict[str, str]] = []
-        self.log: list[dict[str, Any]] = []  # one entry per round, see round_entry
-        self.verdict: dict[str, Any] = {}
-        self.instructions_sha: str | None = None
-        try:
-            self.instructions_sha = instructions_digest(env.instructions())
-            env.reset(task)
-            self.messages = conversation(env, task, block.text)
-        except Exception as exc:  # an environment that cannot start the task fails it
-            self._fail(exc)
-
-    @property
-    def done(self) -> bool:
-        return self.status is not None
-
-    def _fail(self, exc: BaseException) -> None:
-        self.status = "env_error"
-        self.error = f"{type(exc).__name__}: {exc}"
-
-    def request(self) -> Request | None:
-        """The next backbone call, or ``None`` when the episode has ended."""
-        if self.done:
-            return None
-        if self.ledger.next_max_tokens() == 0:
-            self.status = "budget_exhausted"
-            return None
-        if len(self.turns) >= self.budget.max_rounds:
-            self.status = "round_limit"
-            return None
-        meta = {"task": self.task, "memory_skills": self.memory_skills, "round": len(self.turns), "seed": self.seed}
-        return Request(list(self.messages), self.ledger.next_max_tokens(), meta)
-
-    def feed(self, request: Request, generation: Generation) -> None:
-        """Apply the backbone's reply to the environment."""
-        try:
-            self.ledger.charge(generation.output_tokens, "execution", request.max_tokens)
-        except BudgetExceeded as exc:  # see OVER_MAX_TOKENS
-            self.ledger.charge(generation.output_tokens, "execution", generation.output_tokens)
-            self.turns.append(Turn(len(self.turns), generation.text, "", None, generation.output_tokens,
-                                   generation.finish_reason))
-            self.log.append(round_entry(generation, request.max_tokens, None, None))
-            self.status, self.error = OVER_MAX_TOKENS, str(exc)
-            return
-        self.messages.append({"role": "assistant", "content": generation.text})
-        try:
-            result = self.env.step(generation.text)
-        except Exception as exc:
-            self.turns.append(Turn(len(self.turns), generation.text, "", None, generation.output_tokens,
-                                   generation.finish_reason))
-            self.log.append(round_entry(generation, request.max_tokens, None, None))
-            self._fail(exc)
-            return
-        self.turns.append(Turn(len(self.turns), generation.text, result.observation, result.action,
-                               generation.output_tokens, generation.finish_reason))
-        self.log.append(round_entry(generation, request.max_tokens, result.action, result.observation,
-                                    invalid=result.status == "invalid_action"))
-        if result.done:
-            self.status = result.status or "completed"
-            if self.status == "invalid_action" and self.error is None:
-                self.error = f"invalid action: {invalid_reason(result.action, result.observation)}"
-        else:
-            self.messages.append({"role": "user", "content": result.observation})
-
-    def judge(self) -> int:
-        """The environment's verdict (0 when the grader itself fails, or the backbone broke the budget)."""
-        if self.status == OVER_MAX_TOKENS:
-            self.verdict = {"reward": 0, "skipped": "the backbone exceeded max_tokens; the reply was not applied"}
-            return 0
-        try:
-            judgement = self.env.judge()
-        except Exception as exc:
-            self.status, self.error = "env_error", self.error or f"judge: {type(exc).__name__}: {exc}"
-            self.verdict = {"reward": 0, "error": self.error}
-            return 0
-        self.verdict = {"reward": int(judgement.reward), **clipped(dict(judgement.details), JUDGE_CAP)}
-        return int(judgement.reward)
-
-
-def clipped(value: Any, cap: int = OBSERVATION_CAP) -> Any:
-    """``value`` with every string longer than ``cap`` cut (JSON-ready; lists/tuples become lists)."""
-    if isinstance(value, str):
-        return value if len(value) <= cap else value[:cap] + f" …[{len(value)} chars]"
-    if isinstance(value, dict):
-        return {str(k): clipped(v, cap) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        items = [clipped(v, cap) for v in value[:50]]
-        return items + [f"…[{len(value)} items]"] if len(value) > 50 else items
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    return clipped(str(value), cap)
-
-
-def invalid_reason(action: dict[str, Any] | None, observation: str) -> str:
-    """Why the environment rejected a reply: the parser's reason, else its observation."""
-    reason = (action or {}).get("reason") or observation or "unparseable reply"
-    return clipped(str(reason), 300)
-
-
-def round_entry(generation: Generation, max_tokens: int, action: dict[str, Any] | None, observation: str | None,
-                *, invalid: bool = False) -> dict[str, Any]:
-    """One round of the trajectory as recorded: the reply, what was parsed, what came back."""
-    entry: dict[str, Any] = {"reply": generation.text, "tokens": generation.output_tokens, "max_tokens": max_tokens,
-                             "finish_reason": generation.finish_reason,
-                             "action": clipped(action) if action is not None and not invalid else None,
-                             "invalid": invalid_reason(action, observation or "") if invalid else None}
-    if observation is not None:
-        entry["observation"] = clipped(observation)
-        entry["observation_chars"] = len(observation)
-    return entry
-
-
-def injection_for(policy: MemoryPolicy, task: Any, budget: Budget) -> tuple[list[Memory], InjectionBlock, tuple[str, ...] | None]:
-    """Retrieve and render; the memories returned are only those actually injected."""
-    retrieved = policy.retrieve(task)
+    ``answer`` serves the policy's auxiliary calls while it retrieves (none: they are skipped).
+    """
+    steps = policy.retrieve_steps(task)
+    retrieved = drive(steps, answer) if answer is not None else without_model(steps)
     if not retrieved:
         return [], EMPTY_BLOCK, None
     block = build_injection_block([(m.memory_id, m.text) for m in retrieved], budget)
@@ -196,7 +65,8 @@ def injection_for(policy: MemoryPolicy, task: Any, budget: Budget) -> tuple[list
 
 
 def make_record(method: str, index: int, task: Any, episode: Episode, reward: int, block: InjectionBlock,
-                decision: dict[str, Any], bank_size: int, seconds: float) -> dict[str, Any]:
+                decision: dict[str, Any], bank_size: int, seconds: float,
+                aux_calls: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     return {
         "method": method,
         "index": index,
@@ -208,6 +78,7 @@ def make_record(method: str, index: int, task: Any, episode: Episode, reward: in
         "output_tokens": episode.ledger.total,
         "execution_tokens": episode.ledger.execution_tokens,
         "auxiliary_tokens": episode.ledger.auxiliary_tokens,
+        "aux_calls": list(aux_calls),
         "injected_memory_id": block.memory_ids[0] if block.memory_ids else None,
         "injected_memory_ids": list(block.memory_ids),
         "injected_length": block.length,
@@ -227,17 +98,38 @@ def make_record(method: str, index: int, task: Any, episode: Episode, reward: in
     }
 
 
+def aux_meta(task: Any, seed: int, request: AuxRequest) -> dict[str, Any]:
+    """The backbone's per-item facts for an auxiliary call (only the sim backbone reads them)."""
+    return {**request.meta, "task": task, "seed": seed, "aux": request.purpose, "memory_skills": None, "round": None}
+
+
 def run_task(policy: MemoryPolicy, env: Environment, backbone: Backbone, task: Any, index: int,
              budget: Budget, seed: int) -> dict[str, Any]:
-    """Run one task end to end and return its record (the policy has been updated).
+    """Run one task end to end, one model call at a time, and return its record.
 
     ``interrupt.check()`` after every phase: a Ctrl-C that a callee swallowed (e.g. SQLite
     turning it into ``OperationalError``) stops the task instead of becoming its outcome.
     """
     started = time.perf_counter()
-    injected, block, skills = injection_for(policy, task, budget)
+    ledger = TokenLedger(budget)
+    aux_calls: list[dict[str, Any]] = []
+
+    def answer(phase: str) -> Callable[[AuxRequest], Generation | None]:
+        def call(request: AuxRequest) -> Generation | None:
+            cap = aux_cap(ledger, request)
+            generation = None
+            if cap > 0:
+                [generation] = backbone.generate([list(request.messages)], [cap],
+                                                 meta=[aux_meta(task, seed, request)])
+                interrupt.check()
+            reply, entry = book(ledger, request, phase, cap, generation)
+            aux_calls.append(entry)
+            return reply
+        return call
+
+    injected, block, skills = injection_for(policy, task, budget, answer("retrieve"))
     interrupt.check()
-    episode = Episode(env, task, block, skills, budget, seed)
+    episode = Episode(env, task, block, skills, budget, seed, ledger)
     interrupt.check()
     while (request := episode.request()) is not None:
         [generation] = backbone.generate([request.conversation], [request.max_tokens], meta=[request.meta])
@@ -246,10 +138,11 @@ def run_task(policy: MemoryPolicy, env: Environment, backbone: Backbone, task: A
         interrupt.check()
     reward = episode.judge()
     interrupt.check()
-    policy.update(task, injected, Outcome(reward, episode.status or "completed"), episode.turns)
+    drive(policy.update_steps(task, injected, Outcome(reward, episode.status or "completed"), episode.turns),
+          answer("update"))
     interrupt.check()
     return make_record(policy.name, index, task, episode, reward, block, policy.take_log(), policy.bank_size(),
-                       time.perf_counter() - started)
+                       time.perf_counter() - started, aux_calls)
 
 
 # ------------------------------------------------------------------------- one method's stream

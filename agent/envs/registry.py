@@ -36,6 +36,9 @@ ENVIRONMENTS: Registry[Environment] = Registry("environment", {"db": _db, "os": 
 ENV_NAMES = ENVIRONMENTS.names
 
 
-def make_environment(env: str, budget: Any, *, kg_endpoint: str | None = None) -> Environment:
-    """The environment by name, with its round limit set to the budget's J_max."""
+def make_environment(env: str, budget: Any, *, kg_endpoint: str | None = None, harness: Any = None) -> Environment:
+    """The environment by name, with its round limit set to the budget's J_max.
+
+    ``harness`` (:class:`agent.harness.HarnessOptions`) carries the run's fidelity options.
+    """
     return ENVIRONMENTS.make(env, budget, kg_endpoint=kg_endpoint)

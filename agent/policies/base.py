@@ -1,11 +1,17 @@
 """The one interface every memory policy implements, and what they share.
 
-Per task the runner calls, in order::
+Per task the experiment engine calls, in order::
 
-    memories = policy.retrieve(task)          # at most K_max, best first
+    memories = drive(policy.retrieve_steps(task))   # at most K_max, best first
     ... the task runs with those memories injected ...
-    policy.update(task, memories, outcome, trajectory)
-    log = policy.take_log()                    # the decision log that goes into the record
+    drive(policy.update_steps(task, memories, outcome, trajectory))
+    log = policy.take_log()                          # the decision log that goes into the record
+
+``retrieve_steps`` / ``update_steps`` are coroutines (:mod:`agent.auxiliary`): a method that
+needs the model itself (a reflection, an extraction) yields an
+:class:`~agent.auxiliary.AuxRequest` and receives the reply, or ``None`` when the budget
+skipped the call. By default they simply call ``retrieve`` / ``update``, so a method that
+makes no model call implements only those two.
 
 All policies share the budget (K_max, B_max, L_max), the stream and the memory
 construction (:func:`agent.memory.build_memory`, through :meth:`MemoryPolicy.candidate`):
@@ -25,7 +31,9 @@ from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
+from agent.auxiliary import AuxSteps
 from agent.budget import Budget
+from agent.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.memory import Memory, Turn, build_memory
 
 
@@ -39,6 +47,7 @@ class MemoryPolicy(abc.ABC):
     name: ClassVar[str]
     # shown on the progress bar while the first task of a (resumed) stream runs, e.g. while compiling
     first_task_note: ClassVar[str | None] = None
+    harness: HarnessOptions = DEFAULT_HARNESS  # set by make_policy (agent/harness.py)
 
     def __init__(self, env: str, budget: Budget, seed: int = 0) -> None:
         self.env = env
@@ -54,6 +63,18 @@ class MemoryPolicy(abc.ABC):
     @abc.abstractmethod
     def update(self, task: Any, memories: Sequence[Memory], outcome: Outcome, trajectory: Sequence[Turn]) -> None:
         """Learn from the judged task and maybe write its memory."""
+
+    def retrieve_steps(self, task: Any) -> AuxSteps[list[Memory]]:
+        """``retrieve`` as a coroutine that may yield auxiliary model calls (default: none)."""
+        return self.retrieve(task)
+        yield  # noqa: unreachable: makes this a generator
+
+    def update_steps(self, task: Any, memories: Sequence[Memory], outcome: Outcome,
+                     trajectory: Sequence[Turn]) -> AuxSteps[None]:
+        """``update`` as a coroutine that may yield auxiliary model calls (default: none)."""
+        self.update(task, memories, outcome, trajectory)
+        return
+        yield  # noqa: unreachable: makes this a generator
 
     @abc.abstractmethod
     def state_dict(self) -> dict[str, Any]: ...

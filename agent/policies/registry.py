@@ -23,6 +23,9 @@ METHOD_NAMES = POLICIES.names  # the default run
 POLICIES.register("tokenworth+", "agent.policies.tokenworth_plus:TokenWorthPlusPolicy")  # docs/tokenworth-plus.md
 
 
-def make_policy(method: str, env: str, budget: Any, seed: int) -> MemoryPolicy:
-    """A fresh policy by name (one of :data:`METHOD_NAMES`)."""
-    return POLICIES.make(method, env, budget, seed)
+def make_policy(method: str, env: str, budget: Any, seed: int, *, harness: Any = None) -> MemoryPolicy:
+    """A fresh policy by name (one of :data:`POLICIES`), with the run's harness options."""
+    policy = POLICIES.make(method, env, budget, seed)
+    if harness is not None:
+        policy.harness = harness
+    return policy
