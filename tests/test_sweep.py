@@ -18,7 +18,7 @@ def test_grid_product_aliases_and_errors() -> None:
     assert len(configs) == 12 and configs[0] == {"eta_max": 0.05, "gamma": 0.5, "krr_interval": 25}
     assert isinstance(configs[0]["krr_interval"], int)
     assert configs_from_grid([]) == [{}]
-    for bad, match in [("nope=1", "unknown hyperparameter"), ("gamma", "NAME=v1"), ("gamma=x", "not a number"),
+    for bad, match in [("nope=1", "unknown field"), ("gamma", "NAME=v1"), ("gamma=x", "not a number"),
                        ("krr_interval=2.5", "integers")]:
         with pytest.raises(SweepError, match=match):
             configs_from_grid([bad])
