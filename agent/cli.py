@@ -354,9 +354,12 @@ def run_experiment_command(streams: Sequence[Any], envs: Sequence[str], settings
         # folder, locks and config first: a busy or foreign folder fails before any model loads
         with runfolder.locked(*runfolder.folder_lock(out_dir), wait_s=runfolder.FOLDER_LOCK_WAIT_S):
             runfolder.check_run_folder(out_dir)
-            for name in names:  # every named stream's lock before any task runs
+            # a sweep's --overwrite discards the whole sweep the folder holds, a run's only the named streams
+            replaced = list(dict.fromkeys([*names, *runfolder.streams_in(out_dir)])) if (
+                sweep_configs is not None and overwrite) else names
+            for name in replaced:  # every named stream's lock before any task runs
                 held.enter_context(runfolder.locked(*runfolder.method_lock(out_dir, name)))
-            runfolder.prepare(out_dir, config, names, [*POLICIES.names, *names], overwrite=overwrite)
+            runfolder.prepare(out_dir, config, replaced, [*POLICIES.names, *names], overwrite=overwrite)
         try:
             bb = make_backbone(backbone, **options, **links)
         except (ValueError, ImportError) as exc:
