@@ -545,7 +545,9 @@ def write_sweep_summary(result: Any, configs: Sequence[dict[str, Any]], out_dir:
 @app.command()
 def show(
     run_dir: Path = typer.Argument(..., metavar="RUN", help="A run folder (e.g. runs/db-sim-seed0)."),
-    method: Optional[str] = typer.Option(None, help="Method [default: the first with records]."),
+    method: Optional[str] = typer.Option(None, help="Stream: a method, or in an experiment over several envs, seeds "
+                                                    "or grid points its folder (e.g. db/seed1/rag@o_max=64) "
+                                                    "[default: the first with records]."),
     task: Optional[int] = typer.Option(None, help="Task index in the stream [default: the first recorded]."),
 ) -> None:
     """Print one task's conversation as the model saw it (injection block included) and the judge's verdict."""

@@ -45,11 +45,13 @@ def env_instructions(env: str) -> str:
 
 
 def _methods(run: Path) -> list[str]:
-    from agent.runner import METHOD_NAMES
+    """The streams of the run folder with records: ``<method>``, or nested ``<env>/seed<k>/<method>@<point>``."""
+    from agent.policies.registry import POLICIES
 
-    present = [p.parent.name for p in run.glob("*/records.jsonl")]
-    order = {m: i for i, m in enumerate(METHOD_NAMES)}
-    return sorted(present, key=lambda m: (order.get(m, len(order)), m))
+    present = [p.parent.relative_to(run).as_posix() for depth in ("*", "*/*", "*/*/*")
+               for p in run.glob(f"{depth}/records.jsonl")]
+    order = {m: i for i, m in enumerate(POLICIES.names)}
+    return sorted(present, key=lambda m: (m.count("/"), order.get(m.rsplit("/", 1)[-1].split("@")[0], len(order)), m))
 
 
 def find_record(run: str | Path, method: str | None = None, task: int | None = None) -> dict[str, Any]:

@@ -339,3 +339,36 @@ def test_kill_9_at_several_points_then_the_same_command_resumes_every_stream_exa
     summary = json.loads((out / "summary.json").read_text())
     assert {(r["method"], tuple(r["seeds"])) for r in summary} == {(m, (0, 1)) for m in
                                                                   ("standard", "memrl", "tokenworth")}
+
+
+# ------------------------------------------------------------------------- concurrent environment steps
+class SlowResetEnv(FakeDBEnv):
+    """An environment that allows worker threads; counts how many resets run at once."""
+
+    concurrent_steps = True
+    active = 0
+    most = 0
+    threads: set[str] = set()
+
+    def reset(self, task: Any) -> str:
+        import threading
+
+        cls = type(self)
+        cls.active += 1
+        cls.most = max(cls.most, cls.active)
+        cls.threads.add(threading.current_thread().name)
+        time.sleep(0.05)  # waiting on the kernel, as a sandbox set-up does
+        cls.active -= 1
+        return super().reset(task)
+
+
+def test_streams_of_concurrent_environments_overlap_and_make_the_same_records(tmp_path) -> None:
+    tasks = make_tasks(6)
+    streams = streams_of(["standard", "rag", "memrl", "tokenworth"], [0])
+    names = stream_names(streams)
+    serial = run_fake(tmp_path / "serial", streams, tasks, env_threads=1)
+    SlowResetEnv.most, SlowResetEnv.threads = 0, set()
+    threaded = run_fake(tmp_path / "threads", streams, tasks, envs={n: SlowResetEnv() for n in names}, env_threads=4)
+    assert SlowResetEnv.most > 1 and all(t.startswith("stream") for t in SlowResetEnv.threads)
+    assert {n: comparable(r) for n, r in threaded.records.items()} == {
+        n: comparable(r) for n, r in serial.records.items()}

@@ -43,6 +43,10 @@ class Environment(abc.ABC):
     """Base class. Subclasses keep all task state private."""
 
     name: str  # "db", "os" or "kg"
+    # Whether streams of this environment may be advanced in worker threads, each instance by one
+    # thread at a time (the experiment engine overlaps their resets and steps). True only where an
+    # instance owns no thread-bound resource (SQLite connections are bound to their thread).
+    concurrent_steps: bool = False
 
     @abc.abstractmethod
     def instructions(self) -> str:

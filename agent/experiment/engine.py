@@ -34,6 +34,7 @@ import contextlib
 import dataclasses
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
 
@@ -50,6 +51,9 @@ from agent.policies.base import MemoryPolicy
 from agent.policies.registry import make_policy
 
 Schedule = Literal["lockstep", "sequential"]
+# Worker threads for streams whose environment allows it (OS: a sandbox reset is ~1 s of waiting on
+# the kernel). Measured on 2 cores, 5 OS streams x 10 tasks: see docs/performance.md.
+ENV_THREADS = 8
 SCHEDULES: tuple[str, ...] = ("lockstep", "sequential")
 NONDETERMINISTIC_FIELDS = frozenset({"time_s"})  # wall clock; everything else must replay exactly
 
@@ -146,6 +150,7 @@ class _Stream:
                                   **spec.overrides)
         self.describe = spec.describe()
         self.env: Environment | None = None
+        self.concurrent = False  # set by open(): whether its environment may be advanced in a worker thread
         self.log: RecordLog | None = None
         self.writer: CheckpointWriter | None = None
         self.next_index, self.offset = self._resume_point()
@@ -188,6 +193,7 @@ class _Stream:
         self.env = env if env is not None else make_environment(self.spec.env, self.spec.budget,
                                                                 kg_endpoint=kg_endpoint, harness=self.harness)
         self.writer = CheckpointWriter(self.checkpoint_path, log=self.log, durable_every_s=durable_every_s)
+        self.concurrent = bool(getattr(self.env, "concurrent_steps", False))
         _call(self.hook, "resumed", read_records(self.records_path))
         _call(self.hook, "started", self.next_index)
 
@@ -268,14 +274,15 @@ def run_experiment(streams: Sequence[StreamSpec], backbone: Backbone, out_dir: s
                    kg_endpoint: str | None = None, harness: Any = None, hooks: HookFactory | None = None,
                    environments: Mapping[str, Environment] | None = None, stop_after: int | None = None,
                    names: Sequence[str] | None = None, checkpoint_every: int = 1,
-                   durable_every_s: float = DURABLE_EVERY_S) -> ExperimentResult:
+                   durable_every_s: float = DURABLE_EVERY_S, env_threads: int = ENV_THREADS) -> ExperimentResult:
     """Run (or resume) every stream over its env's ``tasks``; see the module docstring.
 
     ``out_dir`` must be a prepared run folder (:func:`agent.runfolder.prepare`); each stream's
     folder is ``out_dir/<name>`` (``names``, by default :func:`stream_names`) and is locked for
     the whole call. ``environments`` gives a stream (by name) an environment to use instead of
     a new one (it is not closed here). ``stop_after`` processes at most that many tasks per
-    stream in this call. SIGINT stops between committed tasks (:mod:`agent.interrupt`) and
+    stream in this call. ``env_threads`` > 1 advances the streams of environments that allow it
+    (``Environment.concurrent_steps``: OS) in that many worker threads between ticks. SIGINT stops between committed tasks (:mod:`agent.interrupt`) and
     ``KeyboardInterrupt`` propagates; a second Ctrl-C stops at once.
     """
     if checkpoint_every < 1:
@@ -311,31 +318,52 @@ def run_experiment(streams: Sequence[StreamSpec], backbone: Backbone, out_dir: s
             run.open(environments.get(run.name), kg_endpoint, durable_every_s)
         groups = [live] if schedule == "lockstep" else [[r] for r in live]
         for group in groups:
-            _run_lockstep(group, backbone, guard, batch_sizes)
+            _run_lockstep(group, backbone, guard, batch_sizes, env_threads)
     records = {name: read_records(out / name / runfolder.RECORDS) for name in names}
     return ExperimentResult(streams, names, records, batch_sizes, time.perf_counter() - started)
 
 
+def _advance(steps: Iterator[Request], reply: Reply | None) -> Request | None:
+    """Run a stream on to its next model request (None: the stream is done)."""
+    try:
+        return next(steps) if reply is None else steps.send(reply)  # type: ignore[attr-defined]
+    except StopIteration:
+        return None
+
+
+def _advance_all(runs: Sequence[_Stream], work: Sequence[tuple[int, Iterator[Request], Reply | None]],
+                 pool: ThreadPoolExecutor | None) -> dict[int, Request | None]:
+    """Advance the given streams; those whose env allows it in worker threads, the rest here, in order.
+
+    Each stream is advanced by one thread at a time, so its environment and policy never see two
+    threads at once; commits are per stream folder. A failure in a worker is raised here.
+    """
+    threaded = [(i, s, r) for i, s, r in work if pool is not None and runs[i].concurrent]
+    futures = {i: pool.submit(_advance, s, r) for i, s, r in threaded} if pool is not None else {}
+    out = {i: _advance(s, r) for i, s, r in work if i not in futures}
+    for i, future in futures.items():
+        out[i] = future.result()
+    return dict(sorted(out.items()))
+
+
 def _run_lockstep(runs: Sequence[_Stream], backbone: Backbone, guard: interrupt.InterruptGuard,
-                  batch_sizes: list[int]) -> None:
+                  batch_sizes: list[int], env_threads: int) -> None:
     """Tick until every stream of ``runs`` is done."""
-    pending: dict[int, tuple[Iterator[Request], Request]] = {}
-    for i, run in enumerate(runs):
-        steps = run.steps(guard)
-        request = next(steps, None)
-        if request is not None:
-            pending[i] = (steps, request)
-    while pending:
-        order = sorted(pending)
-        replies = serve(backbone, [pending[i][1] for i in order])
-        batch_sizes.append(len(order))
-        interrupt.check()
-        for i, reply in zip(order, replies):
-            steps = pending[i][0]
-            try:
-                pending[i] = (steps, steps.send(reply))
-            except StopIteration:
-                del pending[i]
+    concurrent = sum(r.concurrent for r in runs)
+    with contextlib.ExitStack() as stack:
+        pool = (stack.enter_context(ThreadPoolExecutor(min(env_threads, concurrent), "stream"))
+                if env_threads > 1 and concurrent > 1 else None)
+        streams = {i: run.steps(guard) for i, run in enumerate(runs)}
+        pending = {i: r for i, r in _advance_all(runs, [(i, s, None) for i, s in streams.items()], pool).items()
+                   if r is not None}
+        while pending:
+            order = sorted(pending)
+            replies = serve(backbone, [pending[i] for i in order])
+            batch_sizes.append(len(order))
+            interrupt.check()
+            advanced = _advance_all(runs, [(i, streams[i], reply) for i, reply in zip(order, replies)], pool)
+            pending = {**{i: r for i, r in pending.items() if i not in advanced},
+                       **{i: r for i, r in advanced.items() if r is not None}}
 
 
 __all__ = ["run_experiment", "ExperimentResult", "serve", "comparable", "stream_identity", "SCHEDULES",
