@@ -39,6 +39,7 @@ from agent.envs.base import Environment
 from agent.envs.registry import make_environment  # the registries map names to classes (agent/registry.py)
 from agent.episode import (JUDGE_CAP, OBSERVATION_CAP, OVER_MAX_TOKENS, Episode, Request, clipped,  # noqa: F401
                            invalid_reason, round_entry)
+from agent.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.memory import Memory
 from agent.policies.base import MemoryPolicy, Outcome
 from agent.policies.registry import METHOD_NAMES, make_policy
@@ -243,7 +244,7 @@ def run_stream(method: str, env_name: str, tasks: Sequence[Any], backbone: Backb
                out_dir: str | Path, *, env: Environment | None = None, kg_endpoint: str | None = None,
                on_record: ProgressHook | None = None, checkpoint_every: int = 1,
                stop_after: int | None = None, on_start: Callable[[int], None] | None = None,
-               durable_every_s: float = DURABLE_EVERY_S) -> list[dict[str, Any]]:
+               durable_every_s: float = DURABLE_EVERY_S, harness: HarnessOptions | None = None) -> list[dict[str, Any]]:
     """Run (or resume) ``method`` over ``tasks``; returns all records, old and new.
 
     ``stop_after`` processes at most that many tasks in this call (for tests and for
@@ -264,8 +265,10 @@ def run_stream(method: str, env_name: str, tasks: Sequence[Any], backbone: Backb
     with runfolder.locked(*runfolder.method_lock(Path(out_dir), method)), interrupt.InterruptGuard() as guard:
         for stale in runfolder.stale_temp_files(paths.directory):
             stale.unlink(missing_ok=True)  # a kill mid-write left it; we hold the lock, so nobody is writing it
-        identity = stream_identity(method, env_name, tasks, backbone, budget, seed)
-        policy = make_policy(method, env_name, budget, seed)
+        harness = harness or DEFAULT_HARNESS  # the run's fidelity options (agent/harness.py)
+        identity = {**stream_identity(method, env_name, tasks, backbone, budget, seed),
+                    "harness": harness.identity(env_name)}
+        policy = make_policy(method, env_name, budget, seed, harness=harness)
         next_index, offset = _resume_point(paths, method, identity, policy, tasks)
         if next_index >= len(tasks):  # finished: nothing to write (works in a read-only folder)
             records = read_records(paths.records)
@@ -279,7 +282,7 @@ def run_stream(method: str, env_name: str, tasks: Sequence[Any], backbone: Backb
         environment: Environment | None = env
         try:
             if environment is None:
-                environment = make_environment(env_name, budget, kg_endpoint=kg_endpoint)
+                environment = make_environment(env_name, budget, kg_endpoint=kg_endpoint, harness=harness)
             _replay(on_record, read_records(paths.records))
             if on_start is not None:
                 on_start(next_index)

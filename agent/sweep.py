@@ -41,6 +41,7 @@ from agent.budget import EMPTY_BLOCK, Budget, build_injection_block
 from agent import interrupt, runfolder
 from agent.checkpoint import (CheckpointError, CheckpointWriter, atomic_write_json, atomic_write_text, durable_path,
                               load_checkpoint)
+from agent.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.memory import Memory, build_memory
 from agent.runner import Episode, config_digest, make_environment
 
@@ -210,8 +211,10 @@ class _Streams:
     round-trip it (the controllers through their own ``state_dict``).
     """
 
-    def __init__(self, env_name: str, configs: Sequence[dict[str, Any]], budget: Budget, plus: bool = False) -> None:
+    def __init__(self, env_name: str, configs: Sequence[dict[str, Any]], budget: Budget, plus: bool = False,
+                 harness: HarnessOptions = DEFAULT_HARNESS) -> None:
         n = len(configs)
+        self.harness = harness
         self.ctl = StackedControllers(env_name, configs, budget.bank_capacity, plus=plus)
         self.results = [StreamResult(dict(c)) for c in configs]
         self.batch_sizes: list[int] = []
@@ -268,7 +271,9 @@ class _Streams:
             interrupt.check()
         rewards = np.asarray([e.judge() for e in episodes], dtype=np.int32)
         interrupt.check()
-        candidates = [build_memory(env_name, task, e.turns, int(r), budget) for e, r in zip(episodes, rewards)]
+        candidates = [build_memory(env_name, task, e.turns, int(r), budget, status=e.status,
+                                   memory_from=self.harness.memory_from, memory_format=self.harness.memory_format)
+                      for e, r in zip(episodes, rewards)]
         vectors = featurize([c.key_text if c else "" for c in candidates], ctl.spec.dim)
         decision = ctl.finish(rewards, vectors, candidates)  # observe + offer + end_task, one call
         for i, candidate in enumerate(candidates):
@@ -288,7 +293,8 @@ def run_sweep(env_name: str, tasks: Sequence[Any], backbone: Backbone, budget: B
               configs: Sequence[dict[str, Any]], seed: int, *, kg_endpoint: str | None = None,
               envs: Sequence[Any] | None = None, progress: bool = False, out_dir: str | Path | None = None,
               settings: dict[str, Any] | None = None, overwrite: bool = False,
-              stop_after: int | None = None, plus: bool = False) -> SweepResult:
+              stop_after: int | None = None, plus: bool = False,
+              harness: HarnessOptions | None = None) -> SweepResult:
     """Run every configuration over ``tasks`` in lockstep; see the module docstring.
 
     ``plus`` runs TokenWorth+ controllers (docs/tokenworth-plus.md); grids over its ``plus_*``
@@ -298,8 +304,11 @@ def run_sweep(env_name: str, tasks: Sequence[Any], backbone: Backbone, budget: B
     checked against ``settings`` (a folder holding a sweep with other settings is refused unless
     ``overwrite``), and a checkpoint is committed after every task, so a sweep killed at any
     point (``kill -9`` or Ctrl-C) carries on where it stopped and ends with the same results.
-    ``stop_after`` runs at most that many tasks in this call.
+    ``stop_after`` runs at most that many tasks in this call. ``harness`` (the run's
+    :class:`~agent.harness.HarnessOptions`) reaches the environments and the memory construction;
+    its identity is part of the sweep's.
     """
+    harness = harness or DEFAULT_HARNESS
     if not configs:
         raise SweepError("the sweep has no configurations")
     if not plus and any(k.startswith("plus_") for c in configs for k in c):
@@ -309,10 +318,11 @@ def run_sweep(env_name: str, tasks: Sequence[Any], backbone: Backbone, budget: B
     n = len(configs)
     if envs is not None and len(envs) != n:
         raise SweepError(f"need one environment per stream ({n}), got {len(envs)}")
+    settings = {**(settings or {}), "harness": harness.identity(env_name)}
     identity = sweep_identity(env_name, tasks, backbone, budget, configs, seed, settings)
     with contextlib.ExitStack() as stack:
         guard = stack.enter_context(interrupt.InterruptGuard())
-        streams = _Streams(env_name, configs, budget, plus=plus)
+        streams = _Streams(env_name, configs, budget, plus=plus, harness=harness)
         checkpoint: Path | None = None
         if out_dir is not None:
             out = Path(out_dir)
@@ -326,7 +336,8 @@ def run_sweep(env_name: str, tasks: Sequence[Any], backbone: Backbone, budget: B
         environments = list(envs) if envs is not None else []
         if envs is None:
             stack.callback(lambda: [e.close() for e in environments])
-            environments.extend(make_environment(env_name, budget, kg_endpoint=kg_endpoint) for _ in range(n))
+            environments.extend(make_environment(env_name, budget, kg_endpoint=kg_endpoint, harness=harness)
+                                for _ in range(n))
         from tqdm import tqdm
 
         bar = stack.enter_context(tqdm(total=len(tasks), initial=streams.next_index, desc=f"sweep x{n}",
