@@ -52,6 +52,18 @@ MaxRetriesFlag = Annotated[Optional[int], typer.Option(
 ConcurrencyFlag = Annotated[Optional[int], typer.Option(min=1, help="openai: requests in flight at once (default 8).")]
 ExtraBodyFlag = Annotated[Optional[str], typer.Option(
     help='openai: JSON object added to every request, e.g. \'{"top_k": -1}\'.')]
+# Fidelity to LifelongAgentBench (agent/harness.py; docs/running.md "Harness options").
+MemoryFromFlag = Annotated[str, typer.Option(
+    help="Which successes write a memory: completed (reward 1 and ended by its own answer/finish, LAB's rule) "
+         "or reward (reward 1 alone).")]
+MemoryFormatFlag = Annotated[str, typer.Option(
+    help="How a memory is injected: compact (copyable actions), transcript (LAB's raw replies and observations) "
+         "or abstract (compact with OS names replaced by placeholders).")]
+KGParserFlag = Annotated[str, typer.Option(help="KG reply parser: strict (exactly LAB's) or lenient.")]
+KGVocabFlag = Annotated[Optional[Path], typer.Option(
+    help="KG: folder with LAB's vocab.json and fb_roles; listings and types go through them.")]
+InstructionsFlag = Annotated[Optional[Path], typer.Option(
+    help="Folder holding <env>.txt: replaces the environment's instruction text (user turn 0).")]
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -140,6 +152,16 @@ def checked_budget(env: str, accounting: str) -> Any:
     return Budget.for_env(env, accounting)
 
 
+def checked_harness(env: str, options: dict[str, Any] | None) -> Any:
+    """The run's HarnessOptions from the harness flags (agent/harness.py), or one error line."""
+    from agent.harness import HarnessError, harness_from_cli
+
+    try:
+        return harness_from_cli(env, **{k: v for k, v in (options or {}).items() if v is not None})
+    except HarnessError as exc:
+        fail(str(exc))
+
+
 def check_env(env: str, kg_endpoint: str | None) -> str | None:
     if env not in ENVS:
         fail(f"unknown environment {env!r}; choose from {', '.join(ENVS)}")
@@ -225,6 +247,8 @@ def run(
     budget_accounting: AccountingFlag = DEFAULT_ACCOUNTING,
     timeout: TimeoutFlag = None, retry_for: RetryForFlag = None, max_retries: MaxRetriesFlag = None,
     concurrency: ConcurrencyFlag = None, extra_body: ExtraBodyFlag = None,
+    memory_from: MemoryFromFlag = "completed", memory_format: MemoryFormatFlag = "compact",
+    kg_parser: KGParserFlag = "strict", kg_vocab: KGVocabFlag = None, instructions: InstructionsFlag = None,
     overwrite: bool = typer.Option(False, help="Delete the named methods' results in --out (only those, only in a "
                                                "run folder) and run them again; without it a run resumes."),
     summary_dir: Optional[Path] = typer.Option(None, help="Where summary.md/.json and the plot go.",
@@ -236,7 +260,9 @@ def run(
                   kg_endpoint=kg_endpoint, model=model, base_url=base_url, overwrite=overwrite, progress=progress,
                   summary_dir=summary_dir, budget_accounting=budget_accounting,
                   connection=dict(timeout=timeout, retry_for=retry_for, max_retries=max_retries,
-                                  concurrency=concurrency, extra_body=extra_body))
+                                  concurrency=concurrency, extra_body=extra_body),
+                  harness=dict(memory_from=memory_from, memory_format=memory_format, kg_parser=kg_parser,
+                               kg_vocab=kg_vocab, instructions=instructions))
 
 
 @expected_failures
@@ -244,8 +270,11 @@ def run_benchmark(env: str = "db", methods: str = ",".join(METHOD_NAMES), backbo
                   out: Path | None = None, data_dir: Path | None = None, limit: int | None = None,
                   kg_endpoint: str | None = None, model: str | None = None, base_url: str | None = None,
                   overwrite: bool = False, progress: bool = True, summary_dir: Path | None = None,
-                  budget_accounting: str = DEFAULT_ACCOUNTING, connection: dict[str, Any] | None = None) -> None:
-    """The body of `tokenworth run` (plain defaults, so the bare `tokenworth` can call it)."""
+                  budget_accounting: str = DEFAULT_ACCOUNTING, connection: dict[str, Any] | None = None,
+                  harness: dict[str, Any] | None = None) -> None:
+    """The body of `tokenworth run` (plain defaults, so the bare `tokenworth` can call it).
+
+    ``harness``: the harness flags (agent/harness.py ``harness_from_cli`` arguments)."""
     from agent import runfolder
     from agent.backbones.registry import make_backbone
     from agent.data import load_tasks, resolve_data_dir
@@ -253,6 +282,7 @@ def run_benchmark(env: str = "db", methods: str = ",".join(METHOD_NAMES), backbo
 
     method_list = parse_methods(methods)
     endpoint = check_env(env, kg_endpoint)
+    options_harness = checked_harness(env, harness)
     out_dir = out or default_out(f"{env}-{backbone}-seed{seed}", limit)
     tasks = load_tasks(env, data_dir, limit=limit)  # type: ignore[arg-type]
     budget = checked_budget(env, budget_accounting)
@@ -263,7 +293,7 @@ def run_benchmark(env: str = "db", methods: str = ",".join(METHOD_NAMES), backbo
         fail(str(exc))
     config = {"env": env, "backbone": backbone, "backbone_options": options, "seed": seed, "limit": limit,
               "tasks": len(tasks), "data_dir": str(resolve_data_dir(data_dir)), "budget": budget.as_dict(),
-              "connection": links}
+              "connection": links, "harness": options_harness.identity(env)}
     with contextlib.ExitStack() as held:
         with runfolder.locked(*runfolder.folder_lock(out_dir), wait_s=runfolder.FOLDER_LOCK_WAIT_S):
             runfolder.check_run_folder(out_dir)
@@ -278,7 +308,8 @@ def run_benchmark(env: str = "db", methods: str = ",".join(METHOD_NAMES), backbo
             note = getattr(POLICIES.factory(method), "first_task_note", None)
             try:
                 run_stream(method, env, tasks, bb, budget, seed, out_dir, kg_endpoint=endpoint, on_record=bar,
-                           on_start=(lambda _index, bar=bar: bar.note(note)) if note else None)
+                           on_start=(lambda _index, bar=bar: bar.note(note)) if note else None,
+                           harness=options_harness)
             finally:
                 bar.close()
         title = f"{env.upper()} · backbone {backbone} · seed {seed} · {len(tasks)} tasks · O_max {budget.accounting}"
@@ -333,6 +364,8 @@ def sweep(
     budget_accounting: AccountingFlag = DEFAULT_ACCOUNTING,
     timeout: TimeoutFlag = None, retry_for: RetryForFlag = None, max_retries: MaxRetriesFlag = None,
     concurrency: ConcurrencyFlag = None, extra_body: ExtraBodyFlag = None,
+    memory_from: MemoryFromFlag = "completed", memory_format: MemoryFormatFlag = "compact",
+    kg_parser: KGParserFlag = "strict", kg_vocab: KGVocabFlag = None, instructions: InstructionsFlag = None,
     overwrite: bool = typer.Option(False, help="Discard the sweep this folder holds (only a sweep folder) and "
                                                "start over; without it a sweep resumes."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
@@ -343,7 +376,9 @@ def sweep(
                       data_dir=data_dir, limit=limit, kg_endpoint=kg_endpoint, model=model, base_url=base_url,
                       overwrite=overwrite, progress=progress, budget_accounting=budget_accounting, plus=plus,
                       connection=dict(timeout=timeout, retry_for=retry_for, max_retries=max_retries,
-                                      concurrency=concurrency, extra_body=extra_body))
+                                      concurrency=concurrency, extra_body=extra_body),
+                      harness=dict(memory_from=memory_from, memory_format=memory_format, kg_parser=kg_parser,
+                                   kg_vocab=kg_vocab, instructions=instructions))
 
 
 @expected_failures
@@ -351,12 +386,13 @@ def run_sweep_command(env: str, grid: list[str], table_a3: bool, backbone: str, 
                       data_dir: Path | None, limit: int | None, kg_endpoint: str | None, model: str | None,
                       base_url: str | None, overwrite: bool, progress: bool,
                       budget_accounting: str = DEFAULT_ACCOUNTING, connection: dict[str, Any] | None = None,
-                      plus: bool = False) -> None:
+                      plus: bool = False, harness: dict[str, Any] | None = None) -> None:
     from agent.backbones.registry import make_backbone
     from agent.data import load_tasks, resolve_data_dir
     from agent.sweep import SweepError, configs_from_grid, run_sweep, table_a3_configs, write_sweep_results
 
     endpoint = check_env(env, kg_endpoint)
+    options_harness = checked_harness(env, harness)
     try:
         configs = table_a3_configs(env) if table_a3 else configs_from_grid(grid)
         if table_a3 and grid:
@@ -377,7 +413,8 @@ def run_sweep_command(env: str, grid: list[str], table_a3: bool, backbone: str, 
     typer.echo(f"sweep: {len(configs)} configurations x {len(tasks)} {env} tasks -> {out_dir}", err=True)
     try:
         result = run_sweep(env, tasks, bb, budget, configs, seed, kg_endpoint=endpoint,
-                           progress=progress, out_dir=out_dir, settings=settings, overwrite=overwrite, plus=plus)
+                           progress=progress, out_dir=out_dir, settings=settings, overwrite=overwrite, plus=plus,
+                           harness=options_harness)
     except SweepError as exc:
         fail(str(exc))
     table = write_sweep_results(result, out_dir)

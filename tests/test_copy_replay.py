@@ -1,0 +1,81 @@
+"""Memories a model can copy: a verbatim copier (tests/copy_backbone.py) with each task's own
+gold memory injected passes the task, in DB (all 500), OS (real sandbox) and KG (fixture graph)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.backbones.base import Generation
+from agent.budget import EMPTY_BLOCK, Budget, build_injection_block
+from agent.data import load_tasks
+from agent.envs.kg import KGEnvironment, gold_replies
+from agent.envs.sandbox import sandbox_unavailable_reason
+from agent.envs.sparql import OxigraphEndpoint
+from agent.episode import Episode
+from agent.memory import build_memory, instance_names, memory_char_limit
+from bench.copy_replay import replay_task
+from tests.copy_backbone import NOTHING, CopyingBackbone, memory_actions
+from tests.kg_fixture import REPLAYED_RECORDS, build_fixture_store
+
+needs_sandbox = pytest.mark.skipif(sandbox_unavailable_reason() is not None,
+                                   reason=f"OS sandbox unavailable: {sandbox_unavailable_reason()}")
+
+
+@pytest.mark.parametrize("memory_format, limit", [("compact", None), ("transcript", 100)])
+def test_every_db_task_passes_with_its_own_gold_memory_copied(data_dir: str, memory_format: str, limit) -> None:
+    tasks = load_tasks("db", data_dir, limit=limit)
+    rows = [replay_task("db", task, memory_format, settle=0) for task in tasks]
+    failed = [r["index"] for r in rows if not r["whole"]["passed"]]
+    assert not failed, [r for r in rows if r["index"] in failed][:3]
+
+
+def test_memories_cut_to_l_max_lose_whole_steps_only(data_dir: str) -> None:
+    rows = [replay_task("db", task, "compact", settle=0) for task in load_tasks("db", data_dir, limit=120)]
+    cut = [r for r in rows if r["budget"].get("cut")]
+    assert cut and all(r["budget"]["memory_chars"] <= memory_char_limit(Budget.for_env("db")) for r in cut)
+    assert all(not r["budget"]["passed"] and r["whole"]["passed"] for r in cut)  # the answer step was cut
+    assert all(r["budget"]["passed"] for r in rows if not r["budget"].get("cut"))
+
+
+def test_copier_without_a_memory_replies_nothing_usable() -> None:
+    assert memory_actions("", "db") == []
+    backbone = CopyingBackbone()
+
+    class Task:
+        env = "db"
+
+    [generation] = backbone.generate([[{}, {"content": "instructions only"}]], [128], meta=[{"task": Task(), "round": 0}])
+    assert generation.text == NOTHING
+
+
+@needs_sandbox
+def test_os_tasks_with_user_names_pass_compact_and_fail_abstract(data_dir: str) -> None:
+    tasks = load_tasks("os", data_dir, limit=40)
+    named = [t for t in tasks if instance_names([t.ground_truth.script])[0]][:3]
+    assert len(named) == 3
+    for task in named:
+        compact = replay_task("os", task, "compact", settle=0.5)
+        assert compact["gold_reward"] == 1 and compact["whole"]["passed"], compact
+    # The placeholder version (the paper's abstraction) cannot be run as written.
+    abstract = replay_task("os", named[0], "abstract", settle=0.5)
+    assert abstract["gold_reward"] == 1 and not abstract["whole"]["passed"]
+
+
+@pytest.mark.parametrize("index", sorted(REPLAYED_RECORDS))
+def test_kg_gold_memory_is_copied_to_reward_one_under_labs_parser(data_dir: str, index: int) -> None:
+    task = load_tasks("kg", data_dir)[index]
+    env = KGEnvironment(OxigraphEndpoint(build_fixture_store()))  # strict parser: LAB's
+    budget = Budget.for_env("kg")
+    gold = Episode(env, task, EMPTY_BLOCK, None, budget, seed=0)
+    for reply in gold_replies(task):
+        request = gold.request()
+        gold.feed(request, Generation(reply, len(reply.split()), "stop"))
+    assert gold.judge() == 1 and gold.status == "completed"
+    memory = build_memory("kg", task, gold.turns, 1, budget, status=gold.status)
+    assert memory is not None and memory.text.endswith(gold_replies(task)[-1])
+    copied = Episode(env, task, build_injection_block([(0, memory.text)], budget), None, budget, seed=0)
+    backbone = CopyingBackbone()
+    while (request := copied.request()) is not None:
+        copied.feed(request, backbone.generate([request.conversation], [request.max_tokens], meta=[request.meta])[0])
+    assert copied.judge() == 1 and copied.status == "completed"
+    assert backbone.replies == gold_replies(task)
