@@ -55,6 +55,7 @@ import shlex
 from typing import Any, Sequence
 
 from agent.budget import BLOCK_HEADER, ITEM_HEADING, Budget
+from agent.harness import MEMORY_FORMATS, MEMORY_FROM
 
 OBSERVATION_CHARS = 200  # per observation kept in a DB/KG memory
 
@@ -316,14 +317,13 @@ def _kg_steps(turns: Sequence[Turn]) -> list[Step]:
 
 
 def _compact(env: str, question: str, turns: Sequence[Turn], abstract: bool) -> tuple[str, list[Step]]:
+    """(the question line, the steps) of a compact memory; ``env`` is one of :data:`ENVIRONMENTS`."""
     if env == "db":
         return f"Question: {question.strip()}", _db_steps(turns)
     if env == "os":
         steps, shown = _os_steps(turns, abstract)
         return f"Task: {shown(question.strip())}", steps
-    if env == "kg":
-        return f"Question: {question.strip()}", _kg_steps(turns)
-    raise ValueError(f"no memory construction for environment {env!r}; expected one of {sorted(ENVIRONMENTS)}")
+    return f"Question: {question.strip()}", _kg_steps(turns)
 
 
 def _transcript(question: str, turns: Sequence[Turn]) -> tuple[str, list[Step]]:
@@ -379,8 +379,8 @@ def fit(head: str, steps: Sequence[Step], limit: int, *, drop_observations: bool
 def writes_memory(reward: int, status: str | None, memory_from: str = "completed") -> bool:
     """Whether a judged task writes a memory: reward 1, and under ``"completed"`` (LAB's rule)
     also an episode that ended by its own answer/finish action."""
-    if memory_from not in ("completed", "reward"):
-        raise ValueError(f"memory_from must be 'completed' or 'reward', got {memory_from!r}")
+    if memory_from not in MEMORY_FROM:
+        raise ValueError(f"memory_from must be one of {', '.join(MEMORY_FROM)}, got {memory_from!r}")
     return reward == 1 and (memory_from == "reward" or status == "completed")
 
 
@@ -396,8 +396,8 @@ def build_memory(env: str, task: Any, trajectory: Sequence[Turn], reward: int, b
     """
     if env not in ENVIRONMENTS:
         raise ValueError(f"no memory construction for environment {env!r}; expected one of {sorted(ENVIRONMENTS)}")
-    if memory_format not in ("compact", "transcript", "abstract"):
-        raise ValueError(f"memory_format must be compact, transcript or abstract, got {memory_format!r}")
+    if memory_format not in MEMORY_FORMATS:
+        raise ValueError(f"memory_format must be one of {', '.join(MEMORY_FORMATS)}, got {memory_format!r}")
     if not writes_memory(reward, status, memory_from):
         return None
     if memory_format == "transcript":
