@@ -10,13 +10,16 @@ actions verbatim, one per round. A memory that a model can copy passes (3).
 
 Two L_max settings are measured: ``whole`` (L_max lifted, so every memory is whole: this
 checks the *format*) and ``budget`` (the environment's L_max: the memories a run injects;
-one whose actions do not all fit is cut between steps and cannot pass). O_max is lifted in
+one whose actions do not all fit is cut between steps and cannot pass). KG runs on the test
+fixture graph (``tests/kg_fixture.py``: no offline Freebase), for the records it holds, under
+the run's KG parser (LAB's strict one by default). O_max is lifted in
 both: the copier counts words, not model tokens (``bench/budget_ceiling.py`` measures the
 token budget). OS runs in the real sandbox (root); a pause of ``--settle`` seconds before
 judging stands in for the model's last call, as in ``bench/os_fidelity.py``.
 
-    python -m bench.copy_replay --env db
+    python -m bench.copy_replay --env db --formats compact,transcript
     python -m bench.copy_replay --env os --jobs 2        # ~15 min for 500 tasks on 2 cores
+    python -m bench.copy_replay --env kg                 # the records the fixture graph holds
 
 Writes ``bench/results/copy_replay.json`` and ``.md`` (results of other envs already there
 are kept).
@@ -53,7 +56,23 @@ def gold_replies(env: str, task: Any, observation: str | None) -> list[str]:
 
         answer = None if observation is None else ("done" if task.is_write else observation)
         return db_gold(task, answer)
+    if env == "kg":
+        from agent.envs.kg import gold_replies as kg_gold
+
+        return kg_gold(task)
     return [f"Act: bash\n```bash\n{task.ground_truth.script}\n```", "Act: finish"]
+
+
+def environment_for(env_name: str, budget: Budget, harness: HarnessOptions) -> Any:
+    """The run's environment; KG on the test fixture graph (there is no offline Freebase)."""
+    if env_name != "kg":
+        return make_environment(env_name, budget, harness=harness)
+    from agent.envs.kg import KGEnvironment
+    from agent.envs.sparql import OxigraphEndpoint
+    from tests.kg_fixture import build_fixture_store
+
+    return KGEnvironment(OxigraphEndpoint(build_fixture_store()), max_rounds=budget.max_rounds,
+                         parser=harness.kg_parser, instructions=harness.instruction_text("kg"))
 
 
 def budgets(env: str) -> dict[str, Budget]:
@@ -64,7 +83,7 @@ def budgets(env: str) -> dict[str, Budget]:
 def run_episode(env_name: str, task: Any, budget: Budget, harness: HarnessOptions, block: Any,
                 replies: Any, settle: float) -> Episode:
     """One episode; ``replies(episode)`` gives the next reply text (None: use the copier)."""
-    environment = make_environment(env_name, budget, harness=harness)
+    environment = environment_for(env_name, budget, harness)
     copier = CopyingBackbone()
     try:
         episode = Episode(environment, task, block, None, budget, seed=0)
@@ -90,7 +109,8 @@ def replay_task(env_name: str, task: Any, memory_format: str, settle: float) -> 
 
         def gold(episode: Episode) -> str:
             first = episode.turns[0].observation if episode.turns else None
-            return gold_replies(env_name, task, first)[len(episode.turns)] if len(episode.turns) < 2 else ""
+            replies = gold_replies(env_name, task, first)
+            return replies[len(episode.turns)] if len(episode.turns) < len(replies) else ""
 
         golden = run_episode(env_name, task, by_setting["whole"], harness, EMPTY_BLOCK, gold, settle)
         row.update(gold_reward=golden.verdict.get("reward", 0), gold_status=golden.status)
@@ -144,7 +164,8 @@ def markdown(results: dict[str, dict[str, Any]]) -> str:
              "OS task 359 fails its own reference solution (as in `bench/os_fidelity.py`), so it writes no memory. "
              "OS task 282 is nondeterministic: its script globs `*.txt` while the same pipeline creates "
              "`output.txt`, so the evaluation's one-line check passes or fails by a race (the copied script is the "
-             "reference script byte for byte; in 4 reruns the copy failed once).", "",
+             "reference script byte for byte; in 4 reruns the copy failed once). KG runs on the records the test "
+             "fixture graph holds (tests/kg_fixture.py; no offline Freebase), under LAB's strict parser.", "",
              "| env | format | tasks | gold passes | copier passes, whole | copier passes, L_max | memories shortened at L_max "
              "| failed (whole) | seconds |",
              "|---|---|---:|---:|---:|---:|---:|---|---:|"]
@@ -158,7 +179,8 @@ def markdown(results: dict[str, dict[str, Any]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", choices=("db", "os"), required=True)
+    parser.add_argument("--env", choices=("db", "os", "kg"), required=True,
+                        help="kg: the records the test fixture graph holds (tests/kg_fixture.py)")
     parser.add_argument("--formats", default="compact", help="memory formats, comma-separated (compact,transcript)")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--limit", type=int, default=None)
@@ -167,6 +189,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS / "copy_replay.json")
     args = parser.parse_args(argv)
     tasks = load_tasks(args.env, args.data_dir, limit=args.limit)
+    if args.env == "kg":
+        from tests.kg_fixture import REPLAYED_RECORDS
+
+        tasks = [t for t in tasks if t.sample_index in REPLAYED_RECORDS]
     results = json.loads(args.out.read_text()) if args.out.exists() else {}
     for memory_format in [f.strip() for f in args.formats.split(",") if f.strip()]:
         started = time.monotonic()
