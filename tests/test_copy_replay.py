@@ -82,3 +82,20 @@ def test_kg_gold_memory_is_copied_to_reward_one_under_labs_parser(data_dir: str,
         copied.feed(request, backbone.generate([request.conversation], [request.max_tokens], meta=[request.meta])[0])
     assert copied.judge() == 1 and copied.status == "completed"
     assert backbone.replies == gold_replies(task)
+
+
+def test_bench_writes_json_and_markdown_and_keeps_other_envs(tmp_path, data_dir: str) -> None:
+    import json
+
+    from bench.copy_replay import main
+
+    out = tmp_path / "copy_replay.json"
+    out.write_text(json.dumps({"db-compact": json.loads(json.dumps(
+        {"env": "db", "memory_format": "compact", "tasks": 1, "gold_passed": 1, "seconds": 0.1,
+         "whole": {"passed": 1, "failed": [], "memories_cut": []},
+         "budget": {"passed": 1, "failed": [], "memories_cut": []}}))}))
+    assert main(["--env", "kg", "--data-dir", data_dir, "--out", str(out)]) == 0
+    results = json.loads(out.read_text())
+    assert set(results) == {"db-compact", "kg-compact"}
+    assert results["kg-compact"]["whole"]["passed"] == results["kg-compact"]["tasks"] == len(REPLAYED_RECORDS)
+    assert "| kg | compact | 10 | 10 | 10 |" in out.with_suffix(".md").read_text()
