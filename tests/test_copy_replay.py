@@ -90,10 +90,10 @@ def test_bench_writes_json_and_markdown_and_keeps_other_envs(tmp_path, data_dir:
     from bench.copy_replay import main
 
     out = tmp_path / "copy_replay.json"
-    out.write_text(json.dumps({"db-compact": json.loads(json.dumps(
-        {"env": "db", "memory_format": "compact", "tasks": 1, "gold_passed": 1, "seconds": 0.1,
-         "whole": {"passed": 1, "failed": [], "memories_cut": []},
-         "budget": {"passed": 1, "failed": [], "memories_cut": []}}))}))
+    earlier = {"env": "db", "memory_format": "compact", "tasks": 1, "gold_passed": 1, "seconds": 0.1,
+               "whole": {"passed": 1, "failed": [], "memories_cut": []},
+               "budget": {"passed": 1, "failed": [], "memories_cut": []}}
+    out.write_text(json.dumps({"db-compact": earlier}))
     assert main(["--env", "kg", "--data-dir", data_dir, "--out", str(out)]) == 0
     results = json.loads(out.read_text())
     assert set(results) == {"db-compact", "kg-compact"}
