@@ -133,8 +133,9 @@ def replay_task(env_name: str, task: Any, memory_format: str, settle: float) -> 
                                  "reward": copied.verdict.get("reward", 0), "status": copied.status,
                                  "memory_chars": len(memory.text), "cut": memory.text != whole_text,
                                  "memory": memory.text}
-        for setting, outcome in outcomes.items():
-            row[setting] = {k: v for k, v in outcome.items() if k != "memory" or not outcome["passed"]}
+        for setting, outcome in outcomes.items():  # the memory text is kept where a whole memory failed
+            keep_text = setting == "whole" and not outcome["passed"]
+            row[setting] = {k: v for k, v in outcome.items() if k != "memory" or keep_text}
     except Exception as exc:  # one broken task must not stop the others
         row["error"] = f"{type(exc).__name__}: {exc}"
     return row
@@ -152,7 +153,8 @@ def summarize(env: str, memory_format: str, rows: list[dict[str, Any]], seconds:
         result[setting] = {"passed": len(passed),
                            "failed": [r["index"] for r in rows if r not in passed],
                            "memories_cut": [r["index"] for r in rows if r.get(setting, {}).get("cut")]}
-    result["rows"] = rows
+    # Rows only for tasks that failed somewhere (the lists above name the rest); a failure keeps its memory text.
+    result["failed_rows"] = [r for r in rows if not all(r.get(setting, {}).get("passed") for setting in L_MAX_SETTINGS)]
     return result
 
 
