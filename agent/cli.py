@@ -53,6 +53,18 @@ MaxRetriesFlag = Annotated[Optional[int], typer.Option(
 ConcurrencyFlag = Annotated[Optional[int], typer.Option(min=1, help="openai: requests in flight at once (default 8).")]
 ExtraBodyFlag = Annotated[Optional[str], typer.Option(
     help='openai: JSON object added to every request, e.g. \'{"top_k": -1}\'.')]
+# Fidelity to LifelongAgentBench (agent/harness.py; docs/running.md "Harness options").
+MemoryFromFlag = Annotated[str, typer.Option(
+    help="Which successes write a memory: completed (reward 1 and ended by its own answer/finish, LAB's rule) "
+         "or reward (reward 1 alone).")]
+MemoryFormatFlag = Annotated[str, typer.Option(
+    help="How a memory is injected: compact (copyable actions), transcript (LAB's raw replies and observations) "
+         "or abstract (compact with OS names replaced by placeholders).")]
+KGParserFlag = Annotated[str, typer.Option(help="KG reply parser: strict (exactly LAB's) or lenient.")]
+KGVocabFlag = Annotated[Optional[Path], typer.Option(
+    help="KG: folder with LAB's vocab.json and fb_roles; listings and types go through them.")]
+InstructionsFlag = Annotated[Optional[Path], typer.Option(
+    help="Folder holding <env>.txt: replaces the environment's instruction text (user turn 0).")]
 ScheduleFlag = Annotated[str, typer.Option(
     help="lockstep: every stream's pending request in one batched model call per tick; sequential: streams one "
          "after another, one conversation per call (for comparisons).")]
@@ -142,6 +154,19 @@ def checked_budget(env: str, accounting: str) -> Any:
     if accounting not in ACCOUNTINGS:
         fail(f"--budget-accounting {accounting!r}: choose {' or '.join(ACCOUNTINGS)}")
     return Budget.for_env(env, accounting)
+
+
+def checked_harness(envs: Sequence[str], options: dict[str, Any] | None) -> Any:
+    """The run's HarnessOptions from the harness flags (agent/harness.py), checked for every env, or one error line."""
+    from agent.harness import HarnessError, harness_from_cli
+
+    try:
+        harness = None
+        for env in envs:
+            harness = harness_from_cli(env, **{k: v for k, v in (options or {}).items() if v is not None})
+        return harness
+    except HarnessError as exc:
+        fail(str(exc))
 
 
 def check_env(env: str, kg_endpoint: str | None) -> str | None:
@@ -240,6 +265,8 @@ def run(
     timeout: TimeoutFlag = None, retry_for: RetryForFlag = None, max_retries: MaxRetriesFlag = None,
     concurrency: ConcurrencyFlag = None, extra_body: ExtraBodyFlag = None,
     schedule: ScheduleFlag = "lockstep",
+    memory_from: MemoryFromFlag = "completed", memory_format: MemoryFormatFlag = "compact",
+    kg_parser: KGParserFlag = "strict", kg_vocab: KGVocabFlag = None, instructions: InstructionsFlag = None,
     overwrite: bool = typer.Option(False, help="Delete the named methods' results in --out (only those, only in a "
                                                "run folder) and run them again; without it a run resumes."),
     summary_dir: Optional[Path] = typer.Option(None, help="Where summary.md/.json and the plot go.",
@@ -252,7 +279,9 @@ def run(
                   overwrite=overwrite, progress=progress, summary_dir=summary_dir,
                   budget_accounting=budget_accounting, schedule=schedule,
                   connection=dict(timeout=timeout, retry_for=retry_for, max_retries=max_retries,
-                                  concurrency=concurrency, extra_body=extra_body))
+                                  concurrency=concurrency, extra_body=extra_body),
+                  harness=dict(memory_from=memory_from, memory_format=memory_format, kg_parser=kg_parser,
+                               kg_vocab=kg_vocab, instructions=instructions))
 
 
 def parse_list(flag: str, text: str, known: Sequence[str] | None = None) -> list[str]:
@@ -297,8 +326,10 @@ def run_benchmark(env: str = "db", methods: str = ",".join(METHOD_NAMES), backbo
                   model: str | None = None, base_url: str | None = None, overwrite: bool = False,
                   progress: bool = True, summary_dir: Path | None = None,
                   budget_accounting: str = DEFAULT_ACCOUNTING, connection: dict[str, Any] | None = None,
-                  schedule: str = "lockstep") -> None:
-    """The body of `tokenworth run` (plain defaults, so the bare `tokenworth` can call it)."""
+                  schedule: str = "lockstep", harness: dict[str, Any] | None = None) -> None:
+    """The body of `tokenworth run` (plain defaults, so the bare `tokenworth` can call it).
+
+    ``harness``: the harness flags (agent/harness.py ``harness_from_cli`` arguments)."""
     from agent.experiment.streams import GridError, expand, grid_points
 
     envs = parse_list("--env", env)
@@ -323,7 +354,7 @@ def run_benchmark(env: str = "db", methods: str = ",".join(METHOD_NAMES), backbo
     run_experiment_command(streams, envs, settings, out_dir, title, backbone=backbone, seed=seed_list[0],
                            model=model, base_url=base_url, data_dir=data_dir, limit=limit, kg_endpoint=kg_endpoint,
                            overwrite=overwrite, progress=progress, summary_dir=summary_dir, schedule=schedule,
-                           accounting=budget_accounting, connection=connection)
+                           accounting=budget_accounting, connection=connection, harness=harness)
 
 
 def run_experiment_command(streams: Sequence[Any], envs: Sequence[str], settings: dict[str, Any], out_dir: Path,
@@ -331,7 +362,7 @@ def run_experiment_command(streams: Sequence[Any], envs: Sequence[str], settings
                            data_dir: Path | None, limit: int | None, kg_endpoint: str | None, overwrite: bool,
                            progress: bool, summary_dir: Path | None, schedule: str, accounting: str,
                            connection: dict[str, Any] | None, sweep_configs: Sequence[dict[str, Any]] | None = None,
-                           ) -> None:
+                           harness: dict[str, Any] | None = None) -> None:
     """The one front-end body of `run` and `sweep`: checks, folder, backbone, engine, summary."""
     from agent import runfolder
     from agent.backbones.registry import make_backbone
@@ -340,6 +371,7 @@ def run_experiment_command(streams: Sequence[Any], envs: Sequence[str], settings
 
     if schedule not in SCHEDULES:
         fail(f"--schedule {schedule!r}: choose {' or '.join(SCHEDULES)}")
+    options_harness = checked_harness(envs, harness)
     endpoints = {e: check_env(e, kg_endpoint) for e in envs}
     endpoint = endpoints.get("kg")
     tasks = {e: load_tasks(e, data_dir, limit=limit) for e in envs}  # type: ignore[arg-type]
@@ -349,7 +381,9 @@ def run_experiment_command(streams: Sequence[Any], envs: Sequence[str], settings
     config = {**settings, "backbone_options": options, "tasks": (len(tasks[envs[0]]) if len(envs) == 1
                                                                  else {e: len(t) for e, t in tasks.items()}),
               "data_dir": str(resolve_data_dir(data_dir)),
-              "budget": budgets[envs[0]] if len(envs) == 1 else budgets, "connection": links}
+              "budget": budgets[envs[0]] if len(envs) == 1 else budgets, "connection": links,
+              "harness": (options_harness.identity(envs[0]) if len(envs) == 1
+                          else {e: options_harness.identity(e) for e in envs})}
     with contextlib.ExitStack() as held:
         # folder, locks and config first: a busy or foreign folder fails before any model loads
         with runfolder.locked(*runfolder.folder_lock(out_dir), wait_s=runfolder.FOLDER_LOCK_WAIT_S):
@@ -371,7 +405,7 @@ def run_experiment_command(streams: Sequence[Any], envs: Sequence[str], settings
         bars = ProgressBars(progress, streams, tasks)
         try:
             result = run_experiment(streams, bb, out_dir, tasks=tasks, schedule=schedule,  # type: ignore[arg-type]
-                                    kg_endpoint=endpoint, hooks=bars.hook, names=names)
+                                    kg_endpoint=endpoint, hooks=bars.hook, names=names, harness=options_harness)
         finally:
             bars.close()
         if result.batch_sizes:
@@ -489,6 +523,8 @@ def sweep(
     timeout: TimeoutFlag = None, retry_for: RetryForFlag = None, max_retries: MaxRetriesFlag = None,
     concurrency: ConcurrencyFlag = None, extra_body: ExtraBodyFlag = None,
     schedule: ScheduleFlag = "lockstep",
+    memory_from: MemoryFromFlag = "completed", memory_format: MemoryFormatFlag = "compact",
+    kg_parser: KGParserFlag = "strict", kg_vocab: KGVocabFlag = None, instructions: InstructionsFlag = None,
     overwrite: bool = typer.Option(False, help="Discard the sweep this folder holds (only a run folder) and "
                                                "start over; without it a sweep resumes."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
@@ -500,7 +536,9 @@ def sweep(
                       overwrite=overwrite, progress=progress, budget_accounting=budget_accounting, plus=plus,
                       schedule=schedule,
                       connection=dict(timeout=timeout, retry_for=retry_for, max_retries=max_retries,
-                                      concurrency=concurrency, extra_body=extra_body))
+                                      concurrency=concurrency, extra_body=extra_body),
+                      harness=dict(memory_from=memory_from, memory_format=memory_format, kg_parser=kg_parser,
+                                   kg_vocab=kg_vocab, instructions=instructions))
 
 
 @expected_failures
@@ -508,7 +546,7 @@ def run_sweep_command(env: str, grid: list[str], table_a3: bool, backbone: str, 
                       data_dir: Path | None, limit: int | None, kg_endpoint: str | None, model: str | None,
                       base_url: str | None, overwrite: bool, progress: bool,
                       budget_accounting: str = DEFAULT_ACCOUNTING, connection: dict[str, Any] | None = None,
-                      plus: bool = False, schedule: str = "lockstep") -> None:
+                      plus: bool = False, schedule: str = "lockstep", harness: dict[str, Any] | None = None) -> None:
     from agent.sweep import SweepError, configs_from_grid, sweep_streams, table_a3_configs
 
     if env not in ENVS:
@@ -528,7 +566,8 @@ def run_sweep_command(env: str, grid: list[str], table_a3: bool, backbone: str, 
     run_experiment_command(streams, [env], settings, out_dir, title, backbone=backbone, seed=seed, model=model,
                            base_url=base_url, data_dir=data_dir, limit=limit, kg_endpoint=kg_endpoint,
                            overwrite=overwrite, progress=progress, summary_dir=None, schedule=schedule,
-                           accounting=budget_accounting, connection=connection, sweep_configs=configs)
+                           accounting=budget_accounting, connection=connection, sweep_configs=configs,
+                           harness=harness)
 
 
 def write_sweep_summary(result: Any, configs: Sequence[dict[str, Any]], out_dir: Path,

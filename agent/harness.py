@@ -4,23 +4,62 @@ One frozen value, :class:`HarnessOptions`, is threaded to every environment
 (:func:`agent.envs.registry.make_environment`) and every policy
 (:func:`agent.policies.registry.make_policy`), and its :meth:`~HarnessOptions.identity` is
 part of each stream's identity, so a run made with other options never resumes into this one.
+
+The options (``tokenworth run``/``sweep`` flags of the same names; docs/running.md):
+
+* ``memory_from`` — which successes write a memory. ``"completed"`` (default, LAB's rule for
+  previous-sample memories): reward 1 *and* the episode ended by its own answer/finish action.
+  ``"reward"``: reward 1 alone (a DB write task that passed on the table hash after an invalid
+  reply or the round limit also counts).
+* ``memory_format`` — how a memory is written (:mod:`agent.memory`). ``"compact"`` (default):
+  the actions exactly as the model must write them, short observations. ``"transcript"``: the
+  raw question, replies and observations, as LAB's previous-sample utilisation shows them.
+  ``"abstract"``: compact, with OS user/group names, home paths and PIDs replaced by
+  placeholders (the paper's App. B.4 reading; such scripts cannot be run as written).
+* ``kg_parser`` — ``"strict"`` (default): the KG reply parser accepts exactly what LAB's does;
+  ``"lenient"``: the project's forgiving one (docs/kg.md has the case table).
+* ``kg_vocab`` — a folder with LAB's KG ontology files (``vocab.json``, ``fb_roles``): relation
+  and attribute listings are filtered through it and variable types come from ``fb_roles``.
+* ``instructions`` — a folder holding ``<env>.txt``: that text replaces the environment's
+  instructions (user turn 0); the memory block and the task go where they always go.
+
+Files named by the options are read when an environment is made, and their sha256 is part of
+:meth:`HarnessOptions.identity`; a missing or unreadable file is a :class:`HarnessError` with a
+one-line message.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+from pathlib import Path
 from typing import Any
 
 MEMORY_FROM = ("completed", "reward")  # which successes write a memory
-MEMORY_FORMATS = ("compact", "transcript")  # how a memory is rendered for injection
+MEMORY_FORMATS = ("compact", "transcript", "abstract")  # how a memory is rendered for injection
 KG_PARSERS = ("strict", "lenient")
+KG_VOCAB_FILES = ("vocab.json", "fb_roles")  # what LAB reads from its ontology folder
+
+
+class HarnessError(ValueError):
+    """A harness option names something unusable (a missing file, a bad folder, an unknown value)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class KGVocabulary:
+    """LAB's KG ontology: the relation and attribute vocabularies and relation ranges."""
+
+    relations: frozenset[str]
+    attributes: frozenset[str]
+    ranges: dict[str, str]
 
 
 @dataclasses.dataclass(frozen=True)
 class HarnessOptions:
-    memory_from: str = "reward"
+    memory_from: str = "completed"
     memory_format: str = "compact"
-    kg_parser: str = "lenient"
+    kg_parser: str = "strict"
     kg_vocab: str | None = None  # a folder of LAB's KG vocabulary files
     instructions: str | None = None  # a folder holding <env>.txt instruction texts
 
@@ -28,13 +67,121 @@ class HarnessOptions:
         for field, allowed in (("memory_from", MEMORY_FROM), ("memory_format", MEMORY_FORMATS),
                                ("kg_parser", KG_PARSERS)):
             if getattr(self, field) not in allowed:
-                raise ValueError(f"{field} must be one of {', '.join(allowed)}, got {getattr(self, field)!r}")
+                flag = "--" + field.replace("_", "-")
+                raise HarnessError(f"{flag} must be one of {', '.join(allowed)}, got {getattr(self, field)!r}")
+
+    # ------------------------------------------------------------------ files the options name
+    def instructions_path(self, env: str) -> Path | None:
+        return None if self.instructions is None else Path(self.instructions) / f"{env}.txt"
+
+    def instruction_text(self, env: str) -> str | None:
+        """The text of ``DIR/<env>.txt``, or ``None`` when the environment's own text is used."""
+        path = self.instructions_path(env)
+        if path is None:
+            return None
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise HarnessError(f"--instructions {self.instructions}: no {env}.txt there (one file per "
+                               f"environment, named <env>.txt)") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise HarnessError(f"--instructions: cannot read {path}: {exc}") from None
+        if not text.strip():
+            raise HarnessError(f"--instructions: {path} is empty")
+        return text
+
+    def kg_vocabulary(self) -> KGVocabulary | None:
+        """LAB's ontology from ``kg_vocab`` (``None`` without it); see :func:`load_kg_vocabulary`."""
+        return None if self.kg_vocab is None else load_kg_vocabulary(self.kg_vocab)
+
+    def validate(self, env: str) -> None:
+        """Read every file the options name for ``env`` now, so a bad path fails before any task runs."""
+        self.instruction_text(env)
+        if env == "kg":
+            self.kg_vocabulary()
 
     def identity(self, env: str) -> dict[str, Any]:
-        """What of these options changes ``env``'s results (JSON-ready)."""
-        return dataclasses.asdict(self)
+        """What of these options changes ``env``'s results (JSON-ready).
+
+        File contents enter by their sha256, so editing an instruction file or a vocabulary
+        makes a different run even under the same path.
+        """
+        identity: dict[str, Any] = {"memory_from": self.memory_from, "memory_format": self.memory_format}
+        text = self.instruction_text(env)
+        identity["instructions_sha256"] = None if text is None else _sha256(text.encode("utf-8"))
+        if env == "kg":
+            identity["kg_parser"] = self.kg_parser
+            identity["kg_vocab_sha256"] = None if self.kg_vocab is None else _vocab_digest(self.kg_vocab)
+        return identity
 
 
 DEFAULT_HARNESS = HarnessOptions()
 
-__all__ = ["HarnessOptions", "DEFAULT_HARNESS", "MEMORY_FROM", "MEMORY_FORMATS", "KG_PARSERS"]
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _vocab_file(folder: str, name: str) -> Path:
+    path = Path(folder)
+    if not path.is_dir():
+        raise HarnessError(f"--kg-vocab {folder}: not a readable folder")
+    return path / name
+
+
+def _read_vocab_bytes(folder: str, name: str) -> bytes:
+    path = _vocab_file(folder, name)
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise HarnessError(f"--kg-vocab {folder}: no {name} there (LAB's ontology folder holds "
+                           f"{' and '.join(KG_VOCAB_FILES)})") from None
+    except OSError as exc:
+        raise HarnessError(f"--kg-vocab: cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _vocab_digest(folder: str) -> str:
+    return _sha256(b"".join(_sha256(_read_vocab_bytes(folder, name)).encode() for name in KG_VOCAB_FILES))
+
+
+def load_kg_vocabulary(folder: str) -> KGVocabulary:
+    """``vocab.json`` (``{"relations": [...], "attributes": [...]}``) and ``fb_roles``
+    (``domain relation range`` lines) from LAB's ontology folder."""
+    try:
+        vocab = json.loads(_read_vocab_bytes(folder, "vocab.json").decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise HarnessError(f"--kg-vocab {folder}: vocab.json is not JSON ({exc})") from None
+    lists = {key: vocab.get(key) if isinstance(vocab, dict) else None for key in ("relations", "attributes")}
+    for key, value in lists.items():
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise HarnessError(f"--kg-vocab {folder}: vocab.json needs a list of strings under {key!r}")
+    from agent.envs.sparql import load_fb_roles
+
+    _read_vocab_bytes(folder, "fb_roles")  # the clear error for a missing or unreadable file
+    try:
+        ranges = load_fb_roles(str(_vocab_file(folder, "fb_roles")))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise HarnessError(f"--kg-vocab {folder}: {exc}") from None
+    return KGVocabulary(frozenset(lists["relations"]), frozenset(lists["attributes"]), ranges)
+
+
+def harness_from_cli(env: str, *, memory_from: str = DEFAULT_HARNESS.memory_from,
+                     memory_format: str = DEFAULT_HARNESS.memory_format,
+                     kg_parser: str = DEFAULT_HARNESS.kg_parser, kg_vocab: str | Path | None = None,
+                     instructions: str | Path | None = None) -> HarnessOptions:
+    """The run's :class:`HarnessOptions` from the CLI flags, every named file checked for ``env``.
+
+    Raises :class:`HarnessError` (one line, naming the flag) on any bad value.
+    """
+    options = HarnessOptions(memory_from=memory_from.strip().lower(), memory_format=memory_format.strip().lower(),
+                             kg_parser=kg_parser.strip().lower(),
+                             kg_vocab=None if kg_vocab is None else str(kg_vocab),
+                             instructions=None if instructions is None else str(instructions))
+    if options.instructions is not None and not Path(options.instructions).is_dir():
+        raise HarnessError(f"--instructions {options.instructions}: not a folder (it must hold <env>.txt files)")
+    options.validate(env)
+    return options
+
+
+__all__ = ["HarnessOptions", "HarnessError", "KGVocabulary", "DEFAULT_HARNESS", "MEMORY_FROM", "MEMORY_FORMATS",
+           "KG_PARSERS", "KG_VOCAB_FILES", "harness_from_cli", "load_kg_vocabulary"]

@@ -3,25 +3,44 @@
 Every method uses the same construction, so they differ only in what they keep and
 retrieve. Invariants (spec §5, §8):
 
-* only a task whose environment grader returned reward 1 produces a memory
-  (:func:`build_memory` returns ``None`` otherwise);
+* only a success writes a memory (:func:`writes_memory`): reward 1 from the environment's
+  grader and, under the default ``memory_from="completed"`` (LAB's rule for its
+  previous-sample memories), an episode that ended by its own answer/finish action; with
+  ``memory_from="reward"`` the reward alone decides (a DB write task that passed on the table
+  hash after the round limit also counts);
 * a memory is built only from the agent's *own* trajectory — its replies, the actions the
   environment parsed from them and the observations it returned — plus the task's question.
   Reference SQL, gold rows, evaluation scripts and answer lists are never read here;
-* a memory's text never exceeds the block room L_max leaves after the block headings,
-  so a single injected memory is never cut.
+* a memory's text never exceeds the block room L_max leaves after the block headings, and it
+  is cut between steps, never inside an action (:func:`fit`), so a single injected memory is
+  never cut by the injection block.
 
-Per environment:
+Formats (``memory_format``, :mod:`agent.harness`):
 
-* **DB** — a compact demonstration: the question, the valid SQL operations (an operation
-  whose observation is a SQL error is dropped), each observation cut to
-  :data:`OBSERVATION_CHARS`, and the final answer.
-* **OS** — transferable Bash patterns: the scripts the agent ran, with instance-specific
-  details abstracted by regex (:func:`abstract_bash`): user and group names the task's own
-  commands create or use → ``<user>``/``<group>``, ``/home/<name>`` → ``/home/<user>``,
-  process ids → ``<pid>``. Observations are left out (they are instance-specific output).
-* **KG** — the tool calls in order, each with its observation cut to
-  :data:`OBSERVATION_CHARS`, and the final answer variable.
+* **compact** (default): every action exactly as the environment's parser wants it, so a
+  model can copy it (``tests/copy_backbone.py`` replays memories verbatim;
+  ``bench/copy_replay.py`` measures it on every DB and OS task):
+
+  * **DB** — the question, the valid SQL operations as ``Action: Operation`` + a ```` ```sql ````
+    block (an operation whose observation is a SQL error is dropped), each observation cut to
+    :data:`OBSERVATION_CHARS`, and ``Action: Answer`` / ``Final Answer: …``;
+  * **OS** — the task, each script the agent ran as ``Act: bash`` + a ```` ```bash ```` block,
+    as it ran (user names and paths included: a placeholder would not run), then
+    ``Act: finish``. Observations are left out (instance-specific output);
+  * **KG** — the tool calls that succeeded, ``Action: tool(args)``, each with its observation
+    cut to :data:`OBSERVATION_CHARS`, and ``Final Answer: #k`` (failed calls made no variable,
+    so leaving them out keeps the numbering).
+
+* **abstract**: compact, but OS scripts and the task have instance-specific details
+  abstracted by regex (:func:`abstract_bash`): user and group names the task's own commands
+  create or use → ``<user>``/``<group>``, ``/home/<name>`` → ``/home/<user>``, process ids
+  → ``<pid>`` (the paper's "transferable Bash patterns"; DB and KG are as compact).
+* **transcript**: as LAB's previous-sample utilisation shows a solved sample: the question,
+  then every raw reply (``assistant: …``) and every observation the model was sent
+  (``user: …``).
+
+When the text is over the limit, observations go first (compact), then the question is
+shortened, then whole steps are cut from the end with a note saying how many.
 
 The memory keeps the source task's ``skill_list`` (the simulated backbone reads it through
 ``meta["memory_skills"]``) and a ``key_text`` — the source question — that similarity-based
@@ -36,6 +55,7 @@ import shlex
 from typing import Any, Sequence
 
 from agent.budget import BLOCK_HEADER, ITEM_HEADING, Budget
+from agent.harness import MEMORY_FORMATS, MEMORY_FROM
 
 OBSERVATION_CHARS = 200  # per observation kept in a DB/KG memory
 
@@ -234,8 +254,21 @@ def abstract_bash(text: str, users: set[str], groups: set[str]) -> str:
 
 
 # ---------------------------------------------------------------- construction
-def _db_text(question: str, turns: Sequence[Turn]) -> str:
-    lines = [f"Question: {question.strip()}"]
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One action of a memory as the model must write it, and what it observed (or ``None``)."""
+
+    action: str
+    observation: str | None = None
+
+    def render(self, with_observation: bool) -> str:
+        if with_observation and self.observation:
+            return f"{self.action}\n{self.observation}"
+        return self.action
+
+
+def _db_steps(turns: Sequence[Turn]) -> list[Step]:
+    steps = []
     for turn in turns:
         parsed = _db_action(turn)
         if parsed is None:
@@ -244,57 +277,134 @@ def _db_text(question: str, turns: Sequence[Turn]) -> str:
         if kind == "sql":
             if not _looks_like_rows(turn.observation):
                 continue  # the operation failed: not part of the demonstration
-            lines.append(f"Action: Operation\n```sql\n{value}\n```")
-            lines.append(f"Observation: {_cut(turn.observation, OBSERVATION_CHARS)}")
+            steps.append(Step(f"Action: Operation\n```sql\n{value}\n```",
+                              f"Observation: {_cut(turn.observation, OBSERVATION_CHARS)}"))
         else:
-            lines.append(f"Action: Answer\nFinal Answer: {value}")
-    return "\n".join(lines)
+            steps.append(Step(f"Action: Answer\nFinal Answer: {value}"))
+    return steps
 
 
-def _os_text(question: str, turns: Sequence[Turn]) -> str:
+def _os_steps(turns: Sequence[Turn], abstract: bool) -> tuple[list[Step], Any]:
     scripts = [value for parsed in map(_os_action, turns) if parsed for kind, value in [parsed] if kind == "bash"]
-    users, groups = instance_names(scripts)
-    lines = [f"Task: {abstract_bash(question.strip(), users, groups)}", "Bash that solved it:"]
-    for script in scripts:
-        lines.append(f"```bash\n{abstract_bash(script, users, groups)}\n```")
-    lines.append("Act: finish")
-    return "\n".join(lines)
+    users, groups = instance_names(scripts) if abstract else (set(), set())
+
+    def shown(text: str) -> str:
+        return abstract_bash(text, users, groups) if abstract else text
+
+    # Every script as the OS parser wants it, then the finishing action: the task was solved
+    # after these scripts, so finishing is the right next reply even if the episode ran out.
+    steps = [Step(f"Act: bash\n```bash\n{shown(script)}\n```") for script in scripts]
+    return steps + [Step("Act: finish")], shown
 
 
-def _kg_text(question: str, turns: Sequence[Turn]) -> str:
-    lines = [f"Question: {question.strip()}"]
-    for turn in turns:
+_KG_SUCCESS = "executes successfully"
+
+
+def _kg_steps(turns: Sequence[Turn]) -> list[Step]:
+    steps = []
+    for position, turn in enumerate(turns):
         parsed = _kg_action(turn)
         if parsed is None:
             continue
         kind, value = parsed
         if kind == "call":
-            lines.append(f"Action: {value}")
-            lines.append(f"Observation: {_cut(turn.observation, OBSERVATION_CHARS)}")
-        else:
-            lines.append(f"Final Answer: {value}")
-    return "\n".join(lines)
+            if _KG_SUCCESS not in turn.observation:
+                continue  # a failed call made no variable: leaving it out keeps the numbering
+            steps.append(Step(f"Action: {value}", f"Observation: {_cut(turn.observation, OBSERVATION_CHARS)}"))
+        elif position == len(turns) - 1:  # only the answer that ended the task (an unknown #k did not)
+            steps.append(Step(f"Final Answer: {value}"))
+    return steps
 
 
-_BUILDERS = {"db": _db_text, "os": _os_text, "kg": _kg_text}
+def _compact(env: str, question: str, turns: Sequence[Turn], abstract: bool) -> tuple[str, list[Step]]:
+    """(the question line, the steps) of a compact memory; ``env`` is one of :data:`ENVIRONMENTS`."""
+    if env == "db":
+        return f"Question: {question.strip()}", _db_steps(turns)
+    if env == "os":
+        steps, shown = _os_steps(turns, abstract)
+        return f"Task: {shown(question.strip())}", steps
+    return f"Question: {question.strip()}", _kg_steps(turns)
 
 
-def build_memory(env: str, task: Any, trajectory: Sequence[Turn], reward: int, budget: Budget) -> Memory | None:
-    """The memory a finished task writes, or ``None`` (failed task, or nothing usable).
+def _transcript(question: str, turns: Sequence[Turn]) -> tuple[str, list[Step]]:
+    """The raw replies and the observations the model was sent (the last one never was)."""
+    steps = [Step(f"assistant: {turn.reply.strip()}",
+                  f"user: {turn.observation.strip()}" if position < len(turns) - 1 and turn.observation.strip() else None)
+             for position, turn in enumerate(turns)]
+    return f"Question: {question.strip()}", steps
 
+
+ENVIRONMENTS = ("db", "os", "kg")
+HEAD_KEEP = 60  # the question is shortened down to this many characters before any step is cut
+CUT_NOTE = "[{n} later step(s) cut to fit]"
+
+
+def fit(head: str, steps: Sequence[Step], limit: int, *, drop_observations: bool) -> str:
+    """The memory text within ``limit`` characters, cut only between steps.
+
+    In order, the first that fits: everything; (``drop_observations``) the actions without
+    their observations; the question shortened so that every step stays whole; the question
+    cut to :data:`HEAD_KEEP` and the leading steps that fit whole, then a note of how many were
+    cut. Only when not even the first step fits whole is it cut inside (it alone exceeds L_max).
+    """
+    def joined(*parts: str) -> str:
+        return "\n".join(parts)
+
+    variants = [True, False] if drop_observations else [True]
+    for with_observations in variants:
+        text = joined(head, *(s.render(with_observations) for s in steps))
+        if len(text) <= limit:
+            return text
+    with_observations = not drop_observations
+    body = joined(*(s.render(with_observations) for s in steps))
+    room = limit - len(body) - 1
+    if room >= min(len(head), HEAD_KEEP):
+        return joined(_cut(head, room), body)
+    head = _cut(head, HEAD_KEEP)
+    kept: list[str] = []
+    for position, step in enumerate(steps):
+        rendered = step.render(with_observations)
+        later = len(steps) - position - 1
+        note_room = 1 + len(CUT_NOTE.format(n=later)) if later else 0  # room for the note if what follows is cut
+        if len(joined(head, *kept, rendered)) + note_room > limit:
+            break
+        kept.append(rendered)
+    if not kept:  # the first step alone is longer than L_max: the one cut inside a step
+        return _cut(joined(head, steps[0].render(False)), limit)
+    if len(kept) < len(steps):
+        kept.append(CUT_NOTE.format(n=len(steps) - len(kept)))
+    return joined(head, *kept)
+
+
+def writes_memory(reward: int, status: str | None, memory_from: str = "completed") -> bool:
+    """Whether a judged task writes a memory: reward 1, and under ``"completed"`` (LAB's rule)
+    also an episode that ended by its own answer/finish action."""
+    if memory_from not in MEMORY_FROM:
+        raise ValueError(f"memory_from must be one of {', '.join(MEMORY_FROM)}, got {memory_from!r}")
+    return reward == 1 and (memory_from == "reward" or status == "completed")
+
+
+def build_memory(env: str, task: Any, trajectory: Sequence[Turn], reward: int, budget: Budget, *,
+                 status: str | None = "completed", memory_from: str = "completed",
+                 memory_format: str = "compact") -> Memory | None:
+    """The memory a finished task writes, or ``None`` (not a success by ``memory_from``, or
+    nothing usable).
+
+    ``status`` is how the episode ended (``completed`` = by its own answer/finish action).
     ``task`` is a record from :mod:`agent.data`; only ``query_text``, ``task_id`` and
     ``skill_list`` are read from it — never its reference answer.
     """
-    if reward != 1:
+    if env not in ENVIRONMENTS:
+        raise ValueError(f"no memory construction for environment {env!r}; expected one of {sorted(ENVIRONMENTS)}")
+    if memory_format not in MEMORY_FORMATS:
+        raise ValueError(f"memory_format must be one of {', '.join(MEMORY_FORMATS)}, got {memory_format!r}")
+    if not writes_memory(reward, status, memory_from):
         return None
-    try:
-        builder = _BUILDERS[env]
-    except KeyError:
-        raise ValueError(f"no memory construction for environment {env!r}; expected one of {sorted(_BUILDERS)}") from None
-    text = builder(task.query_text, trajectory)
-    if len(text.splitlines()) < 2:
-        return None  # only the question: the trajectory held no usable action
-    limit = memory_char_limit(budget)
-    if len(text) > limit:
-        text = text[: max(0, limit - 1)].rstrip() + "…"
+    if memory_format == "transcript":
+        head, steps = _transcript(task.query_text, trajectory)
+    else:
+        head, steps = _compact(env, task.query_text, trajectory, abstract=memory_format == "abstract")
+    if not steps or (env == "os" and len(steps) == 1 and memory_format != "transcript"):
+        return None  # only the question (OS: only the finish): the trajectory held no usable action
+    text = fit(head, steps, memory_char_limit(budget), drop_observations=memory_format != "transcript")
     return Memory(text=text, key_text=task.query_text, skills=tuple(task.skill_list), source_task_id=task.task_id)

@@ -57,13 +57,13 @@ def test_memory_text_capped_to_fit_one_block() -> None:
     assert memory is not None and len(memory.text) <= memory_char_limit(DB)
 
 
-def test_os_memory_abstracts_users_paths_and_pids() -> None:
+def test_abstract_os_memory_abstracts_users_paths_and_pids() -> None:
     script = ("useradd -m alice && usermod -aG devs alice\nchown alice:devs /home/alice/report.txt\n"
               "kill -9 43125; cat /proc/43125/status")
     turns = [Turn(0, f"Act: bash\n```bash\n{script}\n```", "done", {"kind": "bash", "script": script}),
              Turn(1, "Act: finish", "", {"kind": "finish"})]
     t = task(0, "Create user alice in group devs and give her /home/alice/report.txt", ("useradd",), "os")
-    memory = build_memory("os", t, turns, 1, Budget.for_env("os"))
+    memory = build_memory("os", t, turns, 1, Budget.for_env("os"), memory_format="abstract")
     assert memory is not None
     assert "alice" not in memory.text and "43125" not in memory.text and "devs" not in memory.text
     assert "useradd -m <user>" in memory.text and "/home/<user>/report.txt" in memory.text
@@ -79,13 +79,101 @@ def test_instance_names_ignores_root_and_keeps_longest_match() -> None:
 
 def test_kg_memory_keeps_calls_and_truncated_observations() -> None:
     turns = [
-        Turn(0, "Action: get_relations(Barack Obama)", "[" + ", ".join(f"rel.{i}" for i in range(200)) + "]",
+        Turn(0, "Action: get_relations(Barack Obama)", "get_relations(Barack Obama) executes successfully. "
+             "Observation: [" + ", ".join(f"rel.{i}" for i in range(200)) + "]",
              {"kind": "tool", "tool": "get_relations", "call": "get_relations(Barack Obama)"}),
-        Turn(1, "Final Answer: #0", "", {"kind": "answer", "variable": 0}),
+        Turn(1, "Action: get_neighbors(Barack Obama, rel.3)", "get_neighbors(Barack Obama, rel.3) executes "
+             "successfully. Observation: Variable #0, which are instances of a.b",
+             {"kind": "tool", "tool": "get_neighbors", "call": "get_neighbors(Barack Obama, rel.3)"}),
+        Turn(2, "Action: count(#7)", "Error in executing 'count(#7)'. Error: Variable #7 is not found",
+             {"kind": "tool", "tool": "count", "call": "count(#7)"}),
+        Turn(3, "Final Answer: #0", "Final answer: variable #0.", {"kind": "answer", "variable": 0}),
     ]
     memory = build_memory("kg", task(0, "who?", env="kg"), turns, 1, Budget.for_env("kg"))
     assert memory is not None and "Action: get_relations(Barack Obama)" in memory.text
-    assert "rel.150" not in memory.text and "Final Answer: #0" in memory.text
+    assert "rel.150" not in memory.text and memory.text.endswith("Final Answer: #0")
+    assert "count(#7)" not in memory.text  # a failed call made no variable: left out
+
+
+# ------------------------------------------------------------------ copyable memories, LAB's success rule
+def os_turns(*scripts: str) -> list[Turn]:
+    turns = [Turn(i, f"Act: bash\n```bash\n{s}\n```", "The output of the OS is empty.", {"kind": "bash", "script": s})
+             for i, s in enumerate(scripts)]
+    return turns + [Turn(len(scripts), "Act: finish", "Task finished.", {"kind": "finish"})]
+
+
+def test_compact_os_memory_is_what_the_os_parser_runs() -> None:
+    from agent.envs.os_env import parse_action
+
+    memory = build_memory("os", task(0, "Create alice", env="os"), os_turns("useradd -m alice", "passwd -d alice"), 1,
+                          Budget.for_env("os"))
+    assert memory is not None
+    blocks = memory.text.split("\nAct: ")[1:]
+    assert [parse_action("Act: " + b).as_dict() for b in blocks] == [
+        {"kind": "bash", "script": "useradd -m alice"}, {"kind": "bash", "script": "passwd -d alice"},
+        {"kind": "finish"}]
+    assert memory.text.endswith("Act: finish") and "<user>" not in memory.text
+
+
+def test_compact_db_memory_actions_parse_as_the_db_parser_reads_them() -> None:
+    from agent.envs.db import parse_action
+
+    memory = build_memory("db", task(0, "names?"), db_trajectory(), 1, DB)
+    assert memory is not None
+    parts = memory.text.split("\nAction: ")[1:]
+    parsed = [parse_action("\nAction: " + p.split("\nObservation:")[0]) for p in parts]
+    assert parsed == [{"kind": "sql", "sql": "SELECT name FROM t WHERE age > 3"},
+                      {"kind": "answer", "answer": "[('alice',), ('bob',)]"}]
+
+
+@pytest.mark.parametrize("status, memory_from, writes", [
+    ("completed", "completed", True), ("round_limit", "completed", False), ("invalid_action", "completed", False),
+    ("round_limit", "reward", True), ("invalid_action", "reward", True)])
+def test_memory_needs_a_completed_episode_unless_memory_from_reward(status, memory_from, writes) -> None:
+    memory = build_memory("db", task(0, "q?"), db_trajectory(), 1, DB, status=status, memory_from=memory_from)
+    assert (memory is not None) is writes
+    assert build_memory("db", task(0, "q?"), db_trajectory(), 0, DB, status="completed", memory_from=memory_from) is None
+
+
+def test_policy_candidate_applies_the_runs_harness_options() -> None:
+    from agent.harness import HarnessOptions
+
+    policy = RAGPolicy("db", DB)
+    assert policy.candidate(task(0, "q?"), Outcome(1, "round_limit"), db_trajectory()) is None  # LAB's rule by default
+    policy.harness = HarnessOptions(memory_from="reward", memory_format="transcript")
+    memory = policy.candidate(task(0, "q?"), Outcome(1, "round_limit"), db_trajectory())
+    assert memory is not None and memory.text.startswith("Question: q?\nassistant: Action: Operation")
+
+
+def test_transcript_holds_raw_replies_and_the_observations_sent() -> None:
+    turns = db_trajectory()
+    memory = build_memory("db", task(0, "q?"), turns, 1, DB, memory_format="transcript")
+    assert memory is not None
+    lines = memory.text
+    assert "assistant: Action: Operation\n```sql\nSELEC name\n```\nuser: ERROR 1064" in lines  # invalid kept, raw
+    assert lines.endswith("assistant: Action: Answer\nFinal Answer: [('alice',), ('bob',)]")  # last reply, no obs
+
+
+@pytest.mark.parametrize("memory_format", ["compact", "transcript"])
+def test_long_memories_stay_within_l_max_and_are_cut_between_steps(memory_format) -> None:
+    scripts = [f"echo step{i} " + "x" * 150 for i in range(8)]
+    os_budget = Budget.for_env("os")
+    memory = build_memory("os", task(0, "Q " * 200, env="os"), os_turns(*scripts), 1, os_budget,
+                          memory_format=memory_format)
+    assert memory is not None and len(memory.text) <= memory_char_limit(os_budget)
+    kept = [s for s in scripts if s in memory.text]
+    assert kept == scripts[: len(kept)] and 0 < len(kept) < len(scripts)  # leading steps, each whole
+    assert memory.text.endswith("step(s) cut to fit]")
+
+
+def test_observations_and_question_go_before_any_action_is_cut() -> None:
+    turns = [Turn(0, "", "[" + "(1,), " * 300 + "]", {"kind": "sql", "sql": "SELECT a FROM t"}),
+             Turn(1, "", "", {"kind": "answer", "answer": "[" + "(1,), " * 100 + "]"})]
+    memory = build_memory("db", task(0, "why? " * 200), turns, 1, DB)
+    assert memory is not None and len(memory.text) <= memory_char_limit(DB)
+    assert "Observation:" not in memory.text and "Action: Operation\n```sql\nSELECT a FROM t\n```" in memory.text
+    assert memory.text.endswith("Final Answer: [" + "(1,), " * 99 + "(1,), ]")
+    assert memory.text.startswith("Question: why?") and "why? " * 100 not in memory.text
 
 
 # ------------------------------------------------------------------ policies

@@ -340,10 +340,12 @@ class DBEnvironment(Environment):
         *,
         limits: Limits | None = None,
         clock: Clock = time.monotonic,
+        instructions: str | None = None,
     ) -> None:
         """``time_limit_s`` is the wall-clock budget of one reply (all its statements,
         rendering included); ``limits`` overrides it together with the size bounds, and
-        ``clock`` is injectable for tests (see ``sqlite_mysql.limits``)."""
+        ``clock`` is injectable for tests (see ``sqlite_mysql.limits``); ``instructions``
+        replaces :data:`INSTRUCTIONS` (``--instructions DIR``)."""
         if max_rounds < 1:
             raise ValueError(f"max_rounds must be at least 1, got {max_rounds}")
         if time_limit_s <= 0:
@@ -352,6 +354,7 @@ class DBEnvironment(Environment):
         self.limits = limits if limits is not None else Limits(time_s=time_limit_s)
         self.time_limit_s = self.limits.time_s
         self._clock = clock
+        self._instructions = instructions
         self._task: DBTask | None = None
         self._db: MySQLOnSQLite | None = None
         self._rounds = 0
@@ -359,7 +362,7 @@ class DBEnvironment(Environment):
         self._status: str | None = None
 
     def instructions(self) -> str:
-        return INSTRUCTIONS
+        return INSTRUCTIONS if self._instructions is None else self._instructions
 
     def task_prompt(self, task: DBTask) -> str:
         headers = ", ".join(c.name for c in task.table.columns)

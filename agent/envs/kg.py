@@ -8,9 +8,9 @@ to execute the final answer.
 Action format (the original's): the reply holds a line ``Action: tool(arg, arg)`` or
 ``Final Answer: #k``. If a reply contains a final answer anywhere it is the answer
 (the original checked that pattern first); otherwise the first ``Action:`` is run. A
-reply with neither ends the task as ``invalid_action``. Arguments are split on commas,
-except inside entity names that contain commas; one layer of surrounding quotes and
-whitespace is dropped.
+reply with neither ends the task as ``invalid_action``. How exactly a reply is read is the
+parser's (:mod:`agent.envs.kg_parsers`): LAB's strict reading by default, or the lenient one
+(any case of ``Final Answer``, any spacing after ``Action:``, quotes dropped from arguments).
 
 Naming: an entity is named by its key in ``entity_dict`` (what the agent is shown) or
 by a MID (``m.…``/``g.…``, what the gold ``action_list`` uses); both are accepted, as in
@@ -40,10 +40,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from agent.data import KGTask
 from agent.envs.base import Environment, Judgement, StepResult
+from agent.envs.kg_parsers import STRICT, ParsedReply, ReplyParser, reply_parser
+from agent.envs.kg_parsers import parse_lenient as parse_reply  # noqa: F401 - the lenient reading, by its old name
+from agent.envs.kg_parsers import split_lenient as split_arguments  # noqa: F401
 from agent.envs.sparql import (
     And,
     Count,
@@ -59,6 +62,9 @@ from agent.envs.sparql import (
     to_sexpr,
 )
 
+if TYPE_CHECKING:
+    from agent.harness import KGVocabulary
+
 MAX_ROUNDS = 15
 ENDPOINT_ENV_VAR = "TOKENWORTH_KG_ENDPOINT"
 TOOLS: tuple[str, ...] = ("get_relations", "get_neighbors", "intersection", "get_attributes", "argmax", "argmin", "count")
@@ -66,9 +72,6 @@ _ARITY = {"get_relations": 1, "get_neighbors": 2, "intersection": 2, "get_attrib
 # Calls whose result is a new variable (the others only list names).
 VARIABLE_TOOLS = frozenset({"get_neighbors", "intersection", "argmax", "argmin", "count"})
 
-_FINAL_ANSWER = re.compile(r"Final Answer:\s*(?:var(?:iable)?\s*)?#(\d+)", re.IGNORECASE)
-_ACTION = re.compile(r"Action:\s*(\w+)\(")
-_VARIABLE_PREFIX = re.compile(r"^(?:variable|var)?\s*#", re.IGNORECASE)
 
 INSTRUCTIONS = """You answer questions with the knowledge stored in a knowledge base (Freebase). You query it with these tools:
 
@@ -98,65 +101,6 @@ where id is the variable's number. You have at most 15 replies, the final answer
 
 class KGEndpointRequired(RuntimeError):
     """The KG stream needs a SPARQL endpoint serving Freebase, and none was configured."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ParsedReply:
-    kind: str  # "answer", "action" or "invalid"
-    answer_index: int | None = None
-    tool: str | None = None
-    argument_text: str | None = None
-
-    @property
-    def call(self) -> str:
-        return f"{self.tool}({self.argument_text})"
-
-
-def parse_reply(reply: str) -> ParsedReply:
-    """Find the final answer, else the first action (with balanced parentheses)."""
-    answer = _FINAL_ANSWER.search(reply)
-    if answer is not None:
-        return ParsedReply("answer", answer_index=int(answer.group(1)))
-    action = _ACTION.search(reply)
-    if action is None:
-        return ParsedReply("invalid")
-    depth = 0
-    start = action.end() - 1  # the opening parenthesis
-    for position in range(start, len(reply)):
-        if reply[position] == "(":
-            depth += 1
-        elif reply[position] == ")":
-            depth -= 1
-            if depth == 0:
-                return ParsedReply("action", tool=action.group(1), argument_text=reply[start + 1 : position])
-    # Unbalanced: run the tool with whatever follows so the agent sees an argument error.
-    return ParsedReply("action", tool=action.group(1), argument_text=reply[start + 1 :].split("\n", 1)[0])
-
-
-def _unquote(text: str) -> str:
-    text = text.strip()
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"`":
-        return text[1:-1].strip()
-    return text
-
-
-def split_arguments(argument_text: str, entity_names: Sequence[str]) -> list[str]:
-    """Split on commas, keeping entity names that contain commas whole."""
-    protected = sorted((n for n in entity_names if "," in n), key=len, reverse=True)
-    placeholders: dict[str, str] = {}
-    for number, name in enumerate(protected):
-        token = f"\x00{number}\x00"
-        if name in argument_text:
-            argument_text = argument_text.replace(name, token)
-            placeholders[token] = name
-    parts = [part.strip() for part in argument_text.split(",")]
-    restored = []
-    for part in parts:
-        for token, name in placeholders.items():
-            part = part.replace(token, name)
-        if part:
-            restored.append(_unquote(part))
-    return restored
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,17 +136,22 @@ class KGEnvironment(Environment):
 
     name = "kg"
 
-    def __init__(self, endpoint: SparqlEndpoint | FreebaseQueries, max_rounds: int = MAX_ROUNDS) -> None:
+    def __init__(self, endpoint: SparqlEndpoint | FreebaseQueries, max_rounds: int = MAX_ROUNDS, *,
+                 parser: ReplyParser | str = STRICT, instructions: str | None = None) -> None:
+        """``parser``: how replies are read (:mod:`agent.envs.kg_parsers`; LAB's strict one by
+        default); ``instructions``: a text that replaces :data:`INSTRUCTIONS`."""
         if max_rounds < 1:
             raise ValueError(f"max_rounds must be at least 1, got {max_rounds}")
         self.kb = endpoint if isinstance(endpoint, FreebaseQueries) else FreebaseQueries(endpoint)
         self.max_rounds = max_rounds
+        self.parser = reply_parser(parser) if isinstance(parser, str) else parser
+        self._instructions = instructions
         self._task: KGTask | None = None
 
     # ----------------------------------------------------------------- Environment API
 
     def instructions(self) -> str:
-        return INSTRUCTIONS
+        return INSTRUCTIONS if self._instructions is None else self._instructions
 
     def task_prompt(self, task: KGTask) -> str:
         return f"Question: {task.question}, Entities: {list(task.entity_dict)}"
@@ -228,7 +177,7 @@ class KGEnvironment(Environment):
         if self._done:
             raise RuntimeError(f"the task already ended ({self._status}); call reset() for the next one")
         self._rounds += 1
-        parsed = parse_reply(reply)
+        parsed = self.parser.parse(reply)
         if parsed.kind == "invalid":
             return self._end(
                 "invalid_action",
@@ -300,7 +249,7 @@ class KGEnvironment(Environment):
         if tool not in TOOLS:
             raise ToolError(f"unknown tool {tool!r}. Available tools: {', '.join(TOOLS)}.")
         assert self._task is not None and parsed.argument_text is not None
-        arguments = split_arguments(parsed.argument_text, list(self._task.entity_dict))
+        arguments = self.parser.arguments(parsed.argument_text, list(self._task.entity_dict))
         if len(arguments) != _ARITY[tool]:
             wanted = _ARITY[tool]
             raise ToolError(
@@ -313,13 +262,10 @@ class KGEnvironment(Environment):
     # Argument resolution -------------------------------------------------------
 
     def _variable_index(self, text: str) -> int | None:
-        match = _VARIABLE_PREFIX.match(text)
-        if match is None:
-            return None
-        digits = text[match.end():].strip()
-        if not digits.isdigit():
-            raise ToolError(f"cannot read a variable number from {text!r}; write variables as #0, #1, ...")
-        return int(digits)
+        try:
+            return self.parser.variable_index(text)
+        except ValueError:
+            raise ToolError(f"cannot read a variable number from {text!r}; write variables as #0, #1, ...") from None
 
     def _unknown_variable(self, index: int) -> str:
         if self._variables:
@@ -474,9 +420,13 @@ def gold_replies(task: KGTask, use_entity_names: bool = True) -> list[str]:
     return replies
 
 
-def make_kg_environment(endpoint_url: str | None, timeout: float = 60.0, max_rounds: int = MAX_ROUNDS) -> KGEnvironment:
+def make_kg_environment(endpoint_url: str | None, timeout: float = 60.0, max_rounds: int = MAX_ROUNDS, *,
+                        parser: ReplyParser | str = STRICT, vocabulary: "KGVocabulary | None" = None,
+                        instructions: str | None = None) -> KGEnvironment:
     """The KG environment on a remote Freebase endpoint (``TOKENWORTH_KG_ENDPOINT`` if no URL).
 
+    ``vocabulary`` (LAB's ontology files, :func:`agent.harness.load_kg_vocabulary`) filters
+    relation and attribute listings and gives each relation its range, as LAB does.
     Raises :class:`KGEndpointRequired` when neither names one: there is no offline Freebase.
     """
     url = endpoint_url or os.environ.get(ENDPOINT_ENV_VAR)
@@ -486,4 +436,8 @@ def make_kg_environment(endpoint_url: str | None, timeout: float = 60.0, max_rou
             f"Point at one with --kg-endpoint URL or the {ENDPOINT_ENV_VAR} environment variable, "
             "e.g. a Virtuoso server loaded with the Freebase dump: --kg-endpoint http://localhost:3001/sparql"
         )
-    return KGEnvironment(HttpSparqlEndpoint(url, timeout=timeout), max_rounds=max_rounds)
+    endpoint = HttpSparqlEndpoint(url, timeout=timeout)
+    kb = FreebaseQueries(endpoint) if vocabulary is None else FreebaseQueries(
+        endpoint, relation_vocabulary=vocabulary.relations, attribute_vocabulary=vocabulary.attributes,
+        ranges=vocabulary.ranges)
+    return KGEnvironment(kb, max_rounds=max_rounds, parser=parser, instructions=instructions)

@@ -119,6 +119,7 @@ class OSEnvironment(Environment):
         command_timeout: float = 20.0,
         limits: SandboxLimits | None = SandboxLimits(),
         clock: Callable[[], float] = time.monotonic,
+        instructions: str | None = None,  # replaces INSTRUCTIONS (--instructions DIR)
     ) -> None:
         if max_rounds < 1:
             raise ValueError(f"max_rounds must be at least 1, got {max_rounds}")
@@ -128,6 +129,7 @@ class OSEnvironment(Environment):
         self.command_timeout = command_timeout
         self.limits = limits
         self.clock = clock  # the sandboxes measure command timeouts on it (tests inject one)
+        self._instructions = instructions
         self._sandbox: Sandbox | None = None
         self._task: OSTask | None = None
         self._rounds = 0
@@ -141,7 +143,7 @@ class OSEnvironment(Environment):
     # ----------------------------------------------------------------- Environment API
 
     def instructions(self) -> str:
-        return INSTRUCTIONS
+        return INSTRUCTIONS if self._instructions is None else self._instructions
 
     def task_prompt(self, task: OSTask) -> str:
         return task.instruction

@@ -1,9 +1,11 @@
-"""``make_environment(name, budget, kg_endpoint=...)``: the environment registry.
+"""``make_environment(name, budget, kg_endpoint=..., harness=...)``: the environment registry.
 
 Every factory takes the run's :class:`~agent.budget.Budget` (its round limit J_max becomes the
-environment's) and the KG endpoint (ignored by DB and OS). Imports are lazy: asking for "db"
-never imports the OS sandbox or the SPARQL client. KG needs an endpoint; without one its
-factory raises ``KGEndpointRequired``.
+environment's), the KG endpoint (ignored by DB and OS) and the run's
+:class:`~agent.harness.HarnessOptions`: the instruction text from ``--instructions DIR``
+(``DIR/<env>.txt``, read now), and for KG the reply parser and LAB's vocabulary files.
+Imports are lazy: asking for "db" never imports the OS sandbox or the SPARQL client. KG needs
+an endpoint; without one its factory raises ``KGEndpointRequired``.
 """
 
 from __future__ import annotations
@@ -11,34 +13,35 @@ from __future__ import annotations
 from typing import Any
 
 from agent.envs.base import Environment
+from agent.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.registry import Registry
 
 
-def _db(budget: Any, *, kg_endpoint: str | None = None) -> Environment:
+def _db(budget: Any, *, kg_endpoint: str | None = None, harness: HarnessOptions = DEFAULT_HARNESS) -> Environment:
     from agent.envs.db import DBEnvironment
 
-    return DBEnvironment(max_rounds=budget.max_rounds)
+    return DBEnvironment(max_rounds=budget.max_rounds, instructions=harness.instruction_text("db"))
 
 
-def _os(budget: Any, *, kg_endpoint: str | None = None) -> Environment:
+def _os(budget: Any, *, kg_endpoint: str | None = None, harness: HarnessOptions = DEFAULT_HARNESS) -> Environment:
     from agent.envs.os_env import OSEnvironment
 
-    return OSEnvironment(max_rounds=budget.max_rounds)
+    return OSEnvironment(max_rounds=budget.max_rounds, instructions=harness.instruction_text("os"))
 
 
-def _kg(budget: Any, *, kg_endpoint: str | None = None) -> Environment:
+def _kg(budget: Any, *, kg_endpoint: str | None = None, harness: HarnessOptions = DEFAULT_HARNESS) -> Environment:
     from agent.envs.kg import make_kg_environment
 
-    return make_kg_environment(kg_endpoint, max_rounds=budget.max_rounds)
+    return make_kg_environment(kg_endpoint, max_rounds=budget.max_rounds, parser=harness.kg_parser,
+                               vocabulary=harness.kg_vocabulary(), instructions=harness.instruction_text("kg"))
 
 
 ENVIRONMENTS: Registry[Environment] = Registry("environment", {"db": _db, "os": _os, "kg": _kg})
 ENV_NAMES = ENVIRONMENTS.names
 
 
-def make_environment(env: str, budget: Any, *, kg_endpoint: str | None = None, harness: Any = None) -> Environment:
-    """The environment by name, with its round limit set to the budget's J_max.
-
-    ``harness`` (:class:`agent.harness.HarnessOptions`) carries the run's fidelity options.
-    """
-    return ENVIRONMENTS.make(env, budget, kg_endpoint=kg_endpoint)
+def make_environment(env: str, budget: Any, *, kg_endpoint: str | None = None,
+                     harness: HarnessOptions | None = None) -> Environment:
+    """The environment by name, with its round limit set to the budget's J_max and the run's
+    harness options applied (the defaults when ``harness`` is None)."""
+    return ENVIRONMENTS.make(env, budget, kg_endpoint=kg_endpoint, harness=harness or DEFAULT_HARNESS)

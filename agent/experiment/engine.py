@@ -89,19 +89,17 @@ def comparable(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 # ------------------------------------------------------------------------- identity and resume
 def stream_identity(spec: StreamSpec, tasks: Sequence[Any], backbone_name: str, harness: Any) -> dict[str, Any]:
-    """What makes a checkpoint this stream's. Default hyperparameters and harness options add no
-    keys, so checkpoints of earlier versions (which had none) still resume."""
+    """What makes a checkpoint this stream's: method, env, seed, budget, backbone, task ids, the harness
+    options (memory rule and format, KG parser and vocabulary, instruction file hashes) and the
+    hyperparameter overrides (only when there are any, so preset streams keep their identity)."""
+    from agent.harness import DEFAULT_HARNESS
+
     identity: dict[str, Any] = {"method": spec.method, "env": spec.env, "seed": spec.seed,
                                 "budget": spec.budget.as_dict(), "backbone": backbone_name,
-                                "task_ids": digest({"ids": [t.task_id for t in tasks]})}
+                                "task_ids": digest({"ids": [t.task_id for t in tasks]}),
+                                "harness": (harness or DEFAULT_HARNESS).identity(spec.env)}
     if spec.hparams:
         identity["hparams"] = spec.overrides
-    if harness is not None:
-        from agent.harness import DEFAULT_HARNESS
-
-        options = harness.identity(spec.env)
-        if options != DEFAULT_HARNESS.identity(spec.env):
-            identity["harness"] = options
     return json.loads(json.dumps(identity, default=str))
 
 

@@ -16,7 +16,8 @@ makes no model call implements only those two.
 All policies share the budget (K_max, B_max, L_max), the stream and the memory
 construction (:func:`agent.memory.build_memory`, through :meth:`MemoryPolicy.candidate`):
 they differ only in what they keep, what they retrieve and how they learn. A failed task
-never writes a memory (``candidate`` returns ``None``).
+never writes a memory (``candidate`` returns ``None``), nor, by default, a task that passed
+without ending by its own answer/finish action (``HarnessOptions.memory_from``).
 
 Checkpointing: ``state_dict()`` returns plain Python data and NumPy arrays (picklable);
 ``load_state_dict`` restores a freshly constructed policy of the same kind and settings
@@ -87,8 +88,10 @@ class MemoryPolicy(abc.ABC):
 
     # ------------------------------------------------------------------ shared helpers
     def candidate(self, task: Any, outcome: Outcome, trajectory: Sequence[Turn]) -> Memory | None:
-        """The memory this task would write (same construction for every method)."""
-        return build_memory(self.env, task, trajectory, outcome.reward, self.budget)
+        """The memory this task would write (same construction for every method), under the
+        run's harness options: which successes count (``memory_from``) and the format."""
+        return build_memory(self.env, task, trajectory, outcome.reward, self.budget, status=outcome.status,
+                            memory_from=self.harness.memory_from, memory_format=self.harness.memory_format)
 
     def note(self, **entries: Any) -> None:
         """Add entries to this task's decision log."""
