@@ -49,9 +49,26 @@ RetryForFlag = Annotated[Optional[float], typer.Option(
     help="openai: keep retrying a failing request this long, seconds (default 300).")]
 MaxRetriesFlag = Annotated[Optional[int], typer.Option(
     min=0, help="openai: at most this many retries per request (default: no limit, --retry-for bounds them).")]
-ConcurrencyFlag = Annotated[Optional[int], typer.Option(min=1, help="openai: requests in flight at once (default 8).")]
+ConcurrencyFlag = Annotated[Optional[int], typer.Option(
+    min=1, help="openai: at most this many requests in flight (default: all of a batch at once).")]
 ExtraBodyFlag = Annotated[Optional[str], typer.Option(
     help='openai: JSON object added to every request, e.g. \'{"top_k": -1}\'.')]
+# In-process vLLM engine and the GPU split (agent/backbones/engine_options.py, colocation.py).
+JaxMemFractionFlag = Annotated[Optional[float], typer.Option(
+    help="Share of the GPU for JAX (default: what the controller needs, from its Spec, with headroom).")]
+GpuMemoryUtilizationFlag = Annotated[Optional[float], typer.Option(
+    help="vllm: share of the GPU's total memory for the engine (default: 0.95 minus JAX's share).")]
+MaxModelLenFlag = Annotated[Optional[int], typer.Option(min=1, help="vllm: context length (default: the model's).")]
+TensorParallelSizeFlag = Annotated[Optional[int], typer.Option(min=1, help="vllm: GPUs per engine (default 1).")]
+DtypeFlag = Annotated[Optional[str], typer.Option(help="vllm: weights' dtype: auto, bfloat16, float16, float32.")]
+EnforceEagerFlag = Annotated[Optional[bool], typer.Option(
+    "--enforce-eager/--no-enforce-eager", help="vllm: no CUDA graphs (less memory, slower decoding).")]
+PrefixCachingFlag = Annotated[bool, typer.Option(
+    "--prefix-caching/--no-prefix-caching", help="vllm: reuse the KV cache of shared prompt prefixes.")]
+BatchInvariantFlag = Annotated[bool, typer.Option(
+    "--batch-invariant", help="vllm: VLLM_BATCH_INVARIANT=1, greedy replies independent of batching (slower).")]
+EngineArgFlag = Annotated[Optional[list[str]], typer.Option(
+    help="vllm: any other EngineArgs field, KEY=VALUE (repeatable), e.g. max_num_seqs=64.")]
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -120,16 +137,41 @@ def parse_methods(text: str) -> list[str]:
     return methods
 
 
-def backbone_options(backbone: str, seed: int, model: str | None, base_url: str | None,
+def backbone_options(backbone: str, seed: int, model: str | None, base_url: str | None, engine: Any = None,
                      **connection: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """(identity options, connection options): see agent/backbones/options.py."""
     from agent.backbones.options import split_options
 
     try:
-        return split_options(backbone, seed, model=model, base_url=base_url, **connection)
+        return split_options(backbone, seed, model=model, base_url=base_url, engine=engine, **connection)
     except ValueError as exc:
         fail(str(exc))
         raise  # unreachable: fail() exits
+
+
+ENGINE_FLAGS = ("jax_mem_fraction", "gpu_memory_utilization", "max_model_len", "tensor_parallel_size", "dtype",
+                "enforce_eager", "prefix_caching", "batch_invariant", "engine_arg")
+
+
+def engine_flags(values: dict[str, Any]) -> dict[str, Any]:
+    """The engine/GPU-split flags out of a command's parameters (``locals()``)."""
+    return {name: values[name] for name in ENGINE_FLAGS}
+
+
+def engine_settings(backbone: str, flags: dict[str, Any] | None, *, model: str | None, env: str,
+                    controller_streams: int) -> Any:
+    """Check the engine flags and apply the GPU split (before JAX starts); one error line otherwise."""
+    from agent.backbones.engine_options import engine_for_run
+
+    try:
+        engine, plan = engine_for_run(backbone, flags, model=model, env=env,
+                                      controller_streams=max(1, controller_streams))
+    except ValueError as exc:
+        fail(str(exc))
+        raise  # unreachable: fail() exits
+    if plan is not None:
+        typer.echo(plan.describe(), err=True)
+    return engine
 
 
 def checked_budget(env: str, accounting: str) -> Any:
@@ -221,10 +263,15 @@ def run(
     kg_endpoint: Optional[str] = typer.Option(None, help="SPARQL endpoint for --env kg.",
                                               show_default="$TOKENWORTH_KG_ENDPOINT"),
     model: Optional[str] = typer.Option(None, help="Model name for the vllm/openai backbones."),
-    base_url: Optional[str] = typer.Option(None, help="Server URL for the openai backbone."),
+    base_url: Optional[str] = typer.Option(None, help="Server URL for the openai backbone; several, comma-separated, "
+                                                      "are replicas (requests spread, failover)."),
     budget_accounting: AccountingFlag = DEFAULT_ACCOUNTING,
     timeout: TimeoutFlag = None, retry_for: RetryForFlag = None, max_retries: MaxRetriesFlag = None,
     concurrency: ConcurrencyFlag = None, extra_body: ExtraBodyFlag = None,
+    jax_mem_fraction: JaxMemFractionFlag = None, gpu_memory_utilization: GpuMemoryUtilizationFlag = None,
+    max_model_len: MaxModelLenFlag = None, tensor_parallel_size: TensorParallelSizeFlag = None,
+    dtype: DtypeFlag = None, enforce_eager: EnforceEagerFlag = None, prefix_caching: PrefixCachingFlag = True,
+    batch_invariant: BatchInvariantFlag = False, engine_arg: EngineArgFlag = None,
     overwrite: bool = typer.Option(False, help="Delete the named methods' results in --out (only those, only in a "
                                                "run folder) and run them again; without it a run resumes."),
     summary_dir: Optional[Path] = typer.Option(None, help="Where summary.md/.json and the plot go.",
@@ -236,7 +283,8 @@ def run(
                   kg_endpoint=kg_endpoint, model=model, base_url=base_url, overwrite=overwrite, progress=progress,
                   summary_dir=summary_dir, budget_accounting=budget_accounting,
                   connection=dict(timeout=timeout, retry_for=retry_for, max_retries=max_retries,
-                                  concurrency=concurrency, extra_body=extra_body))
+                                  concurrency=concurrency, extra_body=extra_body),
+                  engine=engine_flags(locals()))
 
 
 @expected_failures
@@ -244,7 +292,8 @@ def run_benchmark(env: str = "db", methods: str = ",".join(METHOD_NAMES), backbo
                   out: Path | None = None, data_dir: Path | None = None, limit: int | None = None,
                   kg_endpoint: str | None = None, model: str | None = None, base_url: str | None = None,
                   overwrite: bool = False, progress: bool = True, summary_dir: Path | None = None,
-                  budget_accounting: str = DEFAULT_ACCOUNTING, connection: dict[str, Any] | None = None) -> None:
+                  budget_accounting: str = DEFAULT_ACCOUNTING, connection: dict[str, Any] | None = None,
+                  engine: dict[str, Any] | None = None) -> None:
     """The body of `tokenworth run` (plain defaults, so the bare `tokenworth` can call it)."""
     from agent import runfolder
     from agent.backbones.registry import make_backbone
@@ -256,9 +305,11 @@ def run_benchmark(env: str = "db", methods: str = ",".join(METHOD_NAMES), backbo
     out_dir = out or default_out(f"{env}-{backbone}-seed{seed}", limit)
     tasks = load_tasks(env, data_dir, limit=limit)  # type: ignore[arg-type]
     budget = checked_budget(env, budget_accounting)
-    options, links = backbone_options(backbone, seed, model, base_url, **(connection or {}))
+    streams = sum(m.startswith("tokenworth") for m in method_list)  # issue 16: GPU split before JAX starts
+    engine_options = engine_settings(backbone, engine, model=model, env=env, controller_streams=streams)  # issue 16
+    options, links = backbone_options(backbone, seed, model, base_url, engine=engine_options, **(connection or {}))
     try:
-        bb = make_backbone(backbone, **options, **links)
+        bb = make_backbone(backbone, **options, **links)  # a vllm engine loads lazily, on the first generate
     except (ValueError, ImportError) as exc:
         fail(str(exc))
     config = {"env": env, "backbone": backbone, "backbone_options": options, "seed": seed, "limit": limit,
@@ -329,10 +380,15 @@ def sweep(
     kg_endpoint: Optional[str] = typer.Option(None, help="SPARQL endpoint for --env kg.",
                                               show_default="$TOKENWORTH_KG_ENDPOINT"),
     model: Optional[str] = typer.Option(None, help="Model name for the vllm/openai backbones."),
-    base_url: Optional[str] = typer.Option(None, help="Server URL for the openai backbone."),
+    base_url: Optional[str] = typer.Option(None, help="Server URL for the openai backbone; several, comma-separated, "
+                                                      "are replicas (requests spread, failover)."),
     budget_accounting: AccountingFlag = DEFAULT_ACCOUNTING,
     timeout: TimeoutFlag = None, retry_for: RetryForFlag = None, max_retries: MaxRetriesFlag = None,
     concurrency: ConcurrencyFlag = None, extra_body: ExtraBodyFlag = None,
+    jax_mem_fraction: JaxMemFractionFlag = None, gpu_memory_utilization: GpuMemoryUtilizationFlag = None,
+    max_model_len: MaxModelLenFlag = None, tensor_parallel_size: TensorParallelSizeFlag = None,
+    dtype: DtypeFlag = None, enforce_eager: EnforceEagerFlag = None, prefix_caching: PrefixCachingFlag = True,
+    batch_invariant: BatchInvariantFlag = False, engine_arg: EngineArgFlag = None,
     overwrite: bool = typer.Option(False, help="Discard the sweep this folder holds (only a sweep folder) and "
                                                "start over; without it a sweep resumes."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
@@ -343,7 +399,8 @@ def sweep(
                       data_dir=data_dir, limit=limit, kg_endpoint=kg_endpoint, model=model, base_url=base_url,
                       overwrite=overwrite, progress=progress, budget_accounting=budget_accounting, plus=plus,
                       connection=dict(timeout=timeout, retry_for=retry_for, max_retries=max_retries,
-                                      concurrency=concurrency, extra_body=extra_body))
+                                      concurrency=concurrency, extra_body=extra_body),
+                      engine=engine_flags(locals()))
 
 
 @expected_failures
@@ -351,7 +408,7 @@ def run_sweep_command(env: str, grid: list[str], table_a3: bool, backbone: str, 
                       data_dir: Path | None, limit: int | None, kg_endpoint: str | None, model: str | None,
                       base_url: str | None, overwrite: bool, progress: bool,
                       budget_accounting: str = DEFAULT_ACCOUNTING, connection: dict[str, Any] | None = None,
-                      plus: bool = False) -> None:
+                      plus: bool = False, engine: dict[str, Any] | None = None) -> None:
     from agent.backbones.registry import make_backbone
     from agent.data import load_tasks, resolve_data_dir
     from agent.sweep import SweepError, configs_from_grid, run_sweep, table_a3_configs, write_sweep_results
@@ -365,7 +422,8 @@ def run_sweep_command(env: str, grid: list[str], table_a3: bool, backbone: str, 
         fail(str(exc))
     tasks = load_tasks(env, data_dir, limit=limit)  # type: ignore[arg-type]
     budget = checked_budget(env, budget_accounting)
-    options, links = backbone_options(backbone, seed, model, base_url, **(connection or {}))
+    engine_options = engine_settings(backbone, engine, model=model, env=env, controller_streams=len(configs))  # issue 16
+    options, links = backbone_options(backbone, seed, model, base_url, engine=engine_options, **(connection or {}))
     try:
         bb = make_backbone(backbone, **options, **links)
     except (ValueError, ImportError) as exc:
