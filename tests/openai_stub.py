@@ -10,7 +10,7 @@
   as a crashed or restarted model server would.
 * ``--hang``: accepts connections and never answers.
 * ``--log FILE``: appends the last user message of every answered completion, one JSON string a
-  line, flushed before the answer is sent (so a test can check nothing was served twice).
+  line, right after the answer is sent (so a test can check nothing was served twice).
 * ``--delay S``: waits S seconds before answering each completion (requests pile up in flight).
 
 It listens on 127.0.0.1 only, prints ``ready`` once listening, serves at most 500 completions,
@@ -34,7 +34,9 @@ MAX_COMPLETIONS = 500
 
 def serve(port: int, model: str, exit_after: int | None, log: str | None = None, delay: float = 0.0) -> None:
     served = {"n": 0}
+    answered = {"n": 0}
     lock = threading.Lock()
+    answering = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
@@ -69,16 +71,20 @@ def serve(port: int, model: str, exit_after: int | None, log: str | None = None,
             if delay:
                 time.sleep(delay)
             words = REPLY.split(" ")[: int(body.get("max_tokens") or body["max_completion_tokens"])]
-            if log is not None:
-                with lock, open(log, "a") as handle:
-                    handle.write(json.dumps(body["messages"][-1]["content"]) + "\n")
-            self._send(200, {"id": f"c{number}", "object": "chat.completion", "created": 0, "model": model,
-                             "choices": [{"index": 0, "message": {"role": "assistant", "content": " ".join(words)},
-                                          "finish_reason": "stop"}],
-                             "usage": {"prompt_tokens": 10, "completion_tokens": len(words),
-                                       "total_tokens": 10 + len(words)}})
-            if exit_after is not None and number >= exit_after:
-                os._exit(0)
+            # Answers go out one at a time, each logged once it is sent, so a death after the N-th
+            # answer leaves exactly N answered and logged, and nothing half-done.
+            with answering:
+                self._send(200, {"id": f"c{number}", "object": "chat.completion", "created": 0, "model": model,
+                                 "choices": [{"index": 0, "message": {"role": "assistant", "content": " ".join(words)},
+                                              "finish_reason": "stop"}],
+                                 "usage": {"prompt_tokens": 10, "completion_tokens": len(words),
+                                           "total_tokens": 10 + len(words)}})
+                answered["n"] += 1
+                if log is not None:
+                    with open(log, "a") as handle:
+                        handle.write(json.dumps(body["messages"][-1]["content"]) + "\n")
+                if exit_after is not None and answered["n"] >= exit_after:
+                    os._exit(0)
 
     ThreadingHTTPServer.allow_reuse_address = True
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)

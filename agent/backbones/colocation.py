@@ -302,5 +302,10 @@ def assert_jax_sees_gpu() -> None:
 def _cuda_plugin_installed() -> bool:
     import importlib.util
 
-    return any(importlib.util.find_spec(name) is not None
-               for name in ("jax_plugins.xla_cuda12", "jax_plugins.xla_cuda13", "jax_cuda12_plugin", "jax_cuda13_plugin"))
+    for name in ("jax_plugins.xla_cuda12", "jax_plugins.xla_cuda13", "jax_cuda12_plugin", "jax_cuda13_plugin"):
+        try:
+            if importlib.util.find_spec(name) is not None:
+                return True
+        except ImportError:  # the parent package is absent
+            continue
+    return False
