@@ -47,7 +47,7 @@ from agent.backbones.colocation import (  # noqa: F401 - re-exported: the old im
 )
 
 INSTALL_HINT = "pip install 'tokenworth-jax[gpu]' (vLLM with a CUDA build of JAX; '[vllm]' for vLLM alone)"
-SUPPORTED = ">=0.11.1,<0.12"  # the [vllm] extra's pin; vllm_api.json holds 0.11.2's API
+SUPPORTED = ">=0.11.2,<0.12"  # the [vllm] extra's pin; vllm_api.json holds 0.11.2's API
 
 # The exact sampling every request uses: greedy, nothing the model's config can change.
 GREEDY_SAMPLING: dict[str, Any] = {
