@@ -31,6 +31,13 @@ class Generation:
     cached_tokens: int | None = None
 
 
+def prompt_usage(generation: Generation) -> dict[str, int]:
+    """The prompt's tokens and prefix-cache hits where the engine reports them, for records.
+    Never charged to a ledger: OutputTok counts output tokens only."""
+    usage = {"prompt_tokens": generation.prompt_tokens, "cached_tokens": generation.cached_tokens}
+    return {key: value for key, value in usage.items() if value is not None}
+
+
 def checked_caps(conversations: Sequence[Conversation], max_tokens: Sequence[int]) -> list[int]:
     """Validate one ``generate`` batch: a cap per conversation, each at least 1."""
     if len(conversations) != len(max_tokens):
