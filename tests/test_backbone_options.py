@@ -14,7 +14,7 @@ def test_identity_and_connection_are_split():
                                          concurrency=2, extra_body='{"top_k": -1}')
     assert identity == {"model": "m", "extra_body": {"top_k": -1}}
     assert connection == {"base_url": "http://h:1/v1", "seed": 0, "timeout": 5.0, "retry_for": 300.0, "concurrency": 2}
-    assert split_options("sim", 3) == ({"seed": 3}, {})
+    assert split_options("sim", 3) == ({"seed": 3, "eos_tokens": 1}, {})
     _, default = split_options("openai", 1, model="m", base_url="http://a:1/v1,http://b:1/v1")
     assert default["base_url"] == ["http://a:1/v1", "http://b:1/v1"] and "concurrency" not in default  # batch-wide
 

@@ -235,3 +235,17 @@ def test_cli_server_gone_beyond_the_window_ends_in_one_line_and_resumes(tmp_path
     strip = lambda r: {k: v for k, v in r.items() if k != "time_s"}  # noqa: E731
     assert [strip(r) for r in again[:2]] == [strip(r) for r in partial]
     assert all(r["trajectory"][0]["reply"].startswith("Action: Answer") for r in again)
+
+
+def test_cli_over_two_replicas_one_dying_mid_run_keeps_every_task_once(tmp_path, stubs, data_dir):
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    dying = stubs(None, "--exit-after", "2", "--log", str(logs[0])).start()
+    alive = stubs(None, "--log", str(logs[1])).start()
+    done = cli(tmp_path / "run", f"{dying.url},{alive.url}", "--retry-for", "30", limit=6)
+    assert done.returncode == 0, done.stderr
+    assert [r["index"] for r in records(tmp_path / "run")] == [0, 1, 2, 3, 4, 5]
+    served = [line for log in logs for line in log.read_text().splitlines()]
+    assert len(served) == len(set(served)) == 6  # one answer per task's single round, none repeated
+    assert len(logs[0].read_text().splitlines()) == 2
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["connection"]["base_url"] == [dying.url, alive.url]

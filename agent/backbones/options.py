@@ -25,6 +25,9 @@ from typing import Any
 # Defaults shared by `run`, `sweep` and `bench agent` (see OpenAIBackbone for what each does).
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_RETRY_FOR_S = 300.0
+# The sim's token rule (agent/backbones/sim.py), in its identity: runs counted before the rule
+# (text only) are refused on resume instead of mixing two counts in one folder.
+SIM_EOS_TOKENS = 1
 DEFAULT_CONCURRENCY = None  # every request of a generate call in flight at once; --concurrency caps it
 
 
@@ -73,7 +76,7 @@ def split_options(backbone: str, seed: int, *, model: str | None = None, base_ur
         if stray:
             raise ValueError(f"{', '.join(stray)} only apply to --backbone openai (or vllm for --model); "
                              "the simulated backbone takes none")
-        return {"seed": seed}, connection
+        return {"seed": seed, "eos_tokens": SIM_EOS_TOKENS}, connection
     identity: dict[str, Any] = {}
     if model:
         identity["model"] = model

@@ -317,8 +317,12 @@ class SimBackbone:
 
     name = "sim"
 
-    def __init__(self, params: SimParams | None = None, seed: int = 0) -> None:
+    def __init__(self, params: SimParams | None = None, seed: int = 0, eos_tokens: int | None = None) -> None:
+        """``eos_tokens`` overrides ``params.eos_tokens``; the CLI passes it, so the token rule is
+        part of a sim run's identity and a run counted under another rule is not resumed."""
         self.params = params or SimParams()
+        if eos_tokens is not None:
+            self.params = dataclasses.replace(self.params, eos_tokens=int(eos_tokens))
         self.seed = int(seed)
         self._tokens = token_counter(self.params.tokenizer_model)
 
