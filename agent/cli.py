@@ -174,6 +174,16 @@ def engine_settings(backbone: str, flags: dict[str, Any] | None, *, model: str |
     return engine
 
 
+def open_engine(backbone: Any) -> None:
+    """Load an in-process engine now (``VLLMBackbone.open``); other backbones have nothing to load.
+
+    Called once the run folder is checked, so a busy folder fails fast; and before the first
+    task, so vLLM measures free memory before JAX's pool has grown (docs/backbones.md)."""
+    opener = getattr(backbone, "open", None)
+    if callable(opener):
+        opener()
+
+
 def checked_budget(env: str, accounting: str) -> Any:
     from agent.budget import Budget
 
@@ -321,6 +331,7 @@ def run_benchmark(env: str = "db", methods: str = ",".join(METHOD_NAMES), backbo
             for method in method_list:  # every named method's lock before any task runs
                 held.enter_context(runfolder.locked(*runfolder.method_lock(out_dir, method)))
             runfolder.prepare(out_dir, config, method_list, POLICIES.names, overwrite=overwrite)
+        open_engine(bb)  # issue 16: the vLLM engine loads now, after the folder checks, before JAX allocates
         typer.echo(f"{env}: {len(tasks)} tasks, backbone {backbone}, seed {seed}, budget {budget.as_dict()} "
                    f"-> {out_dir}", err=True)
         started = time.perf_counter()

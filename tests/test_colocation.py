@@ -180,3 +180,16 @@ def test_assert_jax_sees_gpu_names_the_real_cause(monkeypatch):
     monkeypatch.delenv("XLA_CLIENT_MEM_FRACTION")
     with pytest.raises(RuntimeError, match=r"JAX sees no GPU .*(tokenworth-jax\[gpu\]|CUDA plugin is installed)"):
         co.assert_jax_sees_gpu()
+
+
+def test_the_engine_loads_only_after_the_run_folder_checks(tmp_path, data_dir):
+    report = tmp_path / "engine_start.json"
+    foreign = tmp_path / "notes"
+    foreign.mkdir()
+    (foreign / "draft.txt").write_text("not a run")
+    command = [sys.executable, "-m", "agent.cli", "run", "--backbone", "vllm", "--model", "fake-model", "--limit", "1",
+               "--methods", "standard", "--out", str(foreign), "--no-progress", "--jax-mem-fraction", "0.05"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env=clean_env(FAKE_VLLM_REPORT=str(report)))
+    assert done.returncode == 2 and "is not a tokenworth run folder" in done.stderr
+    assert not report.exists()  # refused before any engine was built
