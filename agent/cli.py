@@ -319,7 +319,7 @@ def run_benchmark(env: str = "db", methods: str = ",".join(METHOD_NAMES), backbo
     engine_options = engine_settings(backbone, engine, model=model, env=env, controller_streams=streams)  # issue 16
     options, links = backbone_options(backbone, seed, model, base_url, engine=engine_options, **(connection or {}))
     try:
-        bb = make_backbone(backbone, **options, **links)  # a vllm engine loads lazily, on the first generate
+        bb = make_backbone(backbone, **options, **links)  # a vllm engine loads later: open_engine below
     except (ValueError, ImportError) as exc:
         fail(str(exc))
     config = {"env": env, "backbone": backbone, "backbone_options": options, "seed": seed, "limit": limit,

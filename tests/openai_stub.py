@@ -87,6 +87,7 @@ def serve(port: int, model: str, exit_after: int | None, log: str | None = None,
                     os._exit(0)
 
     ThreadingHTTPServer.allow_reuse_address = True
+    ThreadingHTTPServer.request_queue_size = 128  # a burst of connections must not wait in SYN retries
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     print("ready", flush=True)
     server.serve_forever(poll_interval=0.05)

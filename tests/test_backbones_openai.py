@@ -92,10 +92,14 @@ def _handler(stub: Stub):
     return Handler
 
 
+class Server(ThreadingHTTPServer):
+    request_queue_size = 128  # the default backlog (5) makes a burst of connections wait ~1 s in SYN retries
+
+
 @pytest.fixture
 def stub():
     state = Stub()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    server = Server(("127.0.0.1", 0), _handler(state))
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     state.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
@@ -236,7 +240,7 @@ def test_a_server_that_wants_max_completion_tokens_gets_it(stub):
 
 
 def test_by_default_the_whole_batch_is_in_flight(stub):
-    stub.delay = 0.15
+    stub.delay = 0.5
     with OpenAIBackbone("m", base_url=stub.url) as b:
         out = b.generate([conv(str(i)) for i in range(12)], [8] * 12)
     assert [g.text for g in out] == [f"echo {i}" for i in range(12)]
@@ -245,7 +249,7 @@ def test_by_default_the_whole_batch_is_in_flight(stub):
 
 def test_replicas_share_the_load(stub):
     second = Stub()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(second))
+    server = Server(("127.0.0.1", 0), _handler(second))
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         stub.delay = second.delay = 0.1

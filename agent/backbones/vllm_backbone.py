@@ -99,7 +99,6 @@ class _EnginePool:
     def __init__(self) -> None:
         self.key: tuple | None = None
         self.llm: Any = None
-        self.users = 0
         self.builds = 0  # engines built in this process (for logs and tests)
 
     def acquire(self, key: tuple, build: Any) -> Any:
@@ -108,11 +107,10 @@ class _EnginePool:
         if self.llm is None:
             self.llm, self.key = build(), key
             self.builds += 1
-        self.users += 1
         return self.llm
 
     def close(self) -> None:
-        llm, self.llm, self.key, self.users = self.llm, None, None, 0
+        llm, self.llm, self.key = self.llm, None, None
         if llm is not None:
             shutdown_engine(llm)
 
