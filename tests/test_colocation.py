@@ -193,3 +193,15 @@ def test_the_engine_loads_only_after_the_run_folder_checks(tmp_path, data_dir):
                           env=clean_env(FAKE_VLLM_REPORT=str(report)))
     assert done.returncode == 2 and "is not a tokenworth run folder" in done.stderr
     assert not report.exists()  # refused before any engine was built
+
+
+def test_the_benchmark_loads_one_engine_for_all_its_runs_and_shuts_it_down(tmp_path, data_dir):
+    events = tmp_path / "events.txt"
+    command = [sys.executable, "-m", "bench", "agent", "--envs", "db", "--seeds", "0,1", "--limit", "1",
+               "--methods", "standard", "--backbone", "vllm", "--model", "fake-model", "--out", str(tmp_path / "b"),
+               "--no-progress", "--jax-mem-fraction", "0.05", "--max-model-len", "2048"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env=clean_env(FAKE_VLLM_EVENTS=str(events)))
+    assert done.returncode == 0, done.stderr
+    assert events.read_text().split() == ["start", "shutdown"]  # two runs (seeds 0, 1), one engine
+    assert (tmp_path / "b" / "runs" / "db-vllm-per-call-seed1" / "standard" / "records.jsonl").exists()

@@ -10,7 +10,8 @@ Replies: item i of a batch has ``3 + i`` text tokens, then the EOS token when it
 Put ``tests/fake_vllm`` first on ``PYTHONPATH`` to use it in a subprocess. There, with
 ``FAKE_VLLM_REPORT=FILE``, building an ``LLM`` writes to FILE what the engine would start under:
 the XLA/vLLM variables, the keyword arguments, and jaxlib's own
-``generate_pjrt_gpu_plugin_options()`` result (or its error) for that environment.
+``generate_pjrt_gpu_plugin_options()`` result (or its error) for that environment; with
+``FAKE_VLLM_EVENTS=FILE``, every engine start and shutdown appends a line to FILE.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class _EngineCore:
 
     def shutdown(self) -> None:
         self.shut_down += 1
+        _event("shutdown")
 
 
 class _LLMEngine:
@@ -79,6 +81,7 @@ class LLM:
         self.chat_calls: list[tuple] = []
         self.llm_engine = _LLMEngine()
         instances.append(self)
+        _event("start")
         report = os.environ.get("FAKE_VLLM_REPORT")
         if report:
             with open(report, "w") as handle:
@@ -99,6 +102,13 @@ class LLM:
             outputs.append(RequestOutput(str(i), list(range(10 + i)), [CompletionOutput(0, text, ids, None, None, reason)],
                                          num_cached_tokens=4))
         return outputs
+
+
+def _event(name: str) -> None:
+    events = os.environ.get("FAKE_VLLM_EVENTS")
+    if events:
+        with open(events, "a") as handle:
+            handle.write(name + "\n")
 
 
 def _start_report(kwargs: dict[str, Any]) -> dict[str, Any]:
