@@ -205,3 +205,28 @@ def test_the_benchmark_loads_one_engine_for_all_its_runs_and_shuts_it_down(tmp_p
     assert done.returncode == 0, done.stderr
     assert events.read_text().split() == ["start", "shutdown"]  # two runs (seeds 0, 1), one engine
     assert (tmp_path / "b" / "runs" / "db-vllm-per-call-seed1" / "standard" / "records.jsonl").exists()
+
+
+def test_a_context_that_cannot_fit_beside_the_weights_is_refused(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"x" * 100)
+    (tmp_path / "config.json").write_text(json.dumps({  # Qwen2.5-14B's attention shape
+        "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8, "hidden_size": 5120,
+        "max_position_embeddings": 32768, "torch_dtype": "bfloat16"}))
+    per_token = 2 * 48 * 8 * 128 * 2
+    assert co.kv_cache_bytes(str(tmp_path)) == per_token * 32768  # 6 GiB
+    assert co.kv_cache_bytes(str(tmp_path), max_model_len=4096) == per_token * 4096
+    weights = 28 * 10**9
+    with pytest.raises(co.ColocationError, match=r"not the KV cache of one full-length sequence \(6.0 GiB\).*--max-model-len"):
+        co.plan_memory(jax_fraction=0.05, gpu_memory_utilization=0.6, total_bytes=48 * GIB, model_bytes=weights,
+                       kv_bytes=co.kv_cache_bytes(str(tmp_path)))
+    co.plan_memory(jax_fraction=0.05, gpu_memory_utilization=0.6, total_bytes=48 * GIB, model_bytes=weights,
+                   kv_bytes=co.kv_cache_bytes(str(tmp_path), max_model_len=4096))  # a shorter context fits
+
+
+def test_a_model_in_the_hugging_face_cache_is_sized_from_its_files(tmp_path, monkeypatch):
+    snapshot = tmp_path / "models--org--tiny-1B" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "model.safetensors").write_bytes(b"x" * 2048)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    assert co.model_weight_bytes("org/tiny-1B") == 2048  # the files, not the name's 1B x 2 bytes
+    assert co.kv_cache_bytes("org/tiny-1B") is None  # no config.json: unknown, no refusal

@@ -20,8 +20,8 @@ The split (docs/backbones.md, "Co-location", has the arithmetic):
 Order: :func:`apply_colocation` runs first, before anything starts JAX's backend (the CLI calls
 it before building the backbone; the backbone builds its engine lazily, after the run-folder
 checks). XLA reads these variables once, when its GPU backend starts. A split that cannot work
-(shares above the limit, a model whose weights exceed vLLM's share, a JAX share below what the
-controller needs) is refused with one :class:`ColocationError` line before anything loads.
+(shares above the limit, a model whose weights, or weights plus one full-length sequence's KV
+cache, exceed vLLM's share, a JAX share below what the controller needs) is refused with one :class:`ColocationError` line before anything loads.
 """
 
 from __future__ import annotations
@@ -133,17 +133,54 @@ def controller_needed_bytes(state_bytes: int, streams: int = 1) -> int:
 _BYTES_PER_PARAM = {"auto": 2, "bfloat16": 2, "float16": 2, "half": 2, "float": 4, "float32": 4}
 
 
-def model_weight_bytes(model: str, dtype: str = "auto") -> int | None:
-    """Weights' size: the checkpoint files of a local folder, else the parameter count in the
-    name ("Qwen2.5-14B-Instruct": 14e9) times the dtype's bytes. None when neither tells."""
+def local_model_dir(model: str) -> Path | None:
+    """A model's files on this machine: a folder given as the model, else the newest snapshot in
+    the Hugging Face cache (``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub``)."""
     path = Path(model)
     if path.is_dir():
+        return path
+    hub = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface") / "hub")
+    snapshots = hub / ("models--" + model.replace("/", "--")) / "snapshots"
+    found = sorted(snapshots.glob("*"), key=lambda p: p.stat().st_mtime) if snapshots.is_dir() else []
+    return found[-1] if found else None
+
+
+def model_weight_bytes(model: str, dtype: str = "auto") -> int | None:
+    """Weights' size: the checkpoint files of the local copy, else the parameter count in the
+    name ("Qwen2.5-14B-Instruct": 14e9) times the dtype's bytes. None when neither tells."""
+    path = local_model_dir(model)
+    if path is not None:
         files = [f for pattern in ("*.safetensors", "*.bin", "*.pt") for f in path.glob(pattern)]
-        return sum(f.stat().st_size for f in files) or None
+        size = sum(f.stat().st_size for f in files)  # cache entries are links to blobs: stat follows them
+        if size:
+            return size
     if re.search(r"(?i)awq|gptq|int4|int8|fp8|gguf|bnb|4bit|8bit", model) or dtype not in _BYTES_PER_PARAM:
         return None  # quantised or unusual: the name does not give the size
     match = re.search(r"(?i)(?<![\d.])(\d+(?:\.\d+)?)b(?![a-z])", model.rsplit("/", 1)[-1])
     return int(float(match.group(1)) * 1e9 * _BYTES_PER_PARAM[dtype]) if match else None
+
+
+def kv_cache_bytes(model: str, max_model_len: int | None = None, dtype: str = "auto") -> int | None:
+    """KV cache of one sequence of ``max_model_len`` tokens (default: the model's
+    ``max_position_embeddings``), from the local copy's ``config.json``; None without one.
+
+    vLLM refuses to start when its KV cache cannot hold one such sequence."""
+    path = local_model_dir(model)
+    config_file = path / "config.json" if path is not None else None
+    if config_file is None or not config_file.is_file():
+        return None
+    try:
+        config = json.loads(config_file.read_text())
+        text = config.get("text_config") or config
+        heads = int(text["num_attention_heads"])
+        kv_heads = int(text.get("num_key_value_heads") or heads)
+        head_dim = int(text.get("head_dim") or int(text["hidden_size"]) // heads)
+        tokens = int(max_model_len or text["max_position_embeddings"])
+        layers = int(text["num_hidden_layers"])
+    except (KeyError, ValueError, TypeError, json.JSONDecodeError):
+        return None
+    width = _BYTES_PER_PARAM.get(dtype, 2) if dtype != "auto" else (4 if text.get("torch_dtype") == "float32" else 2)
+    return 2 * layers * kv_heads * head_dim * width * tokens  # keys and values
 
 
 # ----------------------------------------------------------------------------- the plan
@@ -157,7 +194,7 @@ def _round_down(x: float) -> float:
 
 def plan_memory(*, jax_fraction: float | None = None, gpu_memory_utilization: float | None = None,
                 with_vllm: bool = True, total_bytes: int | None = None, jax_needed_bytes: int | None = None,
-                model_bytes: int | None = None, tensor_parallel_size: int = 1,
+                model_bytes: int | None = None, kv_bytes: int | None = None, tensor_parallel_size: int = 1,
                 batch_invariant: bool = False) -> MemoryPlan:
     """Choose and check the split. Pure: every size is an argument (see :func:`apply_colocation`)."""
     if jax_fraction is None:
@@ -193,6 +230,12 @@ def plan_memory(*, jax_fraction: float | None = None, gpu_memory_utilization: fl
                 f"(--gpu-memory-utilization {gpu_memory_utilization:g} x {total_bytes / GiB:.1f} GiB = "
                 f"{share / GiB:.1f} GiB), before any KV cache; use a smaller model, more --tensor-parallel-size, "
                 "or a larger share")
+        kv_per_gpu = (kv_bytes or 0) / tensor_parallel_size
+        if kv_bytes and per_gpu + kv_per_gpu >= share:
+            raise ColocationError(
+                f"vLLM's share ({share / GiB:.1f} GiB) holds the weights ({per_gpu / GiB:.1f} GiB per GPU) but not "
+                f"the KV cache of one full-length sequence ({kv_per_gpu / GiB:.1f} GiB), so vLLM would refuse to "
+                "start; lower --max-model-len or raise --gpu-memory-utilization")
     return MemoryPlan(jax_fraction, gpu_memory_utilization, total_bytes, jax_needed_bytes, model_bytes,
                       batch_invariant)
 
@@ -251,10 +294,13 @@ def apply_colocation(backbone: str, engine: Mapping[str, Any] | None = None, *, 
     if total:
         state = state_bytes if state_bytes is not None else controller_state_bytes(env, **dict(spec_overrides or {}))
         needed = controller_needed_bytes(state, controller_streams)
-    weights = model_weight_bytes(model, str(engine.get("dtype") or "auto")) if (in_process and model) else None
+    dtype = str(engine.get("dtype") or "auto")
+    weights = model_weight_bytes(model, dtype) if (in_process and model) else None
+    kv = kv_cache_bytes(model, engine.get("max_model_len"), dtype) if (in_process and model and weights) else None
     def plan(jax_fraction: float | None) -> MemoryPlan:
         return plan_memory(jax_fraction=jax_fraction, gpu_memory_utilization=engine.get("gpu_memory_utilization"),
                            with_vllm=in_process, total_bytes=total, jax_needed_bytes=needed, model_bytes=weights,
+                           kv_bytes=kv,
                            tensor_parallel_size=int(engine.get("tensor_parallel_size") or 1),
                            batch_invariant=bool(engine.get("batch_invariant")))
 
