@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Generator, Mapping, TypeVar
 
-from agent.backbones.base import Generation
+from agent.backbones.base import Generation, prompt_usage
 from agent.budget import BudgetExceeded, TokenLedger
 
 T = TypeVar("T")
@@ -66,7 +66,8 @@ def book(ledger: TokenLedger, request: AuxRequest, phase: str, cap: int,
     if generation is None:
         entry.update(skipped="the task's output budget was spent", tokens=0, reply=None)
         return None, entry
-    entry.update(tokens=generation.output_tokens, finish_reason=generation.finish_reason, reply=generation.text)
+    entry.update(tokens=generation.output_tokens, finish_reason=generation.finish_reason, reply=generation.text,
+                 **prompt_usage(generation))
     try:
         ledger.charge(generation.output_tokens, "auxiliary", cap)
     except BudgetExceeded as exc:

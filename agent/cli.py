@@ -50,9 +50,26 @@ RetryForFlag = Annotated[Optional[float], typer.Option(
     help="openai: keep retrying a failing request this long, seconds (default 300).")]
 MaxRetriesFlag = Annotated[Optional[int], typer.Option(
     min=0, help="openai: at most this many retries per request (default: no limit, --retry-for bounds them).")]
-ConcurrencyFlag = Annotated[Optional[int], typer.Option(min=1, help="openai: requests in flight at once (default 8).")]
+ConcurrencyFlag = Annotated[Optional[int], typer.Option(
+    min=1, help="openai: at most this many requests in flight (default: all of a batch at once).")]
 ExtraBodyFlag = Annotated[Optional[str], typer.Option(
     help='openai: JSON object added to every request, e.g. \'{"top_k": -1}\'.')]
+# In-process vLLM engine and the GPU split (agent/backbones/engine_options.py, colocation.py).
+JaxMemFractionFlag = Annotated[Optional[float], typer.Option(
+    help="Share of the GPU for JAX (default: what the controller needs, from its Spec, with headroom).")]
+GpuMemoryUtilizationFlag = Annotated[Optional[float], typer.Option(
+    help="vllm: share of the GPU's total memory for the engine (default: 0.95 minus JAX's share).")]
+MaxModelLenFlag = Annotated[Optional[int], typer.Option(min=1, help="vllm: context length (default: the model's).")]
+TensorParallelSizeFlag = Annotated[Optional[int], typer.Option(min=1, help="vllm: GPUs per engine (default 1).")]
+DtypeFlag = Annotated[Optional[str], typer.Option(help="vllm: weights' dtype: auto, bfloat16, float16, float32.")]
+EnforceEagerFlag = Annotated[Optional[bool], typer.Option(
+    "--enforce-eager/--no-enforce-eager", help="vllm: no CUDA graphs (less memory, slower decoding).")]
+PrefixCachingFlag = Annotated[bool, typer.Option(
+    "--prefix-caching/--no-prefix-caching", help="vllm: reuse the KV cache of shared prompt prefixes.")]
+BatchInvariantFlag = Annotated[bool, typer.Option(
+    "--batch-invariant", help="vllm: VLLM_BATCH_INVARIANT=1, greedy replies independent of batching (slower).")]
+EngineArgFlag = Annotated[Optional[list[str]], typer.Option(
+    help="vllm: any other EngineArgs field, KEY=VALUE (repeatable), e.g. max_num_seqs=64.")]
 # Fidelity to LifelongAgentBench (agent/harness.py; docs/running.md "Harness options").
 MemoryFromFlag = Annotated[str, typer.Option(
     help="Which successes write a memory: completed (reward 1 and ended by its own answer/finish, LAB's rule) "
@@ -146,6 +163,41 @@ def backbone_options(backbone: str, seed: int, model: str | None, base_url: str 
     except ValueError as exc:
         fail(str(exc))
         raise  # unreachable: fail() exits
+
+
+ENGINE_FLAGS = ("jax_mem_fraction", "gpu_memory_utilization", "max_model_len", "tensor_parallel_size", "dtype",
+                "enforce_eager", "prefix_caching", "batch_invariant", "engine_arg")
+
+
+def engine_flags(values: dict[str, Any]) -> dict[str, Any]:
+    """The engine/GPU-split flags out of a command's parameters (``locals()``)."""
+    return {name: values[name] for name in ENGINE_FLAGS}
+
+
+def engine_settings(backbone: str, flags: dict[str, Any] | None, *, model: str | None, env: str,
+                    controller_streams: int) -> Any:
+    """Check the engine flags and apply the GPU split (before JAX starts); one error line otherwise."""
+    from agent.backbones.engine_options import engine_for_run
+
+    try:
+        engine, plan = engine_for_run(backbone, flags, model=model, env=env,
+                                      controller_streams=max(1, controller_streams))
+    except ValueError as exc:
+        fail(str(exc))
+        raise  # unreachable: fail() exits
+    if plan is not None:
+        typer.echo(plan.describe(), err=True)
+    return engine
+
+
+def open_engine(backbone: Any) -> None:
+    """Load an in-process engine now (``VLLMBackbone.open``); other backbones have nothing to load.
+
+    Called once the run folder is checked, so a busy folder fails fast; and before the first
+    task, so vLLM measures free memory before JAX's pool has grown (docs/backbones.md)."""
+    opener = getattr(backbone, "open", None)
+    if callable(opener):
+        opener()
 
 
 def checked_budget(env: str, accounting: str) -> Any:
@@ -260,11 +312,16 @@ def run(
     kg_endpoint: Optional[str] = typer.Option(None, help="SPARQL endpoint for --env kg.",
                                               show_default="$TOKENWORTH_KG_ENDPOINT"),
     model: Optional[str] = typer.Option(None, help="Model name for the vllm/openai backbones."),
-    base_url: Optional[str] = typer.Option(None, help="Server URL for the openai backbone."),
+    base_url: Optional[str] = typer.Option(None, help="Server URL for the openai backbone; several, comma-separated, "
+                                                      "are replicas (requests spread, failover)."),
     budget_accounting: AccountingFlag = DEFAULT_ACCOUNTING,
     timeout: TimeoutFlag = None, retry_for: RetryForFlag = None, max_retries: MaxRetriesFlag = None,
     concurrency: ConcurrencyFlag = None, extra_body: ExtraBodyFlag = None,
     schedule: ScheduleFlag = "lockstep",
+    jax_mem_fraction: JaxMemFractionFlag = None, gpu_memory_utilization: GpuMemoryUtilizationFlag = None,
+    max_model_len: MaxModelLenFlag = None, tensor_parallel_size: TensorParallelSizeFlag = None,
+    dtype: DtypeFlag = None, enforce_eager: EnforceEagerFlag = None, prefix_caching: PrefixCachingFlag = True,
+    batch_invariant: BatchInvariantFlag = False, engine_arg: EngineArgFlag = None,
     memory_from: MemoryFromFlag = "completed", memory_format: MemoryFormatFlag = "compact",
     kg_parser: KGParserFlag = "strict", kg_vocab: KGVocabFlag = None, instructions: InstructionsFlag = None,
     overwrite: bool = typer.Option(False, help="Delete the named methods' results in --out (only those, only in a "
@@ -281,7 +338,8 @@ def run(
                   connection=dict(timeout=timeout, retry_for=retry_for, max_retries=max_retries,
                                   concurrency=concurrency, extra_body=extra_body),
                   harness=dict(memory_from=memory_from, memory_format=memory_format, kg_parser=kg_parser,
-                               kg_vocab=kg_vocab, instructions=instructions))
+                               kg_vocab=kg_vocab, instructions=instructions),
+                  engine=engine_flags(locals()))
 
 
 def parse_list(flag: str, text: str, known: Sequence[str] | None = None) -> list[str]:
@@ -326,7 +384,8 @@ def run_benchmark(env: str = "db", methods: str = ",".join(METHOD_NAMES), backbo
                   model: str | None = None, base_url: str | None = None, overwrite: bool = False,
                   progress: bool = True, summary_dir: Path | None = None,
                   budget_accounting: str = DEFAULT_ACCOUNTING, connection: dict[str, Any] | None = None,
-                  schedule: str = "lockstep", harness: dict[str, Any] | None = None) -> None:
+                  schedule: str = "lockstep", harness: dict[str, Any] | None = None,
+                  engine: dict[str, Any] | None = None) -> None:
     """The body of `tokenworth run` (plain defaults, so the bare `tokenworth` can call it).
 
     ``harness``: the harness flags (agent/harness.py ``harness_from_cli`` arguments)."""
@@ -354,7 +413,7 @@ def run_benchmark(env: str = "db", methods: str = ",".join(METHOD_NAMES), backbo
     run_experiment_command(streams, envs, settings, out_dir, title, backbone=backbone, seed=seed_list[0],
                            model=model, base_url=base_url, data_dir=data_dir, limit=limit, kg_endpoint=kg_endpoint,
                            overwrite=overwrite, progress=progress, summary_dir=summary_dir, schedule=schedule,
-                           accounting=budget_accounting, connection=connection, harness=harness)
+                           accounting=budget_accounting, connection=connection, harness=harness, engine=engine)
 
 
 def run_experiment_command(streams: Sequence[Any], envs: Sequence[str], settings: dict[str, Any], out_dir: Path,
@@ -362,8 +421,12 @@ def run_experiment_command(streams: Sequence[Any], envs: Sequence[str], settings
                            data_dir: Path | None, limit: int | None, kg_endpoint: str | None, overwrite: bool,
                            progress: bool, summary_dir: Path | None, schedule: str, accounting: str,
                            connection: dict[str, Any] | None, sweep_configs: Sequence[dict[str, Any]] | None = None,
-                           harness: dict[str, Any] | None = None) -> None:
-    """The one front-end body of `run` and `sweep`: checks, folder, backbone, engine, summary."""
+                           harness: dict[str, Any] | None = None, engine: dict[str, Any] | None = None) -> None:
+    """The one front-end body of `run` and `sweep`: checks, folder, backbone, engine, summary.
+
+    Order (docs/backbones.md): every check that needs no model (flags, grid, harness, data, GPU
+    split) first; then the run folder, its locks and config; only then the backbone, and an
+    in-process vLLM engine loads (``open_engine``) before the controller's JAX pool grows."""
     from agent import runfolder
     from agent.backbones.registry import make_backbone
     from agent.data import load_tasks, resolve_data_dir
@@ -375,7 +438,9 @@ def run_experiment_command(streams: Sequence[Any], envs: Sequence[str], settings
     endpoints = {e: check_env(e, kg_endpoint) for e in envs}
     endpoint = endpoints.get("kg")
     tasks = {e: load_tasks(e, data_dir, limit=limit) for e in envs}  # type: ignore[arg-type]
-    options, links = backbone_options(backbone, seed, model, base_url, **(connection or {}))
+    controllers = sum(s.method.startswith("tokenworth") for s in streams)  # the GPU split, before JAX starts
+    engine_options = engine_settings(backbone, engine, model=model, env=envs[0], controller_streams=controllers)
+    options, links = backbone_options(backbone, seed, model, base_url, engine=engine_options, **(connection or {}))
     names = stream_names(streams)
     budgets = {e: checked_budget(e, accounting).as_dict() for e in envs}
     config = {**settings, "backbone_options": options, "tasks": (len(tasks[envs[0]]) if len(envs) == 1
@@ -395,9 +460,10 @@ def run_experiment_command(streams: Sequence[Any], envs: Sequence[str], settings
                 held.enter_context(runfolder.locked(*runfolder.method_lock(out_dir, name)))
             runfolder.prepare(out_dir, config, replaced, [*POLICIES.names, *names], overwrite=overwrite)
         try:
-            bb = make_backbone(backbone, **options, **links)
+            bb = make_backbone(backbone, **options, **links)  # a vllm engine loads in open_engine, just below
         except (ValueError, ImportError) as exc:
             fail(str(exc))
+        open_engine(bb)
         n_tasks = sum(len(tasks[s.env]) for s in streams)
         typer.echo(f"{', '.join(envs)}: {len(streams)} streams, {n_tasks} stream-tasks, backbone {backbone}, "
                    f"schedule {schedule} -> {out_dir}", err=True)
@@ -518,11 +584,16 @@ def sweep(
     kg_endpoint: Optional[str] = typer.Option(None, help="SPARQL endpoint for --env kg.",
                                               show_default="$TOKENWORTH_KG_ENDPOINT"),
     model: Optional[str] = typer.Option(None, help="Model name for the vllm/openai backbones."),
-    base_url: Optional[str] = typer.Option(None, help="Server URL for the openai backbone."),
+    base_url: Optional[str] = typer.Option(None, help="Server URL for the openai backbone; several, comma-separated, "
+                                                      "are replicas (requests spread, failover)."),
     budget_accounting: AccountingFlag = DEFAULT_ACCOUNTING,
     timeout: TimeoutFlag = None, retry_for: RetryForFlag = None, max_retries: MaxRetriesFlag = None,
     concurrency: ConcurrencyFlag = None, extra_body: ExtraBodyFlag = None,
     schedule: ScheduleFlag = "lockstep",
+    jax_mem_fraction: JaxMemFractionFlag = None, gpu_memory_utilization: GpuMemoryUtilizationFlag = None,
+    max_model_len: MaxModelLenFlag = None, tensor_parallel_size: TensorParallelSizeFlag = None,
+    dtype: DtypeFlag = None, enforce_eager: EnforceEagerFlag = None, prefix_caching: PrefixCachingFlag = True,
+    batch_invariant: BatchInvariantFlag = False, engine_arg: EngineArgFlag = None,
     memory_from: MemoryFromFlag = "completed", memory_format: MemoryFormatFlag = "compact",
     kg_parser: KGParserFlag = "strict", kg_vocab: KGVocabFlag = None, instructions: InstructionsFlag = None,
     overwrite: bool = typer.Option(False, help="Discard the sweep this folder holds (only a run folder) and "
@@ -538,7 +609,8 @@ def sweep(
                       connection=dict(timeout=timeout, retry_for=retry_for, max_retries=max_retries,
                                       concurrency=concurrency, extra_body=extra_body),
                       harness=dict(memory_from=memory_from, memory_format=memory_format, kg_parser=kg_parser,
-                                   kg_vocab=kg_vocab, instructions=instructions))
+                                   kg_vocab=kg_vocab, instructions=instructions),
+                      engine=engine_flags(locals()))
 
 
 @expected_failures
@@ -546,7 +618,8 @@ def run_sweep_command(env: str, grid: list[str], table_a3: bool, backbone: str, 
                       data_dir: Path | None, limit: int | None, kg_endpoint: str | None, model: str | None,
                       base_url: str | None, overwrite: bool, progress: bool,
                       budget_accounting: str = DEFAULT_ACCOUNTING, connection: dict[str, Any] | None = None,
-                      plus: bool = False, schedule: str = "lockstep", harness: dict[str, Any] | None = None) -> None:
+                      plus: bool = False, schedule: str = "lockstep", harness: dict[str, Any] | None = None,
+                      engine: dict[str, Any] | None = None) -> None:
     from agent.sweep import SweepError, configs_from_grid, sweep_streams, table_a3_configs
 
     if env not in ENVS:
@@ -567,7 +640,7 @@ def run_sweep_command(env: str, grid: list[str], table_a3: bool, backbone: str, 
                            base_url=base_url, data_dir=data_dir, limit=limit, kg_endpoint=kg_endpoint,
                            overwrite=overwrite, progress=progress, summary_dir=None, schedule=schedule,
                            accounting=budget_accounting, connection=connection, sweep_configs=configs,
-                           harness=harness)
+                           harness=harness, engine=engine)
 
 
 def write_sweep_summary(result: Any, configs: Sequence[dict[str, Any]], out_dir: Path,

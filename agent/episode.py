@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from agent.backbones.base import Generation
+from agent.backbones.base import Generation, prompt_usage
 from agent.budget import Budget, BudgetExceeded, InjectionBlock, TokenLedger
 from agent.envs.base import Environment, conversation
 from agent.memory import Turn
@@ -166,6 +166,7 @@ def round_entry(generation: Generation, max_tokens: int, action: dict[str, Any] 
     if observation is not None:
         entry["observation"] = clipped(observation)
         entry["observation_chars"] = len(observation)
+    entry.update(prompt_usage(generation))  # recorded, never charged
     return entry
 
 

@@ -5,7 +5,14 @@ Runs ``tokenworth run`` once per (environment, seed) into
 writes the mean ± std over seeds of SR, OutputTok and ΔTok per method to ``<out>/agent.md`` /
 ``agent.json`` and a bar plot to ``<out>/agent.png``. ``--budget-accounting`` (per-call, the
 default, or per-task) and the OpenAI-backbone flags (``--model``, ``--base-url``, ``--timeout``,
-``--retry-for``, ``--max-retries``, ``--concurrency``, ``--extra-body``) are passed to every run.
+``--retry-for``, ``--max-retries``, ``--concurrency``, ``--extra-body``) and the in-process vLLM
+flags (``--jax-mem-fraction``, ``--gpu-memory-utilization``, ``--max-model-len``,
+``--tensor-parallel-size``, ``--dtype``, ``--enforce-eager``, ``--no-prefix-caching``,
+``--batch-invariant``, ``--engine-arg KEY=VALUE``) are passed to every run.
+
+With ``--backbone vllm`` the process loads one engine, on the first run's first call, and every
+later (env, seed) run reuses it (same settings; the seed does not matter to greedy decoding);
+it is shut down explicitly when the benchmark ends, also after an error.
 
 With the simulated backbone the numbers measure the harness and the policies under the sim's
 documented generative model (``agent/backbones/sim.py``), not an LLM.
@@ -97,9 +104,27 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--max-retries", type=int, default=None)
     parser.add_argument("--concurrency", type=int, default=None)
     parser.add_argument("--extra-body", default=None, help="JSON object added to every openai request")
+    parser.add_argument("--jax-mem-fraction", type=float, default=None)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=None)
+    parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--tensor-parallel-size", type=int, default=None)
+    parser.add_argument("--dtype", default=None)
+    parser.add_argument("--enforce-eager", action="store_true", default=None)
+    parser.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false")
+    parser.add_argument("--batch-invariant", action="store_true")
+    parser.add_argument("--engine-arg", action="append", default=None, help="KEY=VALUE (repeatable)")
     args = parser.parse_args(argv)
-    from agent.cli import run_benchmark
+    from agent.backbones.vllm_backbone import close_engines
+    from agent.cli import ENGINE_FLAGS, run_benchmark
 
+    engine = {name: getattr(args, name) for name in ENGINE_FLAGS}
+    try:
+        return _run_all(args, engine, run_benchmark)
+    finally:
+        close_engines()  # one engine per process, shut down explicitly
+
+
+def _run_all(args: argparse.Namespace, engine: dict[str, Any], run_benchmark: Any) -> dict[str, Any]:
     connection = dict(timeout=args.timeout, retry_for=args.retry_for, max_retries=args.max_retries,
                       concurrency=args.concurrency, extra_body=args.extra_body)
     accounting = args.budget_accounting
@@ -114,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             run_benchmark(env=env, methods=args.methods, backbone=args.backbone, seed=seed, out=run_dir,
                           data_dir=Path(args.data_dir) if args.data_dir else None, limit=args.limit,
                           progress=not args.no_progress, budget_accounting=accounting, model=args.model,
-                          base_url=args.base_url, connection=connection)
+                          base_url=args.base_url, connection=connection, engine=engine)
             per_seed.append(_load_summary(run_dir))
         results[env] = aggregate(per_seed)
     out.mkdir(parents=True, exist_ok=True)

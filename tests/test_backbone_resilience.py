@@ -76,7 +76,7 @@ def conv(text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
 
 
-def quick(url: str, **options) -> OpenAIBackbone:
+def quick(url: str | list[str], **options) -> OpenAIBackbone:
     lines: list[str] = []
     options = {"backoff_base": 0.2, "backoff_max": 1.0, "retry_for": 20.0, "timeout": 10.0,
                "on_notice": lines.append, **options}
@@ -136,6 +136,33 @@ def test_unknown_model_names_the_flag_and_the_served_models(stubs):
             backbone.generate([conv("x")], [8])
     message = str(info.value)
     assert "--model" in message and "wrong-name" in message and "served" in message and "\n" not in message
+
+
+def test_a_replica_killed_mid_batch_loses_nothing_and_serves_nothing_twice(stubs, tmp_path):
+    """Two replicas; one dies after its 3rd answer while others wait on it. Its unanswered requests
+    fail over to the live one at once; every item is answered once, in order."""
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    dying = stubs(None, "--exit-after", "3", "--delay", "0.2", "--log", str(logs[0])).start()
+    alive = stubs(None, "--delay", "0.2", "--log", str(logs[1])).start()
+    items = [f"item {i}" for i in range(16)]
+    with quick([dying.url, alive.url], retry_for=20.0) as backbone:
+        out = backbone.generate([conv(t) for t in items], [16] * 16)
+        dying.wait_dead(timeout=10)
+        later = backbone.generate([conv("after")], [16])  # the dead replica is set aside, not waited for
+    assert [g.output_tokens for g in out] == [4] * 16 and later[0].output_tokens == 4
+    served = [json.loads(line) for log in logs for line in log.read_text().splitlines()]
+    assert sorted(served) == sorted(items + ["after"])  # every item answered, none twice
+    assert len(logs[0].read_text().splitlines()) == 3
+    assert any("failing over to " + alive.url in line for line in backbone.printed)
+
+
+def test_all_replicas_down_is_one_line_naming_them(stubs):
+    urls = [f"http://127.0.0.1:{free_port()}/v1", f"http://127.0.0.1:{free_port()}/v1"]
+    with quick(urls, retry_for=1.0, backoff_base=0.1) as backbone:
+        with pytest.raises(BackboneError) as info:
+            backbone.generate([conv("x")], [8])
+    message = str(info.value)
+    assert "\n" not in message and all(url in message for url in urls) and "model servers at" in message
 
 
 def test_max_retries_bounds_the_count(stubs):
@@ -208,3 +235,17 @@ def test_cli_server_gone_beyond_the_window_ends_in_one_line_and_resumes(tmp_path
     strip = lambda r: {k: v for k, v in r.items() if k != "time_s"}  # noqa: E731
     assert [strip(r) for r in again[:2]] == [strip(r) for r in partial]
     assert all(r["trajectory"][0]["reply"].startswith("Action: Answer") for r in again)
+
+
+def test_cli_over_two_replicas_one_dying_mid_run_keeps_every_task_once(tmp_path, stubs, data_dir):
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    dying = stubs(None, "--exit-after", "2", "--log", str(logs[0])).start()
+    alive = stubs(None, "--log", str(logs[1])).start()
+    done = cli(tmp_path / "run", f"{dying.url},{alive.url}", "--retry-for", "30", limit=6)
+    assert done.returncode == 0, done.stderr
+    assert [r["index"] for r in records(tmp_path / "run")] == [0, 1, 2, 3, 4, 5]
+    served = [line for log in logs for line in log.read_text().splitlines()]
+    assert len(served) == len(set(served)) == 6  # one answer per task's single round, none repeated
+    assert len(logs[0].read_text().splitlines()) == 2
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["connection"]["base_url"] == [dying.url, alive.url]

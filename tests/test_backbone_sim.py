@@ -206,17 +206,30 @@ def test_cap_truncates_consistently(streams, sim):
     task = streams["db"][1]
     full = _gen(sim, task, 0)
     assert full.finish_reason == "stop"
-    assert full.output_tokens == token_counter().count(full.text)
+    assert full.output_tokens == token_counter().count(full.text) + 1  # the token rule: the EOS counts
     capped = _gen(sim, task, 0, cap=7)
     assert capped.finish_reason == "length" and capped.output_tokens == 7
     assert full.text.startswith(capped.text)
     assert token_counter().count(capped.text) == 7
 
 
+def test_the_eos_token_counts_only_where_it_fits(streams, sim):
+    task = streams["db"][1]
+    text_tokens = token_counter().count(_gen(sim, task, 0).text)
+    exact = _gen(sim, task, 0, cap=text_tokens)  # the whole text fits, its EOS does not: an engine stops by length
+    assert (exact.finish_reason, exact.output_tokens) == ("length", text_tokens)
+    fits = _gen(sim, task, 0, cap=text_tokens + 1)
+    assert (fits.finish_reason, fits.output_tokens, fits.text) == ("stop", text_tokens + 1, exact.text)
+    plain = SimBackbone(SimParams(eos_tokens=0))  # the old text-only count, for comparison
+    assert _gen(plain, task, 0).output_tokens == text_tokens
+
+
 def test_stop_strings_cut_the_reply(streams, sim):
     task = streams["db"][1]
     out = sim.generate([USER], [512], stop=["```sql"], meta=[{"task": task, "round": 0, "memory_skills": None}])[0]
     assert out.text.endswith("Action: Operation\n") and "```" not in out.text
+    # the stop string's tokens were decoded (and count); no EOS follows a stop string
+    assert out.output_tokens == token_counter().count(out.text + "```sql") and out.finish_reason == "stop"
 
 
 def test_batches_and_bad_input(streams, sim):

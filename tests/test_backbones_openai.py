@@ -31,6 +31,7 @@ class Stub:
         self.always_status: int | None = None
         self.delay = 0.0
         self.omit_usage = False
+        self.reject_max_tokens = False  # as OpenAI's newer models do
         self.in_flight = 0
         self.max_in_flight = 0
         self.lock = threading.Lock()
@@ -66,6 +67,10 @@ def _handler(stub: Stub):
                     return self._send(stub.always_status, {"error": {"message": f"status {stub.always_status}"}})
                 if number <= stub.fail_first:
                     return self._send(stub.fail_status, {"error": {"message": "try again"}}, stub.fail_headers)
+                if stub.reject_max_tokens and "max_tokens" in body:
+                    return self._send(400, {"error": {"message": "Unsupported parameter: 'max_tokens' is not supported "
+                                                                 "with this model. Use 'max_completion_tokens' instead."}})
+                cap = body.get("max_tokens") or body["max_completion_tokens"]
                 last = body["messages"][-1]["content"]
                 response = {
                     "id": f"cmpl-{number}",
@@ -73,11 +78,12 @@ def _handler(stub: Stub):
                     "created": 0,
                     "model": body["model"],
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": f"echo {last}"},
-                                 "finish_reason": "length" if len(last) >= body["max_tokens"] else "stop"}],
+                                 "finish_reason": "length" if len(last) >= cap else "stop"}],
                 }
                 if not stub.omit_usage:
                     # completion tokens tied to the item, so a mix-up or a double count shows
-                    response["usage"] = {"prompt_tokens": 11, "completion_tokens": len(last), "total_tokens": 11 + len(last)}
+                    response["usage"] = {"prompt_tokens": 11, "completion_tokens": len(last), "total_tokens": 11 + len(last),
+                                         "prompt_tokens_details": {"cached_tokens": 8}}
                 return self._send(200, response)
             finally:
                 with stub.lock:
@@ -86,10 +92,14 @@ def _handler(stub: Stub):
     return Handler
 
 
+class Server(ThreadingHTTPServer):
+    request_queue_size = 128  # the default backlog (5) makes a burst of connections wait ~1 s in SYN retries
+
+
 @pytest.fixture
 def stub():
     state = Stub()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    server = Server(("127.0.0.1", 0), _handler(state))
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     state.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
@@ -204,3 +214,52 @@ def test_bad_input_and_registry(stub, monkeypatch):
     assert isinstance(built, OpenAIBackbone) and built.concurrency == 2
     built.close()
     built.close()  # idempotent
+
+
+def test_seed_prompt_and_cached_tokens(stub):
+    with OpenAIBackbone("m", base_url=stub.url, seed=7, on_notice=lambda line: None) as b:
+        [out] = b.generate([conv("abc")], [16])
+    assert stub.requests[0]["body"]["seed"] == 7
+    assert (out.output_tokens, out.prompt_tokens, out.cached_tokens) == (3, 11, 8)  # OutputTok is the completion only
+
+
+def test_a_server_that_wants_max_completion_tokens_gets_it(stub):
+    stub.reject_max_tokens = True
+    lines = []
+    with OpenAIBackbone("m", base_url=stub.url, on_notice=lines.append) as b:
+        out = b.generate([conv("a"), conv("bb")], [16, 16])
+        again = b.generate([conv("ccc")], [16])
+    assert [g.output_tokens for g in out + again] == [1, 2, 3]
+    assert [r["body"].get("max_completion_tokens") for r in stub.requests[-1:]] == [16]
+    assert "max_tokens" not in stub.requests[-1]["body"]
+    assert any("max_completion_tokens" in line for line in lines)
+    with OpenAIBackbone("m", base_url=stub.url, max_tokens_field="max_completion_tokens") as b:
+        before = len(stub.requests)
+        b.generate([conv("d")], [4])
+        assert len(stub.requests) == before + 1  # no rejected first attempt
+
+
+def test_by_default_the_whole_batch_is_in_flight(stub):
+    stub.delay = 0.5
+    with OpenAIBackbone("m", base_url=stub.url) as b:
+        out = b.generate([conv(str(i)) for i in range(12)], [8] * 12)
+    assert [g.text for g in out] == [f"echo {i}" for i in range(12)]
+    assert stub.max_in_flight == 12
+
+
+def test_replicas_share_the_load(stub):
+    second = Stub()
+    server = Server(("127.0.0.1", 0), _handler(second))
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        stub.delay = second.delay = 0.1
+        urls = [stub.url, f"http://127.0.0.1:{server.server_address[1]}/v1"]
+        with OpenAIBackbone("m", base_url=urls) as b:
+            out = b.generate([conv(str(i)) for i in range(10)], [8] * 10)
+        assert [g.text for g in out] == [f"echo {i}" for i in range(10)]
+        assert len(stub.requests) == len(second.requests) == 5  # least-loaded: an even split
+        with pytest.raises(ValueError, match="twice"):
+            OpenAIBackbone("m", base_url=[stub.url, stub.url])
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,97 +1,71 @@
-"""The in-process vLLM backbone against a fake ``vllm`` module that records every call,
-plus the JAX/vLLM co-location settings."""
+"""The in-process vLLM backbone against a faithful fake ``vllm`` (tests/fake_vllm): it accepts
+only the keyword names of the supported vLLM's ``LLM``, ``LLM.chat`` and ``SamplingParams``."""
 
 from __future__ import annotations
 
-import dataclasses
-import os
-import subprocess
+import importlib
 import sys
-import types
 
 import pytest
 
+from agent.backbones import vllm_api
 from agent.backbones.registry import make_backbone
-from agent.backbones.vllm_backbone import (
-    GREEDY_SAMPLING,
-    VLLMBackbone,
-    assert_jax_sees_gpu,
-    configure_colocation,
-)
+from agent.backbones.vllm_backbone import ENGINES, GREEDY_SAMPLING, VLLMBackbone, close_engines
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@dataclasses.dataclass
-class FakeCompletion:
-    text: str
-    token_ids: list[int]
-    finish_reason: str
-
-
-@dataclasses.dataclass
-class FakeRequestOutput:
-    request_id: str
-    outputs: list[FakeCompletion]
-
-
-class FakeSamplingParams:
-    def __init__(self, **kwargs):
-        self.kwargs = kwargs
-
-
-class FakeLLM:
-    instances: list["FakeLLM"] = []
-
-    def __init__(self, **kwargs):
-        self.init_kwargs = kwargs
-        self.chat_calls: list[tuple] = []
-        FakeLLM.instances.append(self)
-
-    def chat(self, messages, sampling_params=None, use_tqdm=True, **kwargs):
-        self.chat_calls.append((messages, sampling_params, use_tqdm, kwargs))
-        outputs = []
-        for i, (conversation, params) in enumerate(zip(messages, sampling_params)):
-            cap = params.kwargs["max_tokens"]
-            # token count deliberately unrelated to len(text): the backbone must use token_ids
-            n = min(cap, 3 + i)
-            outputs.append(
-                FakeRequestOutput(str(i), [FakeCompletion(f"reply to {conversation[-1]['content']}", list(range(n)),
-                                                          "length" if n == cap else "stop")])
-            )
-        return outputs
+FAKE_DIR = __import__("pathlib").Path(__file__).with_name("fake_vllm")
 
 
 @pytest.fixture
 def fake_vllm(monkeypatch):
-    module = types.ModuleType("vllm")
-    module.LLM = FakeLLM
-    module.SamplingParams = FakeSamplingParams
-    FakeLLM.instances.clear()
-    monkeypatch.setitem(sys.modules, "vllm", module)
-    return module
+    api = vllm_api.installed_api() or vllm_api.pinned_api()  # the real package's names when installed
+    monkeypatch.syspath_prepend(str(FAKE_DIR))
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
+    module = importlib.import_module("vllm")
+    assert module.__version__ == "fake"
+    module.API = api
+    module.instances.clear()
+    close_engines()
+    yield module
+    close_engines()
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
 
 
 def conv(text):
     return [{"role": "system", "content": "sys"}, {"role": "user", "content": text}]
 
 
-def test_engine_options(fake_vllm):
-    backbone = VLLMBackbone("Qwen/Qwen2.5-14B-Instruct", gpu_memory_utilization=0.6, max_model_len=8192,
-                            engine_options={"enable_prefix_caching": True})
-    kwargs = FakeLLM.instances[-1].init_kwargs
-    assert kwargs["model"] == "Qwen/Qwen2.5-14B-Instruct"
+def test_the_engine_loads_lazily_with_the_run_settings(fake_vllm):
+    backbone = VLLMBackbone("Qwen/Qwen2.5-14B-Instruct", seed=3, gpu_memory_utilization=0.6, max_model_len=8192,
+                            engine_options={"max_num_seqs": 64})
+    assert fake_vllm.instances == []  # nothing loads at construction
+    backbone.generate([conv("a")], [16])
+    [llm] = fake_vllm.instances
+    kwargs = llm.init_kwargs
+    assert kwargs["model"] == "Qwen/Qwen2.5-14B-Instruct" and kwargs["seed"] == 3
     assert kwargs["gpu_memory_utilization"] == 0.6 and kwargs["max_model_len"] == 8192
     assert kwargs["generation_config"] == "vllm"  # the model's config must not set sampling defaults
-    assert kwargs["enable_prefix_caching"] is True
-    assert backbone.name == "vllm"
+    assert kwargs["enable_prefix_caching"] is True  # on by default
+    assert kwargs["max_num_seqs"] == 64
+    assert backbone.open() is backbone and len(fake_vllm.instances) == 1  # idempotent
+
+
+def test_one_engine_per_process_reused_then_closed(fake_vllm):
+    first = VLLMBackbone("m", seed=0).open()
+    second = VLLMBackbone("m", seed=1).open()  # the next seed of a benchmark: same engine
+    assert first.llm is second.llm and len(fake_vllm.instances) == 1
+    other = VLLMBackbone("m", max_model_len=4096).open()  # other settings: the old engine is shut down first
+    assert len(fake_vllm.instances) == 2
+    assert fake_vllm.instances[0].llm_engine.engine_core.shut_down == 1
+    close_engines()
+    assert fake_vllm.instances[1].llm_engine.engine_core.shut_down == 1 and ENGINES.llm is None
+    assert other.llm is not None  # the backbone still names it, but the pool has shut it down
 
 
 def test_batched_chat_with_explicit_greedy_params_per_item(fake_vllm):
     backbone = VLLMBackbone("m")
     out = backbone.generate([conv("a"), conv("b"), conv("c")], [128, 4, 64], stop=["Observation:"],
                             meta=[{"ignored": 1}] * 3)
-    llm = FakeLLM.instances[-1]
+    llm = fake_vllm.instances[-1]
     assert len(llm.chat_calls) == 1  # one batched call, not one per item
     messages, params, use_tqdm, _ = llm.chat_calls[0]
     assert messages == [conv("a"), conv("b"), conv("c")]
@@ -104,10 +78,27 @@ def test_batched_chat_with_explicit_greedy_params_per_item(fake_vllm):
         assert p.kwargs["repetition_penalty"] == 1.0
         assert p.kwargs["presence_penalty"] == 0.0 and p.kwargs["frequency_penalty"] == 0.0
     assert set(GREEDY_SAMPLING) <= set(params[0].kwargs)
-    # token accounting comes from token_ids, finish_reason from the engine
-    assert [g.output_tokens for g in out] == [3, 4, 5]
+    # the token rule: len(token_ids), the EOS included when the reply ended on it
+    assert [g.output_tokens for g in out] == [3 + 1, 4, 5 + 1]
     assert [g.finish_reason for g in out] == ["stop", "length", "stop"]
     assert out[1].text == "reply to b"
+    assert [g.prompt_tokens for g in out] == [10, 11, 12] and all(g.cached_tokens == 4 for g in out)
+
+
+def test_the_fake_refuses_what_vllm_refuses(fake_vllm):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'temprature'"):
+        fake_vllm.SamplingParams(temprature=0.0)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'gpu_mem_util'"):
+        fake_vllm.LLM(model="m", gpu_mem_util=0.5)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'sampling'"):
+        fake_vllm.LLM(model="m").chat([conv("a")], sampling=None)
+    fake_vllm.LLM(model="m", max_num_seqs=8)  # an EngineArgs field, passed through **kwargs: accepted
+
+
+def test_a_misspelt_engine_option_is_refused_before_loading(fake_vllm):
+    with pytest.raises(ValueError, match=r"no engine option 'max_num_seq' \(did you mean max_num_seqs"):
+        VLLMBackbone("m", engine_options={"max_num_seq": 8})
+    assert fake_vllm.instances == []
 
 
 def test_bad_input(fake_vllm):
@@ -117,7 +108,8 @@ def test_bad_input(fake_vllm):
     with pytest.raises(ValueError, match="at least 1"):
         backbone.generate([conv("a")], [0])
     assert backbone.generate([], []) == []
-    with pytest.raises(ValueError, match="gpu_memory_utilization"):
+    assert fake_vllm.instances == []  # an empty batch loads nothing
+    with pytest.raises(ValueError, match="gpu-memory-utilization"):
         VLLMBackbone("m", gpu_memory_utilization=1.5)
 
 
@@ -130,66 +122,40 @@ def test_registry_builds_vllm(fake_vllm):
 
 def test_missing_extra_names_the_install_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` raise ImportError
-    with pytest.raises(ImportError, match=r"pip install 'tokenworth-jax\[vllm\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'tokenworth-jax\[gpu\]'"):
         VLLMBackbone("m")
-    with pytest.raises(ImportError, match=r"tokenworth-jax\[vllm\]"):
+    with pytest.raises(ImportError, match=r"tokenworth-jax\[gpu\]"):
         make_backbone("vllm", model="m")
 
 
-# --- co-location -------------------------------------------------------------------------
+# --- the pinned API ----------------------------------------------------------------------
 
 
-def test_fractions_must_fit():
-    with pytest.raises(ValueError, match="exceeds"):
-        configure_colocation(0.3, 0.7)
-    with pytest.raises(ValueError, match="jax_mem_fraction"):
-        configure_colocation(0.0, 0.5)
+def test_pinned_api_is_the_supported_release_and_has_what_we_call():
+    api = vllm_api.pinned_api()
+    assert api["version"] == vllm_api.PINNED_VERSION
+    assert {"messages", "sampling_params", "use_tqdm"} <= set(api["llm_chat"])
+    assert set(GREEDY_SAMPLING) | {"max_tokens", "stop"} <= set(api["sampling_params"])
+    assert {"model", "seed", "gpu_memory_utilization", "max_model_len", "dtype", "tensor_parallel_size",
+            "enforce_eager", "generation_config", "enable_prefix_caching"} <= vllm_api.llm_keywords(api)
 
 
-def test_after_jax_import_only_matching_settings_pass(monkeypatch):
-    assert "jax" in sys.modules  # conftest imports it
-    for key in ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION",
-                "VLLM_WORKER_MULTIPROC_METHOD"):
-        monkeypatch.delenv(key, raising=False)
-    with pytest.raises(RuntimeError, match="before jax is imported"):
-        configure_colocation(0.2, 0.7)
-    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    monkeypatch.setenv("XLA_CLIENT_MEM_FRACTION", "0.2")
-    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.2")
-    configure_colocation(0.2, 0.7)  # already what jax started with: fine
-    assert os.environ["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+def test_the_source_reader_finds_keywords_and_fields():
+    source = {
+        "vllm/entrypoints/llm.py": "class LLM:\n    def __init__(self, model, *, seed=None, **kwargs): ...\n"
+                                   "    def chat(self, messages, sampling_params=None, *, use_tqdm=True): ...\n",
+        "vllm/sampling_params.py": "from typing import ClassVar\nclass SamplingParams:\n    n: int = 1\n"
+                                   "    top_k: int = 0\n    kind: ClassVar[str] = 'x'\n",
+        "vllm/engine/arg_utils.py": "class EngineArgs:\n    model: str = 'm'\n    max_num_seqs: int | None = None\n"
+                                    "    def helper(self) -> None: ...\n",
+    }
+    api = vllm_api.api_from_source(source.__getitem__, "9.9")
+    assert api == {"version": "9.9", "llm_init": ["model", "seed"], "llm_chat": ["messages", "sampling_params", "use_tqdm"],
+                   "sampling_params": ["n", "top_k"], "engine_args": ["max_num_seqs", "model"]}
 
 
-def test_colocation_in_a_fresh_process():
-    script = (
-        "import os, sys\n"
-        "from agent.backbones.vllm_backbone import configure_colocation\n"
-        "assert 'jax' not in sys.modules\n"
-        "configure_colocation(0.25, 0.65)\n"
-        "print(os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'], os.environ['XLA_CLIENT_MEM_FRACTION'],\n"
-        "      os.environ['XLA_PYTHON_CLIENT_MEM_FRACTION'], os.environ['VLLM_WORKER_MULTIPROC_METHOD'])\n"
-        "import jax\n"
-        "configure_colocation(0.25, 0.65)\n"
-        "try:\n"
-        "    configure_colocation(0.3, 0.6)\n"
-        "except RuntimeError:\n"
-        "    print('refused')\n"
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "VLLM_"))}
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["false", "0.25", "0.25", "spawn", "refused"]
-
-
-def test_assert_jax_sees_gpu_matches_jax():
-    import jax
-
-    try:
-        has_gpu = bool(jax.devices("gpu"))
-    except RuntimeError:
-        has_gpu = False
-    if has_gpu:
-        assert_jax_sees_gpu()
-    else:
-        with pytest.raises(RuntimeError, match="JAX sees no GPU"):
-            assert_jax_sees_gpu()
+@pytest.mark.skipif(vllm_api.installed_api() is None, reason="vllm is not installed (the pin is used)")
+def test_an_installed_vllm_has_every_name_the_pin_relies_on():
+    installed, pinned = vllm_api.installed_api(), vllm_api.pinned_api()
+    missing = {key: sorted(set(pinned[key]) - set(installed[key])) for key in vllm_api.KEYS}
+    assert not any(missing.values()), f"vllm {installed['version']} lacks {missing}; regenerate vllm_api.json"

@@ -3,7 +3,8 @@
 ``generate`` is batched: item i of the result answers conversation i. ``output_tokens``
 is the count the engine itself reports (vLLM: ``len(output.token_ids)``; OpenAI-compatible
 servers: ``usage.completion_tokens``; the simulator: its tokenizer). The budget code never
-re-tokenises text.
+re-tokenises text. Token rule, shared by every backbone: every token the engine decoded counts,
+the end-of-sequence token included (docs/backbones.md, "Token rule").
 
 ``meta`` carries per-item facts about the episode (the task record, the injected memory's
 source skills, the round number). Real LLM backbones ignore it; only the simulated backbone
@@ -24,6 +25,17 @@ class Generation:
     text: str
     output_tokens: int
     finish_reason: str  # "stop", "length", or an engine-specific reason
+    # The prompt's length and how much of it the engine's prefix cache served, where the engine
+    # says (None otherwise). Kept in records for cost analysis; never counted in OutputTok.
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+
+
+def prompt_usage(generation: Generation) -> dict[str, int]:
+    """The prompt's tokens and prefix-cache hits where the engine reports them, for records.
+    Never charged to a ledger: OutputTok counts output tokens only."""
+    usage = {"prompt_tokens": generation.prompt_tokens, "cached_tokens": generation.cached_tokens}
+    return {key: value for key, value in usage.items() if value is not None}
 
 
 def checked_caps(conversations: Sequence[Conversation], max_tokens: Sequence[int]) -> list[int]:

@@ -3,14 +3,27 @@
 Decisions:
 
 - **Sync API over an async client.** ``generate`` blocks, but the batch's requests run
-  concurrently on an ``AsyncOpenAI`` client, at most ``concurrency`` in flight
-  (``asyncio.Semaphore``). The client and its event loop live in one private daemon thread
+  concurrently on an ``AsyncOpenAI`` client. By default every request of the batch is in flight
+  at once (the experiment engine sends a whole tick's requests in one call, and the server's own
+  scheduler batches them); ``concurrency`` caps that (``asyncio.Semaphore``).
+- **Replicas.** ``base_url`` may be a list (``vllm serve`` on other GPUs or machines). Each
+  request goes to the healthy replica with the fewest requests in flight (ties in turn). A
+  replica that fails (connection refused, timeout, 5xx, 429) is set aside for a backoff that
+  doubles with its consecutive failures, and the request moves at once to another healthy
+  replica, with a line saying so; when every replica is down the request waits and retries as
+  below. A request is answered once: its result is taken from the one attempt that succeeded. The client and its event loop live in one private daemon thread
   per backbone, so ``generate`` works the same from plain code and from inside a running
   event loop (Jupyter, an async caller): it never calls ``asyncio.run`` on the caller's
   thread. An async caller's loop is blocked for the duration of the batch, as with any
   sync call; connections are reused across batches. ``close()`` stops the thread.
-- **Token accounting.** ``output_tokens`` is the server's ``usage.completion_tokens``. A
-  response without usage is an error (text is never re-tokenised here).
+- **Token accounting.** ``output_tokens`` is the server's ``usage.completion_tokens`` (vLLM's
+  server counts the end-of-sequence token, as the in-process engine does). A response without
+  usage is an error (text is never re-tokenised here). ``usage.prompt_tokens`` and
+  ``usage.prompt_tokens_details.cached_tokens`` are kept as ``prompt_tokens``/``cached_tokens``.
+- **Seed and cap field.** ``seed`` is sent with every request. The cap goes in ``max_tokens``
+  (what vLLM, llama.cpp and most servers read); ``max_tokens_field="max_completion_tokens"`` sends
+  the newer name instead, and a server that rejects ``max_tokens`` naming
+  ``max_completion_tokens`` is switched to it at once (one line says so).
 - **Timeouts.** ``connect_timeout`` (default 10 s) bounds opening a connection; ``timeout``
   (default 600 s) bounds waiting for the reply once the request is sent. The read timeout is
   generous on purpose: it includes time the request waits in the server's queue. While a
@@ -50,6 +63,34 @@ from agent.backbones.base import BackboneError, Conversation, Generation, checke
 
 INSTALL_HINT = "pip install 'tokenworth-jax[openai]'"
 TRANSIENT_STATUS = frozenset({408, 409, 429})  # plus every 5xx
+MAX_TOKENS_FIELDS = ("max_tokens", "max_completion_tokens")
+
+
+class Replica:
+    """One server of the pool: its URL, client, load and health."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.client: Any = None
+        self.in_flight = 0
+        self.failures = 0  # consecutive
+        self.down_until = 0.0
+        self.served = 0
+        self.max_tokens_field: str | None = None  # learnt from a server that rejected the other one
+
+    def up(self, now: float) -> bool:
+        return now >= self.down_until
+
+
+def _urls(base_url: str | Sequence[str] | None) -> list[str | None]:
+    if base_url is None or isinstance(base_url, str):
+        return [base_url]
+    urls = [str(u) for u in base_url]
+    if not urls:
+        raise ValueError("base_url: give at least one URL")
+    if len(set(urls)) != len(urls):
+        raise ValueError(f"base_url lists a URL twice: {urls}")
+    return list(urls)
 
 
 def import_openai() -> Any:
@@ -69,9 +110,9 @@ class OpenAIBackbone:
         self,
         model: str,
         *,
-        base_url: str | None = None,
+        base_url: str | Sequence[str] | None = None,
         api_key: str | None = None,
-        concurrency: int = 8,
+        concurrency: int | None = None,
         timeout: float = 600.0,
         connect_timeout: float = 10.0,
         retry_for: float = 300.0,
@@ -81,8 +122,10 @@ class OpenAIBackbone:
         notice_every: float = 30.0,
         extra_body: Mapping[str, Any] | None = None,
         on_notice: Callable[[str], None] | None = None,
+        seed: int | None = None,
+        max_tokens_field: str = "max_tokens",
     ) -> None:
-        if concurrency < 1:
+        if concurrency is not None and concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         if max_retries is not None and max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
@@ -91,6 +134,9 @@ class OpenAIBackbone:
                 raise ValueError(f"{name} must be > 0 seconds, got {value}")
         if retry_for < 0 or backoff_base < 0 or backoff_max < 0:
             raise ValueError("retry_for, backoff_base and backoff_max must be >= 0")
+        if max_tokens_field not in MAX_TOKENS_FIELDS:
+            raise ValueError(f"max_tokens_field must be one of {MAX_TOKENS_FIELDS}, got {max_tokens_field!r}")
+        urls = _urls(base_url)
         self._openai = import_openai()
         key = api_key or os.environ.get("OPENAI_API_KEY")
         if not key:
@@ -99,8 +145,11 @@ class OpenAIBackbone:
             key = "EMPTY"  # local servers (vllm serve) accept any key
         self.model = model
         self.base_url = base_url
-        self.url = (base_url or "https://api.openai.com/v1").rstrip("/")
+        self.replicas = [Replica((u or "https://api.openai.com/v1").rstrip("/")) for u in urls]
+        self.url = self.replicas[0].url
         self.concurrency = concurrency
+        self.seed = seed
+        self.max_tokens_field = max_tokens_field
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.retry_for = retry_for
@@ -112,12 +161,13 @@ class OpenAIBackbone:
         self.on_notice = on_notice or _print_notice
         self.attempts = 0  # HTTP requests sent, retries included (for logs and tests)
         self.notices: list[str] = []  # every line printed, for tests and logs
-        self._client_options = {"api_key": key, "base_url": base_url, "max_retries": 0,
+        self._client_options = {"api_key": key, "max_retries": 0,
                                 "timeout": self._openai.Timeout(timeout, connect=connect_timeout)}
+        self._explicit_url = base_url is not None
+        self._turn = 0
         self._jitter = random.Random()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._client: Any = None
         self._lock = threading.Lock()
         self._last_notice: tuple[str, float] = ("", 0.0)
 
@@ -145,11 +195,14 @@ class OpenAIBackbone:
     def close(self) -> None:
         """Close the HTTP client and stop the loop thread. Safe to call twice."""
         with self._lock:
-            loop, thread, client = self._loop, self._thread, self._client
-            self._loop = self._thread = self._client = None
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+            clients = [r.client for r in self.replicas if r.client is not None]
+            for replica in self.replicas:
+                replica.client = None
         if loop is None:
             return
-        if client is not None:
+        for client in clients:
             asyncio.run_coroutine_threadsafe(client.close(), loop).result(timeout=10)
         loop.call_soon_threadsafe(loop.stop)
         if thread is not None:
@@ -182,9 +235,11 @@ class OpenAIBackbone:
     async def _generate_batch(
         self, conversations: Sequence[Conversation], caps: Sequence[int], stop: list[str] | None
     ) -> list[Generation]:
-        if self._client is None:  # built inside the loop that will use it
-            self._client = self._openai.AsyncOpenAI(**self._client_options)
-        gate = asyncio.Semaphore(self.concurrency)
+        for replica in self.replicas:  # clients are built inside the loop that uses them
+            if replica.client is None:
+                url = replica.url if self._explicit_url else None
+                replica.client = self._openai.AsyncOpenAI(**self._client_options, base_url=url)
+        gate = asyncio.Semaphore(self.concurrency or len(conversations))
 
         async def one(conversation: Conversation, cap: int) -> Generation:
             async with gate:
@@ -198,38 +253,90 @@ class OpenAIBackbone:
                 task.cancel()
             raise
 
+    def _pick(self) -> Replica:
+        """The healthy replica with the fewest requests in flight (ties in turn); when none is
+        healthy, the one that comes back first."""
+        now = time.monotonic()
+        n = len(self.replicas)
+        order = [self.replicas[(self._turn + i) % n] for i in range(n)]
+        self._turn = (self._turn + 1) % n
+        healthy = [r for r in order if r.up(now)]
+        if healthy:
+            return min(healthy, key=lambda r: r.in_flight)
+        return min(order, key=lambda r: r.down_until)
+
+    def _set_aside(self, replica: Replica, retry_after: float | None) -> None:
+        replica.failures += 1
+        pause = min(self.backoff_max, self.backoff_base * 2 ** (replica.failures - 1))
+        if retry_after is not None:
+            pause = max(pause, min(retry_after, self.backoff_max))
+        replica.down_until = time.monotonic() + pause
+
     async def _with_retries(self, conversation: Conversation, cap: int, stop: list[str] | None) -> Generation:
         first_failure: float | None = None  # the retry window opens at the first failure
         retries = 0
+        tried: list[str] = []
         while True:
+            replica = self._pick()
             try:
-                return await self._watched(self._request(conversation, cap, stop))
+                replica.in_flight += 1
+                try:
+                    generation = await self._watched(self._request(replica, conversation, cap, stop), replica)
+                finally:
+                    replica.in_flight -= 1
+                replica.failures, replica.down_until = 0, 0.0
+                replica.served += 1
+                return generation
             except self._openai.APIStatusError as exc:
+                if self._switch_cap_field(replica, exc):
+                    continue
                 if not _is_transient_status(exc.status_code):
-                    raise BackboneError(self._rejection(exc)) from exc
+                    raise BackboneError(self._rejection(exc, replica)) from exc
                 cause, maybe_running = f"HTTP {exc.status_code} {_message(exc)}", False
                 retry_after = _retry_after_seconds(exc)
             except self._openai.APIConnectionError as exc:  # includes APITimeoutError
                 cause, maybe_running = _connection_cause(exc, self.timeout, self.connect_timeout)
                 retry_after = None
+            if len(self.replicas) > 1:
+                self._set_aside(replica, retry_after)
+            if replica.url not in tried:
+                tried.append(replica.url)
             now = time.monotonic()
             first_failure = now if first_failure is None else first_failure
             elapsed = now - first_failure
             left = self.retry_for - elapsed
-            wait = self._backoff(retries, retry_after)
+            other = self._pick()
+            failover = other is not replica and other.up(now)
+            wait = 0.0 if failover else self._backoff(retries, retry_after)
             if left < wait or (self.max_retries is not None and retries >= self.max_retries):
                 limit = (f"--retry-for {self.retry_for:g}s" if left < wait else f"--max-retries {self.max_retries}")
+                where = (f"the model server at {tried[0]}" if len(tried) == 1
+                         else f"the model servers at {', '.join(tried)}")
                 raise BackboneError(
-                    f"the model server at {self.url} failed: {cause} ({retries + 1} attempts, retried for {elapsed:.0f}s, "
+                    f"{where} failed: {cause} ({retries + 1} attempts, retried for {elapsed:.0f}s, "
                     f"{limit}). Check that it is running and reachable, then rerun the same command to resume."
                 )
             retries += 1
             resend = " It may still be running the earlier request, which is sent again." if maybe_running else ""
-            self.notice(f"openai: attempt {retries} to {self.url} failed: {cause}; retry {retries} in {wait:.1f}s "
-                        f"({left:.0f}s of --retry-for left).{resend}", key=f"{retries}|{cause}")
-            await asyncio.sleep(wait)
+            then = (f"failing over to {other.url} at once" if failover
+                    else f"retry {retries} in {wait:.1f}s ({left:.0f}s of --retry-for left)")
+            self.notice(f"openai: attempt {retries} to {replica.url} failed: {cause}; {then}.{resend}",
+                        key=f"{retries}|{replica.url}|{cause}")
+            if wait:
+                await asyncio.sleep(wait)
 
-    async def _watched(self, request: Any) -> Generation:
+    def _switch_cap_field(self, replica: Replica, exc: Any) -> bool:
+        """A 400 that asks for the other cap field: use it on this replica from now on."""
+        field = replica.max_tokens_field or self.max_tokens_field
+        wanted = next((f for f in MAX_TOKENS_FIELDS if f != field), None)
+        message = _message(exc)
+        if exc.status_code != 400 or field not in message or wanted is None or wanted not in message:
+            return False
+        replica.max_tokens_field = wanted
+        self.notice(f"openai: {replica.url} rejects {field!r}; sending {wanted!r} from now on")
+        return True
+
+    async def _watched(self, request: Any, replica: Replica) -> Generation:
         """Await ``request``, saying every ``notice_every`` seconds that it is still outstanding."""
         task = asyncio.ensure_future(request)
         started = time.monotonic()
@@ -238,7 +345,7 @@ class OpenAIBackbone:
                 done, _ = await asyncio.wait({task}, timeout=self.notice_every)
                 if done:
                     return task.result()
-                self.notice(f"openai: still waiting for {self.url} ({time.monotonic() - started:.0f}s of the "
+                self.notice(f"openai: still waiting for {replica.url} ({time.monotonic() - started:.0f}s of the "
                             f"{self.timeout:g}s read timeout; requests in flight are not resent)",
                             key=f"wait|{int((time.monotonic() - started) // self.notice_every)}")
         finally:
@@ -253,40 +360,43 @@ class OpenAIBackbone:
             delay = max(delay, min(retry_after, self.backoff_max))
         return delay
 
-    def _rejection(self, exc: Any) -> str:
+    def _rejection(self, exc: Any, replica: Replica) -> str:
         """One line for a non-transient HTTP error, with a hint where one is known."""
         status, message = exc.status_code, _message(exc)
-        text = f"the model server at {self.url} rejected the request (HTTP {status}): {message}"
+        url = replica.url
+        text = f"the model server at {url} rejected the request (HTTP {status}): {message}"
         if "model" in message.lower() and status in (400, 404, 422):
-            served = self._served_models()
+            served = self._served_models(url)
             text += (f". The --model flag names {self.model!r}; pass a model the server serves"
                      + (f" ({', '.join(served)})" if served else "") + " with --model.")
-        elif status == 404 and not self.url.endswith("/v1"):
-            text += f". Did you mean --base-url {self.url}/v1 ?"
+        elif status == 404 and not url.endswith("/v1"):
+            text += f". Did you mean --base-url {url}/v1 ?"
         return text
 
-    def _served_models(self) -> list[str]:
+    def _served_models(self, url: str) -> list[str]:
         """The server's model ids (``GET /models``), or [] when it will not say."""
         try:
             import httpx
 
-            reply = httpx.get(f"{self.url}/models", timeout=self.connect_timeout,
+            reply = httpx.get(f"{url}/models", timeout=self.connect_timeout,
                               headers={"Authorization": f"Bearer {self._client_options['api_key']}"})
             return [str(m.get("id")) for m in reply.json().get("data", [])][:10]
         except Exception:  # noqa: BLE001 - only a hint
             return []
 
-    async def _request(self, conversation: Conversation, cap: int, stop: list[str] | None) -> Generation:
+    async def _request(self, replica: Replica, conversation: Conversation, cap: int,
+                       stop: list[str] | None) -> Generation:
         self.attempts += 1
-        options: dict[str, Any] = {}
+        options: dict[str, Any] = {replica.max_tokens_field or self.max_tokens_field: cap}
         if stop:
             options["stop"] = stop
+        if self.seed is not None:
+            options["seed"] = self.seed
         if self.extra_body:
             options["extra_body"] = self.extra_body
-        response = await self._client.chat.completions.create(
+        response = await replica.client.chat.completions.create(
             model=self.model,
             messages=[{"role": str(m["role"]), "content": str(m["content"])} for m in conversation],
-            max_tokens=cap,
             temperature=0,
             top_p=1,
             presence_penalty=0,
@@ -295,17 +405,23 @@ class OpenAIBackbone:
             **options,
         )
         if not response.choices:
-            raise BackboneError(f"{self.base_url or 'OpenAI'} returned no choices")
+            raise BackboneError(f"{replica.url} returned no choices")
         if response.usage is None or response.usage.completion_tokens is None:
             raise BackboneError(
-                f"{self.base_url or 'OpenAI'} returned no usage.completion_tokens; the budget needs the server's own "
+                f"{replica.url} returned no usage.completion_tokens; the budget needs the server's own "
                 "count (text is never re-tokenised). Use a server that reports usage."
             )
         choice = response.choices[0]
+        usage = response.usage
+        details = getattr(usage, "prompt_tokens_details", None)
+        cached = getattr(details, "cached_tokens", None) if details is not None else None
+        prompt = getattr(usage, "prompt_tokens", None)
         return Generation(
             text=choice.message.content or "",
-            output_tokens=int(response.usage.completion_tokens),
+            output_tokens=int(usage.completion_tokens),
             finish_reason=str(choice.finish_reason or "stop"),
+            prompt_tokens=int(prompt) if prompt is not None else None,
+            cached_tokens=int(cached) if cached is not None else None,
         )
 
 

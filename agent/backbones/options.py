@@ -7,6 +7,14 @@ retry window, concurrency — change nothing in the records, so they are kept ap
 (``config.json``'s ``connection`` entry, updated on every start and never compared). Moving the
 server to another port, or fixing a wrong URL after a failed start, resumes the same run.
 The API key is never written anywhere.
+
+In-process vLLM: the engine options that change replies join the identity; the GPU memory share
+is a resource and joins the connection (see :mod:`agent.backbones.engine_options`).
+
+The seed is handed to the openai and vllm backbones with the connection options: ``config.json``
+records it at its top level, where it is part of the identity already.
+
+``--base-url`` takes one URL or several separated by commas (replicas; see OpenAIBackbone).
 """
 
 from __future__ import annotations
@@ -17,7 +25,22 @@ from typing import Any
 # Defaults shared by `run`, `sweep` and `bench agent` (see OpenAIBackbone for what each does).
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_RETRY_FOR_S = 300.0
-DEFAULT_CONCURRENCY = 8
+# The sim's token rule (agent/backbones/sim.py), in its identity: runs counted before the rule
+# (text only) are refused on resume instead of mixing two counts in one folder.
+SIM_EOS_TOKENS = 1
+DEFAULT_CONCURRENCY = None  # every request of a generate call in flight at once; --concurrency caps it
+
+
+def parse_base_urls(text: str | None) -> str | list[str] | None:
+    """``"http://a/v1,http://b/v1"`` -> a list of replicas; one URL stays a string."""
+    if text is None:
+        return None
+    urls = [u.strip() for u in str(text).split(",") if u.strip()]
+    if not urls:
+        raise ValueError(f"--base-url {text!r} names no URL")
+    if len(set(urls)) != len(urls):
+        raise ValueError(f"--base-url lists a URL twice: {text}")
+    return urls[0] if len(urls) == 1 else urls
 
 
 def parse_extra_body(text: str | None) -> dict[str, Any]:
@@ -35,12 +58,16 @@ def parse_extra_body(text: str | None) -> dict[str, Any]:
 
 def split_options(backbone: str, seed: int, *, model: str | None = None, base_url: str | None = None,
                   timeout: float | None = None, retry_for: float | None = None, max_retries: int | None = None,
-                  concurrency: int | None = None, extra_body: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+                  concurrency: int | None = None, extra_body: str | None = None,
+                  engine: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(identity options, connection options)``; ``make_backbone(name, **identity, **connection)``.
 
     Options a backbone does not take are refused with the flag's name (e.g. ``--base-url``
-    with ``--backbone sim``), rather than silently ignored.
+    with ``--backbone sim``), rather than silently ignored. ``engine`` is the run's
+    :class:`~agent.backbones.engine_options.EngineOptions` (``--backbone vllm`` only).
     """
+    if engine is not None and backbone != "vllm":
+        raise ValueError(f"{', '.join(engine.given()) or 'engine options'} only apply to --backbone vllm")
     connection: dict[str, Any] = {}
     if backbone == "sim":
         given = {"--model": model, "--base-url": base_url, "--timeout": timeout, "--retry-for": retry_for,
@@ -49,7 +76,7 @@ def split_options(backbone: str, seed: int, *, model: str | None = None, base_ur
         if stray:
             raise ValueError(f"{', '.join(stray)} only apply to --backbone openai (or vllm for --model); "
                              "the simulated backbone takes none")
-        return {"seed": seed}, connection
+        return {"seed": seed, "eos_tokens": SIM_EOS_TOKENS}, connection
     identity: dict[str, Any] = {}
     if model:
         identity["model"] = model
@@ -57,7 +84,7 @@ def split_options(backbone: str, seed: int, *, model: str | None = None, base_ur
     if body:
         identity["extra_body"] = body
     if backbone == "openai":
-        connection = {"base_url": base_url,
+        connection = {"base_url": parse_base_urls(base_url), "seed": seed,
                       "timeout": DEFAULT_TIMEOUT_S if timeout is None else timeout,
                       "retry_for": DEFAULT_RETRY_FOR_S if retry_for is None else retry_for,
                       "max_retries": max_retries,
@@ -71,4 +98,9 @@ def split_options(backbone: str, seed: int, *, model: str | None = None, base_ur
             raise ValueError(f"{', '.join(stray)} only apply to --backbone openai")
         if body:
             raise ValueError("--extra-body only applies to --backbone openai")
+        connection = {"seed": seed}
+        if engine is not None:
+            identity.update(engine.identity())
+            if engine.gpu_memory_utilization is not None:
+                connection["gpu_memory_utilization"] = engine.gpu_memory_utilization
     return identity, connection

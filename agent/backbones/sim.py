@@ -28,8 +28,9 @@ task. Its generative model, with every parameter in :class:`SimParams`:
 5. **Token cost.** Round 0 opens with a ``Thought:`` of ``thought_sentences_*`` sentences:
    fewer with a helpful memory, more with a harmful one. A harmful memory that leads to a
    failure also spends ``harmful_extra_rounds`` extra rounds on wrong actions. Tokens are
-   counted with the real Qwen2.5 tokenizer (see :mod:`agent.backbones.tokens`); a reply
-   longer than its ``max_tokens`` is cut to exactly that many tokens (``"length"``).
+   counted with the real Qwen2.5 tokenizer (see :mod:`agent.backbones.tokens`), plus the
+   end-of-sequence token (``eos_tokens``) when the reply ends by itself, as vLLM counts; a reply
+   that does not fit its ``max_tokens`` is cut to exactly that many tokens (``"length"``).
 
 ``meta[i]`` (required) describes item i:
 
@@ -82,6 +83,9 @@ class SimParams:
     thought_sentences_harmful: int = 3
     harmful_extra_rounds: int = 1
     tokenizer_model: str = DEFAULT_TOKENIZER_MODEL
+    # The token rule every backbone shares: a reply that ends by itself also decodes the
+    # end-of-sequence token (Qwen2.5: <|im_end|>), which vLLM's len(token_ids) counts.
+    eos_tokens: int = 1
 
     def __post_init__(self) -> None:
         for env in ("db", "os", "kg"):
@@ -94,7 +98,7 @@ class SimParams:
             if getattr(self, name) < 0:
                 raise ValueError(f"SimParams.{name} must be >= 0, got {getattr(self, name)}")
         for name in ("thought_sentences_base", "thought_sentences_helpful", "thought_sentences_harmful",
-                     "harmful_extra_rounds"):
+                     "harmful_extra_rounds", "eos_tokens"):
             if getattr(self, name) < 0:
                 raise ValueError(f"SimParams.{name} must be >= 0, got {getattr(self, name)}")
 
@@ -301,10 +305,11 @@ def kg_reply(task: KGTask, episode: Episode, round_index: int, params: SimParams
 # The backbone
 
 
-def _apply_stop(text: str, stop: Sequence[str] | None) -> str:
-    """Cut at the earliest stop string, which is not included (as vLLM and OpenAI do)."""
-    cuts = [text.find(s) for s in (stop or ()) if s and s in text]
-    return text[: min(cuts)] if cuts else text
+def _apply_stop(text: str, stop: Sequence[str] | None) -> tuple[str, str]:
+    """``(text cut at the earliest stop string, that stop string or "")``; the stop string is not
+    in the returned text (as vLLM and OpenAI do), but its tokens were decoded."""
+    cuts = sorted((text.find(s), s) for s in (stop or ()) if s and s in text)
+    return (text[: cuts[0][0]], cuts[0][1]) if cuts else (text, "")
 
 
 class SimBackbone:
@@ -312,8 +317,12 @@ class SimBackbone:
 
     name = "sim"
 
-    def __init__(self, params: SimParams | None = None, seed: int = 0) -> None:
+    def __init__(self, params: SimParams | None = None, seed: int = 0, eos_tokens: int | None = None) -> None:
+        """``eos_tokens`` overrides ``params.eos_tokens``; the CLI passes it, so the token rule is
+        part of a sim run's identity and a run counted under another rule is not resumed."""
         self.params = params or SimParams()
+        if eos_tokens is not None:
+            self.params = dataclasses.replace(self.params, eos_tokens=int(eos_tokens))
         self.seed = int(seed)
         self._tokens = token_counter(self.params.tokenizer_model)
 
@@ -352,10 +361,21 @@ class SimBackbone:
         for conversation, cap, item in zip(conversations, max_tokens, meta):
             if int(cap) < 1:
                 raise ValueError(f"max_tokens must be at least 1, got {cap}")
-            text = _apply_stop(self.reply(conversation, item), stop)
-            text, count, cut = self._tokens.truncate(text, int(cap))
-            results.append(Generation(text=text, output_tokens=count, finish_reason="length" if cut else "stop"))
+            results.append(self._finish(self.reply(conversation, item), int(cap), stop))
         return results
+
+    def _finish(self, reply: str, cap: int, stop: Sequence[str] | None) -> Generation:
+        """Count as an engine would: the text, then the stop string's tokens or the EOS token.
+
+        Whatever does not fit the cap is not decoded: a reply of exactly ``cap`` text tokens ends
+        by length, without its EOS, as vLLM's does.
+        """
+        text, matched = _apply_stop(reply, stop)
+        decoded = self._tokens.count(text + matched) + (0 if matched else self.params.eos_tokens)
+        if decoded <= cap:
+            return Generation(text=text, output_tokens=decoded, finish_reason="stop")
+        cut_text, _, _ = self._tokens.truncate(text, cap)
+        return Generation(text=cut_text, output_tokens=cap, finish_reason="length")
 
 
 def _unpack(item: Mapping[str, Any]) -> tuple[Task, int, tuple[str, ...] | None, int | None]:

@@ -1,30 +1,53 @@
 """vLLM in process: one ``vllm.LLM`` engine, batched ``LLM.chat`` calls.
 
-vLLM is the optional extra ``[vllm]`` and is imported only when a backbone is built.
+vLLM is the optional extra ``[vllm]`` (``[gpu]`` adds the CUDA build of JAX) and is imported only
+when the engine is built.
 
-Sampling is always explicit. When ``LLM.chat`` gets no sampling parameters, vLLM builds
+**Lazy engine.** Constructing a :class:`VLLMBackbone` checks its options (names against vLLM's
+own ``EngineArgs``, the extra being installed) and loads nothing. The engine is built by
+:meth:`VLLMBackbone.open`, or by the first :meth:`~VLLMBackbone.generate`, so a CLI can create
+the backbone early, check the run folder, its locks and the config, and only then pay the
+minutes of loading. :meth:`~VLLMBackbone.close` shuts the engine down.
+
+**One engine per process.** Engines are kept in :data:`ENGINES` by their settings (the seed
+excluded: decoding is greedy, so the engine's seed changes nothing). A second backbone with the
+same settings (the next env or seed of a benchmark) reuses the loaded engine; one with other
+settings first shuts the old one down, since two engines would not fit one GPU.
+:func:`close_engines` shuts everything down explicitly.
+
+**Sampling** is always explicit. When ``LLM.chat`` gets no sampling parameters, vLLM builds
 them from the model's ``generation_config.json`` (Qwen2.5-Instruct ships temperature 0.7,
-top_p 0.8, top_k 20, repetition_penalty 1.05), so each item gets its own
-``SamplingParams`` with greedy decoding and neutral penalties, and vLLM is started with
-``generation_config="vllm"`` so the model's file cannot change vLLM's own defaults either.
+top_p 0.8, top_k 20, repetition_penalty 1.05), so each item gets its own ``SamplingParams``
+with greedy decoding and neutral penalties, and vLLM is started with ``generation_config="vllm"``
+so the model's file cannot change vLLM's own defaults either.
 
-Co-location with JAX on one GPU: both frameworks pre-allocate by default. Call
-:func:`configure_colocation` before ``jax`` is imported (first thing in the entry point),
-then build the engine with the same ``gpu_memory_utilization``; :func:`assert_jax_sees_gpu`
-checks at start-up that JAX really runs on the GPU.
+**Tokens.** ``output_tokens = len(token_ids)``: every token the engine decoded, the
+end-of-sequence token included (the rule all backbones share: docs/backbones.md, "Token rule").
+``prompt_tokens`` and ``cached_tokens`` (prefix-cache hits) are reported for the records and
+never counted in OutputTok.
+
+Co-location with JAX on one GPU: :mod:`agent.backbones.colocation`.
 """
 
 from __future__ import annotations
 
+import gc
+import importlib.util
 import os
 import sys
 from typing import Any, Mapping, Sequence
 
 from agent.backbones.base import BackboneError, Conversation, Generation, checked_caps
+from agent.backbones.colocation import (  # noqa: F401 - re-exported: the old import path
+    BATCH_INVARIANT_VAR,
+    MAX_COMBINED_FRACTION,
+    assert_jax_sees_gpu,
+    plan_memory,
+    set_environment,
+)
 
-INSTALL_HINT = "pip install 'tokenworth-jax[vllm]'"
-# Headroom for the CUDA context, NCCL and allocator fragmentation outside both pools.
-MAX_COMBINED_FRACTION = 0.95
+INSTALL_HINT = "pip install 'tokenworth-jax[gpu]' (vLLM with a CUDA build of JAX; '[vllm]' for vLLM alone)"
+SUPPORTED = ">=0.11.2,<0.12"  # the [vllm] extra's pin; vllm_api.json holds 0.11.2's API
 
 # The exact sampling every request uses: greedy, nothing the model's config can change.
 GREEDY_SAMPLING: dict[str, Any] = {
@@ -48,69 +71,73 @@ def import_vllm() -> Any:
     return vllm
 
 
-def _check_fraction(name: str, value: float) -> None:
-    if not 0.0 < value < 1.0:
-        raise ValueError(f"{name} must be in (0, 1), got {value}")
+def _require_vllm() -> None:
+    """The cheap check at construction: the package is there (importing it takes seconds)."""
+    if "vllm" in sys.modules:
+        if sys.modules["vllm"] is None:
+            raise ImportError(f"the 'vllm' backbone needs vLLM, which is an optional extra: {INSTALL_HINT}")
+        return
+    if importlib.util.find_spec("vllm") is None:
+        raise ImportError(f"the 'vllm' backbone needs vLLM, which is an optional extra: {INSTALL_HINT}")
 
 
 def configure_colocation(jax_mem_fraction: float, vllm_gpu_memory_utilization: float) -> None:
-    """Split one GPU between JAX and vLLM. Call before ``import jax``.
+    """Split one GPU between JAX and vLLM by hand. Call before JAX starts its backend.
 
-    Sets ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` (JAX grows its pool on demand instead of
-    grabbing 75% of the GPU), caps it with ``XLA_CLIENT_MEM_FRACTION`` and the older
-    ``XLA_PYTHON_CLIENT_MEM_FRACTION``, and sets ``VLLM_WORKER_MULTIPROC_METHOD=spawn``
-    (a forked worker would inherit an initialised CUDA context and fail).
-
-    Raises ``ValueError`` when the two fractions do not fit together (sum above
-    ``MAX_COMBINED_FRACTION``), and ``RuntimeError`` when ``jax`` is already imported
-    with other settings, because XLA reads them only once, when its backend starts.
+    Prefer :func:`agent.backbones.colocation.apply_colocation`, which also sizes the shares.
     """
-    _check_fraction("jax_mem_fraction", jax_mem_fraction)
-    _check_fraction("vllm_gpu_memory_utilization", vllm_gpu_memory_utilization)
-    total = jax_mem_fraction + vllm_gpu_memory_utilization
-    if total > MAX_COMBINED_FRACTION:
-        raise ValueError(
-            f"jax_mem_fraction ({jax_mem_fraction}) + vllm_gpu_memory_utilization ({vllm_gpu_memory_utilization}) "
-            f"= {total:.3f} exceeds {MAX_COMBINED_FRACTION}; lower one of them"
-        )
-    wanted = {
-        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
-        "XLA_CLIENT_MEM_FRACTION": f"{jax_mem_fraction:.4g}",
-        "XLA_PYTHON_CLIENT_MEM_FRACTION": f"{jax_mem_fraction:.4g}",
-    }
-    if "jax" in sys.modules:
-        differing = {k: os.environ.get(k) for k, v in wanted.items() if os.environ.get(k) != v}
-        if differing:
-            raise RuntimeError(
-                "configure_colocation must run before jax is imported: jax is already loaded with "
-                f"{differing} instead of {wanted}. Call it first thing in the entry point, or export "
-                "these variables in the shell."
-            )
-    os.environ.update(wanted)
-    os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
-
-
-def assert_jax_sees_gpu() -> None:
-    """Fail loudly when JAX would silently fall back to the CPU."""
-    import jax
-
-    try:
-        gpus = jax.devices("gpu")
-    except RuntimeError as exc:
-        raise RuntimeError(
-            f"JAX sees no GPU ({exc}); install the CUDA build of jaxlib (pip install 'jax[cuda12]') "
-            "or run without co-location"
-        ) from exc
-    if not gpus:
-        raise RuntimeError("JAX sees no GPU; install the CUDA build of jaxlib (pip install 'jax[cuda12]')")
+    set_environment(plan_memory(jax_fraction=jax_mem_fraction, gpu_memory_utilization=vllm_gpu_memory_utilization))
 
 
 def _messages(conversation: Conversation) -> list[dict[str, str]]:
     return [{"role": str(m["role"]), "content": str(m["content"])} for m in conversation]
 
 
+class _EnginePool:
+    """At most one loaded engine per process, shared by backbones with the same settings."""
+
+    def __init__(self) -> None:
+        self.key: tuple | None = None
+        self.llm: Any = None
+        self.builds = 0  # engines built in this process (for logs and tests)
+
+    def acquire(self, key: tuple, build: Any) -> Any:
+        if self.llm is not None and self.key != key:
+            self.close()
+        if self.llm is None:
+            self.llm, self.key = build(), key
+            self.builds += 1
+        return self.llm
+
+    def close(self) -> None:
+        llm, self.llm, self.key = self.llm, None, None
+        if llm is not None:
+            shutdown_engine(llm)
+
+
+ENGINES = _EnginePool()
+
+
+def close_engines() -> None:
+    """Shut down the process's engine (the benchmark calls this when it is done)."""
+    ENGINES.close()
+
+
+def shutdown_engine(llm: Any) -> None:
+    """Stop a ``vllm.LLM``'s engine core (its worker process in V1) and free its GPU memory."""
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    shutdown = getattr(core, "shutdown", None)
+    if callable(shutdown):
+        shutdown()
+    del llm
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and getattr(torch, "cuda", None) is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 class VLLMBackbone:
-    """Batched greedy chat completions from an in-process ``vllm.LLM``."""
+    """Batched greedy chat completions from an in-process ``vllm.LLM``, built on first use."""
 
     name = "vllm"
 
@@ -118,35 +145,67 @@ class VLLMBackbone:
         self,
         model: str,
         *,
-        gpu_memory_utilization: float = 0.80,
-        max_model_len: int | None = None,
-        dtype: str = "auto",
         seed: int = 0,
-        tensor_parallel_size: int = 1,
-        enforce_eager: bool = False,
+        gpu_memory_utilization: float | None = None,
+        max_model_len: int | None = None,
+        dtype: str | None = None,
+        tensor_parallel_size: int | None = None,
+        enforce_eager: bool | None = None,
+        enable_prefix_caching: bool = True,
+        batch_invariant: bool = False,
         engine_options: Mapping[str, Any] | None = None,
         llm: Any = None,
     ) -> None:
-        """Build the engine. ``engine_options`` go to ``vllm.LLM`` verbatim; ``llm`` injects
-        an existing engine (sharing one across backbones, or tests)."""
-        _check_fraction("gpu_memory_utilization", gpu_memory_utilization)
-        self._vllm = import_vllm()
-        self.model = model
+        """Check the options; load nothing. ``engine_options`` go to ``vllm.LLM`` verbatim (names
+        checked against vLLM's); ``llm`` injects an existing engine (tests, or sharing by hand)."""
+        from agent.backbones.engine_options import check_names, engine_options_from_flags
+        from agent.backbones.vllm_api import llm_keywords, supported_api
+
+        # the flags' own checks (ranges, dtype); the pass-through names are checked below
+        engine_options_from_flags(gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
+                                  tensor_parallel_size=tensor_parallel_size, dtype=dtype)
         if llm is None:
-            options: dict[str, Any] = {
-                "model": model,
-                "gpu_memory_utilization": gpu_memory_utilization,
-                "dtype": dtype,
-                "seed": seed,
-                "tensor_parallel_size": tensor_parallel_size,
-                "enforce_eager": enforce_eager,
-                "generation_config": "vllm",
-            }
-            if max_model_len is not None:
-                options["max_model_len"] = max_model_len
-            options.update(engine_options or {})
-            llm = self._vllm.LLM(**options)
+            _require_vllm()
+        self.model = model
+        self.seed = int(seed)
+        self.batch_invariant = bool(batch_invariant)
+        options: dict[str, Any] = {"model": model, "generation_config": "vllm",
+                                   "enable_prefix_caching": bool(enable_prefix_caching)}
+        given = {"gpu_memory_utilization": gpu_memory_utilization, "max_model_len": max_model_len, "dtype": dtype,
+                 "tensor_parallel_size": tensor_parallel_size, "enforce_eager": enforce_eager}
+        options.update({k: v for k, v in given.items() if v is not None})
+        options.update(engine_options or {})
+        api = supported_api()
+        check_names(options, llm_keywords(api), str(api.get("version", "?")))
+        self.engine_kwargs = options  # without the seed, which the pool's key leaves out
         self.llm = llm
+        self._injected = llm is not None
+        self._vllm: Any = None
+
+    def open(self) -> "VLLMBackbone":
+        """Build (or reuse) the engine now. Idempotent."""
+        if self.llm is not None:
+            if self._vllm is None:
+                self._vllm = import_vllm()
+            return self
+        if self.batch_invariant:  # read by vLLM when its engine starts
+            os.environ[BATCH_INVARIANT_VAR] = "1"
+        self._vllm = import_vllm()
+        key = (tuple(sorted((k, repr(v)) for k, v in self.engine_kwargs.items())), self.batch_invariant)
+        self.llm = ENGINES.acquire(key, lambda: self._vllm.LLM(**self.engine_kwargs, seed=self.seed))
+        return self
+
+    def close(self) -> None:
+        """Drop this backbone's engine; the process's shared engine is shut down by :func:`close_engines`."""
+        if self.llm is not None and self._injected:
+            shutdown_engine(self.llm)
+        self.llm = None
+
+    def __enter__(self) -> "VLLMBackbone":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def sampling_params(self, max_tokens: int, stop: Sequence[str] | None) -> Any:
         if int(max_tokens) < 1:
@@ -164,6 +223,7 @@ class VLLMBackbone:
         caps = checked_caps(conversations, max_tokens)
         if not conversations:
             return []
+        self.open()
         params = [self.sampling_params(cap, stop) for cap in caps]
         outputs = self.llm.chat([_messages(c) for c in conversations], params, use_tqdm=False)
         if len(outputs) != len(conversations):
@@ -175,8 +235,12 @@ def _generation(request_output: Any) -> Generation:
     if not request_output.outputs:
         raise BackboneError(f"vLLM request {getattr(request_output, 'request_id', '?')} returned no completion")
     completion = request_output.outputs[0]
+    prompt_ids = getattr(request_output, "prompt_token_ids", None)
+    cached = getattr(request_output, "num_cached_tokens", None)
     return Generation(
         text=completion.text,
-        output_tokens=len(completion.token_ids),
+        output_tokens=len(completion.token_ids),  # the EOS token included when the reply ended on it
         finish_reason=str(completion.finish_reason or "stop"),
+        prompt_tokens=len(prompt_ids) if prompt_ids is not None else None,
+        cached_tokens=int(cached) if cached is not None else None,
     )

@@ -1,0 +1,145 @@
+"""GPU smoke check: the CLI's co-location settings on a real GPU, without vLLM or weights.
+
+``python -m bench.gpu_smoke --out DIR`` (``scripts/gpu-smoke.sh`` wraps it and archives DIR):
+
+1. applies the GPU split exactly as ``tokenworth run --backbone vllm`` does
+   (:func:`agent.backbones.colocation.apply_colocation`, the JAX share sized from the controller's
+   Spec for ``--configs`` streams, or ``--jax-mem-fraction``), *before* JAX starts;
+2. checks that JAX sees the GPU and that its allocator limit (``memory_stats()['bytes_limit']``)
+   equals the requested share of the GPU's total memory (within 2%);
+3. runs the controller (``tw.run``, one configuration) and a ``--configs``-configuration sweep
+   (``tw.run_batched``, strategy ``"vmap"``) over a synthetic DB-sized stream, timing the compile
+   and the run, and reads the peak device memory, which must stay under the controller's sized need;
+4. writes ``gpu_smoke.json`` and ``gpu_smoke.md`` to DIR and exits 0 only if every check passed.
+
+``--cpu`` runs the same code on the CPU (no GPU checks) and ``--tiny`` shrinks the Spec, to test
+the script itself where there is no GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _block(tree: Any) -> Any:
+    import jax
+
+    return jax.block_until_ready(tree)
+
+
+def _timed(fn: Any) -> tuple[Any, float]:
+    started = time.perf_counter()
+    out = _block(fn())
+    return out, time.perf_counter() - started
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from agent.backbones import colocation as co
+
+    result: dict[str, Any] = {"python": platform.python_version(), "checks": {}}
+    if args.cpu:
+        os.environ["JAX_PLATFORMS"] = "cpu"
+        plan = None
+    else:
+        total = co.gpu_total_bytes()
+        if total is None:
+            raise SystemExit("error: nvidia-smi reports no GPU; run this on the GPU machine (or pass --cpu)")
+        plan = co.apply_colocation("vllm", {}, jax_mem_fraction=args.jax_mem_fraction, env="db",
+                                   controller_streams=args.configs, total_bytes=total)
+        result["plan"] = {"jax_fraction": plan.jax_fraction, "gpu_memory_utilization": plan.gpu_memory_utilization,
+                          "total_bytes": plan.total_bytes, "jax_needed_bytes": plan.jax_needed_bytes,
+                          "describe": plan.describe()}
+        result["env"] = {k: v for k, v in os.environ.items() if k.startswith(("XLA_", "VLLM_"))}
+
+    import jax
+
+    import tokenworth_jax as tw
+    from bench.controller.common import TINY_SPEC, synthetic_stream
+    from bench.controller.sweep import configs
+
+    result["jax"] = jax.__version__
+    device = jax.devices()[0]
+    result["device"] = str(device)
+    if not args.cpu:
+        co.assert_jax_sees_gpu()
+        stats = device.memory_stats() or {}
+        limit = int(stats.get("bytes_limit", 0))
+        wanted = plan.jax_fraction * plan.total_bytes
+        result["bytes_limit"] = limit
+        result["bytes_limit_over_requested"] = limit / wanted if wanted else None
+        result["checks"]["jax_sees_gpu"] = device.platform == "gpu"
+        result["checks"]["allocator_limit_is_the_share"] = bool(limit) and abs(limit - wanted) <= 0.02 * wanted
+
+    spec, hp = tw.preset("db", spec_overrides=TINY_SPEC if args.tiny else None)
+    events = synthetic_stream(args.tasks, spec.dim, seed=1).events()
+    one = jax.jit(lambda s, e: tw.run(s, e, hp, spec))
+    state = tw.init(spec, hp)
+    _, compile_s = _timed(lambda: one(state, events))
+    _, run_s = _timed(lambda: one(state, events))
+    result["controller"] = {"tasks": args.tasks, "first_call_s": compile_s, "run_s": run_s,
+                            "ms_per_task": 1e3 * run_s / args.tasks}
+
+    hps = tw.stack_hparams(configs(args.configs))
+    states = tw.init_batched(spec, hps)
+    sweep = jax.jit(lambda s, e, h: tw.run_batched(s, e, h, spec, strategy="vmap"))
+    _, sweep_compile_s = _timed(lambda: sweep(states, events, hps))
+    _, sweep_s = _timed(lambda: sweep(states, events, hps))
+    state_bytes = sum(x.nbytes for x in jax.tree.leaves(state))
+    result["sweep"] = {"configs": args.configs, "tasks": args.tasks, "first_call_s": sweep_compile_s, "run_s": sweep_s,
+                       "config_tasks_per_s": args.configs * args.tasks / sweep_s, "state_bytes_per_config": state_bytes}
+    result["checks"]["controller_and_sweep_ran"] = True
+    if not args.cpu:
+        peak = int((device.memory_stats() or {}).get("peak_bytes_in_use", 0))
+        needed = co.controller_needed_bytes(state_bytes, args.configs)
+        result["peak_bytes_in_use"] = peak
+        result["peak_over_sized_need"] = peak / needed
+        result["checks"]["peak_within_the_sized_need"] = 0 < peak <= needed
+    result["ok"] = all(result["checks"].values())
+    return result
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [f"# GPU smoke · {result['device']} · JAX {result['jax']} · Python {result['python']}", ""]
+    if "plan" in result:
+        lines += [f"- {result['plan']['describe']} (env {result['env']})",
+                  f"- allocator limit {result['bytes_limit'] / 2**30:.2f} GiB = "
+                  f"{result['bytes_limit_over_requested']:.4f} x the requested share",
+                  f"- peak in use {result['peak_bytes_in_use'] / 2**30:.3f} GiB = "
+                  f"{result['peak_over_sized_need']:.3f} x the controller's sized need"]
+    c, s = result["controller"], result["sweep"]
+    lines += [f"- controller: {c['tasks']} tasks, first call {c['first_call_s']:.1f} s, "
+              f"{c['ms_per_task']:.3f} ms/task after",
+              f"- sweep: {s['configs']} configs x {s['tasks']} tasks (vmap), first call {s['first_call_s']:.1f} s, "
+              f"run {s['run_s']:.2f} s = {s['config_tasks_per_s']:.0f} config-tasks/s",
+              "", "| check | passed |", "|---|---|"]
+    lines += [f"| {name} | {'yes' if ok else 'NO'} |" for name, ok in result["checks"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("bench/results/gpu_smoke"))
+    parser.add_argument("--configs", type=int, default=256)
+    parser.add_argument("--tasks", type=int, default=200)
+    parser.add_argument("--jax-mem-fraction", type=float, default=None)
+    parser.add_argument("--cpu", action="store_true", help="run on the CPU, without the GPU checks")
+    parser.add_argument("--tiny", action="store_true", help="the benchmarks' tiny Spec (fast compiles, for tests)")
+    args = parser.parse_args(argv)
+    result = run(args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "gpu_smoke.json").write_text(json.dumps(result, indent=1) + "\n")
+    text = markdown(result)
+    (args.out / "gpu_smoke.md").write_text(text)
+    print(text)
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
