@@ -1,7 +1,8 @@
 """Agent-level benchmark: the Table-1-shaped comparison of every policy on DB and OS.
 
-Runs ``tokenworth run`` once per (environment, seed) into
-``<out>/runs/<env>-<backbone>-<accounting>-seed<s>`` (so an interrupted benchmark resumes), then
+Runs every (environment, seed, method) as the streams of one lockstep experiment
+(``tokenworth run --env db,os --seeds 0,1,2``, one process and one model engine) into
+``<out>/runs/<envs>-<backbone>-<accounting>-seeds<s>`` (so an interrupted benchmark resumes), then
 writes the mean ± std over seeds of SR, OutputTok and ΔTok per method to ``<out>/agent.md`` /
 ``agent.json`` and a bar plot to ``<out>/agent.png``. ``--budget-accounting`` (per-call, the
 default, or per-task) and the OpenAI-backbone flags (``--model``, ``--base-url``, ``--timeout``,
@@ -21,7 +22,6 @@ documented generative model (``agent/backbones/sim.py``), not an LLM.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -31,10 +31,6 @@ from agent.budget import ACCOUNTINGS, DEFAULT_ACCOUNTING
 from agent.checkpoint import atomic_write_json, atomic_write_text
 
 METHODS = "standard,rag,memrl,memp,tokenworth"
-
-
-def _load_summary(run_dir: Path) -> list[dict[str, Any]]:
-    return json.loads((run_dir / "summary.json").read_text())
 
 
 def aggregate(per_seed: Sequence[list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -125,22 +121,33 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 
 def _run_all(args: argparse.Namespace, engine: dict[str, Any], run_benchmark: Any) -> dict[str, Any]:
+    """Every (env, seed, method) as streams of ONE lockstep experiment, then mean ± std over seeds."""
+    from agent.budget import Budget
+    from agent.experiment import expand, stream_names
+    from agent.report import finished_records, summarize
+
     connection = dict(timeout=args.timeout, retry_for=args.retry_for, max_retries=args.max_retries,
                       concurrency=args.concurrency, extra_body=args.extra_body)
     accounting = args.budget_accounting
-
     out = Path(args.out)
+    envs = args.envs.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]
+    methods = args.methods.split(",")
+    run_dir = out / "runs" / f"{'+'.join(envs)}-{args.backbone}-{accounting}-seeds{'-'.join(map(str, seeds))}"
+    run_benchmark(env=args.envs, methods=args.methods, backbone=args.backbone, seeds=args.seeds, out=run_dir,
+                  data_dir=Path(args.data_dir) if args.data_dir else None, limit=args.limit,
+                  progress=not args.no_progress, budget_accounting=accounting, model=args.model,
+                  base_url=args.base_url, connection=connection, engine=engine)
+    streams = expand(envs, methods, seeds, {e: Budget.for_env(e, accounting) for e in envs})
+    names = dict(zip([(s.env, s.seed, s.method) for s in streams], stream_names(streams)))
     results: dict[str, list[dict[str, Any]]] = {}
-    for env in args.envs.split(","):
+    for env in envs:
         per_seed = []
         for seed in seeds:
-            run_dir = out / "runs" / f"{env}-{args.backbone}-{accounting}-seed{seed}"
-            run_benchmark(env=env, methods=args.methods, backbone=args.backbone, seed=seed, out=run_dir,
-                          data_dir=Path(args.data_dir) if args.data_dir else None, limit=args.limit,
-                          progress=not args.no_progress, budget_accounting=accounting, model=args.model,
-                          base_url=args.base_url, connection=connection, engine=engine)
-            per_seed.append(_load_summary(run_dir))
+            found = finished_records(run_dir, [names[(env, seed, m)] for m in methods])
+            by_method = {m: found[names[(env, seed, m)]] for m in methods if names[(env, seed, m)] in found}
+            per_seed.append([{"method": s.method, "sr": s.sr, "output_tok": s.output_tok, "delta_tok": s.delta_tok}
+                             for s in summarize(by_method)])
         results[env] = aggregate(per_seed)
     out.mkdir(parents=True, exist_ok=True)
     table = markdown(results, args.backbone, seeds, args.limit, accounting)
