@@ -159,6 +159,20 @@ def _zoomed(ax: Any, curves: Sequence[np.ndarray], skip: int = 0) -> None:
     ax.set_ylim(max(0.0, low - pad), min(100.0, high + pad))
 
 
+def save_figure(fig: Any, path: str | Path) -> Path:
+    """Lay out, write atomically (a reader never sees half a PNG) and close ``fig``."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp.png")
+    fig.savefig(tmp, format="png")
+    plt.close(fig)
+    tmp.replace(target)
+    return target
+
+
 def plot_cumulative_sr(records_by_method: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path,
                        title: str = "") -> Path:
     """PNG of SR over the stream, one colour per method (Agg backend).
@@ -199,14 +213,7 @@ def plot_cumulative_sr(records_by_method: Mapping[str, Sequence[Mapping[str, Any
             ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9)  # outside: never hides curves
     if title:
         top.set_title(title)
-    fig.tight_layout()
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp.png")
-    fig.savefig(tmp, format="png")
-    plt.close(fig)
-    tmp.replace(target)
-    return target
+    return save_figure(fig, path)
 
 
 # ------------------------------------------------------------------------- experiments (several streams)
@@ -302,11 +309,4 @@ def plot_budget_levels(rows: Sequence[Mapping[str, Any]], path: str | Path, titl
         row_axes[1].legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp.png")
-    fig.savefig(tmp, format="png")
-    plt.close(fig)
-    tmp.replace(target)
-    return target
+    return save_figure(fig, path)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from agent.experiment import GridError, StreamSpec, comparable, expand, grid_poi
 from agent.policies.base import MemoryPolicy
 from agent.policies.registry import POLICIES
 from agent.runner import run_stream
+from tests.killing import kill_at
 from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks
 
 DB = Budget.for_env("db")
@@ -310,23 +310,7 @@ def test_kill_9_at_several_points_then_the_same_command_resumes_every_stream_exa
            "--limit", str(limit), "--out", str(out), "--data-dir", data_dir, "--no-progress"]
     watched = out / "seed1" / "tokenworth" / "checkpoint.pkl"
 
-    def done() -> int:
-        try:
-            state = load_checkpoint(watched)
-        except Exception:  # being replaced right now: look again
-            return -1
-        return state["next_index"] if state else 0
-
-    for at in (2, 5, 9):
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 240
-        while done() < at:
-            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-            assert time.monotonic() < deadline, "kill point not reached in time"
-            time.sleep(0.005)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        assert proc.returncode == -signal.SIGKILL
+    kill_at(cmd, watched, (2, 5, 9))
     finished = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert finished.returncode == 0, finished.stderr[-3000:]
     tasks = load_tasks("db", data_dir, limit=limit)

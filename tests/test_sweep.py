@@ -8,6 +8,7 @@ import pytest
 from agent.budget import Budget
 from agent.runner import run_stream
 from agent.sweep import SweepError, configs_from_grid, run_sweep, table_a3_configs, write_sweep_results
+from tests.killing import kill_at
 from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks
 
 DB = Budget.for_env("db")
@@ -131,13 +132,10 @@ def test_sweep_interrupt_commits_nothing_of_the_task_in_flight(tmp_path) -> None
 
 @pytest.mark.slow
 def test_sweep_sigkill_at_several_points_then_resume_matches_uninterrupted(tmp_path, data_dir) -> None:
-    import signal
     import subprocess
     import sys
-    import time
 
     from agent.backbones.registry import make_backbone
-    from agent.checkpoint import load_checkpoint
     from agent.data import load_tasks
 
     limit = 14
@@ -145,23 +143,7 @@ def test_sweep_sigkill_at_several_points_then_resume_matches_uninterrupted(tmp_p
     cmd = [sys.executable, "-m", "agent.cli", "sweep", "--grid", "eta=0.1,0.3", "--limit", str(limit), "--out",
            str(out), "--data-dir", data_dir, "--no-progress"]
 
-    def done() -> int:
-        try:
-            state = load_checkpoint(out / "tokenworth@eta_max=0.3" / "checkpoint.pkl")
-        except Exception:  # being replaced right now: look again
-            return -1
-        return state["next_index"] if state else 0
-
-    for at in (2, 6, 11):
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 240
-        while done() < at:
-            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-            assert time.monotonic() < deadline, "kill point not reached in time"
-            time.sleep(0.005)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        assert proc.returncode == -signal.SIGKILL
+    kill_at(cmd, out / "tokenworth@eta_max=0.3" / "checkpoint.pkl", (2, 6, 11))
     finished = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert finished.returncode == 0, finished.stderr[-3000:]
     tasks = load_tasks("db", data_dir, limit=limit)

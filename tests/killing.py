@@ -1,0 +1,34 @@
+"""Kill a real CLI process with SIGKILL once a stream's checkpoint reaches given task counts."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Sequence
+
+
+def checkpointed_tasks(checkpoint: Path) -> int:
+    """Tasks the checkpoint covers (0 before the first; -1 while it is being replaced)."""
+    from agent.checkpoint import load_checkpoint
+
+    try:
+        state = load_checkpoint(checkpoint)
+    except Exception:  # being replaced right now: look again
+        return -1
+    return state["next_index"] if state else 0
+
+
+def kill_at(cmd: Sequence[str], checkpoint: Path, points: Sequence[int], deadline_s: float = 240) -> None:
+    """Start ``cmd`` once per point and SIGKILL it when ``checkpoint`` covers that many tasks."""
+    for at in points:
+        proc = subprocess.Popen(list(cmd), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + deadline_s
+        while checkpointed_tasks(checkpoint) < at:
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "kill point not reached in time"
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert proc.returncode == -signal.SIGKILL
