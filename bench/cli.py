@@ -32,5 +32,13 @@ def bench_agent(ctx: typer.Context) -> None:
     agent_main(list(ctx.args))
 
 
+@app.command("engine-speed", context_settings=PASS_THROUGH, add_help_option=False)
+def bench_engine_speed(ctx: typer.Context) -> None:
+    """Lockstep engine vs sequential path, behind llama.cpp (SmolLM2) or the GPU-economics server."""
+    from bench.engine_speed import main as engine_speed_main
+
+    engine_speed_main(list(ctx.args))
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

