@@ -231,8 +231,11 @@ def machine() -> dict[str, Any]:
 
 
 def record_digest(run: ScheduleRun) -> dict[str, list[tuple[Any, ...]]]:
-    """Per stream, what each task did (reward, tokens, rounds): for checking that schedules agree."""
-    return {key: [(r["task_id"], r["reward"], r["output_tokens"], r["rounds"]) for r in stream]
+    """Per stream, what each task did: (task_id, reward, output tokens, rounds, tokens of each round,
+    tokens of each auxiliary call). For checking that schedules agree, and for projections."""
+    return {key: [(r["task_id"], r["reward"], r["output_tokens"], r["rounds"],
+                   [int(e["tokens"]) for e in r.get("trajectory", ())],
+                   [int(c.get("tokens", 0)) for c in r.get("aux_calls", ()) if "skipped" not in c]) for r in stream]
             for key, stream in sorted(run.records.items())}
 
 
@@ -250,7 +253,7 @@ def compare(sequential: dict[str, Any], lockstep: dict[str, Any]) -> dict[str, A
     """Lockstep against sequential: speed-up, and whether both produced the same records."""
     same_setup = all(sequential[k] == lockstep[k] for k in ("tasks_per_stream", "methods", "seeds", "scale"))
     digest_a, digest_b = sequential["records_digest"], lockstep["records_digest"]
-    tasks_equal = sum(a == b for key in digest_a for a, b in zip(digest_a[key], digest_b.get(key, [])))
+    tasks_equal = sum(list(a) == list(b) for key in digest_a for a, b in zip(digest_a[key], digest_b.get(key, [])))
     speedup = sequential["totals"]["wall_s"] / lockstep["totals"]["wall_s"]
     return {"comparable": same_setup, "speedup": speedup, "engine_over_sequential": 1 / speedup,
             "tasks_identical": tasks_equal, "tasks": sequential["totals"]["tasks"]}
@@ -281,7 +284,7 @@ def render(runs: dict[tuple[str, str], dict[str, Any]]) -> tuple[str, dict[str, 
             summary[server] = c
             lines += ["", f"Engine ÷ sequential wall time: **{c['engine_over_sequential']:.3f}** "
                       f"(**{c['speedup']:.1f}×** faster){'' if c['comparable'] else ' — NOT comparable: setups differ'}. "
-                      f"Tasks whose (reward, tokens, rounds) agree between the schedules: {c['tasks_identical']} of "
+                      f"Tasks whose (reward, tokens of every call) agree between the schedules: {c['tasks_identical']} of "
                       f"{c['tasks']}."]
             if server == "gpu-model":
                 share = present["lockstep"]["server_stats"]["harness_share"]
