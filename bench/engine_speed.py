@@ -39,6 +39,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -338,6 +339,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill still stops the server child (finally)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.report_only:
         print(write_report(args.out))
@@ -345,6 +347,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     from agent.backbones.openai_backbone import OpenAIBackbone
     from agent.data import load_tasks
 
+    code_commit = commit()  # the code that runs, whatever HEAD is when the run ends
     tasks = load_tasks(ENV, args.data_dir, limit=args.tasks)
     streams = len(args.methods) * len(args.seeds)
     if args.server == "llamacpp":
@@ -365,7 +368,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     result = {"server": args.server, "schedule": args.schedule, "env": ENV, "tasks_per_stream": len(tasks),
               "methods": args.methods, "seeds": args.seeds, "scale": args.scale if args.server == "gpu-model" else None,
               "server_settings": server.settings, "totals": totals(run), "server_stats": stats,
-              "records_digest": record_digest(run), "commit": commit(), "machine": machine(),
+              "records_digest": record_digest(run), "commit": code_commit, "machine": machine(),
               "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     atomic_write_json(args.out / f"{args.server}-{args.schedule}.json", result)
     print(json.dumps({k: result[k] for k in ("server", "schedule", "totals")}, indent=1))
