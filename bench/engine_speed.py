@@ -354,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         server: LlamaCppServer | GPUModelServer = LlamaCppServer(args.parallel, args.threads, args.ctx)
     else:
         server = GPUModelServer(args.scale, args.tasks, args.data_dir, {})
-    scratch = Path(tempfile.mkdtemp(prefix="tokenworth-engine-speed-"))
+    scratch = Path(tempfile.mkdtemp(prefix=f"tokenworth-engine-speed-{args.server}-{args.schedule}-"))
     try:
         backbone = OpenAIBackbone(server.model, base_url=server.url, concurrency=streams, retry_for=60.0)
         try:
