@@ -40,5 +40,13 @@ def bench_engine_speed(ctx: typer.Context) -> None:
     engine_speed_main(list(ctx.args))
 
 
+@app.command("engine-projection", context_settings=PASS_THROUGH, add_help_option=False)
+def bench_engine_projection(ctx: typer.Context) -> None:
+    """GPU hours of DB/OS/KG x 5 methods x 3 seeds on one A800: sequential vs lockstep vs continuous."""
+    from bench.engine_projection import main as engine_projection_main
+
+    engine_projection_main(list(ctx.args))
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()
