@@ -240,13 +240,17 @@ def record_digest(run: ScheduleRun) -> dict[str, list[tuple[Any, ...]]]:
             for key, stream in sorted(run.records.items())}
 
 
-def load_runs(out: Path) -> dict[tuple[str, str], dict[str, Any]]:
-    runs = {}
-    for server in SERVERS:
-        for schedule in SCHEDULES:
-            path = out / f"{server}-{schedule}.json"
-            if path.exists():
-                runs[(server, schedule)] = json.loads(path.read_text())
+def run_name(server: str, schedule: str, scale: float | None) -> str:
+    """The run file's stem: one per server, schedule and (for the GPU model) time scale."""
+    return f"{server}-{schedule}" + (f"-scale{scale:g}" if scale is not None else "")
+
+
+def load_runs(out: Path) -> list[dict[str, Any]]:
+    runs = []
+    for path in sorted(out.glob("*.json")):
+        data = json.loads(path.read_text())
+        if isinstance(data, dict) and data.get("server") in SERVERS and data.get("schedule") in SCHEDULES:
+            runs.append(data)
     return runs
 
 
@@ -256,45 +260,74 @@ def compare(sequential: dict[str, Any], lockstep: dict[str, Any]) -> dict[str, A
     digest_a, digest_b = sequential["records_digest"], lockstep["records_digest"]
     tasks_equal = sum(list(a) == list(b) for key in digest_a for a, b in zip(digest_a[key], digest_b.get(key, [])))
     speedup = sequential["totals"]["wall_s"] / lockstep["totals"]["wall_s"]
-    return {"comparable": same_setup, "speedup": speedup, "engine_over_sequential": 1 / speedup,
-            "tasks_identical": tasks_equal, "tasks": sequential["totals"]["tasks"]}
+    result = {"comparable": same_setup, "speedup": speedup, "engine_over_sequential": 1 / speedup,
+              "tasks_identical": tasks_equal, "tasks": sequential["totals"]["tasks"]}
+    gpu_a, gpu_b = sequential["server_stats"].get("model_s"), lockstep["server_stats"].get("model_s")
+    if gpu_a and gpu_b:
+        result["gpu_time_speedup"] = gpu_a / gpu_b  # modelled GPU seconds: no harness, no scale
+    return result
 
 
-def render(runs: dict[tuple[str, str], dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+def _pairs(runs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Each lockstep run with the sequential run of the same server, tasks, streams and scale."""
+    keys = ("server", "tasks_per_stream", "methods", "seeds", "scale")
+    return [(a, b) for b in runs if b["schedule"] == "lockstep" for a in runs
+            if a["schedule"] == "sequential" and all(a[k] == b[k] for k in keys)]
+
+
+def _row(run: dict[str, Any]) -> str:
+    t, st = run["totals"], run["server_stats"]
+    if run["server"] == "llamacpp":
+        return (f"| {run['schedule']} | {t['tasks']} | {t['model_calls']} | {t['generate_calls']} | {t['mean_batch']:.1f} "
+                f"| {t['wall_s']:.1f} | {t['output_tokens']} | {st.get('server_predicted_tokens', '–')} "
+                f"| {t['tokens_per_s']:.1f} | {t['successes']} | {run['commit']} |")
+    return (f"| {run['schedule']} | {run['scale']:g} | {t['tasks']} | {t['model_calls']} | {t['generate_calls']} "
+            f"| {t['mean_batch']:.1f} | {st['steps']} | {st['mean_batch_per_step']:.2f} | {st['model_s']:.1f} "
+            f"| {t['wall_s']:.1f} | {st['idle_s']:.1f} | {100 * st['harness_share']:.1f} % | {st['late_s']:.1f} "
+            f"| {t['output_tokens']} | {t['tokens_per_s']:.1f} | {run['commit']} |")
+
+
+HEADERS = {
+    "llamacpp": ("| schedule | tasks | model calls | generate calls | mean batch | wall s | gen tokens (records) "
+                 "| gen tokens (server) | tokens/s | successes | commit |", "|---|" + "---:|" * 9 + "---|"),
+    "gpu-model": ("| schedule | scale | tasks | model calls | generate calls | mean batch | decode steps "
+                  "| mean batch per step | modelled GPU s | wall s | idle s | harness share | late s | gen tokens "
+                  "| tokens/s | commit |", "|---|" + "---:|" * 14 + "---|"),
+}
+
+
+def render(runs: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     lines = ["# engine_speed", "",
              "The lockstep experiment engine against today's sequential path (`run_stream`, one conversation "
              "per call), 5 methods × 3 seeds = 15 DB streams, backbone `openai` with concurrency 15. "
-             "Written by `python -m bench engine-speed` (bench/engine_speed.py).", ""]
-    summary: dict[str, Any] = {"runs": {f"{s}-{k}": v["totals"] for (s, k), v in runs.items()}}
+             "Written by `python -m bench engine-speed` (bench/engine_speed.py); the GPU model's parameters and "
+             "their sources: bench/gpu_model_server.py. Wall times are real seconds on the machine named in "
+             "each JSON file; `scale` is wall seconds per modelled GPU second.", ""]
+    summary: dict[str, Any] = {"runs": {run_name(r["server"], r["schedule"], r["scale"]): r["totals"] for r in runs},
+                               "comparisons": []}
     for server in SERVERS:
-        present = {k: v for (s, k), v in runs.items() if s == server}
+        present = [r for r in runs if r["server"] == server]
         if not present:
             continue
-        any_run = next(iter(present.values()))
-        lines += [f"## {server}", "", f"Server: `{json.dumps(any_run['server_settings'], sort_keys=True)}`", "",
-                  "| schedule | tasks | model calls | generate calls | mean batch | wall s | gen tokens | tokens/s "
-                  "| harness share | commit |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-        for schedule, run in present.items():
-            t, stats = run["totals"], run["server_stats"]
-            share = stats.get("harness_share")
-            lines.append(f"| {schedule} | {t['tasks']} | {t['model_calls']} | {t['generate_calls']} | "
-                         f"{t['mean_batch']:.1f} | {t['wall_s']:.1f} | {t['output_tokens']} | {t['tokens_per_s']:.1f} | "
-                         f"{'–' if share is None else f'{100 * share:.1f} %'} | {run['commit']} |")
-        if set(present) == set(SCHEDULES):
-            c = compare(present["sequential"], present["lockstep"])
-            summary[server] = c
-            lines += ["", f"Engine ÷ sequential wall time: **{c['engine_over_sequential']:.3f}** "
-                      f"(**{c['speedup']:.1f}×** faster){'' if c['comparable'] else ' — NOT comparable: setups differ'}. "
-                      f"Tasks whose (reward, tokens of every call) agree between the schedules: {c['tasks_identical']} of "
-                      f"{c['tasks']}."]
+        lines += [f"## {server}", "", f"Server: `{json.dumps(present[0]['server_settings'], sort_keys=True)}`", "",
+                  *HEADERS[server]]
+        lines += [_row(r) for r in present]
+        for sequential, lockstep in _pairs(present):
+            c = {"server": server, "scale": lockstep["scale"], **compare(sequential, lockstep)}
+            at = f" at scale {lockstep['scale']:g}" if lockstep["scale"] is not None else ""
+            lines += ["", f"Engine ÷ sequential wall time{at}: **{c['engine_over_sequential']:.3f}** "
+                      f"(**{c['speedup']:.1f}×** faster"
+                      + (f"; modelled GPU time {c['gpu_time_speedup']:.1f}×" if "gpu_time_speedup" in c else "")
+                      + f"). Tasks whose reward and per-call tokens agree between the schedules: "
+                      f"{c['tasks_identical']} of {c['tasks']}."]
             if server == "gpu-model":
-                share = present["lockstep"]["server_stats"]["harness_share"]
-                met_speed, met_share = c["speedup"] >= 10, share <= 0.10
-                summary[server].update({"harness_share": share, "target_speedup_met": met_speed,
-                                        "target_harness_share_met": met_share})
-                lines += ["", f"Targets on DB at 15 streams: ≥ 10× faster — **{'met' if met_speed else 'not met'}** "
-                          f"({c['speedup']:.1f}×); harness share ≤ 10 % — **{'met' if met_share else 'not met'}** "
-                          f"({100 * share:.1f} %)."]
+                share = lockstep["server_stats"]["harness_share"]
+                c.update(harness_share=share, target_speedup_met=c["speedup"] >= 10,
+                         target_harness_share_met=share <= 0.10)
+                lines += ["", f"Targets on DB at 15 streams{at}: ≥ 10× faster — "
+                          f"**{'met' if c['target_speedup_met'] else 'not met'}** ({c['speedup']:.1f}×); harness share "
+                          f"≤ 10 % — **{'met' if c['target_harness_share_met'] else 'not met'}** ({100 * share:.1f} %)."]
+            summary["comparisons"].append(c)
         lines.append("")
     return "\n".join(lines), summary
 
@@ -370,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
               "server_settings": server.settings, "totals": totals(run), "server_stats": stats,
               "records_digest": record_digest(run), "commit": code_commit, "machine": machine(),
               "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    atomic_write_json(args.out / f"{args.server}-{args.schedule}.json", result)
+    atomic_write_json(args.out / f"{run_name(args.server, args.schedule, result['scale'])}.json", result)
     print(json.dumps({k: result[k] for k in ("server", "schedule", "totals")}, indent=1))
     print(write_report(args.out))
     return result

@@ -13,7 +13,7 @@ from http.server import ThreadingHTTPServer
 
 import pytest
 
-from bench.engine_speed import ScheduleRun, compare, record_digest, totals
+from bench.engine_speed import ScheduleRun, compare, record_digest, render, totals
 from bench.gpu_model_server import (QWEN_TOKENS_PER_S_INPUT_1, QWEN_TOKENS_PER_S_INPUT_6144, BusyClock, DecodeCost,
                                     DecodeLoop, GPUModel, PrefixCache, SimReplies, handler_for)
 
@@ -206,14 +206,27 @@ def test_memory_skills_come_from_the_quoted_questions(server) -> None:
     assert model.replies.memory_skills([messages[0], {"role": "user", "content": "instructions"}]) is None
 
 
-def test_compare_counts_identical_tasks_and_the_speedup() -> None:
+def test_the_report_pairs_runs_of_one_scale_and_judges_the_targets() -> None:
     records = {"standard/seed0": [{"task_id": "db-0", "reward": 1, "output_tokens": 9, "rounds": 2,
                                    "trajectory": [{"tokens": 5}, {"tokens": 4}], "aux_calls": []}]}
     seq = ScheduleRun("sequential", 30.0, records, [1, 1])
-    lock = ScheduleRun("lockstep", 3.0, records, [1, 1])
     assert totals(seq)["model_calls"] == 2 and totals(seq)["tokens_per_s"] == pytest.approx(9 / 30)
-    run = {"tasks_per_stream": 1, "methods": ["standard"], "seeds": [0], "scale": 1.0}
-    a = {**run, "totals": totals(seq), "records_digest": json.loads(json.dumps(record_digest(seq)))}
-    b = {**run, "totals": totals(lock), "records_digest": record_digest(lock)}
-    result = compare(a, b)
-    assert result["speedup"] == pytest.approx(10.0) and result["tasks_identical"] == 1 and result["comparable"]
+
+    def run(schedule: str, seconds: float, scale: float, share: float, model_s: float) -> dict:
+        r = ScheduleRun(schedule, seconds, records, [1, 1] if schedule == "sequential" else [2])
+        stats = {"harness_share": share, "model_s": model_s, "steps": 5, "mean_batch_per_step": 1.0,
+                 "idle_s": share * seconds, "late_s": 0.0}
+        return {"server": "gpu-model", "schedule": schedule, "tasks_per_stream": 1, "methods": ["standard"],
+                "seeds": [0], "scale": scale, "server_settings": {}, "totals": totals(r), "server_stats": stats,
+                "records_digest": json.loads(json.dumps(record_digest(r))), "commit": "abc"}
+
+    runs = [run("sequential", 30.0, 0.5, 0.2, 60.0), run("lockstep", 2.5, 0.5, 0.08, 5.0),
+            run("lockstep", 9.0, 1.0, 0.05, 5.0)]  # no sequential run at scale 1: no comparison for it
+    text, summary = render(runs)
+    [c] = summary["comparisons"]
+    assert c["speedup"] == pytest.approx(12.0) and c["gpu_time_speedup"] == pytest.approx(12.0)
+    assert c["tasks_identical"] == 1 and c["comparable"]
+    assert c["target_speedup_met"] and c["target_harness_share_met"]
+    assert "**met** (12.0×)" in text and text.count("| lockstep |") == 2
+    slow = compare(runs[0], run("lockstep", 6.0, 0.5, 0.3, 5.0))
+    assert slow["speedup"] == pytest.approx(5.0)
