@@ -390,6 +390,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     from agent.data import load_tasks
 
     code_commit = commit()  # the code that runs, whatever HEAD is when the run ends
+    load_at_start = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
     tasks = load_tasks(ENV, args.data_dir, limit=args.tasks)
     streams = len(args.methods) * len(args.seeds)
     if args.server == "llamacpp":
@@ -411,7 +412,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     result = {"server": args.server, "schedule": args.schedule, "env": ENV, "tasks_per_stream": len(tasks),
               "methods": args.methods, "seeds": args.seeds, "scale": args.scale if args.server == "gpu-model" else None,
               "server_settings": server.settings, "warmup_s": warmup_s, "totals": totals(run), "server_stats": stats,
-              "records_digest": record_digest(run), "commit": code_commit, "machine": machine(),
+              "records_digest": record_digest(run), "commit": code_commit, "machine": {**machine(), "load_avg_at_start": load_at_start},
               "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     atomic_write_json(args.out / f"{run_name(args.server, args.schedule, result['scale'])}.json", result)
     print(json.dumps({k: result[k] for k in ("server", "schedule", "totals")}, indent=1))
