@@ -230,3 +230,23 @@ def test_the_report_pairs_runs_of_one_scale_and_judges_the_targets() -> None:
     assert "**met** (12.0×)" in text and text.count("| lockstep |") == 2
     slow = compare(runs[0], run("lockstep", 6.0, 0.5, 0.3, 5.0))
     assert slow["speedup"] == pytest.approx(5.0)
+
+
+def test_projection_steps_per_schedule_on_synthetic_streams() -> None:
+    from bench.engine_projection import gpu_seconds, schedule_steps
+
+    streams = {"a": [[3, 1], [2]], "b": [[1], [4, 0]]}  # an empty reply still decodes one step
+    steps = schedule_steps(streams)
+    assert steps["tokens"] == steps["sequential"] == 3 + 1 + 2 + 1 + 4 + 1
+    assert steps["ticks"] == 3 and steps["calls"] == 6
+    assert steps["lockstep"] == max(3, 1) + max(1, 4) + max(2, 1)  # each tick waits for its longest reply
+    assert steps["continuous"] == max(3 + 1 + 2, 1 + 4 + 1)  # the longest stream's tokens
+    # the loop's charged cost for the lockstep schedule equals the closed form
+    cost = DecodeCost(A, B, 1e-6)
+    loop = DecodeLoop(cost, clock=FakeTime().clock, sleep=lambda s: None)
+    for tick in ([3, 1], [1, 4], [2, 1]):
+        for n in tick:
+            loop.submit(prompt_tokens=0, new_tokens=n)
+        drain(loop)
+    assert loop.steps == steps["lockstep"]
+    assert loop.model_s == pytest.approx(gpu_seconds(loop.steps, steps["tokens"], cost, 0.0), rel=0.01)
