@@ -480,6 +480,11 @@ def handler_for(model: GPUModel) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class LoopbackServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256  # a tick opens one connection per stream at once; the default backlog (5) resets some
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
@@ -500,8 +505,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), handler_for(model))
-    server.daemon_threads = True
+    server = LoopbackServer(("127.0.0.1", args.port), handler_for(model))
     print(f"listening on http://127.0.0.1:{server.server_address[1]}/v1", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
     try:
