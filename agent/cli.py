@@ -21,8 +21,9 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional, TypeVar
+from typing import Annotated, Any, Callable, Optional, Sequence, TypeVar
 
+import numpy as np
 import typer
 
 from agent.budget import ACCOUNTINGS, DEFAULT_ACCOUNTING
@@ -52,6 +53,9 @@ MaxRetriesFlag = Annotated[Optional[int], typer.Option(
 ConcurrencyFlag = Annotated[Optional[int], typer.Option(min=1, help="openai: requests in flight at once (default 8).")]
 ExtraBodyFlag = Annotated[Optional[str], typer.Option(
     help='openai: JSON object added to every request, e.g. \'{"top_k": -1}\'.')]
+ScheduleFlag = Annotated[str, typer.Option(
+    help="lockstep: every stream's pending request in one batched model call per tick; sequential: streams one "
+         "after another, one conversation per call (for comparisons).")]
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -162,12 +166,17 @@ def default_out(kind: str, limit: int | None) -> Path:
 class Progress:
     """A tqdm bar per method: tasks/s, running SR and mean output tokens."""
 
-    def __init__(self, method: str, total: int, enabled: bool, file: Any = None) -> None:
+    def __init__(self, method: str, total: int, enabled: bool, file: Any = None, first_note: str | None = None) -> None:
         from tqdm import tqdm
 
         self.bar = tqdm(total=total, desc=f"{method:>10}", unit="task", disable=not enabled, dynamic_ncols=True,
                         file=file or sys.stderr)
         self.n = self.successes = self.tokens = 0
+        self.first_note = first_note  # shown while the stream's first task runs (e.g. compiling)
+
+    def started(self, _next_index: int) -> None:
+        if self.first_note:
+            self.note(self.first_note)
 
     def resumed(self, records: list[dict[str, Any]]) -> None:
         """Records replayed from an earlier run: counted in SR/tokens and as done, not as new work."""
@@ -208,16 +217,21 @@ OUT_HELP = "Run folder; a folder holding the same run is resumed."
 
 @app.command()
 def run(
-    env: str = typer.Option("db", help="Task stream: db, os or kg."),
-    methods: str = typer.Option(",".join(METHOD_NAMES), help="Comma-separated methods, run in this order."),
+    env: str = typer.Option("db", help="Task stream(s): db, os, kg, or a comma-separated list (one experiment)."),
+    methods: str = typer.Option(",".join(METHOD_NAMES), help="Comma-separated methods; known: "
+                                + ", ".join(POLICIES.names) + "."),
     backbone: str = typer.Option("sim", help="sim (default), vllm or openai."),
-    seed: int = typer.Option(0, help="Seed of the backbone and of every seeded policy."),
+    seed: Optional[int] = typer.Option(None, help="Seed of the backbone and of every seeded policy (default 0)."),
+    seeds: Optional[str] = typer.Option(None, help="Several seeds as one experiment, e.g. 0,1,2 (instead of --seed)."),
+    grid: list[str] = typer.Option([], help="NAME=v1,v2,... (repeatable; the product is run): budget levels "
+                                            "o_max, j_max, b_max, k_max, l_max, and for TokenWorth methods any "
+                                            "HParams field."),
     out: Optional[Path] = typer.Option(None, help=OUT_HELP,
                                        show_default="runs/<env>-<backbone>-seed<seed>[-limit<N>]"),
     data_dir: Optional[Path] = typer.Option(None, help="Dataset folder.",
                                             show_default="$TOKENWORTH_DATA_DIR, else ~/.cache/tokenworth/"
                                                          "lifelongagentbench"),
-    limit: Optional[int] = typer.Option(None, min=1, help="Only the first N tasks of the stream."),
+    limit: Optional[int] = typer.Option(None, min=1, help="Only the first N tasks of each stream."),
     kg_endpoint: Optional[str] = typer.Option(None, help="SPARQL endpoint for --env kg.",
                                               show_default="$TOKENWORTH_KG_ENDPOINT"),
     model: Optional[str] = typer.Option(None, help="Model name for the vllm/openai backbones."),
@@ -225,92 +239,233 @@ def run(
     budget_accounting: AccountingFlag = DEFAULT_ACCOUNTING,
     timeout: TimeoutFlag = None, retry_for: RetryForFlag = None, max_retries: MaxRetriesFlag = None,
     concurrency: ConcurrencyFlag = None, extra_body: ExtraBodyFlag = None,
+    schedule: ScheduleFlag = "lockstep",
     overwrite: bool = typer.Option(False, help="Delete the named methods' results in --out (only those, only in a "
                                                "run folder) and run them again; without it a run resumes."),
     summary_dir: Optional[Path] = typer.Option(None, help="Where summary.md/.json and the plot go.",
                                                show_default="the run folder"),
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
-    """Run each method over the full stream, in dataset order, and write records + summary + plot."""
-    run_benchmark(env=env, methods=methods, backbone=backbone, seed=seed, out=out, data_dir=data_dir, limit=limit,
-                  kg_endpoint=kg_endpoint, model=model, base_url=base_url, overwrite=overwrite, progress=progress,
-                  summary_dir=summary_dir, budget_accounting=budget_accounting,
+    """Run every (env, method, seed, grid point) stream over its task stream as one lockstep experiment."""
+    run_benchmark(env=env, methods=methods, backbone=backbone, seed=seed, seeds=seeds, grid=grid, out=out,
+                  data_dir=data_dir, limit=limit, kg_endpoint=kg_endpoint, model=model, base_url=base_url,
+                  overwrite=overwrite, progress=progress, summary_dir=summary_dir,
+                  budget_accounting=budget_accounting, schedule=schedule,
                   connection=dict(timeout=timeout, retry_for=retry_for, max_retries=max_retries,
                                   concurrency=concurrency, extra_body=extra_body))
 
 
+def parse_list(flag: str, text: str, known: Sequence[str] | None = None) -> list[str]:
+    items = [x.strip().lower() for x in text.split(",") if x.strip()]
+    if not items:
+        fail(f"{flag} {text!r}: name at least one")
+    if len(set(items)) != len(items):
+        fail(f"{flag} lists a value twice: {text}")
+    if known is not None:
+        unknown = [x for x in items if x not in known]
+        if unknown:
+            fail(f"unknown {flag.lstrip('-').rstrip('s')} {', '.join(unknown)}; choose from {', '.join(known)}")
+    return items
+
+
+def parse_seeds(seed: int | None, seeds: str | None) -> list[int]:
+    if seed is not None and seeds is not None:
+        fail("use either --seed or --seeds, not both")
+    if seeds is None:
+        return [0 if seed is None else seed]
+    try:
+        return [int(x) for x in parse_list("--seeds", seeds)]
+    except ValueError:
+        fail(f"--seeds {seeds!r}: expected integers like 0,1,2")
+        raise  # unreachable
+
+
+def experiment_folder(envs: Sequence[str], backbone: str, seeds: Sequence[int], grid: Sequence[str],
+                      limit: int | None, kind: str = "") -> Path:
+    """``runs/<env>-<backbone>-seed<k>`` (as before) for one env and seed; lists and a grid digest otherwise."""
+    from agent.experiment.streams import digest
+
+    seed_part = f"seed{seeds[0]}" if len(seeds) == 1 else "seeds" + "-".join(map(str, seeds))
+    name = f"{kind}{'+'.join(envs)}-{backbone}-{seed_part}" + (f"-grid{digest(list(grid))[:8]}" if grid else "")
+    return default_out(name, limit)
+
+
 @expected_failures
-def run_benchmark(env: str = "db", methods: str = ",".join(METHOD_NAMES), backbone: str = "sim", seed: int = 0,
-                  out: Path | None = None, data_dir: Path | None = None, limit: int | None = None,
-                  kg_endpoint: str | None = None, model: str | None = None, base_url: str | None = None,
-                  overwrite: bool = False, progress: bool = True, summary_dir: Path | None = None,
-                  budget_accounting: str = DEFAULT_ACCOUNTING, connection: dict[str, Any] | None = None) -> None:
+def run_benchmark(env: str = "db", methods: str = ",".join(METHOD_NAMES), backbone: str = "sim",
+                  seed: int | None = None, seeds: str | None = None, grid: Sequence[str] = (), out: Path | None = None,
+                  data_dir: Path | None = None, limit: int | None = None, kg_endpoint: str | None = None,
+                  model: str | None = None, base_url: str | None = None, overwrite: bool = False,
+                  progress: bool = True, summary_dir: Path | None = None,
+                  budget_accounting: str = DEFAULT_ACCOUNTING, connection: dict[str, Any] | None = None,
+                  schedule: str = "lockstep") -> None:
     """The body of `tokenworth run` (plain defaults, so the bare `tokenworth` can call it)."""
+    from agent.experiment.streams import GridError, expand, grid_points
+
+    envs = parse_list("--env", env)
+    for name in envs:
+        if name not in ENVS:
+            fail(f"unknown environment {name!r}; choose from {', '.join(ENVS)}")
+    method_list = parse_methods(methods)
+    seed_list = parse_seeds(seed, seeds)
+    budgets = {e: checked_budget(e, budget_accounting) for e in envs}
+    try:
+        streams = expand(envs, method_list, seed_list, budgets, grid_points(grid))
+    except GridError as exc:
+        fail(str(exc))
+    out_dir = out or experiment_folder(envs, backbone, seed_list, grid, limit)
+    single = len(envs) == 1 and len(seed_list) == 1
+    settings: dict[str, Any] = {"env": envs[0] if len(envs) == 1 else ",".join(envs), "backbone": backbone,
+                                "seed": seed_list[0] if len(seed_list) == 1 else seed_list, "limit": limit}
+    if not single or grid:
+        settings["grid"] = list(grid)
+    title = (f"{'+'.join(e.upper() for e in envs)} · backbone {backbone} · "
+             f"seed{'s' if len(seed_list) > 1 else ''} {','.join(map(str, seed_list))}")
+    run_experiment_command(streams, envs, settings, out_dir, title, backbone=backbone, seed=seed_list[0],
+                           model=model, base_url=base_url, data_dir=data_dir, limit=limit, kg_endpoint=kg_endpoint,
+                           overwrite=overwrite, progress=progress, summary_dir=summary_dir, schedule=schedule,
+                           accounting=budget_accounting, connection=connection)
+
+
+def run_experiment_command(streams: Sequence[Any], envs: Sequence[str], settings: dict[str, Any], out_dir: Path,
+                           title: str, *, backbone: str, seed: int, model: str | None, base_url: str | None,
+                           data_dir: Path | None, limit: int | None, kg_endpoint: str | None, overwrite: bool,
+                           progress: bool, summary_dir: Path | None, schedule: str, accounting: str,
+                           connection: dict[str, Any] | None, sweep_configs: Sequence[dict[str, Any]] | None = None,
+                           ) -> None:
+    """The one front-end body of `run` and `sweep`: checks, folder, backbone, engine, summary."""
     from agent import runfolder
     from agent.backbones.registry import make_backbone
     from agent.data import load_tasks, resolve_data_dir
-    from agent.runner import run_stream
+    from agent.experiment import SCHEDULES, run_experiment, stream_names
 
-    method_list = parse_methods(methods)
-    endpoint = check_env(env, kg_endpoint)
-    out_dir = out or default_out(f"{env}-{backbone}-seed{seed}", limit)
-    tasks = load_tasks(env, data_dir, limit=limit)  # type: ignore[arg-type]
-    budget = checked_budget(env, budget_accounting)
+    if schedule not in SCHEDULES:
+        fail(f"--schedule {schedule!r}: choose {' or '.join(SCHEDULES)}")
+    endpoints = {e: check_env(e, kg_endpoint) for e in envs}
+    endpoint = endpoints.get("kg")
+    tasks = {e: load_tasks(e, data_dir, limit=limit) for e in envs}  # type: ignore[arg-type]
     options, links = backbone_options(backbone, seed, model, base_url, **(connection or {}))
-    try:
-        bb = make_backbone(backbone, **options, **links)
-    except (ValueError, ImportError) as exc:
-        fail(str(exc))
-    config = {"env": env, "backbone": backbone, "backbone_options": options, "seed": seed, "limit": limit,
-              "tasks": len(tasks), "data_dir": str(resolve_data_dir(data_dir)), "budget": budget.as_dict(),
-              "connection": links}
+    names = stream_names(streams)
+    budgets = {e: checked_budget(e, accounting).as_dict() for e in envs}
+    config = {**settings, "backbone_options": options, "tasks": (len(tasks[envs[0]]) if len(envs) == 1
+                                                                 else {e: len(t) for e, t in tasks.items()}),
+              "data_dir": str(resolve_data_dir(data_dir)),
+              "budget": budgets[envs[0]] if len(envs) == 1 else budgets, "connection": links}
     with contextlib.ExitStack() as held:
+        # folder, locks and config first: a busy or foreign folder fails before any model loads
         with runfolder.locked(*runfolder.folder_lock(out_dir), wait_s=runfolder.FOLDER_LOCK_WAIT_S):
             runfolder.check_run_folder(out_dir)
-            for method in method_list:  # every named method's lock before any task runs
-                held.enter_context(runfolder.locked(*runfolder.method_lock(out_dir, method)))
-            runfolder.prepare(out_dir, config, method_list, POLICIES.names, overwrite=overwrite)
-        typer.echo(f"{env}: {len(tasks)} tasks, backbone {backbone}, seed {seed}, budget {budget.as_dict()} "
-                   f"-> {out_dir}", err=True)
+            # a sweep's --overwrite discards the whole sweep the folder holds, a run's only the named streams
+            replaced = list(dict.fromkeys([*names, *runfolder.streams_in(out_dir)])) if (
+                sweep_configs is not None and overwrite) else names
+            for name in replaced:  # every named stream's lock before any task runs
+                held.enter_context(runfolder.locked(*runfolder.method_lock(out_dir, name)))
+            runfolder.prepare(out_dir, config, replaced, [*POLICIES.names, *names], overwrite=overwrite)
+        try:
+            bb = make_backbone(backbone, **options, **links)
+        except (ValueError, ImportError) as exc:
+            fail(str(exc))
+        n_tasks = sum(len(tasks[s.env]) for s in streams)
+        typer.echo(f"{', '.join(envs)}: {len(streams)} streams, {n_tasks} stream-tasks, backbone {backbone}, "
+                   f"schedule {schedule} -> {out_dir}", err=True)
         started = time.perf_counter()
-        for method in method_list:
-            bar = Progress(method, len(tasks), progress)
-            note = getattr(POLICIES.factory(method), "first_task_note", None)
-            try:
-                run_stream(method, env, tasks, bb, budget, seed, out_dir, kg_endpoint=endpoint, on_record=bar,
-                           on_start=(lambda _index, bar=bar: bar.note(note)) if note else None)
-            finally:
-                bar.close()
-        title = f"{env.upper()} · backbone {backbone} · seed {seed} · {len(tasks)} tasks · O_max {budget.accounting}"
-        write_summary(out_dir, summary_dir, title, started, accounting=budget.accounting)
+        bars = ProgressBars(progress, streams, tasks)
+        try:
+            result = run_experiment(streams, bb, out_dir, tasks=tasks, schedule=schedule,  # type: ignore[arg-type]
+                                    kg_endpoint=endpoint, hooks=bars.hook, names=names)
+        finally:
+            bars.close()
+        if result.batch_sizes:
+            typer.echo(f"{len(result.batch_sizes)} model calls, mean batch {np.mean(result.batch_sizes):.1f}, "
+                       f"max {max(result.batch_sizes)}", err=True)
+        if sweep_configs is not None:
+            write_sweep_summary(result, sweep_configs, out_dir, settings)
+        write_summary(out_dir, summary_dir, f"{title} · {result_tasks(tasks)} tasks · O_max {accounting}", started,
+                      accounting=accounting, streams=streams, names=names)
+
+
+def result_tasks(tasks: dict[str, Sequence[Any]]) -> str:
+    return "/".join(str(len(t)) for t in tasks.values())
+
+
+class ProgressBars:
+    """A bar per stream (up to 12 streams), else one bar over all stream-tasks."""
+
+    MAX_BARS = 12
+
+    def __init__(self, enabled: bool, streams: Sequence[Any], tasks: dict[str, Sequence[Any]]) -> None:
+        self.enabled, self.tasks = enabled, tasks
+        self.per_stream = len(streams) <= self.MAX_BARS
+        self.bars: list[Progress] = []
+        self.total: Progress | None = None
+        if not self.per_stream:
+            self.total = Progress("all streams", sum(len(tasks[s.env]) for s in streams), enabled)
+
+    def hook(self, name: str, spec: Any) -> Any:
+        if not self.per_stream:
+            return self.total
+        note = getattr(POLICIES.factory(spec.method), "first_task_note", None)
+        bar = Progress(name, len(self.tasks[spec.env]), self.enabled, first_note=note)
+        self.bars.append(bar)
+        return bar
+
+    def close(self) -> None:
+        for bar in [*self.bars, *([self.total] if self.total else [])]:
+            bar.close()
 
 
 def write_summary(out_dir: Path, summary_dir: Path | None, title: str, started: float, *,
-                  accounting: str | None = None) -> None:
-    """Summarise every finished method in the folder (also those other processes ran) and print it."""
+                  accounting: str | None = None, streams: Sequence[Any] | None = None,
+                  names: Sequence[str] | None = None) -> None:
+    """Summarise every finished stream in the folder (also those other processes ran) and print it.
+
+    A one-env, one-seed, no-grid run gets the per-method table (every finished method in the
+    folder); an experiment over several envs, seeds or grid points gets one row per
+    (env, grid point, method) with SR mean ± std over seeds, and, for a grid over budget
+    levels, ``budget_levels.png``.
+    """
     from agent import runfolder
     from agent.checkpoint import atomic_write_json, atomic_write_text
-    from agent.report import finished_records, markdown_table, plot_cumulative_sr, summaries_json, summarize
+    from agent.report import (experiment_rows, experiment_table, finished_records, markdown_table,
+                              plot_budget_levels, plot_cumulative_sr, summaries_json, summarize)
 
     target = summary_dir or out_dir
+    grouped = streams is not None and names is not None and any(n not in POLICIES.names for n in names)
     with runfolder.locked(*runfolder.folder_lock(out_dir), wait_s=runfolder.FOLDER_LOCK_WAIT_S):
-        records = finished_records(out_dir, POLICIES.names)
-        summaries = summarize(records)
-        table = markdown_table(summaries, title)
+        figures: list[Path] = []
+        if grouped:
+            assert streams is not None and names is not None
+            found = finished_records(out_dir, names)
+            finished = [(s, found[n]) for s, n in zip(streams, names) if n in found]
+            rows = experiment_rows(finished)
+            table = experiment_table(rows, title)
+            payload: Any = [{k: v for k, v in r.items() if k != "reward_curve"} for r in rows]
+        else:
+            records = finished_records(out_dir, POLICIES.names)
+            summaries = summarize(records)
+            table = markdown_table(summaries, title)
+            payload = [dict(row, accounting=accounting) for row in summaries_json(summaries)]
         typer.echo(table)
         try:
             atomic_write_text(target / "summary.md", table)
-            atomic_write_json(target / "summary.json",
-                              [dict(row, accounting=accounting) for row in summaries_json(summaries)])
-            plot = plot_cumulative_sr(records, target / "cumulative_sr.png", title)
+            atomic_write_json(target / "summary.json", payload)
+            if grouped:
+                figure = plot_budget_levels(rows, target / "budget_levels.png", title)
+                if figure is not None:
+                    figures.append(figure)
+                curves = {" ".join(x for x in (r["env"], r["method"], ",".join(f"{k}={v}" for k, v in r["point"].items()))
+                                   if x): [{"reward": v} for v in r["reward_curve"]]
+                          for r in rows if r["reward_curve"] is not None}  # mean over seeds
+                figures.append(plot_cumulative_sr(curves, target / "cumulative_sr.png", title))
+            else:
+                figures.append(plot_cumulative_sr(records, target / "cumulative_sr.png", title))
         except OSError as exc:
             if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM) or summary_dir is not None:
                 raise
             typer.echo(f"note: {target} is read-only, so the summary above was not saved; "
                        "pass --summary-dir DIR to save it elsewhere", err=True)
             return
-    typer.echo(f"records: {out_dir}/<method>/records.jsonl; summary: {target}/summary.md; plot: {plot}; "
-               f"{time.perf_counter() - started:.1f}s", err=True)
+    typer.echo(f"records: {out_dir}/<stream>/records.jsonl; summary: {target}/summary.md; plots: "
+               f"{', '.join(map(str, figures))}; {time.perf_counter() - started:.1f}s", err=True)
 
 
 @app.command()
@@ -319,7 +474,7 @@ def sweep(
     grid: list[str] = typer.Option([], help="NAME=v1,v2,... (repeatable); the full product is run."),
     table_a3: bool = typer.Option(False, "--table-a3", help="The spec §9 one-at-a-time sensitivity grid."),
     backbone: str = typer.Option("sim", help="sim (default), vllm or openai."),
-    seed: int = typer.Option(0, help="Seed of the backbone."),
+    seed: int = typer.Option(0, help="Seed of the backbone and of TokenWorth+'s exploration."),
     out: Optional[Path] = typer.Option(None, help="Sweep folder; a folder holding the same sweep is resumed.",
                                        show_default="runs/sweep-<env>-seed<seed>[-limit<N>]"),
     data_dir: Optional[Path] = typer.Option(None, help="Dataset folder.",
@@ -333,15 +488,17 @@ def sweep(
     budget_accounting: AccountingFlag = DEFAULT_ACCOUNTING,
     timeout: TimeoutFlag = None, retry_for: RetryForFlag = None, max_retries: MaxRetriesFlag = None,
     concurrency: ConcurrencyFlag = None, extra_body: ExtraBodyFlag = None,
-    overwrite: bool = typer.Option(False, help="Discard the sweep this folder holds (only a sweep folder) and "
+    schedule: ScheduleFlag = "lockstep",
+    overwrite: bool = typer.Option(False, help="Discard the sweep this folder holds (only a run folder) and "
                                                "start over; without it a sweep resumes."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
     plus: bool = typer.Option(False, "--plus", help="TokenWorth+ controllers (docs/tokenworth-plus.md)."),
 ) -> None:
-    """Run N TokenWorth configurations as N lockstep streams (two compiled controller calls per task)."""
+    """A TokenWorth grid: one lockstep stream per configuration (the same engine as `run`)."""
     run_sweep_command(env=env, grid=grid, table_a3=table_a3, backbone=backbone, seed=seed, out=out,
                       data_dir=data_dir, limit=limit, kg_endpoint=kg_endpoint, model=model, base_url=base_url,
                       overwrite=overwrite, progress=progress, budget_accounting=budget_accounting, plus=plus,
+                      schedule=schedule,
                       connection=dict(timeout=timeout, retry_for=retry_for, max_retries=max_retries,
                                       concurrency=concurrency, extra_body=extra_body))
 
@@ -351,37 +508,38 @@ def run_sweep_command(env: str, grid: list[str], table_a3: bool, backbone: str, 
                       data_dir: Path | None, limit: int | None, kg_endpoint: str | None, model: str | None,
                       base_url: str | None, overwrite: bool, progress: bool,
                       budget_accounting: str = DEFAULT_ACCOUNTING, connection: dict[str, Any] | None = None,
-                      plus: bool = False) -> None:
-    from agent.backbones.registry import make_backbone
-    from agent.data import load_tasks, resolve_data_dir
-    from agent.sweep import SweepError, configs_from_grid, run_sweep, table_a3_configs, write_sweep_results
+                      plus: bool = False, schedule: str = "lockstep") -> None:
+    from agent.sweep import SweepError, configs_from_grid, sweep_streams, table_a3_configs
 
-    endpoint = check_env(env, kg_endpoint)
+    if env not in ENVS:
+        fail(f"unknown environment {env!r}; choose from {', '.join(ENVS)}")
+    budget = checked_budget(env, budget_accounting)
     try:
-        configs = table_a3_configs(env) if table_a3 else configs_from_grid(grid)
         if table_a3 and grid:
             raise SweepError("use either --table-a3 or --grid, not both")
+        configs = table_a3_configs(env) if table_a3 else configs_from_grid(grid)
+        streams = sweep_streams(env, budget, configs, seed, plus=plus)
     except SweepError as exc:
-        fail(str(exc))
-    tasks = load_tasks(env, data_dir, limit=limit)  # type: ignore[arg-type]
-    budget = checked_budget(env, budget_accounting)
-    options, links = backbone_options(backbone, seed, model, base_url, **(connection or {}))
-    try:
-        bb = make_backbone(backbone, **options, **links)
-    except (ValueError, ImportError) as exc:
         fail(str(exc))
     out_dir = out or default_out(f"sweep-{env}-seed{seed}", limit)
-    settings = {"env": env, "backbone": backbone, "backbone_options": options, "seed": seed, "limit": limit,
-                "tasks": len(tasks), "data_dir": str(resolve_data_dir(data_dir)), "budget": budget.as_dict(),
-                "configs": configs}
-    typer.echo(f"sweep: {len(configs)} configurations x {len(tasks)} {env} tasks -> {out_dir}", err=True)
-    try:
-        result = run_sweep(env, tasks, bb, budget, configs, seed, kg_endpoint=endpoint,
-                           progress=progress, out_dir=out_dir, settings=settings, overwrite=overwrite, plus=plus)
-    except SweepError as exc:
-        fail(str(exc))
-    table = write_sweep_results(result, out_dir)
-    typer.echo(table)
+    settings = {"env": env, "backbone": backbone, "seed": seed, "limit": limit, "configs": configs,
+                "plus": plus, "kind": "sweep"}
+    title = f"TokenWorth{'+' if plus else ''} sweep · {env.upper()} · backbone {backbone} · seed {seed}"
+    run_experiment_command(streams, [env], settings, out_dir, title, backbone=backbone, seed=seed, model=model,
+                           base_url=base_url, data_dir=data_dir, limit=limit, kg_endpoint=kg_endpoint,
+                           overwrite=overwrite, progress=progress, summary_dir=None, schedule=schedule,
+                           accounting=budget_accounting, connection=connection, sweep_configs=configs)
+
+
+def write_sweep_summary(result: Any, configs: Sequence[dict[str, Any]], out_dir: Path,
+                        settings: dict[str, Any]) -> None:
+    """``sweep.md`` / ``sweep.json``: one row per configuration (ΔSR against the preset)."""
+    from agent.sweep import StreamResult, SweepResult, write_sweep_results
+
+    sweep_result = SweepResult(settings["env"], settings["seed"],
+                               [StreamResult.from_records(c, result.records[n]) for c, n in zip(configs, result.names)],
+                               result.seconds, result.batch_sizes)
+    typer.echo(write_sweep_results(sweep_result, out_dir))
 
 
 @app.command()

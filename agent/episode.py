@@ -27,6 +27,9 @@ JUDGE_CAP = 300  # per string in the judge's details (expected rows, the given a
 # reply is not applied to the environment, the task fails with this status and reward 0, the
 # reported tokens are booked as they are (never hidden), and ``error`` says what happened.
 OVER_MAX_TOKENS = "over_max_tokens"
+# A backbone that failed one request of a batch for good (the others were answered): that task fails
+# with this status and reward 0, ``error`` names the failure, and the stream goes on with its next task.
+BACKBONE_ERROR = "backbone_error"
 
 
 @dataclasses.dataclass
@@ -111,10 +114,17 @@ class Episode:
         else:
             self.messages.append({"role": "user", "content": result.observation})
 
+    def fail_backbone(self, error: str) -> None:
+        """The backbone could not answer this episode's request (it answered the others of its batch)."""
+        self.status, self.error = BACKBONE_ERROR, f"backbone: {error}"
+
     def judge(self) -> int:
-        """The environment's verdict (0 when the grader itself fails, or the backbone broke the budget)."""
+        """The environment's verdict (0 when the grader itself fails, or the backbone broke the budget or failed)."""
         if self.status == OVER_MAX_TOKENS:
             self.verdict = {"reward": 0, "skipped": "the backbone exceeded max_tokens; the reply was not applied"}
+            return 0
+        if self.status == BACKBONE_ERROR:
+            self.verdict = {"reward": 0, "skipped": "the backbone failed this task's request"}
             return 0
         try:
             judgement = self.env.judge()

@@ -207,3 +207,106 @@ def plot_cumulative_sr(records_by_method: Mapping[str, Sequence[Mapping[str, Any
     plt.close(fig)
     tmp.replace(target)
     return target
+
+
+# ------------------------------------------------------------------------- experiments (several streams)
+def _std(values: Sequence[float]) -> float:
+    return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
+def experiment_rows(finished: Sequence[tuple[Any, Sequence[Mapping[str, Any]]]]) -> list[dict[str, Any]]:
+    """One row per (env, grid point, method) over the finished streams: SR and tokens, mean ± std over seeds.
+
+    ``finished`` holds (:class:`~agent.experiment.streams.StreamSpec`, records) pairs. ΔTok is
+    against Standard in the same env and grid point, when that stream ran.
+    """
+    cells: dict[tuple[str, tuple[Any, ...], str], list[tuple[int, Sequence[Mapping[str, Any]]]]] = {}
+    for spec, records in finished:
+        if records:
+            check_indices(f"{spec.env}/seed{spec.seed}/{spec.method}", records)
+            cells.setdefault((spec.env, spec.point, spec.method), []).append((spec.seed, records))
+    rows = []
+    for (env, point, method), runs in cells.items():
+        srs = [100.0 * float(np.mean([r["reward"] for r in recs])) for _, recs in runs]
+        toks = [float(np.mean([r["output_tokens"] for r in recs])) for _, recs in runs]
+        aux = [float(np.mean([r["auxiliary_tokens"] for r in recs])) for _, recs in runs]
+        rows.append({"env": env, "point": dict(point), "method": method, "seeds": sorted(s for s, _ in runs),
+                     "tasks": len(runs[0][1]), "sr": float(np.mean(srs)), "sr_std": _std(srs), "sr_by_seed": srs,
+                     "output_tok": float(np.mean(toks)), "output_tok_std": _std(toks), "aux_tok": float(np.mean(aux)),
+                     "reward_curve": np.mean([[r["reward"] for r in recs] for _, recs in runs], axis=0).tolist()
+                     if len({len(recs) for _, recs in runs}) == 1 else None})
+    for row in rows:
+        standard = next((r for r in rows if r["env"] == row["env"] and r["point"] == row["point"]
+                         and r["method"] == "standard"), None)
+        row["delta_tok"] = ((row["output_tok"] - standard["output_tok"]) / standard["output_tok"]
+                            if standard and standard["output_tok"] else None)
+    return rows
+
+
+def experiment_table(rows: Sequence[Mapping[str, Any]], title: str = "") -> str:
+    lines = [f"## {title}", ""] if title else []
+    lines += ["| Env | Grid point | Method | Seeds | Tasks | SR (%) | OutputTok | ΔTok vs Standard | Aux tok |",
+              "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        point = ", ".join(f"{k}={v}" for k, v in r["point"].items()) or "—"
+        spread = f" ± {r['sr_std']:.1f}" if len(r["seeds"]) > 1 else ""
+        lines.append(f"| {r['env']} | {point} | {r['method']} | {len(r['seeds'])} | {r['tasks']} | {r['sr']:.1f}{spread} "
+                     f"| {r['output_tok']:.1f} | {_pct(r['delta_tok'])} | {r['aux_tok']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def budget_axis(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """The one budget field the grid varies (o_max, ...), or None."""
+    from agent.experiment.streams import BUDGET_AXES
+
+    axes = {k for r in rows for k in r["point"] if k in BUDGET_AXES}
+    return next(iter(axes)) if len(axes) == 1 else None
+
+
+def plot_budget_levels(rows: Sequence[Mapping[str, Any]], path: str | Path, title: str = "") -> Path | None:
+    """SR and OutputTok against the budget level, one line per method, seeds as a ±1 std band.
+
+    Drawn when the grid varies exactly one budget field (one row of panels per env); None otherwise.
+    """
+    axis = budget_axis(rows)
+    if axis is None:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    envs = list(dict.fromkeys(r["env"] for r in rows))
+    fig, axes = plt.subplots(len(envs), 2, figsize=(11, 4.2 * len(envs)), dpi=120, squeeze=False)
+    for row_axes, env in zip(axes, envs):
+        for method in dict.fromkeys(r["method"] for r in rows if r["env"] == env):
+            cells = sorted((r for r in rows if r["env"] == env and r["method"] == method and axis in r["point"]),
+                           key=lambda r: r["point"][axis])
+            x = np.asarray([c["point"][axis] for c in cells], dtype=np.float64)
+            for ax, key in zip(row_axes, ("sr", "output_tok")):
+                mean = np.asarray([c[key] for c in cells])
+                std = np.asarray([c[f"{key}_std"] for c in cells])
+                line, = ax.plot(x, mean, marker="o", label=method)
+                if np.any(std > 0):
+                    ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.15)
+        seeds = max(len(r["seeds"]) for r in rows if r["env"] == env)
+        for ax, label in zip(row_axes, ("SR (%)", "OutputTok (mean output tokens per task)")):
+            ax.set_xlabel(f"budget level {axis}")
+            ax.set_ylabel(label)
+            ax.set_xscale("log", base=2) if axis == "o_max" else None
+            ax.set_xticks(sorted({float(r["point"][axis]) for r in rows}))
+            ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+            ax.grid(alpha=0.3)
+            ax.set_title(f"{env.upper()}: {label.split(' (')[0]} vs {axis}"
+                         + (f" (band: ±1 std over {seeds} seeds)" if seeds > 1 else ""), fontsize=10)
+        row_axes[1].legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp.png")
+    fig.savefig(tmp, format="png")
+    plt.close(fig)
+    tmp.replace(target)
+    return target

@@ -9,6 +9,11 @@ Layout (everything here is written by tokenworth; nothing else is ever deleted):
     <out>/<method>/checkpoint.durable.pkl  its last fsynced copy (agent/checkpoint.py)
     <out>/<method>/.lock              held for as long as a process runs that method
     <out>/summary.md|json, cumulative_sr.png
+                                      (+ budget_levels.png for a grid over budget levels)
+
+``<method>`` above is a *stream* name: an experiment with several envs, seeds or grid points
+nests it as ``<env>/seed<k>/<method>@<point>`` (agent/experiment/streams.py); every rule below
+applies per stream folder.
 
 Rules:
 
@@ -182,10 +187,10 @@ def read_config(out: Path) -> dict[str, Any] | None:
 
 
 def _lock_only(path: Path) -> bool:
-    """A lock file, or a folder holding only lock files (made by :func:`locked` before the config)."""
+    """A lock file, or a folder holding only lock files and such folders (made by :func:`locked` before the config)."""
     if path.name == LOCK:
         return True
-    return path.is_dir() and not path.is_symlink() and all(c.name == LOCK for c in path.iterdir())
+    return path.is_dir() and not path.is_symlink() and all(_lock_only(c) for c in path.iterdir())
 
 
 def check_run_folder(out: Path) -> dict[str, Any] | None:
@@ -209,6 +214,18 @@ def has_results(out: Path, method: str) -> bool:
 
 def methods_with_results(out: Path, methods: Sequence[str]) -> list[str]:
     return [m for m in methods if has_results(out, m)]
+
+
+def streams_in(out: Path, depth: int = 3) -> list[str]:
+    """Names (relative folders) of every stream folder under ``out`` that holds results, up to ``depth`` deep."""
+    found: list[str] = []
+    if not out.is_dir():
+        return found
+    for folder in sorted(p for p in out.rglob("*") if p.is_dir() and len(p.relative_to(out).parts) <= depth):
+        name = folder.relative_to(out).as_posix()
+        if has_results(out, name):
+            found.append(name)
+    return found
 
 
 def stale_temp_files(folder: Path) -> list[Path]:
@@ -243,6 +260,7 @@ def prepare(out: Path, config: dict[str, Any], methods: Sequence[str], all_metho
     """
     config = json.loads(json.dumps(config, default=str))
     existing = check_run_folder(out)
+    all_methods = list(dict.fromkeys([*all_methods, *streams_in(out)]))  # streams of earlier experiments too
     others = [m for m in all_methods if m not in methods]
     if existing is not None and _identity(existing) != _identity(config):
         busy = methods_with_results(out, all_methods)

@@ -40,7 +40,7 @@ def test_bad_inputs_give_clear_errors(tmp_path, data_dir, monkeypatch) -> None:
     env = runner.invoke(app, ["run", "--env", "web"])
     assert env.exit_code == 2 and "unknown environment" in env.output
     grid = runner.invoke(app, ["sweep", "--grid", "bogus=1", "--data-dir", data_dir])
-    assert grid.exit_code == 2 and "unknown hyperparameter" in grid.output
+    assert grid.exit_code == 2 and "unknown field" in grid.output
 
 
 def test_sweep_command_writes_tables(tmp_path, data_dir) -> None:

@@ -18,7 +18,7 @@ def test_grid_product_aliases_and_errors() -> None:
     assert len(configs) == 12 and configs[0] == {"eta_max": 0.05, "gamma": 0.5, "krr_interval": 25}
     assert isinstance(configs[0]["krr_interval"], int)
     assert configs_from_grid([]) == [{}]
-    for bad, match in [("nope=1", "unknown hyperparameter"), ("gamma", "NAME=v1"), ("gamma=x", "not a number"),
+    for bad, match in [("nope=1", "unknown field"), ("gamma", "NAME=v1"), ("gamma=x", "not a number"),
                        ("krr_interval=2.5", "integers")]:
         with pytest.raises(SweepError, match=match):
             configs_from_grid([bad])
@@ -77,11 +77,13 @@ def test_sweep_checkpoints_every_task_and_resumes_exactly(tmp_path) -> None:
     for stop in (3, 1, 4):
         run_sweep("db", tasks, FakeBackbone(), DB, configs, 0, envs=[FakeDBEnv() for _ in configs], out_dir=out,
                   stop_after=stop)
-    assert load_checkpoint(out / "sweep-checkpoint.pkl")["streams"]["next_index"] == 8
+    # every stream has its own checkpoint, all at task 8
+    assert [load_checkpoint(out / f"tokenworth@{label}" / "checkpoint.pkl")["next_index"]
+            for label in ("eta_max=0.05,gamma=0.5", "eta_max=0.3,gamma=2.0")] == [8, 8]
     backbone = FakeBackbone()
     resumed = run_sweep("db", tasks, backbone, DB, configs, 0, envs=[FakeDBEnv() for _ in configs], out_dir=out)
     assert comparable_sweep(resumed) == comparable_sweep(reference)
-    assert resumed.batch_sizes == reference.batch_sizes and len(backbone.batch_sizes) == 2 * 2  # only tasks 8, 9 ran
+    assert backbone.batch_sizes == [4] * 4  # only tasks 8, 9 ran: 2 rounds each, all 4 streams per call
 
 
 def test_sweep_refuses_a_folder_holding_another_sweep(tmp_path, data_dir) -> None:
@@ -95,7 +97,7 @@ def test_sweep_refuses_a_folder_holding_another_sweep(tmp_path, data_dir) -> Non
     assert runner.invoke(app, [*base, "--grid", "eta=0.1,0.3"]).exit_code == 0
     before = (out / "sweep.json").read_text()
     other = runner.invoke(app, [*base, "--grid", "gamma=0.5"])
-    assert other.exit_code == 2 and "other settings" in other.output and "--overwrite" in other.output
+    assert other.exit_code == 2 and "different settings" in other.output and "--overwrite" in other.output
     assert (out / "sweep.json").read_text() == before  # the earlier sweep is intact
     again = runner.invoke(app, [*base, "--grid", "eta=0.1,0.3"])  # the same sweep: finished, nothing re-run
     assert again.exit_code == 0 and json.loads((out / "sweep.json").read_text())["rewards"] == json.loads(before)["rewards"]
@@ -106,7 +108,8 @@ def test_sweep_refuses_a_folder_holding_another_sweep(tmp_path, data_dir) -> Non
     (foreign / "chapter1.tex").write_text("mine")
     refused = runner.invoke(app, ["sweep", "--limit", "3", "--out", str(foreign), "--data-dir", data_dir,
                                   "--no-progress", "--overwrite"])
-    assert refused.exit_code == 2 and "not a sweep" in refused.output and (foreign / "chapter1.tex").exists()
+    assert refused.exit_code == 2 and "not a tokenworth run folder" in refused.output
+    assert (foreign / "chapter1.tex").read_text() == "mine"
 
 
 def test_sweep_interrupt_commits_nothing_of_the_task_in_flight(tmp_path) -> None:
@@ -120,7 +123,8 @@ def test_sweep_interrupt_commits_nothing_of_the_task_in_flight(tmp_path) -> None
     with pytest.raises(KeyboardInterrupt):
         run_sweep("db", tasks, FakeBackbone(), DB, configs, 0, envs=[InterruptedEnv("step"), FakeDBEnv()],
                   out_dir=out)
-    assert load_checkpoint(out / "sweep-checkpoint.pkl")["streams"]["next_index"] == AT_TASK
+    assert [load_checkpoint(out / name / "checkpoint.pkl")["next_index"]
+            for name in ("tokenworth", "tokenworth@eta_max=0.3")] == [AT_TASK, AT_TASK]
     resumed = run_sweep("db", tasks, FakeBackbone(), DB, configs, 0, envs=[FakeDBEnv() for _ in configs], out_dir=out)
     assert comparable_sweep(resumed) == comparable_sweep(reference)
 
@@ -143,10 +147,10 @@ def test_sweep_sigkill_at_several_points_then_resume_matches_uninterrupted(tmp_p
 
     def done() -> int:
         try:
-            state = load_checkpoint(out / "sweep-checkpoint.pkl")
+            state = load_checkpoint(out / "tokenworth@eta_max=0.3" / "checkpoint.pkl")
         except Exception:  # being replaced right now: look again
             return -1
-        return state["streams"]["next_index"] if state else 0
+        return state["next_index"] if state else 0
 
     for at in (2, 6, 11):
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -168,15 +172,19 @@ def test_sweep_sigkill_at_several_points_then_resume_matches_uninterrupted(tmp_p
     assert [s["output_tok"] for s in data["streams"]] == [s.summary()["output_tok"] for s in reference.streams]
 
 
-def test_an_older_sweep_without_settings_is_never_overwritten_silently(tmp_path) -> None:
-    from agent.sweep import prepare_sweep_folder
+def test_an_older_sweep_folder_is_never_overwritten(tmp_path, data_dir) -> None:
+    """A folder from before sweeps were run folders (sweep-config.json, no config.json) is refused, even with --overwrite."""
+    from typer.testing import CliRunner
+
+    from agent.cli import app
 
     out = tmp_path / "sweep-db-seed0"
     out.mkdir()
-    (out / "sweep.md").write_text("22 x 500 Table A3")  # written before sweeps recorded their settings
-    (out / "sweep.json").write_text("{}")
-    with pytest.raises(SweepError, match="settings are unknown.*--overwrite"):
-        prepare_sweep_folder(out, {"env": "db"}, overwrite=False)
-    assert (out / "sweep.md").read_text() == "22 x 500 Table A3"
-    prepare_sweep_folder(out, {"env": "db"}, overwrite=True)
-    assert not (out / "sweep.md").exists() and json.loads((out / "sweep-config.json").read_text()) == {"env": "db"}
+    (out / "sweep.md").write_text("22 x 500 Table A3")
+    (out / "sweep-config.json").write_text("{}")
+    refused = CliRunner().invoke(app, ["sweep", "--limit", "2", "--out", str(out), "--data-dir", data_dir,
+                                       "--no-progress", "--overwrite"])
+    assert refused.exit_code == 2 and "not a tokenworth run folder" in refused.output
+    assert (out / "sweep.md").read_text() == "22 x 500 Table A3" and sorted(p.name for p in out.iterdir()
+                                                                              if p.name != ".lock") == [
+        "sweep-config.json", "sweep.md"]

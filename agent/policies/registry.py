@@ -23,9 +23,13 @@ METHOD_NAMES = POLICIES.names  # the default run
 POLICIES.register("tokenworth+", "agent.policies.tokenworth_plus:TokenWorthPlusPolicy")  # docs/tokenworth-plus.md
 
 
-def make_policy(method: str, env: str, budget: Any, seed: int, *, harness: Any = None) -> MemoryPolicy:
-    """A fresh policy by name (one of :data:`POLICIES`), with the run's harness options."""
-    policy = POLICIES.make(method, env, budget, seed)
+def make_policy(method: str, env: str, budget: Any, seed: int, *, harness: Any = None,
+                **overrides: Any) -> MemoryPolicy:
+    """A fresh policy by name (one of :data:`POLICIES`), with the run's harness options.
+
+    ``overrides`` are the method's own settings (TokenWorth: ``HParams`` fields from a grid).
+    """
+    policy = POLICIES.make(method, env, budget, seed, **overrides)
     if harness is not None:
         policy.harness = harness
     return policy

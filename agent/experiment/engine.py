@@ -1,0 +1,342 @@
+"""The experiment engine: every stream of a run or a sweep, in lockstep, one batched model call per tick.
+
+Each stream (:class:`~agent.experiment.streams.StreamSpec`) runs its tasks through
+:func:`~agent.experiment.task.task_steps`, a coroutine that yields each model call it needs
+(the agent's rounds and the policy's auxiliary calls). A **tick**:
+
+1. every live stream that is waiting for the model contributes its one pending request;
+2. **one** ``backbone.generate`` serves them all (vLLM: one ``LLM.chat``; the OpenAI backbone
+   sends them concurrently; the simulator answers the batch in one call);
+3. each stream takes its reply and runs on (environment step, judge, policy update, record and
+   checkpoint, next task's retrieval) until it needs the model again.
+
+No stream waits for another's task or round: a stream at round 2 of task 7 shares a tick with
+one at round 0 of task 8. ``schedule="sequential"`` runs the streams one after another with
+one conversation per call (what the harness did before; kept for comparisons).
+
+Failures stay in their stream. An environment that fails a task fails that task
+(``env_error``, in :class:`~agent.episode.Episode`). When a batched ``generate`` raises
+:class:`~agent.backbones.base.BackboneError`, the tick's requests are retried one by one:
+a request that fails again fails its task (``backbone_error``, the error recorded), the
+others go on. Only when every request of the tick fails (the server is down, the model is
+wrong) does the experiment stop, with every finished task kept.
+
+Resume: each stream has its own folder, lock, JSONL records and checkpoint (policy state incl.
+bank, controller and RNG state, JSONL offset, next task index), committed together after
+every task (:mod:`agent.checkpoint`). A stream's decisions depend only on its own history,
+so after ``kill -9`` anywhere the same command resumes every stream exactly, and a stream's
+records equal the records of that stream run alone, field for field except ``time_s``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
+
+from agent import interrupt, runfolder
+from agent.backbones.base import Backbone, BackboneError, Generation
+from agent.checkpoint import (DURABLE_EVERY_S, CheckpointError, CheckpointWriter, RecordLog, load_checkpoint,
+                              read_records, records_reach)
+from agent.envs.base import Environment
+from agent.envs.registry import make_environment
+from agent.episode import Request
+from agent.experiment.streams import StreamSpec, digest, stream_names
+from agent.experiment.task import Reply, RequestFailed, task_steps
+from agent.policies.base import MemoryPolicy
+from agent.policies.registry import make_policy
+
+Schedule = Literal["lockstep", "sequential"]
+SCHEDULES: tuple[str, ...] = ("lockstep", "sequential")
+NONDETERMINISTIC_FIELDS = frozenset({"time_s"})  # wall clock; everything else must replay exactly
+
+
+class RecordHook:
+    """What the engine tells a front end about one stream (progress bars). All methods optional."""
+
+    def resumed(self, records: list[dict[str, Any]]) -> None: ...
+    def started(self, next_index: int) -> None: ...
+    def __call__(self, record: dict[str, Any]) -> None: ...
+
+
+HookFactory = Callable[[str, StreamSpec], Any]  # (stream name, spec) -> hook or None
+
+
+@dataclasses.dataclass
+class ExperimentResult:
+    streams: list[StreamSpec]
+    names: list[str]
+    records: dict[str, list[dict[str, Any]]]  # by stream name: every record, old and new
+    batch_sizes: list[int]  # the number of requests of each generate call this call made
+    seconds: float
+
+    def by_stream(self) -> Iterator[tuple[StreamSpec, str, list[dict[str, Any]]]]:
+        for spec, name in zip(self.streams, self.names):
+            yield spec, name, self.records[name]
+
+
+def comparable(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Records without their wall-clock fields, for replay comparisons."""
+    return [{k: v for k, v in r.items() if k not in NONDETERMINISTIC_FIELDS} for r in records]
+
+
+# ------------------------------------------------------------------------- identity and resume
+def stream_identity(spec: StreamSpec, tasks: Sequence[Any], backbone_name: str, harness: Any) -> dict[str, Any]:
+    """What makes a checkpoint this stream's. Default hyperparameters and harness options add no
+    keys, so checkpoints of earlier versions (which had none) still resume."""
+    identity: dict[str, Any] = {"method": spec.method, "env": spec.env, "seed": spec.seed,
+                                "budget": spec.budget.as_dict(), "backbone": backbone_name,
+                                "task_ids": digest({"ids": [t.task_id for t in tasks]})}
+    if spec.hparams:
+        identity["hparams"] = spec.overrides
+    if harness is not None:
+        from agent.harness import DEFAULT_HARNESS
+
+        options = harness.identity(spec.env)
+        if options != DEFAULT_HARNESS.identity(spec.env):
+            identity["harness"] = options
+    return json.loads(json.dumps(identity, default=str))
+
+
+def _redo_hint(folder: Path, method: str) -> str:
+    return (f"the records are kept; to redo {method} alone, rerun with --methods {method} --overwrite "
+            f"(it deletes only {folder}'s records and checkpoint), or move {folder} aside")
+
+
+def _rebuild_stateless(records_path: Path, policy: MemoryPolicy, tasks: Sequence[Any]) -> tuple[int, int] | None:
+    """(next_index, offset) recovered from the records alone, for a policy with no state.
+
+    Only a policy whose state is empty (``standard``) can resume without its checkpoint: its
+    decisions do not depend on earlier tasks. The records must be tasks 0..n-1 in order; a
+    torn last line is dropped (it is re-made).
+    """
+    if policy.state_dict():
+        return None
+    offset = n = 0
+    with open(records_path, "rb") as handle:
+        for line in handle:
+            if not line.endswith(b"\n"):
+                break
+            try:
+                record = json.loads(line)
+            except ValueError:
+                return None
+            if n >= len(tasks) or record.get("index") != n or record.get("task_id") != tasks[n].task_id:
+                return None
+            n, offset = n + 1, offset + len(line)
+    return n, offset
+
+
+class _Stream:
+    """One stream's runtime: folder, policy, environment, records, checkpoint, and its task coroutine."""
+
+    def __init__(self, spec: StreamSpec, name: str, out: Path, tasks: Sequence[Any], backbone_name: str, *,
+                 harness: Any, hook: Any, stop_after: int | None, checkpoint_every: int = 1) -> None:
+        self.spec, self.name, self.tasks, self.hook, self.stop_after = spec, name, tasks, hook, stop_after
+        self.checkpoint_every = checkpoint_every
+        self.folder = out / name
+        self.records_path = self.folder / runfolder.RECORDS
+        self.checkpoint_path = self.folder / runfolder.CHECKPOINT
+        self.identity = stream_identity(spec, tasks, backbone_name, harness)
+        self.harness = harness
+        self.policy = make_policy(spec.method, spec.env, spec.budget, spec.seed, harness=harness,
+                                  **spec.overrides)
+        self.describe = spec.describe()
+        self.env: Environment | None = None
+        self.log: RecordLog | None = None
+        self.writer: CheckpointWriter | None = None
+        self.next_index, self.offset = self._resume_point()
+
+    @property
+    def finished(self) -> bool:
+        return self.next_index >= len(self.tasks)
+
+    def _resume_point(self) -> tuple[int, int]:
+        """Where to carry on: (next task index, JSONL offset); restores the policy's state."""
+        method = self.spec.method
+        try:
+            state = load_checkpoint(self.checkpoint_path, valid=lambda s: records_reach(
+                self.records_path, int(s.get("jsonl_offset", -1)), int(s.get("next_index", -1))))
+        except CheckpointError as exc:
+            raise CheckpointError(f"{exc}; {_redo_hint(self.folder, method)}") from exc
+        if state is None:
+            if not self.records_path.exists() or self.records_path.stat().st_size == 0:
+                return 0, 0
+            rebuilt = _rebuild_stateless(self.records_path, self.policy, self.tasks)
+            if rebuilt is None:
+                raise CheckpointError(
+                    f"{self.records_path} holds records but {self.checkpoint_path} is missing, so {method}'s state "
+                    f"(its memory bank and learned values) cannot be restored; {_redo_hint(self.folder, method)}")
+            return rebuilt
+        if state["identity"] != self.identity:
+            raise CheckpointError(
+                f"{self.checkpoint_path} belongs to a different run ({state['identity']} vs {self.identity}); "
+                f"use another --out, or {_redo_hint(self.folder, method)}")
+        self.policy.load_state_dict(state["policy"])
+        return int(state["next_index"]), int(state["jsonl_offset"])
+
+    def open(self, env: Environment | None, kg_endpoint: str | None, durable_every_s: float) -> None:
+        for stale in runfolder.stale_temp_files(self.folder):
+            stale.unlink(missing_ok=True)  # a kill mid-write left it; we hold the lock, so nobody is writing it
+        try:
+            self.log = RecordLog(self.records_path, resume_offset=self.offset)
+        except CheckpointError as exc:
+            raise CheckpointError(f"{exc}; {_redo_hint(self.folder, self.spec.method)}") from exc
+        self.env = env if env is not None else make_environment(self.spec.env, self.spec.budget,
+                                                                kg_endpoint=kg_endpoint, harness=self.harness)
+        self.writer = CheckpointWriter(self.checkpoint_path, log=self.log, durable_every_s=durable_every_s)
+        _call(self.hook, "resumed", read_records(self.records_path))
+        _call(self.hook, "started", self.next_index)
+
+    def steps(self, guard: interrupt.InterruptGuard) -> Iterator[Request]:
+        """The stream's tasks from its resume point: yields model requests, receives replies."""
+        assert self.env is not None and self.log is not None and self.writer is not None
+        processed = 0
+        for index in range(self.next_index, len(self.tasks)):
+            if self.stop_after is not None and processed >= self.stop_after:
+                return
+            guard.check()
+            record = yield from task_steps(self.policy, self.env, self.tasks[index], index, self.spec.budget,
+                                           self.spec.seed, self.describe)
+            self.commit(index, record, guard)
+            processed += 1
+            _call(self.hook, None, record)
+
+    def commit(self, index: int, record: dict[str, Any], guard: interrupt.InterruptGuard) -> None:
+        """Record + checkpoint of one task, whole or not at all."""
+        assert self.log is not None and self.writer is not None
+        finished = index + 1 == len(self.tasks)
+        with guard.deferred():
+            self.offset = self.log.append(record, sync=False)
+            if (index + 1) % self.checkpoint_every == 0 or finished:
+                self.writer.save({"identity": self.identity, "policy": self.policy.state_dict(),
+                                  "next_index": index + 1, "jsonl_offset": self.offset, "finished": finished},
+                                 durable=finished)
+        self.next_index = index + 1
+
+    def close(self, own_env: bool) -> None:
+        try:
+            if self.writer is not None:
+                self.writer.flush()  # whatever stopped the stream, its last checkpoint reaches the disk
+        finally:
+            if self.log is not None:
+                self.log.close()
+            if own_env and self.env is not None:
+                self.env.close()
+
+
+def _call(hook: Any, method: str | None, *args: Any) -> None:
+    if hook is None:
+        return
+    target = hook if method is None else getattr(hook, method, None)
+    if target is not None:
+        target(*args)
+
+
+# ------------------------------------------------------------------------- serving a tick
+def serve(backbone: Backbone, requests: Sequence[Request]) -> list[Reply]:
+    """One batched ``generate`` for the tick; on failure, isolate the failing requests."""
+    conversations = [r.conversation for r in requests]
+    caps = [r.max_tokens for r in requests]
+    metas = [r.meta for r in requests]
+    try:
+        generations = backbone.generate(conversations, caps, meta=metas)
+    except BackboneError as exc:
+        if len(requests) == 1:
+            raise
+        replies: list[Reply] = []
+        for request in requests:
+            try:
+                [generation] = backbone.generate([request.conversation], [request.max_tokens], meta=[request.meta])
+                replies.append(generation)
+            except BackboneError as single:
+                replies.append(RequestFailed(f"{type(single).__name__}: {single}"))
+        if all(isinstance(r, RequestFailed) for r in replies):
+            raise exc
+        return replies
+    if len(generations) != len(requests) or not all(isinstance(g, Generation) for g in generations):
+        raise BackboneError(f"the backbone answered {len(generations)} of {len(requests)} requests of a batch")
+    return list(generations)
+
+
+# ------------------------------------------------------------------------- the experiment
+def run_experiment(streams: Sequence[StreamSpec], backbone: Backbone, out_dir: str | Path, *,
+                   tasks: Mapping[str, Sequence[Any]], schedule: Schedule = "lockstep",
+                   kg_endpoint: str | None = None, harness: Any = None, hooks: HookFactory | None = None,
+                   environments: Mapping[str, Environment] | None = None, stop_after: int | None = None,
+                   names: Sequence[str] | None = None, checkpoint_every: int = 1,
+                   durable_every_s: float = DURABLE_EVERY_S) -> ExperimentResult:
+    """Run (or resume) every stream over its env's ``tasks``; see the module docstring.
+
+    ``out_dir`` must be a prepared run folder (:func:`agent.runfolder.prepare`); each stream's
+    folder is ``out_dir/<name>`` (``names``, by default :func:`stream_names`) and is locked for
+    the whole call. ``environments`` gives a stream (by name) an environment to use instead of
+    a new one (it is not closed here). ``stop_after`` processes at most that many tasks per
+    stream in this call. SIGINT stops between committed tasks (:mod:`agent.interrupt`) and
+    ``KeyboardInterrupt`` propagates; a second Ctrl-C stops at once.
+    """
+    if checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    out = Path(out_dir)
+    streams = list(streams)
+    names = list(names) if names is not None else stream_names(streams)
+    if len(names) != len(streams) or len(set(names)) != len(names):
+        raise ValueError("need one distinct name per stream")
+    missing = sorted({s.env for s in streams} - set(tasks))
+    if missing:
+        raise ValueError(f"no tasks given for env {', '.join(missing)}")
+    backbone_name = getattr(backbone, "name", type(backbone).__name__)
+    environments = dict(environments or {})
+    started = time.perf_counter()
+    batch_sizes: list[int] = []
+    with contextlib.ExitStack() as stack:
+        guard = stack.enter_context(interrupt.InterruptGuard())
+        for name in names:  # every stream's lock before any task runs
+            stack.enter_context(runfolder.locked(*runfolder.method_lock(out, name)))
+        runs = [_Stream(spec, name, out, tasks[spec.env], backbone_name, harness=harness,
+                        hook=hooks(name, spec) if hooks else None, stop_after=stop_after,
+                        checkpoint_every=checkpoint_every)
+                for spec, name in zip(streams, names)]
+        live = [r for r in runs if not r.finished]
+        for run in runs:
+            if run.finished:  # nothing to write (works in a read-only folder)
+                _call(run.hook, "resumed", read_records(run.records_path))
+        for run in live:
+            stack.callback(run.close, run.name not in environments)
+            run.open(environments.get(run.name), kg_endpoint, durable_every_s)
+        groups = [live] if schedule == "lockstep" else [[r] for r in live]
+        for group in groups:
+            _run_lockstep(group, backbone, guard, batch_sizes)
+    records = {name: read_records(out / name / runfolder.RECORDS) for name in names}
+    return ExperimentResult(streams, names, records, batch_sizes, time.perf_counter() - started)
+
+
+def _run_lockstep(runs: Sequence[_Stream], backbone: Backbone, guard: interrupt.InterruptGuard,
+                  batch_sizes: list[int]) -> None:
+    """Tick until every stream of ``runs`` is done."""
+    pending: dict[int, tuple[Iterator[Request], Request]] = {}
+    for i, run in enumerate(runs):
+        steps = run.steps(guard)
+        request = next(steps, None)
+        if request is not None:
+            pending[i] = (steps, request)
+    while pending:
+        order = sorted(pending)
+        replies = serve(backbone, [pending[i][1] for i in order])
+        batch_sizes.append(len(order))
+        interrupt.check()
+        for i, reply in zip(order, replies):
+            steps = pending[i][0]
+            try:
+                pending[i] = (steps, steps.send(reply))
+            except StopIteration:
+                del pending[i]
+
+
+__all__ = ["run_experiment", "ExperimentResult", "serve", "comparable", "stream_identity", "SCHEDULES",
+           "NONDETERMINISTIC_FIELDS"]

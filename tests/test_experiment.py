@@ -1,0 +1,341 @@
+"""The lockstep experiment engine: batching, independence of streams, aux calls, failures, resume, grids."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Mapping, Sequence
+
+import pytest
+
+from agent.auxiliary import AuxRequest
+from agent.backbones.base import BackboneError
+from agent.budget import Budget
+from agent.checkpoint import load_checkpoint, read_records
+from agent.envs.base import StepResult
+from agent.experiment import GridError, StreamSpec, comparable, expand, grid_points, run_experiment, stream_names
+from agent.policies.base import MemoryPolicy
+from agent.policies.registry import POLICIES
+from agent.runner import run_stream
+from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks
+
+DB = Budget.for_env("db")
+
+
+def streams_of(methods: Sequence[str], seeds: Sequence[int], grid: Sequence[str] = ()) -> list[StreamSpec]:
+    return expand(["db"], methods, seeds, {"db": DB}, grid_points(grid))
+
+
+def run_fake(tmp_path, streams, tasks, backbone=None, envs=None, **kwargs):
+    names = stream_names(streams)
+    environments = envs or {n: FakeDBEnv() for n in names}
+    return run_experiment(streams, backbone or FakeBackbone(), tmp_path, tasks={"db": tasks},
+                          environments=environments, **kwargs)
+
+
+def solo(tmp_path, spec: StreamSpec, tasks, env=None, backbone=None) -> list[dict[str, Any]]:
+    return run_stream(spec.method, "db", tasks, backbone or FakeBackbone(), spec.budget, spec.seed,
+                      tmp_path / f"solo-{spec.method}-{spec.seed}-{spec.point_label}", env=env or FakeDBEnv(),
+                      hparams=spec.overrides)
+
+
+# ------------------------------------------------------------------------- batching and independence
+def test_one_batched_call_per_tick_and_every_stream_equals_its_solo_run(tmp_path) -> None:
+    tasks = make_tasks(12)
+    streams = streams_of(["standard", "rag", "memrl", "memp", "tokenworth"], [0, 1, 2])
+    backbone = FakeBackbone()
+    result = run_fake(tmp_path / "exp", streams, tasks, backbone)
+    # the fake takes 2 rounds per task: 2 ticks per task, each carrying all 15 streams
+    assert result.batch_sizes == [15] * (2 * len(tasks)) == backbone.batch_sizes
+    for spec, name, records in result.by_stream():
+        assert records[0]["stream"] == spec.describe() and records[0]["stream"]["seed"] == spec.seed
+        assert comparable(records) == comparable(solo(tmp_path, spec, tasks)), name
+
+
+def test_sequential_schedule_sends_one_conversation_per_call_and_makes_the_same_records(tmp_path) -> None:
+    tasks = make_tasks(6)
+    streams = streams_of(["rag", "tokenworth"], [0, 1])
+    lockstep = run_fake(tmp_path / "a", streams, tasks)
+    backbone = FakeBackbone()
+    sequential = run_fake(tmp_path / "b", streams, tasks, backbone, schedule="sequential")
+    assert set(backbone.batch_sizes) == {1} and len(backbone.batch_sizes) == 4 * 2 * len(tasks)
+    assert {n: comparable(r) for n, r in lockstep.records.items()} == {
+        n: comparable(r) for n, r in sequential.records.items()}
+
+
+def test_no_stream_waits_for_another_streams_task_or_round(tmp_path) -> None:
+    """j_max=1 streams finish a task per tick; j_max=3 streams need two: they share ticks at other tasks."""
+    tasks = make_tasks(8)
+    streams = streams_of(["standard"], [0], ["j_max=1,3"])
+    backbone = FakeBackbone()
+    run_fake(tmp_path, streams, tasks, backbone)
+    calls, offset = [], 0
+    for size in backbone.batch_sizes:
+        calls.append(backbone.calls[offset:offset + size])
+        offset += size
+    mixed = [c for c in calls if len({(x["task"], x["round"]) for x in c}) > 1]
+    assert mixed, "every tick carried the same task and round for all streams"
+    assert any(c[0]["task"] != c[1]["task"] for c in mixed if len(c) == 2)  # e.g. task 4 round 0 beside task 2 round 1
+    assert len(backbone.batch_sizes) == 2 * len(tasks)  # the slower stream sets the pace; the other never waits
+
+
+def test_records_name_their_stream_and_budget_points_change_the_budget(tmp_path) -> None:
+    tasks = make_tasks(4)
+    streams = streams_of(["standard"], [0], ["o_max=8,128"])
+    result = run_fake(tmp_path, streams, tasks)
+    assert result.names == ["standard@o_max=8", "standard@o_max=128"]
+    small, large = (result.records[n] for n in result.names)
+    assert small[0]["stream"]["budget"]["max_output_tokens"] == 8 and large[0]["stream"]["budget"][
+        "max_output_tokens"] == 128
+    assert max(t["max_tokens"] for r in small for t in r["trajectory"]) == 8
+    assert sum(r["output_tokens"] for r in small) < sum(r["output_tokens"] for r in large)
+
+
+# ------------------------------------------------------------------------- auxiliary calls
+class ReflectEveryTask(MemoryPolicy):
+    """A test method: after every task one auxiliary call; it remembers what it was given."""
+
+    name = "aux-test"
+
+    def __init__(self, env: str, budget: Any, seed: int = 0) -> None:
+        super().__init__(env, budget, seed)
+        self.replies: list[str | None] = []
+
+    def retrieve(self, task: Any) -> list:
+        return []
+
+    def update(self, task, memories, outcome, trajectory) -> None:  # pragma: no cover - update_steps is used
+        raise AssertionError("the engine drives update_steps")
+
+    def update_steps(self, task, memories, outcome, trajectory):
+        reply = yield AuxRequest("reflection", ({"role": "system", "content": "Reflect."},
+                                                {"role": "user", "content": task.query_text}), max_tokens=5)
+        self.replies.append(None if reply is None else reply.text)
+        self.note(reflected=reply is not None)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"replies": list(self.replies)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.replies = list(state["replies"])
+
+
+@pytest.fixture
+def aux_method(monkeypatch):
+    monkeypatch.setitem(POLICIES._entries, "aux-test", ReflectEveryTask)
+    return "aux-test"
+
+
+def test_auxiliary_calls_share_ticks_with_other_streams_rounds_and_count_in_the_budget(tmp_path, aux_method) -> None:
+    tasks = make_tasks(5)
+    streams = streams_of([aux_method, "standard"], [0], ["j_max=1"])  # 1 round: the aux call lands beside task t+1
+    backbone = FakeBackbone()
+    result = run_fake(tmp_path, streams, tasks, backbone)
+    offset, shared = 0, 0
+    for size in backbone.batch_sizes:
+        batch = backbone.calls[offset:offset + size]
+        offset += size
+        shared += any(c["round"] is None for c in batch) and any(c["round"] == 0 for c in batch)
+    assert shared >= 1  # the aux call of task 0 went out beside the standard stream's round of task 1
+    assert backbone.batch_sizes == [2] * len(tasks) + [1] * len(tasks)  # the aux stream needs 2 ticks a task
+    for record in result.records[f"{aux_method}@j_max=1"]:
+        [call] = record["aux_calls"]
+        assert call["purpose"] == "reflection" and call["phase"] == "update" and call["max_tokens"] == 5
+        assert 0 < call["tokens"] <= 5 and record["auxiliary_tokens"] == call["tokens"]
+        assert record["output_tokens"] == record["execution_tokens"] + record["auxiliary_tokens"]
+        assert record["decision"] == {"reflected": True}
+
+
+def test_an_auxiliary_call_the_budget_no_longer_allows_is_skipped_and_recorded(tmp_path, aux_method) -> None:
+    tasks = make_tasks(3)
+    tight = DB.replace(accounting="per-task", max_output_tokens=12)  # the two rounds spend all 12 tokens
+    spec = StreamSpec("db", aux_method, 0, tight)
+    backbone = FakeBackbone(verbose_words=30)
+    result = run_experiment([spec], backbone, tmp_path, tasks={"db": tasks}, environments={aux_method: FakeDBEnv()})
+    for record in result.records[aux_method]:
+        assert record["output_tokens"] == 12 and record["auxiliary_tokens"] == 0
+        assert record["aux_calls"][0]["skipped"] and record["aux_calls"][0]["tokens"] == 0
+        assert record["decision"] == {"reflected": False}
+    assert all(c["round"] is not None for c in backbone.calls)  # no auxiliary request ever reached the backbone
+
+
+# ------------------------------------------------------------------------- failures stay in their stream
+class FailingStepEnv(FakeDBEnv):
+    def step(self, reply: str) -> StepResult:
+        if self.task.sample_index == 2:
+            raise RuntimeError("sandbox died")
+        return super().step(reply)
+
+
+class FailsOneRequest(FakeBackbone):
+    """Raises BackboneError for any batch holding a request of (seed, task) ``target`` (or every request)."""
+
+    def __init__(self, target: tuple[int, int] | None) -> None:
+        super().__init__()
+        self.target = target
+
+    def generate(self, conversations, max_tokens, stop=None, *, meta: Sequence[Mapping[str, Any]] | None = None):
+        assert meta is not None
+        if any(self.target is None or (m["seed"], m["task"].sample_index) == self.target for m in meta):
+            raise BackboneError("HTTP 400: context length exceeded")
+        return super().generate(conversations, max_tokens, stop, meta=meta)
+
+
+def test_an_environment_failure_fails_that_task_only(tmp_path) -> None:
+    tasks = make_tasks(5)
+    streams = streams_of(["rag", "standard"], [0])
+    names = stream_names(streams)
+    result = run_fake(tmp_path, streams, tasks, envs={names[0]: FailingStepEnv(), names[1]: FakeDBEnv()})
+    broken = result.records["rag"][2]
+    assert broken["status"] == "env_error" and "sandbox died" in broken["error"] and broken["reward"] == 0
+    assert [r["index"] for r in result.records["rag"]] == list(range(5))
+    assert comparable(result.records["standard"]) == comparable(solo(tmp_path, streams[1], tasks))
+
+
+def test_a_backbone_failure_for_one_request_fails_that_task_and_the_others_go_on(tmp_path) -> None:
+    tasks = make_tasks(5)
+    streams = streams_of(["standard"], [0, 1])
+    result = run_fake(tmp_path, streams, tasks, FailsOneRequest(target=(1, 3)))
+    failed = result.records["seed1/standard"][3]
+    assert failed["status"] == "backbone_error" and "context length" in failed["error"] and failed["reward"] == 0
+    assert failed["judge"]["skipped"]
+    assert comparable(result.records["seed0/standard"]) == comparable(solo(tmp_path, streams[0], tasks))
+    others = [r for r in result.records["seed1/standard"] if r["index"] != 3]
+    reference = [r for r in solo(tmp_path, streams[1], tasks) if r["index"] != 3]
+    assert comparable(others) == comparable(reference)  # standard is stateless: the failure changed nothing else
+
+
+def test_a_backbone_that_fails_every_request_stops_the_experiment_with_finished_tasks_kept(tmp_path) -> None:
+    tasks = make_tasks(3)
+    streams = streams_of(["standard"], [0, 1])
+    with pytest.raises(BackboneError, match="context length"):
+        run_fake(tmp_path, streams, tasks, FailsOneRequest(target=None))
+    assert all(read_records(tmp_path / n / "records.jsonl") == [] for n in stream_names(streams))
+
+
+# ------------------------------------------------------------------------- resume
+def test_stop_after_then_resume_equals_an_uninterrupted_experiment(tmp_path) -> None:
+    tasks = make_tasks(9)
+    streams = streams_of(["rag", "memrl", "tokenworth"], [0, 1])
+    reference = run_fake(tmp_path / "ref", streams, tasks)
+    out = tmp_path / "split"
+    for _ in range(2):
+        run_fake(out, streams, tasks, stop_after=3)
+    assert all(load_checkpoint(out / n / "checkpoint.pkl")["next_index"] == 6 for n in stream_names(streams))
+    resumed = run_fake(out, streams, tasks)
+    assert {n: comparable(r) for n, r in resumed.records.items()} == {
+        n: comparable(r) for n, r in reference.records.items()}
+
+
+# ------------------------------------------------------------------------- grids
+@pytest.mark.parametrize("items, match", [
+    (["nope=1"], "unknown field"), (["eta=-1"], "eta_max"), (["o_max=0"], "o_max must be >= 1"),
+    (["k_max=1.5"], "integers"), (["o_max=64,64"], "twice"), (["o_max=64", "o_max=128"], "twice"),
+])
+def test_malformed_grids_are_refused(items, match) -> None:
+    with pytest.raises(GridError, match=match):
+        expand(["db"], ["tokenworth"], [0], {"db": DB}, grid_points(items))
+
+
+def test_a_controller_grid_needs_controller_methods_only() -> None:
+    with pytest.raises(GridError, match="rag has no controller hyperparameters"):
+        expand(["db"], ["tokenworth", "rag"], [0], {"db": DB}, grid_points(["eta=0.1,0.2"]))
+    with pytest.raises(GridError, match="plus_"):
+        expand(["db"], ["tokenworth"], [0], {"db": DB}, grid_points(["plus_margin=0.1"]))
+    streams = expand(["db"], ["tokenworth", "tokenworth+"], [0, 1], {"db": DB}, grid_points(["eta=0.1"]))
+    assert stream_names(streams) == ["seed0/tokenworth@eta_max=0.1", "seed0/tokenworth+@eta_max=0.1",
+                                     "seed1/tokenworth@eta_max=0.1", "seed1/tokenworth+@eta_max=0.1"]
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--grid", "bogus=1"], "unknown field 'bogus'"),
+    (["--grid", "gamma=-2"], "gamma"),
+    (["--methods", "standard", "--grid", "eta=0.1"], "standard has no controller hyperparameters"),
+    (["--seed", "1", "--seeds", "0,1"], "either --seed or --seeds"),
+    (["--env", "db,db"], "twice"),
+])
+def test_cli_refuses_bad_grids_in_one_line_before_any_model_loads(tmp_path, data_dir, args, match) -> None:
+    from typer.testing import CliRunner
+
+    from agent.cli import app
+
+    # vllm is not installed here: had the backbone been built first, its import error would show instead
+    result = CliRunner().invoke(app, ["run", "--backbone", "vllm", "--model", "m", "--out", str(tmp_path / "o"),
+                                      "--data-dir", data_dir, "--no-progress", *args])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and match in errors[0], result.output
+    assert not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------------------------------- real env, CLI, kill -9
+def test_real_db_streams_in_lockstep_equal_their_solo_runs(tmp_path, data_dir) -> None:
+    from agent.backbones.registry import make_backbone
+    from agent.data import load_tasks
+
+    tasks = load_tasks("db", data_dir, limit=10)
+    streams = streams_of(["rag", "tokenworth+"], [0, 1])
+    result = run_experiment(streams, make_backbone("sim", seed=0), tmp_path / "exp", tasks={"db": tasks})
+    for spec, name, records in result.by_stream():
+        alone = run_stream(spec.method, "db", tasks, make_backbone("sim", seed=0), DB, spec.seed, tmp_path / name)
+        assert comparable(records) == comparable(alone), name
+
+
+def test_sweep_plus_at_the_preset_equals_run_tokenworth_plus(tmp_path, data_dir) -> None:
+    from typer.testing import CliRunner
+
+    from agent.cli import app
+
+    runner = CliRunner()
+    base = ["--seed", "1", "--limit", "8", "--data-dir", data_dir, "--no-progress"]
+    swept = runner.invoke(app, ["sweep", "--plus", "--out", str(tmp_path / "sweep"), *base])
+    ran = runner.invoke(app, ["run", "--methods", "tokenworth+", "--out", str(tmp_path / "run"), *base])
+    assert swept.exit_code == 0 and ran.exit_code == 0, swept.output + ran.output
+    sweep_records = read_records(tmp_path / "sweep" / "tokenworth+" / "records.jsonl")
+    assert len(sweep_records) == 8
+    assert comparable(sweep_records) == comparable(read_records(tmp_path / "run" / "tokenworth+" / "records.jsonl"))
+    assert any(r["decision"]["plus"]["abstained"] is not None for r in sweep_records)
+
+
+@pytest.mark.slow
+def test_kill_9_at_several_points_then_the_same_command_resumes_every_stream_exactly(tmp_path, data_dir) -> None:
+    from agent.backbones.registry import make_backbone
+    from agent.data import load_tasks
+
+    limit, out = 12, tmp_path / "killed"
+    cmd = [sys.executable, "-m", "agent.cli", "run", "--methods", "standard,memrl,tokenworth", "--seeds", "0,1",
+           "--limit", str(limit), "--out", str(out), "--data-dir", data_dir, "--no-progress"]
+    watched = out / "seed1" / "tokenworth" / "checkpoint.pkl"
+
+    def done() -> int:
+        try:
+            state = load_checkpoint(watched)
+        except Exception:  # being replaced right now: look again
+            return -1
+        return state["next_index"] if state else 0
+
+    for at in (2, 5, 9):
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 240
+        while done() < at:
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "kill point not reached in time"
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert proc.returncode == -signal.SIGKILL
+    finished = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    tasks = load_tasks("db", data_dir, limit=limit)
+    for method in ("standard", "memrl", "tokenworth"):
+        for seed in (0, 1):
+            records = read_records(out / f"seed{seed}" / method / "records.jsonl")
+            alone = run_stream(method, "db", tasks, make_backbone("sim", seed=seed), DB, seed,
+                               tmp_path / f"ref-{method}-{seed}")
+            assert comparable(records) == comparable(alone), (method, seed)
+    summary = json.loads((out / "summary.json").read_text())
+    assert {(r["method"], tuple(r["seeds"])) for r in summary} == {(m, (0, 1)) for m in
+                                                                  ("standard", "memrl", "tokenworth")}
