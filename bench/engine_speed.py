@@ -266,7 +266,16 @@ def compare(sequential: dict[str, Any], lockstep: dict[str, Any]) -> dict[str, A
     gpu_a, gpu_b = sequential["server_stats"].get("model_s"), lockstep["server_stats"].get("model_s")
     if gpu_a and gpu_b:
         result["gpu_time_speedup"] = gpu_a / gpu_b  # modelled GPU seconds: no harness, no scale
+        # wall time less the server's own lateness (a loaded machine woke its decode loop late)
+        on_time_a = sequential["totals"]["wall_s"] - sequential["server_stats"]["late_s"]
+        on_time_b = lockstep["totals"]["wall_s"] - lockstep["server_stats"]["late_s"]
+        result["on_time_speedup"] = on_time_a / on_time_b
     return result
+
+
+def on_time_share(stats: dict[str, Any]) -> float:
+    """The harness share had the modelled GPU kept its schedule: idle ÷ (window − lateness)."""
+    return stats["idle_s"] / max(1e-9, stats["window_s"] - stats["late_s"])
 
 
 def _pairs(runs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -326,16 +335,20 @@ def render(runs: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
             at = f" at scale {lockstep['scale']:g}" if lockstep["scale"] is not None else ""
             lines += ["", f"Engine ÷ sequential wall time{at}: **{c['engine_over_sequential']:.3f}** "
                       f"(**{c['speedup']:.1f}×** faster"
-                      + (f"; modelled GPU time {c['gpu_time_speedup']:.1f}×" if "gpu_time_speedup" in c else "")
+                      + (f"; modelled GPU time {c['gpu_time_speedup']:.1f}×; wall time less the server's lateness "
+                         f"{c['on_time_speedup']:.1f}×" if "gpu_time_speedup" in c else "")
                       + f"). Tasks whose reward and per-call tokens agree between the schedules: "
                       f"{c['tasks_identical']} of {c['tasks']}."]
             if server == "gpu-model":
-                share = lockstep["server_stats"]["harness_share"]
-                c.update(harness_share=share, target_speedup_met=c["speedup"] >= 10,
-                         target_harness_share_met=share <= 0.10)
+                share, on_time = lockstep["server_stats"]["harness_share"], on_time_share(lockstep["server_stats"])
+                c.update(harness_share=share, harness_share_on_time=on_time,
+                         target_speedup_met=min(c["speedup"], c["on_time_speedup"]) >= 10,
+                         target_harness_share_met=max(share, on_time) <= 0.10)
                 lines += ["", f"Targets on DB at 15 streams{at}: ≥ 10× faster — "
-                          f"**{'met' if c['target_speedup_met'] else 'not met'}** ({c['speedup']:.1f}×); harness share "
-                          f"≤ 10 % — **{'met' if c['target_harness_share_met'] else 'not met'}** ({100 * share:.1f} %)."]
+                          f"**{'met' if c['target_speedup_met'] else 'not met'}** ({c['speedup']:.1f}× measured, "
+                          f"{c['on_time_speedup']:.1f}× less lateness); harness share ≤ 10 % — "
+                          f"**{'met' if c['target_harness_share_met'] else 'not met'}** ({100 * share:.1f} % measured, "
+                          f"{100 * on_time:.1f} % less lateness)."]
             summary["comparisons"].append(c)
         lines.append("")
     return "\n".join(lines), summary

@@ -215,7 +215,7 @@ def test_the_report_pairs_runs_of_one_scale_and_judges_the_targets() -> None:
     def run(schedule: str, seconds: float, scale: float, share: float, model_s: float) -> dict:
         r = ScheduleRun(schedule, seconds, records, [1, 1] if schedule == "sequential" else [2])
         stats = {"harness_share": share, "model_s": model_s, "steps": 5, "mean_batch_per_step": 1.0,
-                 "idle_s": share * seconds, "late_s": 0.0}
+                 "idle_s": share * seconds, "late_s": 0.0, "window_s": seconds}
         return {"server": "gpu-model", "schedule": schedule, "tasks_per_stream": 1, "methods": ["standard"],
                 "seeds": [0], "scale": scale, "server_settings": {}, "totals": totals(r), "server_stats": stats,
                 "records_digest": json.loads(json.dumps(record_digest(r))), "commit": "abc"}
@@ -227,7 +227,8 @@ def test_the_report_pairs_runs_of_one_scale_and_judges_the_targets() -> None:
     assert c["speedup"] == pytest.approx(12.0) and c["gpu_time_speedup"] == pytest.approx(12.0)
     assert c["tasks_identical"] == 1 and c["comparable"]
     assert c["target_speedup_met"] and c["target_harness_share_met"]
-    assert "**met** (12.0×)" in text and text.count("| lockstep |") == 2
+    assert "**met** (12.0× measured" in text and text.count("| lockstep |") == 2
+    assert c["harness_share_on_time"] == pytest.approx(0.08)
     slow = compare(runs[0], run("lockstep", 6.0, 0.5, 0.3, 5.0))
     assert slow["speedup"] == pytest.approx(5.0)
 
