@@ -32,5 +32,21 @@ def bench_agent(ctx: typer.Context) -> None:
     agent_main(list(ctx.args))
 
 
+@app.command("engine-speed", context_settings=PASS_THROUGH, add_help_option=False)
+def bench_engine_speed(ctx: typer.Context) -> None:
+    """Lockstep engine vs sequential path, behind llama.cpp (SmolLM2) or the GPU-economics server."""
+    from bench.engine_speed import main as engine_speed_main
+
+    engine_speed_main(list(ctx.args))
+
+
+@app.command("engine-projection", context_settings=PASS_THROUGH, add_help_option=False)
+def bench_engine_projection(ctx: typer.Context) -> None:
+    """GPU hours of DB/OS/KG x 5 methods x 3 seeds on one A800: sequential vs lockstep vs continuous."""
+    from bench.engine_projection import main as engine_projection_main
+
+    engine_projection_main(list(ctx.args))
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()
