@@ -83,8 +83,9 @@ KGVocabFlag = Annotated[Optional[Path], typer.Option(
 InstructionsFlag = Annotated[Optional[Path], typer.Option(
     help="Folder holding <env>.txt: replaces the environment's instruction text (user turn 0).")]
 ScheduleFlag = Annotated[str, typer.Option(
-    help="lockstep: every stream's pending request in one batched model call per tick; sequential: streams one "
-         "after another, one conversation per call (for comparisons).")]
+    help="lockstep: every stream's pending request in one batched model call per tick; continuous (openai "
+         "backbone): every request in flight on its own, a stream moves on as soon as its reply is back; "
+         "sequential: streams one after another, one conversation per call (for comparisons).")]
 
 
 def fail(message: str, code: int = 2) -> None:

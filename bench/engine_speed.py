@@ -52,7 +52,7 @@ from agent.checkpoint import atomic_write_json, atomic_write_text
 
 METHODS = ("standard", "rag", "memrl", "memp", "tokenworth")
 SEEDS = (0, 1, 2)
-SCHEDULES = ("sequential", "lockstep")
+SCHEDULES = ("sequential", "lockstep", "continuous")
 SERVERS = ("llamacpp", "gpu-model")
 DEFAULT_TASKS = {"llamacpp": 30, "gpu-model": 100}
 ENV = "db"
@@ -88,8 +88,9 @@ def run_sequential(methods: Sequence[str], seeds: Sequence[int], tasks: Sequence
 
 
 def run_lockstep(methods: Sequence[str], seeds: Sequence[int], tasks: Sequence[Any], backbone: Any,
-                 out_dir: Path) -> ScheduleRun:
-    """The experiment engine: every stream at once, one batched generate per tick."""
+                 out_dir: Path, schedule: str = "lockstep") -> ScheduleRun:
+    """The experiment engine: every stream at once, one batched generate per tick (``continuous``:
+    every request in flight on its own, a stream moves on as soon as its reply is back)."""
     try:
         from agent.experiment import StreamSpec, run_experiment
     except ImportError as exc:
@@ -98,10 +99,10 @@ def run_lockstep(methods: Sequence[str], seeds: Sequence[int], tasks: Sequence[A
 
     streams = [StreamSpec(env=ENV, method=m, seed=s, budget=Budget.for_env(ENV)) for s in seeds for m in methods]
     started = time.perf_counter()
-    result = run_experiment(streams, backbone, out_dir, tasks={ENV: list(tasks)}, schedule="lockstep")
+    result = run_experiment(streams, backbone, out_dir, tasks={ENV: list(tasks)}, schedule=schedule)  # type: ignore[arg-type]
     seconds = time.perf_counter() - started
     records = {stream_key(spec.method, spec.seed): list(stream) for spec, _name, stream in result.by_stream()}
-    return ScheduleRun("lockstep", seconds, records, list(result.batch_sizes))
+    return ScheduleRun(schedule, seconds, records, list(result.batch_sizes))
 
 
 def warm_up(methods: Sequence[str], tasks: Sequence[Any], backbone: Any, out_dir: Path) -> float | None:
@@ -118,7 +119,9 @@ def warm_up(methods: Sequence[str], tasks: Sequence[Any], backbone: Any, out_dir
     return time.perf_counter() - started
 
 
-SCHEDULE_RUNNERS: dict[str, Callable[..., ScheduleRun]] = {"sequential": run_sequential, "lockstep": run_lockstep}
+SCHEDULE_RUNNERS: dict[str, Callable[..., ScheduleRun]] = {
+    "sequential": run_sequential, "lockstep": run_lockstep,
+    "continuous": lambda *args: run_lockstep(*args, schedule="continuous")}
 
 
 def calls_of(record: dict[str, Any]) -> int:
@@ -281,7 +284,7 @@ def on_time_share(stats: dict[str, Any]) -> float:
 def _pairs(runs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """Each lockstep run with the sequential run of the same server, tasks, streams and scale."""
     keys = ("server", "tasks_per_stream", "methods", "seeds", "scale")
-    return [(a, b) for b in runs if b["schedule"] == "lockstep" for a in runs
+    return [(a, b) for b in runs if b["schedule"] in ("lockstep", "continuous") for a in runs
             if a["schedule"] == "sequential" and all(a[k] == b[k] for k in keys)]
 
 

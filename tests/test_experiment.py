@@ -356,3 +356,68 @@ def test_streams_of_concurrent_environments_overlap_and_make_the_same_records(tm
     assert SlowResetEnv.most > 1 and all(t.startswith("stream") for t in SlowResetEnv.threads)
     assert {n: comparable(r) for n, r in threaded.records.items()} == {
         n: comparable(r) for n, r in serial.records.items()}
+
+
+# ------------------------------------------------------------------------- the continuous schedule
+class SubmittingBackbone(FakeBackbone):
+    """The fake with ``submit``: replies of seed-1 streams are held until the seed-0 stream has finished."""
+
+    def __init__(self, hold_seed: int | None = None, fail: tuple[int, int] | None = None) -> None:
+        import threading
+        from concurrent.futures import ThreadPoolExecutor
+
+        super().__init__()
+        self.pool = ThreadPoolExecutor(8)
+        self.lock = threading.Lock()
+        self.released = threading.Event()
+        self.hold_seed, self.fail = hold_seed, fail
+        self.order: list[tuple[int, int]] = []  # (seed, task) in the order replies were produced
+
+    def submit(self, conversation, max_tokens, *, meta=None):
+        def answer():
+            if meta["seed"] == self.hold_seed:
+                assert self.released.wait(timeout=60), "the held stream was never released"
+            if self.fail == (meta["seed"], meta["task"].sample_index):
+                raise BackboneError("HTTP 400: context length exceeded")
+            with self.lock:
+                [generation] = self.generate([conversation], [max_tokens], meta=[meta])
+                self.order.append((meta["seed"], meta["task"].sample_index))
+            return generation
+
+        return self.pool.submit(answer)
+
+
+def test_continuous_schedule_lets_a_stream_run_ahead_of_a_slow_one_with_the_same_records(tmp_path) -> None:
+    tasks = make_tasks(6)
+    streams = streams_of(["rag", "standard"], [0, 1])
+    reference = run_fake(tmp_path / "lockstep", streams, tasks)
+    backbone = SubmittingBackbone(hold_seed=1)
+
+    class Release:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def __call__(self, record: dict[str, Any]) -> None:
+            if self.name == "seed0/standard" and record["index"] == len(tasks) - 1:
+                backbone.released.set()  # the seed-1 streams get their replies only now
+
+    result = run_fake(tmp_path / "continuous", streams, tasks, backbone, schedule="continuous",
+                      hooks=lambda name, _spec: Release(name))
+    first_seed1 = backbone.order.index(next(o for o in backbone.order if o[0] == 1))
+    assert all(seed == 0 for seed, _ in backbone.order[:first_seed1]) and first_seed1 >= 2 * 2 * len(tasks)
+    assert {n: comparable(r) for n, r in result.records.items()} == {
+        n: comparable(r) for n, r in reference.records.items()}
+
+
+def test_continuous_schedule_fails_one_task_for_one_failing_request(tmp_path) -> None:
+    tasks = make_tasks(4)
+    streams = streams_of(["standard"], [0, 1])
+    result = run_fake(tmp_path, streams, tasks, SubmittingBackbone(fail=(1, 2)), schedule="continuous")
+    assert result.records["seed1/standard"][2]["status"] == "backbone_error"
+    assert comparable(result.records["seed0/standard"]) == comparable(solo(tmp_path, streams[0], tasks))
+
+
+def test_without_submit_the_continuous_schedule_ticks(tmp_path) -> None:
+    backbone = FakeBackbone()
+    run_fake(tmp_path, streams_of(["standard"], [0, 1]), make_tasks(3), backbone, schedule="continuous")
+    assert backbone.batch_sizes == [2] * 6

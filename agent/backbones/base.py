@@ -67,3 +67,8 @@ class Backbone(Protocol):
     ) -> list[Generation]:
         """Greedy completions, one per conversation, each capped at its ``max_tokens``."""
         ...
+
+
+# A backbone may also offer ``submit(conversation, max_tokens, *, meta=None) -> concurrent.futures.Future``:
+# one request answered asynchronously, for servers that batch continuously (the OpenAI-compatible
+# backbone). The experiment engine's ``continuous`` schedule uses it; without it the engine ticks.

@@ -52,6 +52,7 @@ Decisions:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import random
 import sys
@@ -231,6 +232,23 @@ class OpenAIBackbone:
         loop = self._ensure_loop()
         batch = self._generate_batch(conversations, caps, list(stop) if stop else None)
         return asyncio.run_coroutine_threadsafe(batch, loop).result()
+
+    def submit(self, conversation: Conversation, max_tokens: int, *,
+               meta: Mapping[str, Any] | None = None) -> "concurrent.futures.Future[Generation]":
+        """One request, answered asynchronously (the engine's ``continuous`` schedule).
+
+        The request joins the others in flight on the backbone's event loop; the server batches
+        them as they come (continuous batching), and the future resolves as soon as this reply is
+        back. Retries, replicas and failover are those of :meth:`generate`.
+        """
+        [cap] = checked_caps([conversation], [max_tokens])
+        loop = self._ensure_loop()
+
+        async def single() -> Generation:
+            [generation] = await self._generate_batch([conversation], [cap], None)
+            return generation
+
+        return asyncio.run_coroutine_threadsafe(single(), loop)
 
     async def _generate_batch(
         self, conversations: Sequence[Conversation], caps: Sequence[int], stop: list[str] | None

@@ -11,8 +11,15 @@ Each stream (:class:`~agent.experiment.streams.StreamSpec`) runs its tasks throu
    checkpoint, next task's retrieval) until it needs the model again.
 
 No stream waits for another's task or round: a stream at round 2 of task 7 shares a tick with
-one at round 0 of task 8. ``schedule="sequential"`` runs the streams one after another with
-one conversation per call (what the harness did before; kept for comparisons).
+one at round 0 of task 8. But a tick still waits for its longest reply before any stream
+moves on (for in-process vLLM that is what ``LLM.chat`` does anyway).
+
+``schedule="continuous"``, for backbones that offer ``submit`` (the OpenAI-compatible one, in
+front of ``vllm serve``'s continuous batching): every stream's request is in flight on its
+own, and a stream advances the moment its reply is back, so a short reply never waits for a
+long one. A backbone without ``submit`` runs lockstep. ``schedule="sequential"`` runs the
+streams one after another with one conversation per call (what the harness did before; kept
+for comparisons). The schedule never changes a stream's records (streams are independent).
 
 Failures stay in their stream. An environment that fails a task fails that task
 (``env_error``, in :class:`~agent.episode.Episode`). When a batched ``generate`` raises
@@ -50,11 +57,11 @@ from agent.experiment.task import Reply, RequestFailed, task_steps
 from agent.policies.base import MemoryPolicy
 from agent.policies.registry import make_policy
 
-Schedule = Literal["lockstep", "sequential"]
+Schedule = Literal["lockstep", "continuous", "sequential"]
 # Worker threads for streams whose environment allows it (OS: a sandbox reset is ~1 s of waiting on
 # the kernel). Measured on 2 cores, 5 OS streams x 10 tasks: see docs/performance.md.
 ENV_THREADS = 8
-SCHEDULES: tuple[str, ...] = ("lockstep", "sequential")
+SCHEDULES: tuple[str, ...] = ("lockstep", "continuous", "sequential")
 NONDETERMINISTIC_FIELDS = frozenset({"time_s"})  # wall clock; everything else must replay exactly
 
 
@@ -314,9 +321,12 @@ def run_experiment(streams: Sequence[StreamSpec], backbone: Backbone, out_dir: s
         for run in live:
             stack.callback(run.close, run.name not in environments)
             run.open(environments.get(run.name), kg_endpoint, durable_every_s)
-        groups = [live] if schedule == "lockstep" else [[r] for r in live]
-        for group in groups:
-            _run_lockstep(group, backbone, guard, batch_sizes, env_threads)
+        if schedule == "continuous" and callable(getattr(backbone, "submit", None)):
+            _run_continuous(live, backbone, guard, batch_sizes, env_threads)
+        else:
+            groups = [[r] for r in live] if schedule == "sequential" else [live]
+            for group in groups:
+                _run_lockstep(group, backbone, guard, batch_sizes, env_threads)
     records = {name: read_records(out / name / runfolder.RECORDS) for name in names}
     return ExperimentResult(streams, names, records, batch_sizes, time.perf_counter() - started)
 
@@ -362,6 +372,54 @@ def _run_lockstep(runs: Sequence[_Stream], backbone: Backbone, guard: interrupt.
             advanced = _advance_all(runs, [(i, streams[i], reply) for i, reply in zip(order, replies)], pool)
             pending = {**{i: r for i, r in pending.items() if i not in advanced},
                        **{i: r for i, r in advanced.items() if r is not None}}
+
+
+def _run_continuous(runs: Sequence[_Stream], backbone: Backbone, guard: interrupt.InterruptGuard,
+                    batch_sizes: list[int], env_threads: int) -> None:
+    """Every stream's request in flight on its own; each stream advances as soon as its reply is back.
+
+    ``batch_sizes`` gets the number of replies handled together each time the loop wakes. A
+    request that fails for good fails its task (``backbone_error``); as many failures in a row as
+    there are live streams, with no success between them, stop the experiment (the server is down).
+    """
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    submit = backbone.submit  # type: ignore[attr-defined]
+    with contextlib.ExitStack() as stack:
+        pool = (stack.enter_context(ThreadPoolExecutor(min(env_threads, sum(r.concurrent for r in runs)), "stream"))
+                if env_threads > 1 and sum(r.concurrent for r in runs) > 1 else None)
+        streams = {i: run.steps(guard) for i, run in enumerate(runs)}
+        in_flight: dict[Any, int] = {}
+
+        def send(advanced: Mapping[int, Request | None]) -> None:
+            for i, request in advanced.items():
+                if request is not None:
+                    in_flight[submit(request.conversation, request.max_tokens, meta=request.meta)] = i
+
+        send(_advance_all(runs, [(i, s, None) for i, s in streams.items()], pool))
+        failures_in_a_row = 0
+        try:
+            while in_flight:
+                done, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
+                interrupt.check()
+                work: list[tuple[int, Iterator[Request], Reply | None]] = []
+                live = len(in_flight)  # every live stream has exactly one request in flight
+                for future in sorted(done, key=lambda f: in_flight[f]):
+                    i = in_flight.pop(future)
+                    try:
+                        reply: Reply = future.result()
+                        failures_in_a_row = 0
+                    except BackboneError as exc:
+                        failures_in_a_row += 1
+                        if failures_in_a_row >= live:
+                            raise
+                        reply = RequestFailed(f"{type(exc).__name__}: {exc}")
+                    work.append((i, streams[i], reply))
+                batch_sizes.append(len(work))
+                send(_advance_all(runs, work, pool))
+        finally:
+            for future in in_flight:
+                future.cancel()
 
 
 __all__ = ["run_experiment", "ExperimentResult", "serve", "comparable", "stream_identity", "SCHEDULES",
