@@ -263,3 +263,12 @@ def test_replicas_share_the_load(stub):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_submit_answers_one_request_asynchronously_like_generate(stub, backbone):
+    futures = [backbone.submit(conv(t), 64, meta={}) for t in ("a", "bb", "ccc")]
+    out = [f.result(timeout=30) for f in futures]
+    assert [g.text for g in out] == ["echo a", "echo bb", "echo ccc"] and [g.output_tokens for g in out] == [1, 2, 3]
+    assert len(stub.requests) == 3
+    with pytest.raises(ValueError, match="max_tokens"):
+        backbone.submit(conv("x"), 0)
