@@ -204,7 +204,7 @@ def test_the_benchmark_loads_one_engine_for_all_its_runs_and_shuts_it_down(tmp_p
                           env=clean_env(FAKE_VLLM_EVENTS=str(events)))
     assert done.returncode == 0, done.stderr
     assert events.read_text().split() == ["start", "shutdown"]  # two runs (seeds 0, 1), one engine
-    assert (tmp_path / "b" / "runs" / "db-vllm-per-call-seed1" / "standard" / "records.jsonl").exists()
+    assert (tmp_path / "b" / "runs" / "db-vllm-per-call-seeds0-1" / "seed1" / "standard" / "records.jsonl").exists()
 
 
 def test_a_context_that_cannot_fit_beside_the_weights_is_refused(tmp_path):
