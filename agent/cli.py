@@ -209,7 +209,8 @@ OUT_HELP = "Run folder; a folder holding the same run is resumed."
 @app.command()
 def run(
     env: str = typer.Option("db", help="Task stream: db, os or kg."),
-    methods: str = typer.Option(",".join(METHOD_NAMES), help="Comma-separated methods, run in this order."),
+    methods: str = typer.Option(",".join(METHOD_NAMES), help="Comma-separated methods, run in this order; "
+                                f"known: {', '.join(POLICIES.names)}."),
     backbone: str = typer.Option("sim", help="sim (default), vllm or openai."),
     seed: int = typer.Option(0, help="Seed of the backbone and of every seeded policy."),
     out: Optional[Path] = typer.Option(None, help=OUT_HELP,
