@@ -88,14 +88,14 @@ CARD_FORMAT = ("Answer in exactly this format:\n{first}SKILL: <short_snake_case_
 
 
 # ------------------------------------------------------------------ parsing
-_DECOR = r"^[\s>*_#`\-•]*(?:\d+[.)]\s*)?[\s*_`]*"
+_DECOR = r"^[ \t>*_#`\-•]*(?:\d+[.)][ \t]*)?[ \t*_`]*"  # bullets, numbering, markdown emphasis
 
 
 def labelled(text: str | None, label: str) -> list[str]:
     """Values of ``LABEL: value`` lines (``LABEL 2: value`` too), cleaned, in order."""
     if not text:
         return []
-    pattern = re.compile(_DECOR + re.escape(label) + r"s?\s*\d*\s*[*_`]*\s*[:：\-–]\s*(.+)$", re.I | re.M)
+    pattern = re.compile(_DECOR + re.escape(label) + r"s?[ \t]*\d*[ \t]*[*_`]*[ \t]*[:：\-–][ \t]*(.+)$", re.I | re.M)
     values = []
     for match in pattern.finditer(text):
         value = match.group(1).strip().strip("*_` ")
@@ -112,7 +112,8 @@ class Operation:
 
 
 _OPERATION = re.compile(_DECOR + r"(ADD|INSERT|UPDATE|DELETE|REMOVE|NOOP|NO[-_]OP|NONE)\b[*_`]*"
-                        r"\s*(?:\[?\s*(?:memory\s*)?#?(\d+)\s*\]?)?\s*[:：\-–]?\s*(.*)$", re.I | re.M)
+                        r"[ \t]*(?:\[?[ \t]*(?:memory[ \t]*)?#?(\d+)[ \t]*\]?)?[ \t]*[*_`]*[ \t]*[:：\-–]?[ \t]*(.*)$",
+                        re.I | re.M)
 
 
 def operations(text: str | None, shown: int, *, allowed: Sequence[str] = OPERATION_WORDS) -> list[Operation]:
@@ -145,7 +146,7 @@ class Card:
         return f"Skill: {self.name}\nWhen to use: {self.when}\nHow: {self.how}"
 
 
-_EDIT = re.compile(r"^\W*EDIT\s*\[?#?(\d+)\]?", re.I | re.M)
+_EDIT = re.compile(r"^[^\w\n]*EDIT[ \t]*\[?#?(\d+)\]?", re.I | re.M)
 _NAME_CHARS = re.compile(r"[^a-z0-9_]+")
 
 
@@ -168,7 +169,7 @@ def card(text: str | None, shown: int = 0) -> Card | None:
 
 
 def _values(text: str, label: str) -> list[str]:
-    pattern = re.compile(_DECOR + re.escape(label) + r"\s*[*_`]*\s*[:：\-–]\s*(.+)$", re.I | re.M)
+    pattern = re.compile(_DECOR + re.escape(label) + r"[ \t]*[*_`]*[ \t]*[:：\-–][ \t]*(.+)$", re.I | re.M)
     return [m.group(1).strip().strip("*_` ") for m in pattern.finditer(text)]
 
 

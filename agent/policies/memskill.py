@@ -144,7 +144,7 @@ class MemSkillPolicy(WrittenMemoryPolicy):
         names = [s["name"] for s in chosen]
         for entry in done:
             if entry["op"] in ("ADD", "UPDATE"):
-                self.authors[entry["id"]] = names
+                self.authors[entry["id"]] = list(names)
             if entry.get("evicted") is not None or entry["op"] == "DELETE":
                 self.authors.pop(entry.get("evicted") if entry["op"] == "ADD" else entry["id"], None)
         self.note(operations=done)
