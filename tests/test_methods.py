@@ -98,7 +98,8 @@ def test_reflexion_reflects_after_a_failure_and_not_after_a_success() -> None:
     script, log = learn(policy, task(0, "count orders shipped"), OK)
     assert script.requests == [] and policy.bank_size() == 0 and log["write"] is None
     script, log = learn(policy, task(1, "count orders shipped late", ("select", "where")), FAIL,
-                        "REFLECTION: I forgot the WHERE clause on the ship date.\nREFLECTION: Filter first, then count.")
+                        "REFLECTION: I forgot the WHERE clause on the ship date.\n"
+                        "REFLECTION: Filter first, then count.")
     assert script.purposes == ["reflexion.reflect"] and log["aux"] == {"reflexion.reflect": "ok"}
     [memory] = policy.store.memories
     assert memory.text == ("Lesson from a failed attempt at a similar task: I forgot the WHERE clause on the ship "
@@ -160,7 +161,8 @@ def test_evoskill_builds_edits_and_retires_skills() -> None:
     assert script.requests == []  # a success proposes nothing
     _, log = learn(policy, task(1, "count late orders", ("select", "where")), FAIL, CARD)
     [skill] = policy.store.memories
-    assert skill.text == "Skill: filter_before_count\nWhen to use: a count has a condition\nHow: apply WHERE before COUNT(*)."
+    assert skill.text == ("Skill: filter_before_count\nWhen to use: a count has a condition\n"
+                          "How: apply WHERE before COUNT(*).")
     assert log["proposal"] == {"new": skill.memory_id, "skill": "filter_before_count", "evicted": None}
     _, log = learn(policy, task(2, "count early orders", ("select", "order_by")), FAIL,
                    "EDIT 1\nSKILL: filter_then_count\nWHEN: counting with a condition\nHOW: WHERE first, then COUNT.")
@@ -195,7 +197,8 @@ def test_evosc_contrasts_a_failure_with_a_pooled_success_and_consolidates_when_f
     script, log = learn(policy, task(2, "count orders shipped late", ("select", "where")), FAIL,
                         "INSIGHT: the failed query forgot the date filter\nINSIGHT: check every condition first")
     assert script.purposes == ["evosc.contrast"] and log["partner"] == "db-1"
-    assert "Successful solution of a similar task:\nQuestion: count orders shipped" in script.requests[0].messages[1]["content"]
+    prompt = script.requests[0].messages[1]["content"]
+    assert "Successful solution of a similar task:\nQuestion: count orders shipped" in prompt
     assert [m.text for m in policy.store.memories] == ["the failed query forgot the date filter",
                                                        "check every condition first"]
     script, _ = learn(policy, task(3, "count orders shipped early", ("select", "order_by")), OK,
@@ -274,7 +277,8 @@ def test_the_budget_skips_auxiliary_calls_when_o_max_is_spent(method, data_dir) 
                               tuple(tasks[0].skill_list), "db-x")]
     env = make_environment("db", budget)
     try:
-        records = [run_task(policy, env, SimBackbone(seed=0), t, i, budget, 0) for i, t in enumerate(_tasks(data_dir, 3))]
+        records = [run_task(policy, env, SimBackbone(seed=0), t, i, budget, 0)
+                   for i, t in enumerate(_tasks(data_dir, 3))]
     finally:
         env.close()
     calls = [c for r in records for c in r["aux_calls"]]

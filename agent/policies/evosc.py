@@ -87,7 +87,8 @@ class EvoSCPolicy(WrittenMemoryPolicy):
         return self.pool[int(sims.argmax())]
 
     def _extract(self, purpose: str, system: str, user: str, task: Any) -> AuxSteps[None]:
-        prompt = user + "\n\n" + aux_text.NOTES_FORMAT.format(what=f"insight (at most {self.max_insights})", label=LABEL)
+        asked = aux_text.NOTES_FORMAT.format(what=f"insight (at most {self.max_insights})", label=LABEL)
+        prompt = f"{user}\n\n{asked}"
         reply = yield from self.ask(purpose, system, prompt, aux_text.FORM_NOTES, label=LABEL,
                                     source_skills=list(task.skill_list), limit=self.max_insights)
         if reply is None:

@@ -112,7 +112,8 @@ class MemSkillPolicy(WrittenMemoryPolicy):
         if outcome.reward != 1:
             self.cases = (self.cases + [{"question": aux_text.clip(task.query_text, 300),
                                          "skills": list(task.skill_list)}])[-self.case_pool:]
-        chosen = [self.skills[i] for i in self.select(f"{task.query_text} {'success' if outcome.reward else 'failure'}")]
+        state = f"{task.query_text} {'success' if outcome.reward == 1 else 'failure'}"
+        chosen = [self.skills[i] for i in self.select(state)]
         self.note(selected=[s["name"] for s in chosen])
         allowed = sorted({s["op"] for s in chosen}, key=aux_text.OPERATION_WORDS.index)
         if allowed != ["NOOP"]:
