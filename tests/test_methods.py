@@ -364,3 +364,27 @@ def test_sim_answers_auxiliary_forms_in_the_grammar_the_parsers_accept(data_dir)
     assert short.output_tokens == 8 and short.finish_reason == "length" and aux_text.card(short.text) is None
     with pytest.raises(Exception, match="reply form"):
         _sim_reply({**base, "aux": "x", "form": "poem"})
+
+
+def test_methods_table_reports_mean_and_std_over_seeds(tmp_path) -> None:
+    import json
+
+    from bench.methods_table import main
+
+    def summary(folder, sr_std, sr_mem0, aux):
+        folder.mkdir()
+        rows = [{"method": "standard", "tasks": 4, "sr": sr_std, "output_tok": 100.0, "delta_tok": 0.0,
+                 "auxiliary_tok": 0.0},
+                {"method": "mem0", "tasks": 4, "sr": sr_mem0, "output_tok": 100.0 + aux, "delta_tok": aux / 100.0,
+                 "auxiliary_tok": aux}]
+        (folder / "summary.json").write_text(json.dumps(rows))
+
+    summary(tmp_path / "s0", 40.0, 50.0, 20.0)
+    summary(tmp_path / "s1", 60.0, 50.0, 40.0)
+    results = main(["--run", f"db={tmp_path / 's0'}", "--run", f"db={tmp_path / 's1'}", "--out", str(tmp_path / "t")])
+    standard, mem0 = results["db"]
+    assert standard["sr"] == (50.0, 10.0) and mem0["sr"] == (50.0, 0.0) and mem0["auxiliary_tok"] == (30.0, 10.0)
+    table = (tmp_path / "t" / "table.md").read_text()
+    assert "| mem0 | 2 | 50.0 ± 0.0 | 130.0 ± 10.0 | +30.0% ± 10.0 | 30.0 ± 10.0 |" in table
+    with pytest.raises(SystemExit):
+        main(["--run", f"db={tmp_path / 'missing'}", "--out", str(tmp_path / "t")])
