@@ -24,6 +24,8 @@ Parsing decisions (a small model's reply is often sloppy, never trusted):
 * an item shorter than :data:`MIN_ITEM_CHARS` is noise and is dropped; a longer one is cut
   to the room one memory has in the injected block (:func:`agent.memory.memory_char_limit`);
 * an operation that names a memory number not shown in the prompt is dropped.
+* an operation the request does not allow is dropped, except ``NOOP``: "change nothing" is always
+  a valid answer (a reply of only ``NOOP`` is not malformed).
 """
 
 from __future__ import annotations
