@@ -102,3 +102,71 @@ def test_one_os_task_through_a_real_server(server, tmp_path, data_dir):
     records = run(server, tmp_path, "os", 1)
     assert [r["index"] for r in records] == [0]
     check(records, "os", before, predicted_total(server))
+
+
+# ------------------------------------------------------------------ the methods that call the model themselves
+AUX_METHODS = ("mem0", "memskill", "reflexion", "evoskill")  # EvoSC needs a success to contrast with: below
+
+
+def check_aux(records: list[dict], budget: Budget) -> int:
+    """Every auxiliary call is recorded with its reply and its server-reported tokens; returns how many were made."""
+    made = 0
+    for record in records:
+        calls = record["aux_calls"]
+        assert record["auxiliary_tokens"] == sum(c["tokens"] for c in calls)
+        assert record["output_tokens"] == record["execution_tokens"] + record["auxiliary_tokens"]
+        for call in calls:
+            assert call["purpose"].split(".")[0] == record["method"]
+            if call.get("skipped"):
+                continue
+            made += 1
+            assert isinstance(call["reply"], str) and 0 < call["tokens"] <= call["max_tokens"]
+            assert call["max_tokens"] <= min(budget.per_call_cap, budget.max_output_tokens)
+    return made
+
+
+def test_methods_with_auxiliary_calls_through_a_real_server(server, tmp_path, data_dir):
+    budget = Budget.for_env("db")
+    before = predicted_total(server)
+    command = [sys.executable, "-m", "agent.cli", "run", "--env", "db", "--methods", ",".join(AUX_METHODS),
+               "--backbone", "openai", "--model", "smollm2", "--base-url", server, "--limit", "3", "--out",
+               str(tmp_path), "--no-progress", "--retry-for", "60"]
+    done = subprocess.run(command, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    total = 0
+    for method in AUX_METHODS:
+        records = [json.loads(line) for line in (tmp_path / method / "records.jsonl").read_text().splitlines()]
+        assert [r["index"] for r in records] == [0, 1, 2]
+        assert check_aux(records, budget) >= 1, f"{method} made no auxiliary call"
+        total += sum(r["output_tokens"] for r in records)
+    # every generated token the server counted, rounds and auxiliary calls alike, is in the records
+    assert total == predicted_total(server) - before
+
+
+def test_evosc_contrast_through_a_real_server(server, data_dir):
+    """EvoSC contrasts a failure with a pooled success; SmolLM2 never succeeds, so the pool is given one."""
+    from agent.backbones.registry import make_backbone
+    from agent.data import load_tasks
+    from agent.envs.registry import make_environment
+    from agent.memory import Memory
+    from agent.policies.registry import make_policy
+    from agent.runner import run_task
+
+    budget = Budget.for_env("db")
+    tasks = load_tasks("db", data_dir, limit=3)
+    policy = make_policy("evosc", "db", budget, 0)
+    policy.pool = [Memory("Question: How many rows are there?\nAction: Operation\n```sql\nSELECT COUNT(*) FROM t;\n```"
+                          "\nObservation: [(3,)]\nAction: Answer\nFinal Answer: [(3,)]", "How many rows are there?",
+                          ("select",), "db-pool")]
+    backbone = make_backbone("openai", model="smollm2", base_url=server, retry_for=60.0)
+    env = make_environment("db", budget)
+    before = predicted_total(server)
+    try:
+        records = [run_task(policy, env, backbone, t, i, budget, 0) for i, t in enumerate(tasks)]
+    finally:
+        env.close()
+    assert check_aux(records, budget) == len(records)  # a partner every time: one call per task, none skipped
+    for record in records:
+        purposes = [c["purpose"] for c in record["aux_calls"]]
+        assert purposes == ["evosc.contrast" if record["reward"] == 0 else "evosc.success"]
+    assert sum(r["output_tokens"] for r in records) == predicted_total(server) - before

@@ -39,6 +39,11 @@ task. Its generative model, with every parameter in :class:`SimParams`:
   ``None`` when nothing is injected (an empty tuple is a memory with no skills: J = 0);
 - ``round``: the 0-based index of this reply within the task;
 - ``seed`` (optional): the run's seed; defaults to the backbone's ``seed``.
+
+6. **Auxiliary calls.** An item whose meta has ``aux`` (a method's reflection, fact extraction,
+   skill writing, …; :mod:`agent.auxiliary`) is answered by :mod:`agent.backbones.sim_aux`:
+   text in the grammar the request's ``form`` names, carrying the skills of the task it is
+   about, counted and capped like every reply. ``round`` and ``memory_skills`` are not read.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from agent.backbones import sim_aux
 from agent.backbones.base import BackboneError, Conversation, Generation
 from agent.backbones.tokens import DEFAULT_TOKENIZER_MODEL, token_counter
 from agent.data import DBTask, KGTask, OSTask, Task
@@ -82,6 +88,9 @@ class SimParams:
     thought_sentences_helpful: int = 0
     thought_sentences_harmful: int = 3
     harmful_extra_rounds: int = 1
+    # auxiliary calls (agent/backbones/sim_aux.py); fixed with the rest, before any method comparison
+    aux_items_max: int = 2  # lines of a notes reply (facts, reflections, insights)
+    aux_match_overlap: float = 0.5  # skill overlap J at which shown text counts as "about the same thing"
     tokenizer_model: str = DEFAULT_TOKENIZER_MODEL
     # The token rule every backbone shares: a reply that ends by itself also decodes the
     # end-of-sequence token (Qwen2.5: <|im_end|>), which vLLM's len(token_ids) counts.
@@ -94,6 +103,9 @@ class SimParams:
                 raise ValueError(f"p0_range_{env} must satisfy 0 <= lo <= hi <= 1, got {(lo, hi)}")
         if not 0.0 <= self.p_floor <= self.p_ceil <= 1.0:
             raise ValueError(f"need 0 <= p_floor <= p_ceil <= 1, got {self.p_floor}, {self.p_ceil}")
+        if self.aux_items_max < 1 or not 0.0 <= self.aux_match_overlap <= 1.0:
+            raise ValueError(f"need aux_items_max >= 1 and 0 <= aux_match_overlap <= 1, got "
+                             f"{self.aux_items_max}, {self.aux_match_overlap}")
         for name in ("skill_penalty", "gain", "harm", "harm_threshold"):
             if getattr(self, name) < 0:
                 raise ValueError(f"SimParams.{name} must be >= 0, got {getattr(self, name)}")
@@ -331,6 +343,8 @@ class SimBackbone:
 
     def reply(self, conversation: Conversation, item: Mapping[str, Any]) -> str:
         """The full (uncapped) reply text for one item."""
+        if item.get("aux") is not None:
+            return sim_aux.reply(_aux_task(item), item, self.params)
         task, round_index, memory_skills, seed = _unpack(item)
         episode = self.episode(task, memory_skills, seed)
         if isinstance(task, DBTask):
@@ -376,6 +390,13 @@ class SimBackbone:
             return Generation(text=text, output_tokens=decoded, finish_reason="stop")
         cut_text, _, _ = self._tokens.truncate(text, cap)
         return Generation(text=cut_text, output_tokens=cap, finish_reason="length")
+
+
+def _aux_task(item: Mapping[str, Any]) -> Task:
+    task = item.get("task")
+    if not isinstance(task, (DBTask, OSTask, KGTask)):
+        raise BackboneError(f"simulated backbone: auxiliary call {item.get('aux')!r} needs meta['task'], got {type(task)}")
+    return task
 
 
 def _unpack(item: Mapping[str, Any]) -> tuple[Task, int, tuple[str, ...] | None, int | None]:

@@ -186,6 +186,13 @@ class MemoryStore:
         self._vectors = None
         return stored
 
+    def replace_at(self, index: int, memory: Memory) -> Memory:
+        """Put ``memory`` in place of the one at ``index``, keeping that one's id and stats."""
+        stored = memory.with_id(self.memories[index].memory_id)
+        self.memories[index] = stored
+        self._vectors = None
+        return stored
+
     def remove_at(self, index: int) -> Memory:
         removed = self.memories.pop(index)
         for column in self.stats.values():

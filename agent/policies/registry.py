@@ -21,6 +21,12 @@ POLICIES: Registry[MemoryPolicy] = Registry("method", {
 METHOD_NAMES = POLICIES.names  # the default run
 # Opt-in methods: known to `tokenworth run --methods`, not part of the default run.
 POLICIES.register("tokenworth+", "agent.policies.tokenworth_plus:TokenWorthPlusPolicy")  # docs/tokenworth-plus.md
+# The paper's other Table 1 baselines, which spend auxiliary model calls (docs/methods.md).
+POLICIES.register("mem0", "agent.policies.mem0:Mem0Policy")
+POLICIES.register("memskill", "agent.policies.memskill:MemSkillPolicy")
+POLICIES.register("reflexion", "agent.policies.reflexion:ReflexionPolicy")
+POLICIES.register("evosc", "agent.policies.evosc:EvoSCPolicy")
+POLICIES.register("evoskill", "agent.policies.evoskill:EvoSkillPolicy")
 
 
 def make_policy(method: str, env: str, budget: Any, seed: int, *, harness: Any = None,
