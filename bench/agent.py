@@ -33,17 +33,42 @@ from agent.checkpoint import atomic_write_json, atomic_write_text
 METHODS = "standard,rag,memrl,memp,tokenworth"
 
 
-def aggregate(per_seed: Sequence[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Mean and (population) std over seeds of each method's SR, OutputTok and ΔTok."""
-    methods = [row["method"] for row in per_seed[0]]
+KEYS = ("sr", "output_tok", "delta_tok", "auxiliary_tok")
+
+
+def aggregate(per_seed: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per method, (mean, population std) over seeds of SR, OutputTok, ΔTok and auxiliary tokens.
+
+    A method missing from some seeds is reported over the seeds that have it (``seeds``)."""
+    methods = list(dict.fromkeys(row["method"] for summary in per_seed for row in summary))
     out = []
     for method in methods:
-        rows = [next(r for r in summary if r["method"] == method) for summary in per_seed]
-        entry: dict[str, Any] = {"method": method, "seeds": len(rows)}
-        for key in ("sr", "output_tok", "delta_tok"):
+        rows = [row for summary in per_seed for row in summary if row["method"] == method]
+        entry: dict[str, Any] = {"method": method, "seeds": len(rows), "tasks": rows[0].get("tasks")}
+        for key in KEYS:
             vals = np.array([r[key] for r in rows if r.get(key) is not None], dtype=float)
             entry[key] = (float(vals.mean()), float(vals.std())) if vals.size else None
         out.append(entry)
+    return out
+
+
+def seed_summaries(run_dir: Path, envs: Sequence[str], methods: Sequence[str], seeds: Sequence[int],
+                   accounting: str) -> dict[str, list[list[dict[str, Any]]]]:
+    """Per env, one summary per seed (a row per finished method) from an experiment's stream records."""
+    from agent.budget import Budget
+    from agent.experiment import expand, stream_names
+    from agent.report import finished_records, summarize
+
+    streams = expand(envs, methods, seeds, {e: Budget.for_env(e, accounting) for e in envs})
+    names = dict(zip([(s.env, s.seed, s.method) for s in streams], stream_names(streams)))
+    out: dict[str, list[list[dict[str, Any]]]] = {}
+    for env in envs:
+        for seed in seeds:
+            found = finished_records(run_dir, [names[(env, seed, m)] for m in methods])
+            by_method = {m: found[names[(env, seed, m)]] for m in methods if names[(env, seed, m)] in found}
+            out.setdefault(env, []).append(
+                [{"method": s.method, "tasks": s.tasks, "sr": s.sr, "output_tok": s.output_tok,
+                  "delta_tok": s.delta_tok, "auxiliary_tok": s.auxiliary_tok} for s in summarize(by_method)])
     return out
 
 
@@ -122,10 +147,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 def _run_all(args: argparse.Namespace, engine: dict[str, Any], run_benchmark: Any) -> dict[str, Any]:
     """Every (env, seed, method) as streams of ONE lockstep experiment, then mean ± std over seeds."""
-    from agent.budget import Budget
-    from agent.experiment import expand, stream_names
-    from agent.report import finished_records, summarize
-
     connection = dict(timeout=args.timeout, retry_for=args.retry_for, max_retries=args.max_retries,
                       concurrency=args.concurrency, extra_body=args.extra_body)
     accounting = args.budget_accounting
@@ -138,17 +159,8 @@ def _run_all(args: argparse.Namespace, engine: dict[str, Any], run_benchmark: An
                   data_dir=Path(args.data_dir) if args.data_dir else None, limit=args.limit,
                   progress=not args.no_progress, budget_accounting=accounting, model=args.model,
                   base_url=args.base_url, connection=connection, engine=engine)
-    streams = expand(envs, methods, seeds, {e: Budget.for_env(e, accounting) for e in envs})
-    names = dict(zip([(s.env, s.seed, s.method) for s in streams], stream_names(streams)))
-    results: dict[str, list[dict[str, Any]]] = {}
-    for env in envs:
-        per_seed = []
-        for seed in seeds:
-            found = finished_records(run_dir, [names[(env, seed, m)] for m in methods])
-            by_method = {m: found[names[(env, seed, m)]] for m in methods if names[(env, seed, m)] in found}
-            per_seed.append([{"method": s.method, "sr": s.sr, "output_tok": s.output_tok, "delta_tok": s.delta_tok}
-                             for s in summarize(by_method)])
-        results[env] = aggregate(per_seed)
+    results = {env: aggregate(per_seed)
+               for env, per_seed in seed_summaries(run_dir, envs, methods, seeds, accounting).items()}
     out.mkdir(parents=True, exist_ok=True)
     table = markdown(results, args.backbone, seeds, args.limit, accounting)
     atomic_write_text(out / "agent.md", table)

@@ -1,11 +1,13 @@
 """The eleven-method table (the paper's Table 1 rows plus TokenWorth+): SR ± std, OutputTok, ΔTok, Aux tok.
 
-``python -m bench.methods_table --run db=RUN_DIR --run db=RUN_DIR2 ... --run os=RUN_DIR --out bench/results/methods``
+``python -m bench.methods_table --experiment db=DIR:0,1,2 --experiment os=DIR2:0,1,2 --out bench/results/methods``
+``python -m bench.methods_table --run db=RUN_DIR --run db=RUN_DIR2 ... --out bench/results/methods``
 
-Each ``RUN_DIR`` is a finished ``tokenworth run`` folder (one seed; its ``summary.json``). Per
-environment the mean and population std over the folders are written to ``<out>/table.md`` and
-``table.json``, rows in the order the first folder lists them. A method missing from some seeds
-is reported over the seeds that have it (the ``seeds`` column says how many).
+``--experiment ENV=DIR:SEEDS`` reads one ``tokenworth run --seeds ...`` experiment folder (every
+method's stream per seed); ``--run ENV=DIR`` a finished one-seed run folder (its
+``summary.json``), repeated per seed. Per environment the mean and population std over seeds
+are written to ``<out>/table.md`` and ``table.json``. A method missing from some seeds is
+reported over the seeds that have it (the ``seeds`` column says how many).
 """
 
 from __future__ import annotations
@@ -15,26 +17,10 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
-
 from agent.checkpoint import atomic_write_json, atomic_write_text
+from bench.agent import aggregate, seed_summaries
 
-KEYS = ("sr", "output_tok", "delta_tok", "auxiliary_tok")
-
-
-def aggregate(per_seed: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Per method, (mean, std) over seeds of SR, OutputTok, ΔTok and auxiliary tokens."""
-    methods = list(dict.fromkeys(row["method"] for summary in per_seed for row in summary))
-    rows = []
-    for method in methods:
-        found = [row for summary in per_seed for row in summary if row["method"] == method]
-        entry: dict[str, Any] = {"method": method, "seeds": len(found), "tasks": found[0]["tasks"]}
-        for key in KEYS:
-            values = np.asarray([r[key] for r in found if r.get(key) is not None], dtype=np.float64)
-            entry[key] = (float(values.mean()), float(values.std())) if values.size else None
-        rows.append(entry)
-    return rows
-
+METHODS = "standard,rag,memrl,memp,tokenworth,tokenworth+,mem0,memskill,reflexion,evosc,evoskill"
 
 def _cell(pair: tuple[float, float] | None, scale: float = 1.0, fmt: str = "{:.1f}", sign: bool = False) -> str:
     if pair is None:
@@ -58,8 +44,12 @@ def markdown(results: dict[str, list[dict[str, Any]]], title: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, list[dict[str, Any]]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", action="append", required=True, metavar="ENV=DIR",
+    parser.add_argument("--run", action="append", default=[], metavar="ENV=DIR",
                         help="a finished run folder of one seed; repeat per seed and environment")
+    parser.add_argument("--experiment", action="append", default=[], metavar="ENV=DIR:SEEDS",
+                        help="a finished experiment folder with several seeds (e.g. db=runs/x:0,1,2)")
+    parser.add_argument("--methods", default=METHODS, help="the methods of the experiment folders")
+    parser.add_argument("--budget-accounting", default="per-call")
     parser.add_argument("--out", type=Path, default=Path("bench/results/methods"))
     parser.add_argument("--title", default="All methods · backbone sim · O_max per-call")
     args = parser.parse_args(argv)
@@ -72,6 +62,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[dict[str, Any]]]:
         if not summary.is_file():
             parser.error(f"{summary} does not exist: is {folder} a finished run folder?")
         by_env.setdefault(env, []).append(json.loads(summary.read_text()))
+    for spec in args.experiment:
+        env, sep, rest = spec.partition("=")
+        folder, colon, seeds = rest.rpartition(":")
+        if not sep or not colon or not folder:
+            parser.error(f"--experiment takes ENV=DIR:SEEDS, got {spec!r}")
+        per_seed = seed_summaries(Path(folder), [env], args.methods.split(","), [int(x) for x in seeds.split(",")],
+                                  args.budget_accounting)[env]
+        by_env.setdefault(env, []).extend(per_seed)
+    if not by_env:
+        parser.error("name at least one --run or --experiment")
     results = {env: aggregate(summaries) for env, summaries in by_env.items()}
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(args.out / "table.json", {"title": args.title, "runs": args.run, "results": results})
