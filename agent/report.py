@@ -218,7 +218,8 @@ def plot_cumulative_sr(records_by_method: Mapping[str, Sequence[Mapping[str, Any
 
 # ------------------------------------------------------------------------- experiments (several streams)
 def _std(values: Sequence[float]) -> float:
-    return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+    """Population std over seeds: the one convention of every table here (bench/agent.py too)."""
+    return float(np.std(values))
 
 
 def experiment_rows(finished: Sequence[tuple[Any, Sequence[Mapping[str, Any]]]]) -> list[dict[str, Any]]:
