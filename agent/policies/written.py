@@ -23,6 +23,8 @@ skipped, so a caller without a backbone gets exactly the "budget spent" behaviou
 
 from __future__ import annotations
 
+import abc
+
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -128,11 +130,10 @@ class WrittenMemoryPolicy(StoreBackedPolicy):
         yield from self.learn(task, memories, outcome, trajectory)
         self.tasks_seen += 1
 
+    @abc.abstractmethod
     def learn(self, task: Any, memories: Sequence[Memory], outcome: Outcome,
               trajectory: Sequence[Turn]) -> AuxSteps[None]:
-        """The method's update phase (a coroutine that may ask the model)."""
-        raise NotImplementedError
-        yield  # noqa: unreachable: makes this a generator
+        """The method's update phase (a coroutine that may ask the model); every method defines it."""
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "tasks_seen": self.tasks_seen}
