@@ -24,7 +24,6 @@ skipped, so a caller without a backbone gets exactly the "budget spent" behaviou
 from __future__ import annotations
 
 import abc
-
 from typing import Any, Callable, Sequence
 
 import numpy as np
