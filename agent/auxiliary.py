@@ -60,9 +60,15 @@ def aux_cap(ledger: TokenLedger, request: AuxRequest) -> int:
 
 
 def book(ledger: TokenLedger, request: AuxRequest, phase: str, cap: int,
-         generation: Generation | None) -> tuple[Generation | None, dict[str, Any]]:
-    """Charge one auxiliary call; returns (what the method receives, the record's entry)."""
+         generation: Generation | None, *, failed: str | None = None) -> tuple[Generation | None, dict[str, Any]]:
+    """Charge one auxiliary call; returns (what the method receives, the record's entry).
+
+    ``failed``: the backbone could not serve this request (nothing is charged; the method gets None).
+    """
     entry: dict[str, Any] = {"purpose": request.purpose, "phase": phase, "max_tokens": cap}
+    if failed is not None:
+        entry.update(tokens=0, reply=None, error=failed)
+        return None, entry
     if generation is None:
         entry.update(skipped="the task's output budget was spent", tokens=0, reply=None)
         return None, entry

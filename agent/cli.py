@@ -145,13 +145,8 @@ def expected_failures(function: F) -> F:
 
 
 def parse_methods(text: str) -> list[str]:
-    methods = [m.strip().lower() for m in text.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in POLICIES]  # the default run's METHOD_NAMES plus opt-in ones
-    if unknown or not methods:
-        fail(f"unknown method(s) {unknown or [text]}; choose from {','.join(POLICIES.names)}")
-    if len(set(methods)) != len(methods):
-        fail(f"--methods lists a method twice: {text}")
-    return methods
+    """``--methods``: the default run's METHOD_NAMES plus the opt-in ones."""
+    return parse_list("--methods", text, POLICIES.names)
 
 
 def backbone_options(backbone: str, seed: int, model: str | None, base_url: str | None,
@@ -352,7 +347,8 @@ def parse_list(flag: str, text: str, known: Sequence[str] | None = None) -> list
     if known is not None:
         unknown = [x for x in items if x not in known]
         if unknown:
-            fail(f"unknown {flag.lstrip('-').rstrip('s')} {', '.join(unknown)}; choose from {', '.join(known)}")
+            what = {"--env": "environment", "--methods": "method(s)"}.get(flag, flag.lstrip("-"))
+            fail(f"unknown {what} {', '.join(repr(u) for u in unknown)}; choose from {', '.join(known)}")
     return items
 
 
@@ -392,10 +388,7 @@ def run_benchmark(env: str = "db", methods: str = ",".join(METHOD_NAMES), backbo
     ``harness``: the harness flags (agent/harness.py ``harness_from_cli`` arguments)."""
     from agent.experiment.streams import GridError, expand, grid_points
 
-    envs = parse_list("--env", env)
-    for name in envs:
-        if name not in ENVS:
-            fail(f"unknown environment {name!r}; choose from {', '.join(ENVS)}")
+    envs = parse_list("--env", env, ENVS)
     method_list = parse_methods(methods)
     seed_list = parse_seeds(seed, seeds)
     budgets = {e: checked_budget(e, budget_accounting) for e in envs}

@@ -29,7 +29,7 @@ from agent.backbones.base import Backbone
 from agent.budget import Budget
 from agent.checkpoint import atomic_write_json, atomic_write_text
 from agent.experiment.engine import run_experiment
-from agent.experiment.streams import GridError, StreamSpec, grid_points, split_point, stream_names
+from agent.experiment.streams import GridError, StreamSpec, expand, grid_points, stream_names
 
 # Spec §9, sensitivity on DB: each hyperparameter varied alone around the preset.
 TABLE_A3: dict[str, tuple[float, ...]] = {
@@ -67,16 +67,7 @@ def sweep_streams(env: str, budget: Budget, configs: Sequence[dict[str, Any]], s
     method = "tokenworth+" if plus else "tokenworth"
     if not plus and any(k.startswith("plus_") for c in configs for k in c):
         raise GridError("plus_* hyperparameters only act on TokenWorth+ controllers: pass --plus")
-    streams = []
-    for config in configs:
-        changes, overrides = split_point(config)
-        try:
-            point_budget = budget.replace(**changes) if changes else budget
-        except ValueError as exc:
-            raise GridError(f"--grid: {exc}") from None
-        streams.append(StreamSpec(env, method, seed, point_budget, tuple(sorted(overrides.items())),
-                                  tuple(config.items())))
-    return streams
+    return expand([env], [method], [seed], {env: budget}, configs)
 
 
 # ------------------------------------------------------------------------- results

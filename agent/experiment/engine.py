@@ -354,13 +354,19 @@ def _advance_all(runs: Sequence[_Stream], work: Sequence[tuple[int, Iterator[Req
     return dict(sorted(out.items()))
 
 
+def _env_pool(stack: contextlib.ExitStack, runs: Sequence[_Stream], env_threads: int) -> ThreadPoolExecutor | None:
+    """Worker threads for the streams whose environment allows them (None when fewer than two)."""
+    concurrent = sum(r.concurrent for r in runs)
+    if env_threads <= 1 or concurrent <= 1:
+        return None
+    return stack.enter_context(ThreadPoolExecutor(min(env_threads, concurrent), "stream"))
+
+
 def _run_lockstep(runs: Sequence[_Stream], backbone: Backbone, guard: interrupt.InterruptGuard,
                   batch_sizes: list[int], env_threads: int) -> None:
     """Tick until every stream of ``runs`` is done."""
-    concurrent = sum(r.concurrent for r in runs)
     with contextlib.ExitStack() as stack:
-        pool = (stack.enter_context(ThreadPoolExecutor(min(env_threads, concurrent), "stream"))
-                if env_threads > 1 and concurrent > 1 else None)
+        pool = _env_pool(stack, runs, env_threads)
         streams = {i: run.steps(guard) for i, run in enumerate(runs)}
         pending = {i: r for i, r in _advance_all(runs, [(i, s, None) for i, s in streams.items()], pool).items()
                    if r is not None}
@@ -386,8 +392,7 @@ def _run_continuous(runs: Sequence[_Stream], backbone: Backbone, guard: interrup
 
     submit = backbone.submit  # type: ignore[attr-defined]
     with contextlib.ExitStack() as stack:
-        pool = (stack.enter_context(ThreadPoolExecutor(min(env_threads, sum(r.concurrent for r in runs)), "stream"))
-                if env_threads > 1 and sum(r.concurrent for r in runs) > 1 else None)
+        pool = _env_pool(stack, runs, env_threads)
         streams = {i: run.steps(guard) for i, run in enumerate(runs)}
         in_flight: dict[Any, int] = {}
 

@@ -69,13 +69,9 @@ def _auxiliary(steps: Generator[AuxRequest, Generation | None, Any], phase: str,
             if cap > 0:
                 reply = yield Request(list(ask.messages), cap, aux_meta(task, seed, ask))
                 interrupt.check()
-            if isinstance(reply, RequestFailed):
-                log.append({"purpose": ask.purpose, "phase": phase, "max_tokens": cap, "tokens": 0, "reply": None,
-                            "error": reply.error})
-                answer = None
-            else:
-                answer, entry = book(ledger, ask, phase, cap, reply)
-                log.append(entry)
+            failed = reply.error if isinstance(reply, RequestFailed) else None
+            answer, entry = book(ledger, ask, phase, cap, None if failed else reply, failed=failed)  # type: ignore[arg-type]
+            log.append(entry)
             ask = steps.send(answer)
     except StopIteration as stop:
         return stop.value
