@@ -19,6 +19,7 @@ the script itself where there is no GPU.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                             "ms_per_task": 1e3 * run_s / args.tasks}
 
     hps = tw.stack_hparams(configs(args.configs))
-    states = tw.init_batched(spec, hps)
+    states = jax.vmap(functools.partial(tw.init, spec))(hps)
     sweep = jax.jit(lambda s, e, h: tw.run_batched(s, e, h, spec, strategy="vmap"))
     _, sweep_compile_s = _timed(lambda: sweep(states, events, hps))
     _, sweep_s = _timed(lambda: sweep(states, events, hps))

@@ -117,11 +117,12 @@ print("candidate worth", float(wv.new), "rho+", float(wv.rho_pos))
 # ## 5. Learned state: base weights `w` and the metric `M`
 
 # %%
-w = np.asarray(state.w)
-M = np.asarray(state.metric)
+w = np.asarray(state.base.w)
+M = np.asarray(state.residual.metric)
 print("w [cos, u, rel, rec] =", np.round(w, 3), "(w0 =", np.asarray(hp.w0), ")")
 print("M: mean over |e_q - e_m| block", float(M[:spec.dim].mean()), "; tail [cos, u, rel, rec, freq] =", np.round(M[spec.dim:], 3))
-print("counters", jax.device_get(state.counters))
+print("clock", jax.device_get(state.clock), "| base fits", int(state.base.n_fits), "| KRR fits", int(state.residual.n_fits),
+      "| AGOP updates", int(state.residual.n_agop))
 
 # %%
 import matplotlib.pyplot as plt  # noqa: E402
@@ -139,7 +140,7 @@ ax[0].set_title("base weights w")
 ax[0].legend(fontsize=8)
 tail = M[spec.dim:]
 x = np.arange(len(tail))
-ax[1].bar(x, tail - 1.0, 0.6, color="tab:green", label=f"after {int(state.counters.n_agop)} AGOP update(s)")
+ax[1].bar(x, tail - 1.0, 0.6, color="tab:green", label=f"after {int(state.residual.n_agop)} AGOP update(s)")
 ax[1].axhline(0.0, color="grey", lw=0.8, label="start (M = 1)")
 ax[1].set_xticks(x, ["cos", "u", "rel", "rec", "freq"])
 ax[1].set_xlabel("statistic")
@@ -158,6 +159,6 @@ plt.show()
 
 # %%
 print("KEY_OUTPUTS " + json.dumps(dict(
-    n_tasks=N_TASKS, n_agop=int(state.counters.n_agop), success_rate=success_rate,
+    n_tasks=N_TASKS, n_agop=int(state.residual.n_agop), success_rate=success_rate,
     bank_valid=int(bank.valid.sum()), w=w.tolist(),
     metric_tail=M[spec.dim:].tolist(), selected_id=int(sel.memory_id), worth_new=float(wv.new))))

@@ -42,7 +42,8 @@ N_TASKS, CHUNK = 500, 10  # TOKENWORTH_NOTEBOOK_FULL changes nothing here: this 
 spec, hp = tw.presets.db()
 stream = simdb.load_stream(N_TASKS)
 chunks = simdb.run_chunks(stream, hp, spec, CHUNK)
-print(len(chunks), "chunks; final counters", jax.device_get(chunks[-1][0].counters))
+print(len(chunks), "chunks; final clock", jax.device_get(chunks[-1][0].clock), "| AGOP updates",
+      int(chunks[-1][0].residual.n_agop))
 
 # %% [markdown]
 # ## The metric: which features gain weight
@@ -53,10 +54,10 @@ print(len(chunks), "chunks; final counters", jax.device_get(chunks[-1][0].counte
 # %%
 D = spec.dim
 tail_names = ["cos", "u", "rel", "rec", "freq"]
-t_axis = [int(s.counters.t) for s, _ in chunks]
-block_mean = [float(np.asarray(s.metric)[:D].mean()) for s, _ in chunks]
-tails = np.array([np.asarray(s.metric)[D:] for s, _ in chunks])
-eta = [float(hp.eta_max) * min(1.0, int(s.counters.n_krr_fits) / 3) for s, _ in chunks]
+t_axis = [int(s.clock.t) for s, _ in chunks]
+block_mean = [float(np.asarray(s.residual.metric)[:D].mean()) for s, _ in chunks]
+tails = np.array([np.asarray(s.residual.metric)[D:] for s, _ in chunks])
+eta = [float(hp.eta_max) * min(1.0, int(s.residual.n_fits) / 3) for s, _ in chunks]
 M_final = np.asarray(chunks[-1][0].metric)
 top = np.argsort(-M_final[:D])[:5]
 print("final M tail", dict(zip(tail_names, np.round(M_final[D:], 3))))
@@ -67,7 +68,7 @@ print("|e_q-e_m| block: mean", round(float(M_final[:D].mean()), 3), "max", round
 import matplotlib.pyplot as plt  # noqa: E402
 
 agop_at = [t for t, prev, s in zip(t_axis[1:], chunks[:-1], chunks[1:])
-           if int(s[0].counters.n_agop) > int(prev[0].counters.n_agop)]
+           if int(s[0].residual.n_agop) > int(prev[0].residual.n_agop)]
 fig, ax = plt.subplots(1, 3, figsize=(15, 3.8))
 ax[0].plot(t_axis, np.asarray(block_mean) - 1.0, "k-", lw=2, label="|e_q−e_m| block (mean)")
 for k, name in enumerate(tail_names):
@@ -108,7 +109,7 @@ for s, _ in chunks:
     b = jax.device_get(s.bank)
     ids = b.ids[b.valid]
     sizes.append(len(ids))
-    ages.append(float(np.mean(int(s.counters.t) - b.tau[b.valid])) if len(ids) else 0.0)
+    ages.append(float(np.mean(int(s.clock.t) - b.tau[b.valid])) if len(ids) else 0.0)
     skill_share.append(stream.skill_table[ids][:, top_skills].mean(0) if len(ids) else np.zeros(len(top_skills)))
 skill_share = np.array(skill_share)
 
@@ -145,6 +146,6 @@ plt.show()
 
 # %%
 print("KEY_OUTPUTS " + json.dumps(dict(
-    n_tasks=N_TASKS, n_agop=int(chunks[-1][0].counters.n_agop), metric_block_mean=block_mean,
+    n_tasks=N_TASKS, n_agop=int(chunks[-1][0].residual.n_agop), metric_block_mean=block_mean,
     metric_tail_final=M_final[D:].tolist(), eta=eta, admissions=counts, bank_sizes=sizes,
     capacity=int(spec.capacity), evictions=evictions)))

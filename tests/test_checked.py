@@ -48,8 +48,8 @@ def test_nan_memory_is_reported_before_it_poisons_the_bank(setup):
         tw.checked.offer(s, m.at[0].set(jnp.inf), 5, hp, spec)
     # the unchecked API takes a NaN query silently and the windows are poisoned: what checked mode is for
     poisoned = tw.observe(tw.select(state, q.at[0].set(jnp.nan), hp, spec)[0], jnp.int32(1), hp, spec)
-    assert not np.all(np.isfinite(np.asarray(poisoned.base_ring.data[0])))
-    with pytest.raises(JaxRuntimeError, match=r"end_task: incoming state\.base_ring\.data\[0\] has a non-finite entry"):
+    assert not np.all(np.isfinite(np.asarray(poisoned.base.window.data[0])))
+    with pytest.raises(JaxRuntimeError, match=r"end_task: incoming state\.base\.window\.data\[0\] has a non-finite entry"):
         tw.checked.end_task(poisoned, spec)
 
 

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import tokenworth_jax as tw
-from tokenworth_jax import agop, base_scorer, kernels, krr
-from tokenworth_jax.ring import ring_valid
-
-from tokenworth_jax import reference_numpy as ref
 from tests.controller_helpers import clustered_stream, precision, small_setup, tolerance, unit
+from tokenworth_jax import agop, base_scorer, kernels, krr
+from tokenworth_jax import reference_numpy as ref
+from tokenworth_jax.ring import ring_valid
 
 DTYPES = ["float32", "float64"]
 
@@ -110,11 +111,11 @@ def test_features_match_reference(dtype):
         bank = state.bank._replace(emb=jnp.asarray(emb, f), valid=jnp.ones(B, bool), u=jnp.asarray(u, f),
                                    h=jnp.asarray(h, f), d=jnp.asarray(d, f), c=jnp.asarray(c, f),
                                    last=jnp.asarray(last, jnp.int32), tau=jnp.asarray(tau, jnp.int32))
-        from tokenworth_jax.features import memory_stats
-        from tokenworth_jax.scoring import score_pairs
+        from tokenworth_jax.bank import stats
+        from tokenworth_jax.scoring import ScoreModel, score_pairs
         q = unit(rng, 1, D)
-        ps = score_pairs(jnp.asarray(q, f), bank.emb, memory_stats(bank, jnp.int32(12), hp.kappa), state.w,
-                         state.predictor, state.metric, hp.gamma, jnp.asarray(0.0, f))
+        model = ScoreModel(state.base.w, state.residual.predictor, state.residual.metric, hp.gamma, jnp.asarray(0.0, f))
+        ps = score_pairs(jnp.asarray(q, f), bank.emb, stats(bank, jnp.int32(12), hp.kappa), model)
         phi_ref, z_ref = ref.features(q[0], emb, u, h, d, c, last, tau, 12, 0.02)
         np.testing.assert_allclose(np.asarray(ps.phi[0]), phi_ref, rtol=tolerance(f), atol=tolerance(f))
         np.testing.assert_allclose(np.asarray(ps.z[0]), z_ref, rtol=tolerance(f), atol=tolerance(f))
@@ -128,14 +129,14 @@ def _compare_states(state, reference, f):
     for name in ("u", "h", "d", "c", "last", "tau"):
         np.testing.assert_allclose(getattr(b, name), getattr(reference, name), rtol=tol, atol=tol, err_msg=name)
     np.testing.assert_allclose(b.emb[b.valid], reference.emb[reference.valid], rtol=tol, atol=tol)
-    np.testing.assert_allclose(np.asarray(state.w), reference.w, rtol=tol, atol=tol)
-    np.testing.assert_allclose(np.asarray(state.metric), reference.m_diag, rtol=tol, atol=tol)
-    assert int(state.counters.n_feedback) == reference.n_feedback
-    assert int(state.counters.n_krr_fits) == reference.n_krr_fits
-    assert int(state.counters.t) == reference.t
+    np.testing.assert_allclose(np.asarray(state.base.w), reference.w, rtol=tol, atol=tol)
+    np.testing.assert_allclose(np.asarray(state.residual.metric), reference.m_diag, rtol=tol, atol=tol)
+    assert int(state.clock.n_feedback) == reference.n_feedback
+    assert int(state.residual.n_fits) == reference.n_krr_fits
+    assert int(state.clock.t) == reference.t
     # windows hold the same multiset of rows (ring order differs from list order)
-    phi, y = jax.device_get(state.base_ring.data)
-    mask = np.asarray(ring_valid(state.base_ring))
+    phi, y = jax.device_get(state.base.window.data)
+    mask = np.asarray(ring_valid(state.base.window))
     got = np.column_stack([phi[mask], y[mask]])
     want = np.array([np.append(p, yy) for p, yy in reference.base_window])
     np.testing.assert_allclose(got[np.lexsort(got.T)], want[np.lexsort(want.T)], rtol=tol, atol=tol)
@@ -177,7 +178,7 @@ def test_long_stream_every_decision_equal(dtype):
             assert int(jnp.sum(state.bank.valid)) <= spec.capacity
         _compare_states(state, reference, f)
         # the stream must really exercise the learners and several admission branches
-        assert int(state.counters.n_krr_fits) >= 5 and int(state.counters.n_agop) >= 2
+        assert int(state.residual.n_fits) >= 5 and int(state.residual.n_agop) >= 2
         assert {int(tw.Admission.ADMITTED_ROOM), int(tw.Admission.NOT_OFFERED)} < codes
         assert len(codes) >= 4, codes
 
@@ -243,7 +244,7 @@ def _pure_decisions(path, spec, hp, q, m, rewards, f):
     else:  # configuration 0 of three, stacked
         others = [small_setup(f, eta_max=0.3)[1], small_setup(f, gamma=2.0, tau_nov=0.9)[1]]
         hps = tw.stack_hparams([hp] + others)
-        states, outs = tw.run_batched(tw.init_batched(spec, hps), events, hps, spec, strategy=path.split("-")[1])
+        states, outs = tw.run_batched(jax.vmap(functools.partial(tw.init, spec))(hps), events, hps, spec, strategy=path.split("-")[1])
         state, out = jax.tree_util.tree_map(lambda x: x[0], (states, outs))
     return np.asarray(out.selection.slot), np.asarray(out.decision.code), np.asarray(out.decision.slot), state
 
@@ -291,7 +292,7 @@ def test_every_path_makes_the_reference_decisions_float64(path, incremental):
         if path != "host":  # host ids count offers, the reference's count tasks
             _compare_states(state, reference, f)
         # the stream exercises every learner and the full-bank admission branches
-        assert int(state.counters.n_agop) >= 5 and int(state.counters.n_krr_fits) >= 20
+        assert int(state.residual.n_agop) >= 5 and int(state.residual.n_fits) >= 20
         for code in (tw.Admission.ADMITTED_NOVEL, tw.Admission.ADMITTED_WORTH, tw.Admission.REPLACED_NEAREST,
                      tw.Admission.REJECTED):
             assert np.any(codes == int(code)), code.name
@@ -300,7 +301,7 @@ def test_every_path_makes_the_reference_decisions_float64(path, incremental):
 def test_incremental_equals_full_over_a_long_stream_and_the_cache_stays_exact():
     """600 tasks, float64: incremental worth makes the full path's decisions; at every checkpoint the
     maintained cache equals one recomputed from scratch (rows, columns and probe-ring copies)."""
-    from tokenworth_jax import worth_cache
+    from tokenworth_jax import probes, worth_cache
 
     with precision("float64") as f:
         spec, hp = small_setup(f)
@@ -315,14 +316,14 @@ def test_incremental_equals_full_over_a_long_stream_and_the_cache_stays_exact():
             np.testing.assert_array_equal(np.asarray(a.selection.slot), np.asarray(b.selection.slot))
             np.testing.assert_array_equal(np.asarray(a.decision.code), np.asarray(b.decision.code))
             np.testing.assert_array_equal(np.asarray(a.decision.evicted_id), np.asarray(b.decision.evicted_id))
-            fresh = worth_cache.refresh(inc_state.cache, inc_state.pending.query, inc_state.probe_ring,
-                                        inc_state.bank.emb, inc_state.predictor, inc_state.metric)
-            valid_rows = np.r_[False, np.asarray(ring_valid(inc_state.probe_ring))]  # row 0 is stale after end_task
+            fresh = worth_cache.refresh(probes.queries(inc_state.probes, inc_state.pending.query)[0],
+                                        inc_state.bank.emb, inc_state.residual.predictor, inc_state.residual.metric)
+            valid_rows = np.r_[False, np.asarray(ring_valid(inc_state.probes))]  # row 0 is stale after end_task
             valid = np.asarray(inc_state.bank.valid)
-            got, want = np.asarray(inc_state.cache.dpart), np.asarray(fresh.dpart)
+            got, want = np.asarray(inc_state.scorer.dpart), np.asarray(fresh.dpart)
             np.testing.assert_allclose(got[valid_rows][:, valid], want[valid_rows][:, valid], rtol=1e-9, atol=1e-9)
-            np.testing.assert_allclose(np.asarray(inc_state.cache.cos)[valid_rows][:, valid],
+            np.testing.assert_allclose(np.asarray(inc_state.scorer.cos)[valid_rows][:, valid],
                                        np.asarray(fresh.cos)[valid_rows][:, valid], rtol=1e-12, atol=1e-12)
         codes = np.asarray(b.decision.code)
-        assert int(inc_state.counters.n_agop) >= 10
+        assert int(inc_state.residual.n_agop) >= 10
         assert np.any(codes == int(tw.Admission.REPLACED_NEAREST)) or np.any(codes == int(tw.Admission.ADMITTED_WORTH))

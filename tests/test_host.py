@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 import tokenworth_jax as tw
-from tokenworth_jax.state import state_to_numpy
+from tokenworth_jax.pytree import to_numpy
 
 
 def _snapshot(ctl):
-    return state_to_numpy(ctl.state), dict(ctl.texts), ctl.phase
+    return to_numpy(ctl.state), dict(ctl.texts), ctl.phase
 
 
 def _same(a, b):
@@ -109,21 +109,44 @@ def test_checkpoint_shape_mismatch_is_rejected(ctl):
     data = ctl.state_dict()
     key = next(k for k in data["state"] if k.endswith(".w"))
     data["state"][key] = np.zeros(5, np.float32)
-    with pytest.raises(ValueError, match="checkpoint leaf"):
+    with pytest.raises(ValueError, match="checkpoint state leaf .base.w has"):
         tw.Controller.from_state_dict(data)
 
 
-def test_checkpoint_from_before_the_redesign_still_loads(ctl):
-    """Older checkpoints: texts + next_id instead of the memory table, no device phase, no cache leaves."""
-    ctl.select("find rows where value is 2")
-    ctl.observe(1)
+def test_checkpoint_of_an_older_layout_is_refused_naming_it(ctl):
+    """Checkpoints written before the state had one field per part (layout 1) are refused in one line."""
     data = ctl.state_dict()
-    old = {k: v for k, v in data.items() if k not in ("memories", "device_phase")}
-    old["texts"], old["next_id"] = data["memories"]["items"], data["memories"]["next_id"]
-    old["state"] = {k: v for k, v in data["state"].items() if ".cache" not in k}
-    old["spec"] = {k: v for k, v in data["spec"].items() if k != "incremental"}
-    twin = tw.Controller.from_state_dict(old)
-    for c in (ctl, twin):
-        c.offer("new memory", key_text="brand new")
+    old = {k: v for k, v in data.items() if k != "layout"}
+    with pytest.raises(ValueError, match="layout 1; this version reads layout 2"):
+        tw.Controller.from_state_dict(old)
+    renamed = dict(data, state={k.replace(".base.w", ".w"): v for k, v in data["state"].items()})
+    with pytest.raises(ValueError, match="does not know"):
+        tw.Controller.from_state_dict(renamed)
+
+
+def test_read_state_is_a_view_the_live_state_catches_up_to(ctl):
+    """Reading .state after observe shows the observed state; the next fused call makes the same one."""
+    n = int(ctl.state.clock.n_feedback)
+    ctl.select("find rows where value is 1")
+    ctl.observe(0)
+    seen = ctl.state
+    assert int(seen.pending.reward) == 0 and int(seen.clock.n_feedback) == n + 1
+    ctl.end_task()
+    closed = ctl.state
+    assert int(closed.clock.t) == 4 and int(closed.pending.reward) == -1
+    twin = tw.Controller.from_state_dict(ctl.state_dict())
     assert ctl.select("q").as_dict() == twin.select("q").as_dict()
-    assert twin.texts == ctl.texts
+    _same(_snapshot(ctl), _snapshot(twin))
+
+
+def test_plus_selection_reports_the_modes_estimates_and_paper_reports_none(ctl):
+    sel = ctl.select("find rows where value is 1")
+    assert sel.p0 is None and sel.advantage is None and sel.abstained is False
+    plus = tw.Controller.from_preset("db", plus=True, spec_overrides=dict(dim=64, capacity=4))
+    first = plus.select("a question")
+    assert 0 < first.p0 < 1 and first.advantage is None  # empty bank: nothing to predict a gain for
+    plus.observe(1)
+    plus.offer("an answer", key_text="a question")
+    second = plus.select("a question")
+    assert isinstance(second.advantage, float) and np.isfinite(second.advantage)
+    assert second.abstained == (second.memory_id is None)

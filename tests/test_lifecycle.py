@@ -29,7 +29,7 @@ def _state(us, embs, query, f, capacity=3):
         u=jnp.asarray(np.r_[us, np.zeros(capacity - n)], f),
         last=jnp.full((capacity,), 5, jnp.int32), tau=jnp.zeros((capacity,), jnp.int32))
     pending = s.pending._replace(query=jnp.asarray(query, f), reward=jnp.int32(1), retrieved=jnp.asarray(n > 0))
-    return spec, hp, s._replace(bank=bank, pending=pending, counters=s.counters._replace(t=jnp.int32(5)))
+    return spec, hp, s._replace(bank=bank, pending=pending, clock=s.clock._replace(t=jnp.int32(5)))
 
 
 E = np.eye(D)

@@ -38,15 +38,15 @@ def test_random_streams_keep_state_finite_and_masks_consistent(seed, p_success, 
     assert np.all((bank.ids >= 0) == bank.valid)
     assert bank.valid.sum() <= SPEC.capacity
     assert len(set(bank.ids[bank.valid])) == bank.valid.sum()
-    n_fb = int(state.counters.n_feedback)
+    n_fb = int(state.clock.n_feedback)
     assert n_fb == int(np.sum(np.asarray(out.selection.slot) >= 0))
-    for ring in (state.base_ring, state.fast_ring, state.slow_ring):
+    for ring in (state.base.window, state.residual.fast, state.residual.slow):
         assert int(ring_count(ring)) == min(n_fb, ring.data[1].shape[0])
         assert int(np.sum(np.asarray(ring_valid(ring)))) == int(ring_count(ring))
-    assert np.all(np.asarray(state.predictor.alpha)[~np.asarray(state.predictor.support_valid)] == 0)
-    assert np.all(np.asarray(state.metric) > 0)
-    np.testing.assert_allclose(float(jnp.mean(state.metric)), 1.0, rtol=1e-5)
+    assert np.all(np.asarray(state.residual.predictor.alpha)[~np.asarray(state.residual.predictor.support_valid)] == 0)
+    assert np.all(np.asarray(state.residual.metric) > 0)
+    np.testing.assert_allclose(float(jnp.mean(state.residual.metric)), 1.0, rtol=1e-5)
     codes = np.asarray(out.decision.code)
     assert np.all((codes == tw.Admission.NOT_OFFERED) == (rewards == 0))
-    w = np.asarray(state.w)
+    w = np.asarray(state.base.w)
     assert np.all(w >= np.asarray(HP.w_min)) and np.all(w <= np.asarray(HP.w_max))

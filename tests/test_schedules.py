@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import tokenworth_jax as tw
-from tokenworth_jax.refit import schedule
-from tokenworth_jax.scoring import eta_schedule
+from tokenworth_jax import residual
+from tokenworth_jax.schedule import due as schedule
 
 from tests.controller_helpers import clustered_stream, precision, small_setup
 
@@ -39,13 +39,13 @@ def test_fits_happen_at_exact_feedback_counts_not_tasks():
             state = tw.observe(state, jnp.int32(rewards[t]), hp, spec)
             n_fb += int(sel.slot >= 0)
             # task 0 has an empty bank: no selection, so no feedback example and no fit
-            assert int(state.counters.n_feedback) == n_fb
+            assert int(state.clock.n_feedback) == n_fb
             if n_fb:
-                assert int(state.counters.n_base_fits) == expected[0][n_fb - 1], t
-                assert int(state.counters.n_krr_fits) == expected[1][n_fb - 1], t
-                assert int(state.counters.n_agop) == expected[2][n_fb - 1], t
+                assert int(state.base.n_fits) == expected[0][n_fb - 1], t
+                assert int(state.residual.n_fits) == expected[1][n_fb - 1], t
+                assert int(state.residual.n_agop) == expected[2][n_fb - 1], t
             else:
-                assert int(state.counters.n_krr_fits) == 0
+                assert int(state.residual.n_fits) == 0
             state, _ = tw.offer(state, jnp.asarray(m[t]), jnp.int32(t), hp, spec)
             state = tw.end_task(state, spec)
         assert n_fb >= 50  # feedback only on tasks where the bank was non-empty
@@ -66,8 +66,8 @@ def test_eta_ramps_over_three_fits():
         state = tw.init(spec, hp)
         values = []
         for k in range(5):
-            s = state._replace(counters=state.counters._replace(n_krr_fits=jnp.int32(k)))
-            values.append(float(eta_schedule(s.counters.n_krr_fits, hp.eta_max, s.w.dtype)))
+            res = state.residual._replace(n_fits=jnp.int32(k))
+            values.append(float(residual.eta(res, hp.eta_max)))
         np.testing.assert_allclose(values, [0, 0.05, 0.10, 0.15, 0.15], rtol=1e-6)
 
 
@@ -79,7 +79,7 @@ def test_agop_changes_metric_and_triggers_refit():
         before = None
         for t in range(8):
             state, sel = tw.select(state, jnp.asarray(q[t]), hp, spec)
-            n_next = int(state.counters.n_feedback) + int(sel.slot >= 0)
+            n_next = int(state.clock.n_feedback) + int(sel.slot >= 0)
             if n_next == 6:
                 before = state
             state = tw.observe(state, jnp.int32(rewards[t]), hp, spec)
@@ -88,16 +88,16 @@ def test_agop_changes_metric_and_triggers_refit():
             state, _ = tw.offer(state, jnp.asarray(m[t]), jnp.int32(t), hp, spec)
             state = tw.end_task(state, spec)
         assert before is not None
-        assert int(state.counters.n_agop) == 1
-        assert np.all(np.asarray(before.metric) == 1.0)
-        assert not np.allclose(np.asarray(state.metric), 1.0), "AGOP must move M away from the identity"
-        np.testing.assert_allclose(float(jnp.mean(state.metric)), 1.0, rtol=1e-12)
-        assert int(state.counters.n_krr_fits) == int(before.counters.n_krr_fits) + 1  # the refit after AGOP
+        assert int(state.residual.n_agop) == 1
+        assert np.all(np.asarray(before.residual.metric) == 1.0)
+        assert not np.allclose(np.asarray(state.residual.metric), 1.0), "AGOP must move M away from the identity"
+        np.testing.assert_allclose(float(jnp.mean(state.residual.metric)), 1.0, rtol=1e-12)
+        assert int(state.residual.n_fits) == int(before.residual.n_fits) + 1  # the refit after AGOP
         # the refit used the new metric: alpha differs from a fit with the old one
         from tokenworth_jax import krr
         from tokenworth_jax.ring import ring_valid
-        z, delta = state.fast_ring.data
-        old = krr.fit(z, ring_valid(state.fast_ring), delta, before.metric, hp.gamma, hp.lambda_krr)
-        new = krr.fit(z, ring_valid(state.fast_ring), delta, state.metric, hp.gamma, hp.lambda_krr)
-        np.testing.assert_allclose(np.asarray(state.predictor.alpha), np.asarray(new.alpha), rtol=1e-10, atol=1e-12)
+        z, delta = state.residual.fast.data
+        old = krr.fit(z, ring_valid(state.residual.fast), delta, before.residual.metric, hp.gamma, hp.lambda_krr)
+        new = krr.fit(z, ring_valid(state.residual.fast), delta, state.residual.metric, hp.gamma, hp.lambda_krr)
+        np.testing.assert_allclose(np.asarray(state.residual.predictor.alpha), np.asarray(new.alpha), rtol=1e-10, atol=1e-12)
         assert not np.allclose(np.asarray(old.alpha), np.asarray(new.alpha))

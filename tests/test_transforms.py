@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -9,7 +11,6 @@ import numpy as np
 import pytest
 
 import tokenworth_jax as tw
-
 from tests.controller_helpers import clustered_stream, precision, small_setup
 
 
@@ -124,36 +125,62 @@ def test_batched_run_equals_vmapped_run(strategy):
         spec, _ = small_setup(f)
         hps = tw.stack_hparams([small_setup(f, **c)[1] for c in CONFIGS])
         events = _events(spec, f)
-        states = tw.init_batched(spec, hps)
+        states = jax.vmap(functools.partial(tw.init, spec))(hps)
         batched, bout = tw.run_batched(states, events, hps, spec, strategy=strategy)
         vmapped, vout = jax.vmap(lambda s, hp: tw.run(s, events, hp, spec))(states, hps)
         np.testing.assert_array_equal(np.asarray(bout.decision.code), np.asarray(vout.decision.code))
         np.testing.assert_array_equal(np.asarray(bout.selection.slot), np.asarray(vout.selection.slot))
         chex.assert_trees_all_close(batched, vmapped, rtol=2e-4, atol=2e-4)
-        # observe_batched is the per-phase entry point the lockstep agent sweep uses
-        s2, _ = tw.select_batched(states, events.query[0], hps, spec, strategy=strategy)
-        r = jnp.ones((len(CONFIGS),), jnp.int32)
-        a = tw.observe_batched(s2, r, hps, spec, strategy=strategy)
-        b = jax.vmap(lambda s, rr, hp: tw.observe(s, rr, hp, spec))(s2, r, hps)
-        chex.assert_trees_all_close(a, b, rtol=1e-6)
 
 
-@pytest.mark.parametrize("strategy", ["vmap", "map"])
-def test_batched_phases_with_masks_equal_single_calls(strategy):
-    """select/offer/end_task_batched: masked-in configurations equal single calls, the others keep their state."""
+def test_vmapped_step_equals_separate_runs():
+    """``jax.vmap(tw.step)`` scanned over a stream is C separate ``tw.run``s, decision for decision."""
+    with precision("float64") as f:
+        spec, _ = small_setup(f)
+        hp_list = [small_setup(f, **c)[1] for c in CONFIGS]
+        hps = tw.stack_hparams(hp_list)
+        events = _events(spec, f, T=60)
+        vstep = jax.jit(jax.vmap(lambda s, e, h: tw.step(s, e, h, spec), in_axes=(0, None, 0)))
+        states = jax.vmap(functools.partial(tw.init, spec))(hps)
+        slots, codes = [], []
+        for t in range(60):
+            states, out = vstep(states, jax.tree_util.tree_map(lambda x: x[t], events), hps)
+            slots.append(np.asarray(out.selection.slot))
+            codes.append(np.asarray(out.decision.code))
+        for i, hp in enumerate(hp_list):
+            final, single = tw.run(tw.init(spec, hp), events, hp, spec)
+            np.testing.assert_array_equal(np.stack(slots)[:, i], np.asarray(single.selection.slot))
+            np.testing.assert_array_equal(np.stack(codes)[:, i], np.asarray(single.decision.code))
+            chex.assert_trees_all_close(jax.tree_util.tree_map(lambda x: x[i], states), final, rtol=1e-9, atol=1e-9)
+        assert len({tuple(np.stack(codes)[:, i]) for i in range(len(hp_list))}) > 1  # the configurations differ
+
+
+def _eqns(jaxpr):
+    """Every equation of a jaxpr, sub-jaxprs (jit, cond branches, scan bodies) included."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for param in eqn.params.values():
+            for sub in (param if isinstance(param, (tuple, list)) else [param]):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from _eqns(inner)
+
+
+def test_vmapped_phases_with_masks_equal_single_calls():
+    """Batching is a transform: ``jax.vmap`` of each phase, a (C,) mask through ``tw.tree_where`` (for
+    select) or ``finish_task``'s ``offered``; masked-in configurations equal single calls."""
     with precision("float64") as f:
         spec, _ = small_setup(f)
         hp_list = [small_setup(f, **c)[1] for c in CONFIGS[:4]]
         hps = tw.stack_hparams(hp_list)
         events = _events(spec, f, T=30)
-        states, _ = tw.run_batched(tw.init_batched(spec, hps), events, hps, spec, strategy=strategy)
+        states, _ = tw.run_batched(jax.vmap(functools.partial(tw.init, spec))(hps), events, hps, spec)
         q, m = events.query[0], events.memory[0]
         mask = jnp.asarray([True, False, True, False])
-        s1, sel = tw.select_batched(states, q, hps, spec, mask=mask, strategy=strategy)
-        s2 = tw.observe_batched(s1, jnp.ones(4, jnp.int32), hps, spec, strategy=strategy)
         ids = jnp.arange(4, dtype=jnp.int32) + 100
-        s3, dec = tw.offer_batched(s2, m, ids, hps, spec, mask=mask, strategy=strategy)
-        s4 = tw.end_task_batched(s3, spec, mask=mask, strategy=strategy)
+        new, sel = jax.vmap(lambda s, h: tw.select(s, q, h, spec))(states, hps)
+        s1 = tw.tree_where(mask, new, states)
+        s2, dec = jax.vmap(lambda s, i, o, h: tw.finish_task(s, 1, m, i, o, h, spec))(s1, ids, mask, hps)
         for i, hp in enumerate(hp_list):
             one = jax.tree_util.tree_map(lambda x: x[i], states)
             if bool(mask[i]):
@@ -161,33 +188,44 @@ def test_batched_phases_with_masks_equal_single_calls(strategy):
                 a = tw.observe(a, jnp.int32(1), hp, spec)
                 a, dec_i = tw.offer(a, m, ids[i], hp, spec)
                 a = tw.end_task(a, spec)
-                chex.assert_trees_all_close(jax.tree_util.tree_map(lambda x: x[i], s4), a, rtol=1e-12, atol=1e-12)
+                chex.assert_trees_all_close(jax.tree_util.tree_map(lambda x: x[i], s2), a, rtol=1e-12, atol=1e-12)
                 assert int(dec.code[i]) == int(dec_i.code) != int(tw.Admission.NOT_OFFERED)
                 assert int(sel.slot[i]) == int(sel_i.slot)
             else:  # selection state untouched, offer not made
                 assert int(dec.code[i]) == int(tw.Admission.NOT_OFFERED)
                 chex.assert_trees_all_equal(jax.tree_util.tree_map(lambda x: x[i], s1), one)
-        # no configuration enabled: nothing is admitted anywhere and the state is unchanged
-        s5, dec5 = tw.offer_batched(s2, m, ids, hps, spec, mask=jnp.zeros(4, bool), strategy=strategy)
+        # no configuration offers: nothing is admitted anywhere
+        _, dec5 = jax.vmap(lambda s, i, h: tw.finish_task(s, 1, m, i, False, h, spec))(s1, ids, hps)
         assert np.all(np.asarray(dec5.code) == int(tw.Admission.NOT_OFFERED))
-        chex.assert_trees_all_equal(s5, s2)
 
 
-def test_vmap_admission_runs_only_when_some_configuration_offers():
-    """Under the vmap strategy the admission is one lax.cond on any(enabled & success), not a select."""
+def test_vmap_runs_the_gated_branches_once_and_only_when_some_configuration_needs_them():
+    """Under ``jax.vmap(tw.step)`` the admission and the refits stay real conditionals on "any
+    configuration" (a plain vmap would turn them into selects that run every branch every task),
+    and each gated branch appears once in the program, as in the single-configuration one."""
     with precision("float32") as f:
         spec, _ = small_setup(f)
         hps = tw.stack_hparams([small_setup(f, **c)[1] for c in CONFIGS[:2]])
-        states = tw.init_batched(spec, hps)
-        m = jnp.zeros((spec.dim,), f)
-        jaxpr = jax.make_jaxpr(lambda s: tw.offer_batched(s, m, jnp.zeros(2, jnp.int32), hps, spec,
-                                                          strategy="vmap"))(states)
-        text = str(jaxpr)
-        assert "cond[" in text
-        # the worth's top-level score matmul lives inside the conditional's branch, not outside it
-        outer = [e for e in jaxpr.jaxpr.eqns if e.primitive.name in ("jit", "pjit")][0].params["jaxpr"].jaxpr.eqns
-        names = [e.primitive.name for e in outer]
-        assert "cond" in names and "dot_general" not in names, names
+        states = jax.vmap(functools.partial(tw.init, spec))(hps)
+        event = jax.tree_util.tree_map(lambda x: x[0], _events(spec, f, T=1))
+        single = jax.make_jaxpr(lambda s, h: tw.step(s, event, h, spec))(jax.tree_util.tree_map(lambda x: x[0], states),
+                                                                          jax.tree_util.tree_map(lambda x: x[0], hps))
+        batched = jax.make_jaxpr(jax.vmap(lambda s, h: tw.step(s, event, h, spec)))(states, hps)
+
+        def conds(jaxpr):
+            return [e for e in _eqns(jaxpr.jaxpr) if e.primitive.name == "cond"]
+
+        def solves(jaxpr):  # the Cholesky factorisations: KRR fits (inside the gated refits)
+            return sum(e.primitive.name == "cholesky" for e in _eqns(jaxpr.jaxpr))
+
+        # the same number of conditionals, each on a scalar predicate (any over configurations)
+        assert len(conds(batched)) == len(conds(single)) >= 4  # base fit, KRR fit, AGOP, admission
+        assert all(e.invars[0].aval.shape == () for e in conds(batched))
+        assert solves(batched) == solves(single) > 0
+        # the worth's score matmuls live inside a conditional's branch, never at the top level
+        top = [e.primitive.name for e in batched.jaxpr.eqns]
+        inner = [e for e in _eqns(batched.jaxpr) if e.primitive.name in ("jit", "pjit")][0].params["jaxpr"].jaxpr.eqns
+        assert "dot_general" not in top and "cond" in [e.primitive.name for e in inner]
 
 
 def test_plain_vmap_of_run_at_the_db_preset_completes():
@@ -201,7 +239,7 @@ def test_plain_vmap_of_run_at_the_db_preset_completes():
     v /= np.linalg.norm(v, axis=-1, keepdims=True)
     events = tw.Event(jnp.asarray(v[0], jnp.float32), jnp.ones(20, jnp.int32), jnp.asarray(v[1], jnp.float32),
                       jnp.arange(20, dtype=jnp.int32))
-    states = tw.init_batched(spec, hps)
+    states = jax.vmap(functools.partial(tw.init, spec))(hps)
     _, out = jax.jit(jax.vmap(lambda s, h: tw.run(s, events, h, spec)))(states, hps)
     _, ref = tw.run_batched(states, events, hps, spec, strategy="map")
     np.testing.assert_array_equal(np.asarray(out.decision.code), np.asarray(ref.decision.code))

@@ -9,35 +9,57 @@ Pure API (state in, state out; ``spec`` static, ``hp`` traced)::
     state, dec = tokenworth_jax.offer(state, m_vec, memory_id, hp, spec)   # after a success
     state = tokenworth_jax.end_task(state, spec)
     state, dec = tokenworth_jax.finish_task(state, reward, m_vec, memory_id, offered, hp, spec)  # the last three fused
+    state, dec, sel = tokenworth_jax.advance(state, reward, m_vec, memory_id, offered, next_q, hp, spec)
     state, out = tokenworth_jax.run(state, events, hp, spec)              # lax.scan of step
 
-C configurations stacked on axis 0 (``init_batched``, ``select_batched``, ``observe_batched``,
-``offer_batched``, ``end_task_batched``, ``finish_task_batched``, ``step_batched``,
-``run_batched``) run the same per-configuration code, with optional (C,) masks.
+C configurations are ``jax.vmap`` of the same functions over stacked states and
+hyperparameters (``stack_hparams``); refits and admissions stay gated on "some configuration
+needs it". ``run_batched`` is that for a whole stream, with ``lax.map`` as the CPU strategy.
 
-Host wrapper for agent loops: :class:`tokenworth_jax.Controller`; its memory-id bookkeeping
-is :class:`tokenworth_jax.MemoryTable`. Checked (NaN-reporting) variants: :mod:`tokenworth_jax.checked`.
+The state is one field per part (:mod:`.bank`, :mod:`.base_scorer`, :mod:`.residual`,
+:mod:`.probes`, the pair :mod:`.scorers`, the :mod:`.modes`), each owning its ``NamedTuple``
+state and pure functions. Host wrapper for agent loops: :class:`tokenworth_jax.Controller`; its
+memory-id bookkeeping is :class:`tokenworth_jax.MemoryTable`. Checked (NaN-reporting) variants:
+:mod:`tokenworth_jax.checked`.
 """
 
 from . import checked, presets
-from .batching import Strategy, map_configs, tree_where
+from .bank import Bank
+from .batching import Strategy, gated
 from .bookkeeping import MemoryTable
-from .config import HParams, Spec, hparams, preset, stack_hparams
-from .controller import (Event, Selection, StepOutput, close_and_select, end_task, end_task_batched, finish_task,
-                         finish_task_batched, init, init_batched, observe, observe_batched, offer, offer_batched, run,
-                         run_batched, select, select_batched, step, step_batched)
+from .config import HParams, PlusHParams, Spec, hparams, preset, stack_hparams
+from .controller import (
+                         Event,
+                         Parts,
+                         Selection,
+                         State,
+                         StepOutput,
+                         advance,
+                         end_task,
+                         finish_task,
+                         init,
+                         observe,
+                         offer,
+                         parts,
+                         run,
+                         run_batched,
+                         select,
+                         step,
+                         worth,
+)
 from .featurize import featurize
 from .host import Controller, HostDecision, HostSelection, ProtocolError
 from .krr import Predictor
-from .lifecycle import Admission, Decision, Worth, worth
-from .refit import agop_update, fit_base, fit_krr, refit
-from .state import State
+from .lifecycle import Admission, Decision, Worth
+from .modes import Mode
+from .modes import paper as paper_mode
+from .plus.mode import plus as plus_mode
+from .pytree import Empty, tree_where
 
 __all__ = [
-    "Admission", "Controller", "Decision", "Event", "HParams", "HostDecision", "HostSelection", "MemoryTable",
-    "Predictor", "ProtocolError", "Selection", "Spec", "State", "StepOutput", "Strategy", "Worth",
-    "agop_update", "checked", "close_and_select", "end_task", "end_task_batched", "featurize", "finish_task",
-    "finish_task_batched", "fit_base", "fit_krr", "hparams", "init", "init_batched", "map_configs", "observe",
-    "observe_batched", "offer", "offer_batched", "preset", "presets", "refit", "run", "run_batched", "select",
-    "select_batched", "stack_hparams", "step", "step_batched", "tree_where", "worth",
+    "Admission", "Bank", "Controller", "Decision", "Empty", "Event", "HParams", "HostDecision", "HostSelection",
+    "MemoryTable", "Mode", "Parts", "PlusHParams", "Predictor", "ProtocolError", "Selection", "Spec", "State",
+    "StepOutput", "Strategy", "Worth", "advance", "checked", "end_task", "featurize", "finish_task", "gated", "hparams",
+    "init", "observe", "offer", "paper_mode", "parts", "plus_mode", "preset", "presets", "run", "run_batched", "select",
+    "stack_hparams", "step", "tree_where", "worth",
 ]

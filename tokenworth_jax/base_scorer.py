@@ -3,6 +3,9 @@
 L(w) = sum_j log(1 + exp(-y_j w^T phi_j)) + lambda_w ||w - w0||^2 over the valid window.
 The Newton direction is scaled by optax's Armijo backtracking line search
 (``scale_by_backtracking_linesearch``: initial step 1, halving, slope constant 1e-4).
+
+This module owns :class:`BaseScorer` (w, its window of (phi, y) examples and its fit count):
+:func:`init`, :func:`record` an example, :func:`fit`.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import optax
+
+from .ring import Ring, ring_init, ring_push, ring_valid
 
 MAX_NEWTON_ITERS = 50
 MAX_BACKTRACKS = 30
@@ -78,3 +83,33 @@ def refit_weights(w_old: jax.Array, w_fit: jax.Array, beta_w: jax.Array,
                   w_min: jax.Array, w_max: jax.Array) -> jax.Array:
     """w <- clip((1 - beta_w) w_old + beta_w w_fit, w_min, w_max)."""
     return jnp.clip((1 - beta_w) * w_old + beta_w * w_fit, w_min, w_max)
+
+
+class BaseScorer(NamedTuple):
+    w: jax.Array  # (4,) weights of phi = [cos, u, rel, rec]
+    window: Ring  # data = (phi (N_base, 4), y (N_base,) in {-1, 1})
+    n_fits: jax.Array  # int32 completed Newton fits
+
+
+def init(window: int, w0: jax.Array, dtype: jnp.dtype) -> BaseScorer:
+    """w = w0, an empty window."""
+    w0 = jnp.asarray(w0, dtype)
+    n = w0.shape[-1]
+    return BaseScorer(w=w0 * jnp.ones((n,), dtype),
+                      window=ring_init((jnp.zeros((window, n), dtype), jnp.zeros((window,), dtype))),
+                      n_fits=jnp.zeros((), jnp.int32))
+
+
+def record(scorer: BaseScorer, phi: jax.Array, y: jax.Array, enabled: jax.Array) -> BaseScorer:
+    """One example (phi (4,), y = 2r - 1) into the window, where ``enabled``."""
+    return scorer._replace(window=ring_push(scorer.window, (phi, y), enabled))
+
+
+def fit(scorer: BaseScorer, w0: jax.Array, lambda_w: jax.Array, beta_w: jax.Array, w_min: jax.Array,
+        w_max: jax.Array) -> BaseScorer:
+    """Newton fit on the window from the current w, then the damped, clipped update."""
+    phi, y = scorer.window.data
+    f = phi.dtype
+    w_fit, _ = newton_fit(phi, y, ring_valid(scorer.window), scorer.w, jnp.asarray(w0, f), jnp.asarray(lambda_w, f))
+    w = refit_weights(scorer.w, w_fit, jnp.asarray(beta_w, f), jnp.asarray(w_min, f), jnp.asarray(w_max, f))
+    return BaseScorer(w=w, window=scorer.window, n_fits=scorer.n_fits + 1)

@@ -1,29 +1,29 @@
-"""How per-configuration functions are lifted to C stacked configurations.
+"""Batching is a transform: every controller function is written for one configuration, and
+C configurations are ``jax.vmap`` of it (or ``jax.lax.map``, the CPU strategy).
 
-Every controller phase is written once, for one configuration. The batched entry points
-apply the same code in one of two ways (the static ``strategy``):
+A plain ``jax.vmap`` turns a ``lax.cond`` whose predicate differs per configuration into a
+``select`` that runs both branches for everybody, so a refit or an admission would run at every
+task. :func:`gated` is the one place that rule is written: a ``lax.cond`` for one
+configuration, and, through :func:`jax.custom_batching.custom_vmap`, one ``lax.cond`` on "some
+configuration needs it" followed by a per-configuration :func:`~tokenworth_jax.pytree.tree_where`
+when vmapped. So ``jax.vmap(tw.step)`` is the batched controller, and stays cheap.
 
-* ``"vmap"`` batches every array op over the configurations. A ``lax.cond`` whose predicate
-  differs per configuration would become a ``select`` under a plain ``jax.vmap``, running
-  both branches for everybody at every step. :func:`gated` keeps the branch real instead:
-  one ``lax.cond`` on "any configuration needs it", then a per-configuration
-  :func:`tree_where`. Refits and admission are gated this way. Best where batched matmuls
-  are cheap (GPU).
-* ``"map"`` loops over the configurations inside the compiled program (``lax.map``), so
-  each configuration keeps its own real branches.
-
-``"auto"`` picks ``"map"`` on the CPU backend and ``"vmap"`` elsewhere (measurements in
-docs/performance.md). Both equal separate runs (tests/test_transforms.py).
+``"auto"`` picks ``"map"`` on the CPU backend (each configuration keeps its own real branches
+and small matmuls stay small) and ``"vmap"`` elsewhere (measurements: docs/performance.md).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Literal, get_args
+from typing import Any, Callable, Literal, TypeVar, get_args
 
 import jax
 import jax.numpy as jnp
+from jax import custom_batching
+
+from .pytree import tree_where
 
 Strategy = Literal["auto", "vmap", "map"]
+T = TypeVar("T")
 
 
 def resolve(strategy: Strategy) -> Literal["vmap", "map"]:
@@ -35,44 +35,35 @@ def resolve(strategy: Strategy) -> Literal["vmap", "map"]:
     return strategy
 
 
-def tree_where(mask: jax.Array, new: Any, old: Any) -> Any:
-    """Per-configuration choice between two stacked pytrees: ``new[c] if mask[c] else old[c]``.
-
-    ``mask`` has shape (C,); every leaf has leading axis C. A scalar mask picks whole trees.
-    """
-
-    def pick(a: jax.Array, b: jax.Array) -> jax.Array:
-        return jnp.where(mask.reshape(mask.shape + (1,) * (a.ndim - mask.ndim)), a, b)
-
-    return jax.tree_util.tree_map(pick, new, old)
-
-
-def lift(fn: Callable[..., Any], batched: bool) -> Callable[..., Any]:
-    """``fn`` itself for one configuration, ``jax.vmap(fn)`` over stacked arguments."""
-    return jax.vmap(fn) if batched else fn
-
-
-def gated(pred: jax.Array, fn: Callable[..., Any], otherwise: Callable[..., Any], args: tuple, batched: bool) -> Any:
-    """``fn(*args) if pred else otherwise(*args)`` with both branches returning the same structure.
-
-    For one configuration this is ``lax.cond``. Batched (``pred`` of shape (C,), every argument
-    stacked on axis 0) ``fn`` runs, vmapped, only when some configuration needs it, and each
-    configuration keeps ``otherwise``'s result where its own ``pred`` is false.
-    """
-    if not batched:
-        return jax.lax.cond(pred, fn, otherwise, *args)
-
-    def some(a: tuple) -> Any:
-        return tree_where(pred, jax.vmap(fn)(*a), jax.vmap(otherwise)(*a))
-
-    return jax.lax.cond(jnp.any(pred), some, lambda a: jax.vmap(otherwise)(*a), args)
-
-
-def map_configs(fn: Callable[..., Any], *stacked: Any, strategy: Strategy = "auto") -> Any:
-    """Apply a per-configuration function to arguments stacked on axis 0 (vmap or lax.map).
-
-    Shared arguments go in ``fn``'s closure. Use it inside ``jax.jit``.
-    """
+def over_configs(fn: Callable[..., T], strategy: Strategy = "auto") -> Callable[..., T]:
+    """``fn`` of one configuration, applied to arguments stacked on axis 0 (vmap or lax.map)."""
     if resolve(strategy) == "map":
-        return jax.lax.map(lambda args: fn(*args), stacked)
-    return jax.vmap(fn)(*stacked)
+        return lambda *stacked: jax.lax.map(lambda args: fn(*args), stacked)
+    return jax.vmap(fn)
+
+
+def gated(pred: jax.Array, fn: Callable[..., T], otherwise: Callable[..., T], *operands: Any) -> T:
+    """``fn(*operands) if pred else otherwise(*operands)``; both return the same structure.
+
+    ``fn`` and ``otherwise`` must close over nothing traced (pass every array as an operand).
+    Vmapped with a batched ``pred``, ``fn`` runs (vmapped) only when some configuration's
+    ``pred`` holds, and each configuration keeps ``otherwise``'s result where its own is false.
+    """
+
+    @custom_batching.custom_vmap
+    def branch(p: jax.Array, *ops: Any) -> Any:
+        return jax.lax.cond(p, fn, otherwise, *ops)
+
+    @branch.def_vmap
+    def _batched(axis_size: int, in_batched: list, p: jax.Array, *ops: Any) -> tuple[Any, Any]:
+        axes = tuple(jax.tree_util.tree_map(lambda b: 0 if b else None, list(in_batched[1:])))
+        p = p if in_batched[0] else jnp.broadcast_to(p, (axis_size,))
+        run_fn, run_otherwise = jax.vmap(fn, in_axes=axes), jax.vmap(otherwise, in_axes=axes)
+
+        def some(args: tuple) -> Any:
+            return tree_where(p, run_fn(*args), run_otherwise(*args))
+
+        out = jax.lax.cond(jnp.any(p), some, lambda args: run_otherwise(*args), ops)
+        return out, jax.tree_util.tree_map(lambda _: True, out)
+
+    return branch(jnp.asarray(pred, bool), *operands)

@@ -11,7 +11,7 @@ non-finite value in program order:
 3. the outgoing state (a non-finite value the step itself produced).
 
 Usage: ``tw.checked.select(state, q, hp, spec)`` instead of ``tw.select(...)`` (same
-signature and results). The checks cost one reduction per state leaf per call; use them
+signature and results). Each one wraps the public function of the same name. The checks cost one reduction per state leaf per call; use them
 while developing or when the inputs come from somewhere untrusted.
 
 Which entry points validate (see docs/controller.md): ``tw.hparams``/``tw.preset``/``Spec``
@@ -31,19 +31,19 @@ from jax.experimental import checkify
 
 from . import controller as C
 from .config import HParams, Spec
-from .controller import Event, Selection, StepOutput
+from .controller import Event, Selection, State, StepOutput
 from .lifecycle import Decision
-from .state import State
 
-# entry point -> (function of (*args, spec), the names of its array arguments; "state" is checked as a tree)
+# entry point -> (the public function, the names of its array arguments; "state" is checked as a tree)
 _ENTRY: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
-    "select": (C._select, ("state", "query", "hp")),
-    "observe": (C._observe, ("state", "reward", "hp")),
-    "offer": (lambda s, e, i, hp, spec: C._offer(s, e, i, hp, spec), ("state", "memory", "memory_id", "hp")),
-    "end_task": (lambda s, spec: C._end_task(s, spec), ("state",)),
-    "finish_task": (C._finish_task, ("state", "reward", "memory", "memory_id", "offered", "hp")),
-    "step": (C._step, ("state", "event", "hp")),
-    "run": (C._run, ("state", "events", "hp")),
+    "select": (C.select, ("state", "query", "hp")),
+    "observe": (C.observe, ("state", "reward", "hp")),
+    "offer": (C.offer, ("state", "memory", "memory_id", "hp")),
+    "end_task": (C.end_task, ("state",)),
+    "finish_task": (C.finish_task, ("state", "reward", "memory", "memory_id", "offered", "hp")),
+    "advance": (C.advance, ("state", "reward", "memory", "memory_id", "offered", "query", "hp")),
+    "step": (C.step, ("state", "event", "hp")),
+    "run": (C.run, ("state", "events", "hp")),
 }
 
 
@@ -63,8 +63,8 @@ def _compiled(name: str, spec: Spec) -> Callable[..., Any]:
             if arg_name != "state":
                 _check_finite(arg, f"{name}: input {arg_name}")
         _check_finite(args[0], f"{name}: incoming state")
-        out = fn(*args, spec)
-        new_state = out[0] if isinstance(out, tuple) else out
+        out = fn(*args, spec=spec)
+        new_state = out if isinstance(out, State) else out[0]  # State is itself a tuple
         _check_finite(new_state, f"{name}: outgoing state")
         return out
 
@@ -99,6 +99,12 @@ def finish_task(state: State, reward: jax.Array, memory: jax.Array, memory_id: j
                  jnp.asarray(offered, bool), hp)
 
 
+def advance(state: State, reward: jax.Array, memory: jax.Array, memory_id: jax.Array, offered: jax.Array,
+            query: jax.Array, hp: HParams, spec: Spec) -> tuple[State, Decision, Selection]:
+    return _call("advance", spec, state, jnp.asarray(reward, jnp.int32), memory, jnp.asarray(memory_id, jnp.int32),
+                 jnp.asarray(offered, bool), query, hp)
+
+
 def step(state: State, event: Event, hp: HParams, spec: Spec) -> tuple[State, StepOutput]:
     return _call("step", spec, state, event, hp)
 
@@ -108,4 +114,4 @@ def run(state: State, events: Event, hp: HParams, spec: Spec) -> tuple[State, St
     return _call("run", spec, state, events, hp)
 
 
-__all__ = ["select", "observe", "offer", "end_task", "finish_task", "step", "run"]
+__all__ = ["select", "observe", "offer", "end_task", "finish_task", "advance", "step", "run"]

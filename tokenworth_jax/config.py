@@ -16,11 +16,12 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.typing import ArrayLike
+from jax.typing import ArrayLike, DTypeLike
+
+from .pytree import Empty
 
 N_BASE_FEATURES = 4  # phi = [cos, u, rel, rec]
 N_STAT_FEATURES = 5  # z tail = [cos, u, rel, rec, freq]
-N_LIFT_FEATURES = 3  # TokenWorth+ psi = [1, cos, mean advantage]
 
 
 class _SpecFields(NamedTuple):
@@ -41,7 +42,7 @@ class _SpecFields(NamedTuple):
     # (P + 1)(B + 1) N D. Same decisions as the full computation (scores equal to rounding);
     # costs (P + 1) B (N + 1) floats of state. worth_chunk does not apply to it.
     incremental: bool = False
-    # TokenWorth+ (opt-in, docs/tokenworth-plus.md): adds State.plus; False = the paper, unchanged.
+    # TokenWorth+ (opt-in, docs/tokenworth-plus.md): the plus mode and its state; False = the paper.
     plus: bool = False
     null_window: int = 128  # TokenWorth+: tasks with nothing injected kept for p̂₀(q)
 
@@ -104,8 +105,71 @@ def spec_from_dict(data: dict[str, Any]) -> Spec:
                    for k, v in data.items()})
 
 
+# ----- TokenWorth+ hyperparameters: their own traced pytree, HParams.plus when Spec.plus -----------------
+# Outside this pytree they go by flat names, "plus_" + field ("plus_margin", "plus_lambda" for
+# lambda_, ...), which is how grids, checkpoints and error messages name them (docs/tokenworth-plus.md).
+N_LIFT_FEATURES = 3  # psi = [1, cos, mean advantage]
+
+
+class PlusHParams(NamedTuple):
+    rank: ArrayLike  # 0/1: rank candidates by predicted advantage (else the paper's s)
+    abstain: ArrayLike  # 0/1: inject only when the predicted advantage beats margin
+    advantage: ArrayLike  # 0/1: residual target y - (2 p0(q) - 1) (else the paper's delta)
+    worth: ArrayLike  # 0/1: lifecycle worth = mean predicted advantage over probes
+    margin: ArrayLike  # abstention margin, in success-probability units
+    explore: ArrayLike  # Thompson scale on the Laplace posterior (0 = greedy)
+    lambda_: ArrayLike  # ridge of the lift model towards theta0
+    theta0: ArrayLike  # (3,) prior lift weights for [1, cos, mean advantage]
+    p0_prior: ArrayLike  # prior mean of p0
+    p0_strength: ArrayLike  # pseudo-count of that prior (and of the kernel shrinkage)
+    bandwidth: ArrayLike  # kernel width of p0(q) on the cosine distance
+    seed: ArrayLike  # int: PRNG seed of the exploration key
+
+
+def flat_name(field: str) -> str:
+    return "plus_" + field.rstrip("_")
+
+
+FLAT_TO_FIELD = {flat_name(f): f for f in PlusHParams._fields}
+
+PLUS_DEFAULTS: dict[str, Any] = dict(
+    plus_rank=0.0,  # rank by the paper score s; 1 = by predicted advantage (measured worse on sim DB)
+    plus_abstain=1.0,
+    plus_advantage=1.0,
+    plus_worth=1.0,
+    plus_margin=-0.05,
+    plus_explore=1.0,
+    plus_lambda=1.0,
+    plus_theta0=(0.5, 0.0, 0.0),  # optimistic intercept: without it a greedy start never injects
+    plus_p0_prior=0.5,
+    plus_p0_strength=2.0,
+    plus_bandwidth=0.05,
+    plus_seed=0,
+)
+
+PLUS_RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = dict(
+    plus_rank=(0, 1, False, False),  # switches: 0 = off, 1 = on
+    plus_abstain=(0, 1, False, False),
+    plus_advantage=(0, 1, False, False),
+    plus_worth=(0, 1, False, False),
+    plus_margin=(-1, 1, False, False),  # a difference of two probabilities
+    plus_explore=(0, None, False, False),
+    plus_lambda=(0, None, True, False),
+    plus_theta0=(None, None, False, False),
+    plus_p0_prior=(0, 1, True, True),
+    plus_p0_strength=(0, None, True, False),
+    plus_bandwidth=(0, None, True, False),
+    plus_seed=(0, 2**31 - 1, False, False),  # an int32 PRNG seed
+)
+
+
 class HParams(NamedTuple):
-    """Traced hyperparameters (array leaves). Build with :func:`hparams`."""
+    """Traced hyperparameters (array leaves). Build with :func:`hparams`.
+
+    ``plus`` holds TokenWorth+'s own hyperparameters (:class:`PlusHParams`)
+    when the controller runs in plus mode (``Spec(plus=True)``), and is :class:`~tokenworth_jax.pytree.Empty`
+    otherwise.
+    """
 
     w0: ArrayLike  # (4,) prior weights for [cos, u, rel, rec]
     lambda_w: ArrayLike
@@ -133,25 +197,12 @@ class HParams(NamedTuple):
     u_failure: ArrayLike
     u_min: ArrayLike
     u_max: ArrayLike
-    # ---- TokenWorth+ (read only when Spec.plus; docs/tokenworth-plus.md). :func:`hparams` always
-    # fills them (validated like every field); None defaults only serve hand-built HParams, and
-    # checkpoints written before they existed load with their defaults (:func:`hparams_from_arrays`).
-    plus_rank: ArrayLike = None  # 0/1: rank candidates by predicted advantage (else the paper's s)
-    plus_abstain: ArrayLike = None  # 0/1: inject only when the predicted advantage beats plus_margin
-    plus_advantage: ArrayLike = None  # 0/1: residual target y - (2 p0(q) - 1) (else the paper's delta)
-    plus_worth: ArrayLike = None  # 0/1: lifecycle worth = mean predicted advantage over probes
-    plus_margin: ArrayLike = None  # abstention margin, in success-probability units
-    plus_explore: ArrayLike = None  # Thompson scale on the Laplace posterior (0 = greedy)
-    plus_lambda: ArrayLike = None  # ridge of the lift model towards plus_theta0
-    plus_theta0: ArrayLike = None  # (3,) prior lift weights for [1, cos, mean advantage]
-    plus_p0_prior: ArrayLike = None  # prior mean of p0
-    plus_p0_strength: ArrayLike = None  # pseudo-count of that prior (and of the kernel shrinkage)
-    plus_bandwidth: ArrayLike = None  # kernel width of p0(q) on the cosine distance
-    plus_seed: ArrayLike = None  # int: PRNG seed of the exploration key
+    plus: PlusHParams | Empty = Empty()
 
 
+CORE_FIELDS = tuple(f for f in HParams._fields if f != "plus")
+PLUS_NAMES = tuple(FLAT_TO_FIELD)
 INT_FIELDS = frozenset({"base_interval", "krr_interval", "agop_interval", "warmup", "plus_seed"})
-PLUS_FIELDS = tuple(f for f in HParams._fields if f.startswith("plus_"))
 
 COMMON: dict[str, Any] = dict(
     w0=(1.0, 0.10, 0.10, 0.02),
@@ -176,19 +227,6 @@ COMMON: dict[str, Any] = dict(
     u_failure=0.45,
     u_min=-2.0,
     u_max=5.0,
-    # TokenWorth+ defaults: every part on (they only act when Spec.plus is True).
-    plus_rank=0.0,  # rank by the paper score s; 1 = by predicted advantage (measured worse on sim DB)
-    plus_abstain=1.0,
-    plus_advantage=1.0,
-    plus_worth=1.0,
-    plus_margin=-0.05,
-    plus_explore=1.0,
-    plus_lambda=1.0,
-    plus_theta0=(0.5, 0.0, 0.0),  # optimistic intercept: without it a greedy start never injects
-    plus_p0_prior=0.5,
-    plus_p0_strength=2.0,
-    plus_bandwidth=0.05,
-    plus_seed=0,
 )
 
 # Table A1 (per environment) and App. C (BigCodeBench / ALFWorld).
@@ -201,8 +239,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 PRESET_CAPACITY = {"db": 64, "os": 64, "kg": 64, "appc": 50}
 
 
-# Allowed range of every hyperparameter: (low, high, low_open, high_open); None = unbounded.
-# Cross-field rules (w_min <= w_max, m_min <= m_max, u_min <= u_init <= u_max) follow below.
+# Allowed range of every hyperparameter, by flat name: (low, high, low_open, high_open); None =
+# unbounded. Cross-field rules (w_min <= w_max, m_min <= m_max, u_min <= u_init <= u_max) follow below.
 RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = dict(
     w0=(None, None, False, False),
     lambda_w=(0, None, True, False),
@@ -230,19 +268,31 @@ RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = dict(
     u_failure=(0, None, False, False),
     u_min=(None, None, False, False),
     u_max=(None, None, False, False),
-    plus_rank=(0, 1, False, False),  # switches: 0 = off, 1 = on
-    plus_abstain=(0, 1, False, False),
-    plus_advantage=(0, 1, False, False),
-    plus_worth=(0, 1, False, False),
-    plus_margin=(-1, 1, False, False),  # a difference of two probabilities
-    plus_explore=(0, None, False, False),
-    plus_lambda=(0, None, True, False),
-    plus_theta0=(None, None, False, False),
-    plus_p0_prior=(0, 1, True, True),
-    plus_p0_strength=(0, None, True, False),
-    plus_bandwidth=(0, None, True, False),
-    plus_seed=(0, 2**31 - 1, False, False),  # an int32 PRNG seed
+    **PLUS_RANGES,
 )
+VECTOR_SIZES = {"w0": N_BASE_FEATURES, "w_min": N_BASE_FEATURES, "w_max": N_BASE_FEATURES,
+                "plus_theta0": N_LIFT_FEATURES}
+
+
+def names(*, plus: bool = True) -> tuple[str, ...]:
+    """Every hyperparameter's flat name (the core ones, then TokenWorth+'s when ``plus``)."""
+    return CORE_FIELDS + (PLUS_NAMES if plus else ())
+
+
+def flatten(hp: HParams) -> dict[str, Any]:
+    """``{flat name: leaf}``: the core fields, then ``plus_*`` when ``hp.plus`` is set."""
+    out = {name: getattr(hp, name) for name in CORE_FIELDS}
+    if isinstance(hp.plus, PlusHParams):
+        out.update({flat_name(f): v for f, v in hp.plus._asdict().items()})
+    return out
+
+
+def unflatten(values: dict[str, Any]) -> HParams:
+    """The inverse of :func:`flatten` (``plus`` is set when any ``plus_*`` name is present)."""
+    plus: PlusHParams | Empty = Empty()
+    if any(name in values for name in PLUS_NAMES):
+        plus = PlusHParams(**{FLAT_TO_FIELD[name]: values[name] for name in PLUS_NAMES})
+    return HParams(**{name: values[name] for name in CORE_FIELDS}, plus=plus)
 
 
 def _range_text(lo: float | None, hi: float | None, lo_open: bool, hi_open: bool, integer: bool) -> str:
@@ -266,7 +316,7 @@ def _where(bad: np.ndarray) -> str:
 def check_value(name: str, value: Any) -> np.ndarray:
     """The host value of one hyperparameter as float64, or a ValueError naming field, value and range."""
     if name not in RANGES:
-        raise ValueError(f"unknown hyperparameter {name!r}; known: {list(HParams._fields)}")
+        raise ValueError(f"unknown hyperparameter {name!r}; known: {list(names())}")
     try:
         v = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
@@ -287,27 +337,26 @@ def check_value(name: str, value: Any) -> np.ndarray:
     return v
 
 
-def hparams(preset: str = "db", *, dtype: Any = jnp.float32, **overrides: ArrayLike) -> HParams:
-    """Hyperparameters of a preset, with overrides, as arrays of ``dtype`` (ints as int32).
+def hparams(preset: str = "db", *, plus: bool = False, dtype: DTypeLike = jnp.float32, **overrides: ArrayLike) -> HParams:
+    """Hyperparameters of a preset, with overrides by flat name, as arrays of ``dtype`` (ints as int32).
 
-    Every value is validated on the host first (:func:`validate_hparams`).
+    ``plus=True`` adds TokenWorth+'s (``plus_*``), for a ``Spec(plus=True)`` controller; a
+    ``plus_*`` override without it is an error. Every value is validated on the host first.
     """
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; expected one of {sorted(PRESETS)}")
-    values = {**COMMON, **PRESETS[preset]}
-    unknown = set(overrides) - set(HParams._fields)
+    known = names(plus=plus)
+    unknown = set(overrides) - set(known)
+    if unknown & set(PLUS_NAMES):
+        raise ValueError(f"{sorted(unknown & set(PLUS_NAMES))} are TokenWorth+ hyperparameters: "
+                         "pass plus=True (and use Spec(plus=True))")
     if unknown:
-        raise ValueError(f"unknown hyperparameter(s) {sorted(unknown)}; known: {list(HParams._fields)}")
-    values.update(overrides)
-    for name in HParams._fields:  # before any cast: 2.5 must not become 2
+        raise ValueError(f"unknown hyperparameter(s) {sorted(unknown)}; known: {list(known)}")
+    values = {**COMMON, **PRESETS[preset], **(PLUS_DEFAULTS if plus else {}), **overrides}
+    for name in known:  # before any cast: 2.5 must not become 2
         check_value(name, values[name])
-    leaves = {}
-    for name in HParams._fields:
-        kind = jnp.int32 if name in INT_FIELDS else dtype
-        leaves[name] = jnp.asarray(values[name], dtype=kind)
-    hp = HParams(**leaves)
-    validate_hparams(hp)
-    return hp
+    leaves = {name: jnp.asarray(values[name], dtype=jnp.int32 if name in INT_FIELDS else dtype) for name in known}
+    return validate_hparams(unflatten(leaves))
 
 
 def validate_hparams(hp: HParams) -> HParams:
@@ -316,12 +365,15 @@ def validate_hparams(hp: HParams) -> HParams:
     A ValueError names the field, its value (and the configuration index when stacked) and
     the allowed range. Skipped for traced values (inside a transformation nothing is concrete).
     """
-    try:  # None: a TokenWorth+ leaf of a hand-built HParams (never read by the paper path)
-        concrete = {k: np.asarray(v) for k, v in hp._asdict().items() if v is not None}
+    if not isinstance(hp, HParams):
+        raise TypeError(f"hyperparameters must be a tokenworth_jax.HParams, got {type(hp).__name__}")
+    if not isinstance(hp.plus, (PlusHParams, Empty)):
+        raise TypeError(f"HParams.plus must be PlusHParams or Empty, got {type(hp.plus).__name__}")
+    try:
+        concrete = {k: np.asarray(v) for k, v in flatten(hp).items()}
     except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
         return hp
-    shapes = [(name, N_BASE_FEATURES) for name in ("w0", "w_min", "w_max")] + [("plus_theta0", N_LIFT_FEATURES)]
-    for name, n in shapes:
+    for name, n in VECTOR_SIZES.items():
         if name in concrete and concrete[name].shape[-1:] != (n,):
             raise ValueError(f"hyperparameter {name} must have {n} entries, got shape {concrete[name].shape}")
     v = {name: check_value(name, value) for name, value in concrete.items()}
@@ -340,30 +392,38 @@ def validate_hparams(hp: HParams) -> HParams:
     return hp
 
 
-def hparams_from_arrays(data: dict[str, Any]) -> HParams:
-    """Validated HParams from ``{name: array}`` (e.g. a checkpoint); missing or unknown names are an error.
+def check_matches(spec: Spec, hp: HParams) -> None:
+    """A plus-mode Spec needs TokenWorth+ hyperparameters and a paper one must have none."""
+    if spec.plus and not isinstance(hp.plus, PlusHParams):
+        raise ValueError("Spec(plus=True) needs TokenWorth+ hyperparameters: build them with "
+                         "tw.hparams(..., plus=True) or tw.preset(..., plus=True)")
+    if not spec.plus and not isinstance(hp.plus, Empty):
+        raise ValueError("these hyperparameters carry TokenWorth+ values (plus_*) but Spec.plus is False: "
+                         "use Spec(plus=True), or tw.hparams(...) without plus=True")
 
-    Checkpoints written before TokenWorth+ lack the ``plus_*`` names: those take their
-    defaults (:data:`COMMON`), which the paper path never reads.
-    """
-    missing, unknown = set(HParams._fields) - set(data), set(data) - set(HParams._fields)
-    if missing == set(PLUS_FIELDS):
-        like = np.asarray(data["lambda_w"]).dtype
-        data = {**data, **{k: np.asarray(COMMON[k], np.int32 if k in INT_FIELDS else like) for k in PLUS_FIELDS}}
-        missing = set()
+
+def hparams_from_arrays(data: dict[str, Any]) -> HParams:
+    """Validated HParams from ``{flat name: array}`` (e.g. a checkpoint); missing or unknown names are an error."""
+    plus = any(name in data for name in PLUS_NAMES)
+    expected = set(names(plus=plus))
+    missing, unknown = expected - set(data), set(data) - expected
     if missing or unknown:
         raise ValueError(f"hyperparameters: missing {sorted(missing)}, unknown {sorted(unknown)}")
-    return validate_hparams(HParams(**{k: jnp.asarray(data[k]) for k in HParams._fields}))
+    return validate_hparams(unflatten({k: jnp.asarray(data[k]) for k in expected}))
 
 
-def preset(name: str = "db", *, dtype: Any = jnp.float32, spec_overrides: dict[str, Any] | None = None,
-           **overrides: ArrayLike) -> tuple[Spec, HParams]:
-    """``(spec, hparams)`` for an environment preset: ``"db"``, ``"os"``, ``"kg"`` or ``"appc"``."""
+def preset(name: str = "db", *, plus: bool = False, dtype: DTypeLike = jnp.float32,
+           spec_overrides: dict[str, Any] | None = None, **overrides: ArrayLike) -> tuple[Spec, HParams]:
+    """``(spec, hparams)`` for an environment preset: ``"db"``, ``"os"``, ``"kg"`` or ``"appc"``.
+
+    ``plus=True`` gives the TokenWorth+ controller (``Spec(plus=True)`` and its hyperparameters).
+    """
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; expected one of {sorted(PRESETS)}")
-    spec_fields = {"capacity": PRESET_CAPACITY[name], "dtype": jnp.dtype(dtype).name, **(spec_overrides or {})}
+    spec_fields = {"capacity": PRESET_CAPACITY[name], "dtype": jnp.dtype(dtype).name, "plus": plus,
+                   **(spec_overrides or {})}
     spec = Spec(**spec_fields)
-    return spec, hparams(name, dtype=dtype, **overrides)
+    return spec, hparams(name, plus=spec.plus, dtype=dtype, **overrides)
 
 
 def stack_hparams(configs: list[HParams]) -> HParams:

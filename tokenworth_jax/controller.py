@@ -1,36 +1,80 @@
-"""The controller's pure functions: select, observe, offer, end_task, and the fused step.
+"""The controller: its parts composed into pure functions of one configuration.
 
-Every function takes the state pytree and returns a new one; nothing is kept on the host.
-``spec`` is static; ``hp`` is traced, so new values never recompile.
+Each part owns its state and the functions that update it: the :mod:`~tokenworth_jax.bank`, the
+:mod:`~tokenworth_jax.base_scorer`, the :mod:`~tokenworth_jax.residual` RFM, the
+:mod:`~tokenworth_jax.probes`, the pair :mod:`~tokenworth_jax.scorers` (full, or incremental with
+its worth cache) and the :mod:`~tokenworth_jax.modes` (the paper's, or TokenWorth+). This
+module only composes them; the phase order of a task is written once, in :func:`step`::
 
-A task is ``select -> observe -> offer (only after a success) -> end_task``. Each phase is
-written once, for one configuration; :func:`finish_task` fuses observe + offer + end_task
-(one device call for the host :class:`~tokenworth_jax.Controller`), :func:`step` fuses the
-whole task for ``jax.lax.scan`` over a pre-featurised stream (:func:`run`).
+    select -> observe -> offer (only after a success) -> end_task
 
-The ``*_batched`` entry points run C configurations stacked on axis 0 with the same code,
-lifted by :mod:`tokenworth_jax.batching` (``strategy`` ``"vmap"`` or ``"map"``); each takes an
-optional (C,) ``mask`` of the configurations that take part (the others keep their state).
+:func:`finish_task` fuses the last three, :func:`advance` closes one task and selects the next
+(the host :class:`~tokenworth_jax.Controller`'s call), :func:`run` scans :func:`step` over a
+pre-featurised stream. ``spec`` is static; ``hp`` is traced, so new values never recompile.
+
+Batching is a transform: ``jax.vmap`` of any of these functions runs C configurations stacked
+on axis 0, and refits and admissions still run only when some configuration needs them
+(:func:`tokenworth_jax.batching.gated`). :func:`run_batched` is a thin convenience over that.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
-from .batching import Strategy, lift, resolve, tree_where
-from .config import HParams, Spec
-from .features import MemoryStats, memory_stats
-from .lifecycle import Decision, offer as _offer
-from .refit import refit
-from .ring import ring_push
-from .scoring import eta_schedule, score_pairs
-from .state import Pending, State, init as _init
-from . import plus as _plus
-from . import worth_cache
-from .features import base_features, residual_features
+from . import bank as bank_lib
+from . import base_scorer, lifecycle, probes, residual, schedule
+from .bank import Bank
+from .base_scorer import BaseScorer
+from .batching import Strategy, gated, over_configs
+from .config import HParams, Spec, check_matches
+from .features import new_memory_stats
+from .lifecycle import Decision, Worth
+from .modes import Candidates, Feedback, Mode, paper
+from .plus.mode import plus
+from .plus.state import PlusState
+from .pytree import Empty
+from .residual import Residual
+from .ring import Ring
+from .scorers import Scorer
+from .scorers import from_spec as scorer_from_spec
+from .scoring import ScoreModel
+from .worth_cache import WorthCache
+
+
+class Pending(NamedTuple):
+    """What the open task remembers between select, observe and offer."""
+
+    query: jax.Array  # (D,)
+    retrieved: jax.Array  # bool: the bank was non-empty at select
+    selected: jax.Array  # bool: a memory was chosen
+    slot: jax.Array  # int32 chosen bank slot (-1 if none)
+    phi: jax.Array  # (4,) phi* at selection time
+    z: jax.Array  # (F,) z* at selection time
+    s_base: jax.Array  # scalar s_base* at selection time
+    reward: jax.Array  # int32 reward once observed (-1 before)
+
+
+class Clock(NamedTuple):
+    t: jax.Array  # int32 current task index
+    n_feedback: jax.Array  # int32 feedback examples seen (tasks with an injected memory)
+
+
+class State(NamedTuple):
+    """The controller's state: one field per part, each written only by its own module."""
+
+    bank: Bank
+    base: BaseScorer
+    residual: Residual
+    probes: Ring  # data = q (P, D)
+    scorer: WorthCache | Empty  # Spec.incremental
+    mode: PlusState | Empty  # Spec.plus
+    pending: Pending
+    clock: Clock
 
 
 class Selection(NamedTuple):
@@ -42,6 +86,9 @@ class Selection(NamedTuple):
     chosen: jax.Array  # int32 index into candidates, -1 if nothing was selected
     slot: jax.Array  # int32 chosen bank slot, -1 if none
     memory_id: jax.Array  # int32 chosen memory id, -1 if none
+    p0: jax.Array  # the mode's success probability without a memory (NaN in paper mode)
+    advantage: jax.Array  # its predicted gain of the chosen candidate (NaN in paper mode)
+    abstained: jax.Array  # bool: candidates existed but the mode injected nothing
 
 
 class Event(NamedTuple):
@@ -62,143 +109,192 @@ class StepOutput(NamedTuple):
 RewardFn = Callable[[Event, Selection], jax.Array]
 
 
-# ----- one configuration -------------------------------------------------------------------
+class Parts(NamedTuple):
+    """The implementations ``Spec`` chooses, once: how pairs are scored, how memories are chosen."""
+
+    scorer: Scorer
+    mode: Mode
+
+
+@functools.lru_cache(maxsize=None)
+def parts(spec: Spec) -> Parts:
+    return Parts(scorer=scorer_from_spec(spec), mode=plus() if spec.plus else paper())
+
+
+def _parts(spec: Spec, hp: HParams) -> Parts:
+    check_matches(spec, hp)  # structure only: free under jit
+    return parts(spec)
+
+
+def _model(state: State, hp: HParams) -> ScoreModel:
+    res = state.residual
+    return ScoreModel(w=state.base.w, predictor=res.predictor, metric=res.metric, gamma=hp.gamma,
+                      eta=residual.eta(res, hp.eta_max))
+
+
+def _no_pending(spec: Spec) -> Pending:
+    f = spec.float_dtype
+    return Pending(query=jnp.zeros((spec.dim,), f), retrieved=jnp.zeros((), bool), selected=jnp.zeros((), bool),
+                   slot=jnp.full((), -1, jnp.int32), phi=jnp.zeros((4,), f), z=jnp.zeros((spec.feature_dim,), f),
+                   s_base=jnp.zeros((), f), reward=jnp.full((), -1, jnp.int32))
+
+
+def _init(spec: Spec, hp: HParams) -> State:
+    """A fresh controller: empty bank and windows, w = w0, M = I, no KRR fit yet."""
+    p = _parts(spec, hp)
+    f = spec.float_dtype
+    zero = jnp.zeros((), jnp.int32)
+    return State(bank=bank_lib.init(spec.capacity, spec.dim, f),
+                 base=base_scorer.init(spec.base_window, hp.w0, f),
+                 residual=residual.init(spec.fast_window, spec.slow_window, spec.feature_dim, hp.lambda_krr, f),
+                 probes=probes.init(spec.n_probes, spec.dim, f),
+                 scorer=p.scorer.init(spec), mode=p.mode.init(spec, hp), pending=_no_pending(spec),
+                 clock=Clock(t=zero, n_feedback=zero))
+
+
 def _select(state: State, query: jax.Array, hp: HParams, spec: Spec) -> tuple[State, Selection]:
-    bank = state.bank
+    """Recall K candidates for ``query`` (D,), score them, and let the mode choose at most one."""
+    p = _parts(spec, hp)
     i32 = jnp.int32
-    f = state.w.dtype
-    k = min(spec.k_candidates, spec.capacity)
-    relevance = jnp.where(bank.valid, bank.emb @ query, -jnp.inf)
-    top_rel, top = jax.lax.top_k(relevance, k)  # ties: lower slot first
-    top = top.astype(i32)
-    cand_valid = bank.valid[top]
-    stats = MemoryStats(*(s[top] for s in memory_stats(bank, state.counters.t, hp.kappa)))
-    eta = eta_schedule(state.counters.n_krr_fits, hp.eta_max, f)
-    cache = state.cache
-    if worth_cache.enabled(cache):  # the query's row over the whole bank: scores now, worth later
-        row = worth_cache.dpart(query[None, :], bank.emb, cache.geometry, state.metric)  # (1, B, N)
-        cos = bank.emb @ query
-        cache = worth_cache.set_query_row(cache, row[0], cos)
-        score_k, base_k = worth_cache.scores(row[:, top], cos[top][None, :], stats, state.w, state.predictor,
-                                             cache.geometry, state.metric, hp.gamma, eta)
-        phi_k = base_features(cos[top], stats)  # (K, 4)
-    else:
-        ps = score_pairs(query[None, :], bank.emb[top], stats, state.w, state.predictor, state.metric, hp.gamma, eta)
-        score_k, base_k, phi_k = ps.score, ps.base, ps.phi[0]
-    score = jnp.where(cand_valid, score_k[0], -jnp.inf)
-    retrieved = jnp.any(bank.valid)
-    chosen = jnp.where(retrieved, jnp.argmax(score).astype(i32), i32(-1))
-    if state.plus is not None:  # TokenWorth+ hook: rank by predicted advantage, maybe abstain (chosen = -1)
-        state, chosen = _plus.choose(state, query, top, top_rel, cand_valid, score, base_k[0], chosen, hp)
-    selected = chosen >= 0  # the paper: == retrieved
-    c = jnp.maximum(chosen, 0)
-    slot = jnp.where(selected, top[c], i32(-1))
-    if worth_cache.enabled(cache):
-        stats_c = MemoryStats(*(s[c] for s in stats))
-        z_c = residual_features(jnp.abs(query - bank.emb[top[c]]), phi_k[c, 0], stats_c)
-    else:
-        z_c = ps.z[0, c]
-    pending = Pending(
-        query=query,
-        retrieved=retrieved,
-        selected=selected,
-        slot=slot,
-        phi=phi_k[c],
-        z=z_c,
-        s_base=base_k[0, c],
-        reward=i32(-1),
-    )
+    bank = state.bank
+    recall = bank_lib.recall(bank, query, min(spec.k_candidates, spec.capacity))
+    stats = bank_lib.stats(bank, state.clock.t, hp.kappa)
+    scorer, cs = p.scorer.candidates(state.scorer, query, bank, recall, stats, _model(state, hp))
+    score = jnp.where(recall.valid, cs.score, -jnp.inf)
+    mode, choice = p.mode.choose(state.mode, Candidates(query=query, slots=recall.slots, relevance=recall.relevance,
+                                                        valid=recall.valid, score=score, base=cs.base), hp)
+    selected = choice.index >= 0
+    c = jnp.maximum(choice.index, 0)
+    slot = jnp.where(selected, recall.slots[c], i32(-1))
+    pending = Pending(query=query, retrieved=jnp.any(bank.valid), selected=selected, slot=slot, phi=cs.phi[c],
+                      z=cs.z[c], s_base=cs.base[c], reward=i32(-1))
     selection = Selection(
-        candidates=jnp.where(cand_valid, top, i32(-1)),
-        candidate_ids=jnp.where(cand_valid, bank.ids[top], i32(-1)),
-        scores=score,
-        base_scores=jnp.where(cand_valid, base_k[0], -jnp.inf),
-        relevance=top_rel,
-        chosen=chosen,
-        slot=slot,
-        memory_id=jnp.where(selected, bank.ids[jnp.maximum(slot, 0)], i32(-1)),
-    )
-    return state._replace(pending=pending, cache=cache), selection
+        candidates=jnp.where(recall.valid, recall.slots, i32(-1)),
+        candidate_ids=jnp.where(recall.valid, bank.ids[recall.slots], i32(-1)),
+        scores=score, base_scores=jnp.where(recall.valid, cs.base, -jnp.inf), relevance=recall.relevance,
+        chosen=choice.index, slot=slot, memory_id=jnp.where(selected, bank.ids[jnp.maximum(slot, 0)], i32(-1)),
+        p0=choice.p0, advantage=choice.advantage, abstained=choice.abstained)
+    return state._replace(scorer=scorer, mode=mode, pending=pending), selection
 
 
-def _record_feedback(state: State, reward: jax.Array, hp: HParams) -> State:
-    """Feedback for the selected pair without the refits: windows, memory stats, counters."""
-    p = state.pending
-    f = state.w.dtype
+def _fit_base(base: BaseScorer, hp: HParams) -> BaseScorer:
+    return base_scorer.fit(base, hp.w0, hp.lambda_w, hp.beta_w, hp.w_min, hp.w_max)
+
+
+def _fit_krr(res: Residual, hp: HParams) -> Residual:
+    return residual.fit(res, hp.gamma, hp.lambda_krr)
+
+
+def _agop(res: Residual, hp: HParams) -> Residual:
+    return residual.agop(res, hp.gamma, hp.lambda_krr, hp.beta_m, hp.m_min, hp.m_max)
+
+
+def _unchanged(x: object, hp: HParams) -> object:
+    return x
+
+
+def _observe(state: State, reward: ArrayLike, hp: HParams, spec: Spec) -> State:
+    """Record the judged reward (0/1) of the open task, then run the refits it makes due."""
+    p = _parts(spec, hp)
+    pend = state.pending
     reward = jnp.asarray(reward, jnp.int32)
-    sel = p.selected
-    r = reward.astype(f)
-    y = 2 * r - 1
-    delta = y - (2 * jax.nn.sigmoid(p.s_base) - 1)
-    if state.plus is not None:  # TokenWorth+ hook: advantage credit y - (2 p0(q) - 1)
-        delta = _plus.residual_target(state, y, delta, hp)
+    sel = pend.selected
+    y = 2 * reward.astype(pend.s_base.dtype) - 1
+    clock = state.clock._replace(n_feedback=state.clock.n_feedback + sel.astype(jnp.int32))
+    due = schedule.due(clock.n_feedback, hp)
 
-    bank = state.bank
-    slot = jnp.maximum(p.slot, 0)
-
-    def bump(arr: jax.Array, value: jax.Array) -> jax.Array:
-        return arr.at[slot].set(jnp.where(sel, value, arr[slot]))
-
-    u_new = jnp.clip(bank.u[slot] + jnp.where(reward == 1, hp.u_success, -hp.u_failure), hp.u_min, hp.u_max)
-    bank = bank._replace(
-        u=bump(bank.u, u_new),
-        h=bump(bank.h, bank.h[slot] + r),
-        d=bump(bank.d, bank.d[slot] + (1 - r)),
-        c=bump(bank.c, bank.c[slot] + 1),
-        last=bump(bank.last, state.counters.t),
-    )
-    state = state._replace(
-        bank=bank,
-        base_ring=ring_push(state.base_ring, (p.phi, y), sel),
-        fast_ring=ring_push(state.fast_ring, (p.z, delta), sel),
-        slow_ring=ring_push(state.slow_ring, (p.z, delta), sel),
-        counters=state.counters._replace(n_feedback=state.counters.n_feedback + sel.astype(jnp.int32)),
-        pending=p._replace(reward=reward),
-    )
-    if state.plus is not None:  # TokenWorth+ hook: p0 ring, lift refit, per-memory advantage
-        state = _plus.record(state, hp)
-    return state
+    base = gated(sel & due.base, _fit_base, _unchanged, base_scorer.record(state.base, pend.phi, y, sel), hp)
+    res = residual.record(state.residual, pend.z, p.mode.target(state.mode, y, pend.s_base, hp), sel)
+    res = gated(sel & due.krr, _fit_krr, _unchanged, res, hp)
+    run_agop = sel & due.agop & (res.n_fits > 0)  # AGOP needs a fitted KRR
+    res = gated(run_agop, _agop, _unchanged, res, hp)
+    queries, _ = probes.queries(state.probes, pend.query)
+    scorer = p.scorer.refit(state.scorer, (sel & due.krr) | run_agop, queries, state.bank.emb, res.predictor,
+                            res.metric)
+    return State(bank=bank_lib.credit(state.bank, pend.slot, sel, reward, state.clock.t, hp.u_success, hp.u_failure,
+                                      hp.u_min, hp.u_max),
+                 base=base, residual=res, probes=state.probes, scorer=scorer,
+                 mode=p.mode.update(state.mode, Feedback(query=pend.query, selected=sel, slot=pend.slot, reward=reward),
+                                    hp),
+                 pending=pend._replace(reward=reward), clock=clock)
 
 
-def _observe(state: State, reward: jax.Array, hp: HParams, spec: Spec, *, batched: bool = False) -> State:
-    """Record the judged reward, then run the refits it makes due."""
-    del spec
-    return refit(lift(_record_feedback, batched)(state, reward, hp), hp, batched)
+def _probe_scores(state: State, memory: jax.Array, hp: HParams, spec: Spec) -> tuple[Worth, object]:
+    p = parts(spec)
+    queries, valid = probes.queries(state.probes, state.pending.query)
+    scores, column = p.scorer.probes(state.scorer, queries, state.bank.emb, memory,
+                                     bank_lib.stats(state.bank, state.clock.t, hp.kappa),
+                                     new_memory_stats(hp.u_init, spec.float_dtype), _model(state, hp),
+                                     spec.worth_chunk)
+    return lifecycle.probe_worth(p.mode.worth(state.mode, queries, scores, hp), valid), column
 
 
-def _end_task_one(state: State) -> State:
-    p = state.pending
+def _worth(state: State, memory: jax.Array, hp: HParams, spec: Spec) -> Worth:
+    """V(m) = mean over valid probes of the mode's per-probe worth, for the whole bank and ``memory`` (D,)."""
+    _parts(spec, hp)
+    return _probe_scores(state, memory, hp, spec)[0]
+
+
+def _admit(state: State, memory: jax.Array, memory_id: jax.Array, hp: HParams, spec: Spec) -> tuple[State, Decision]:
+    p = parts(spec)
+    V, column = _probe_scores(state, memory, hp, spec)
+    dec = lifecycle.decide(state.bank, memory, V, hp.tau_nov, hp.delta_write, hp.tau_pos, hp.tau_util, hp.delta_rep)
+    writes = dec.slot >= 0
+    return state._replace(bank=bank_lib.write(state.bank, dec.slot, writes, memory, memory_id, state.clock.t, hp.u_init),
+                          scorer=p.scorer.write(state.scorer, dec.slot, column, writes),
+                          mode=p.mode.write(state.mode, dec.slot, writes)), dec
+
+
+def _offer_if(state: State, memory: jax.Array, memory_id: ArrayLike, offered: ArrayLike, hp: HParams,
+              spec: Spec) -> tuple[State, Decision]:
+    """The admission runs only for a judged success that ``offered`` a memory (D,)."""
+    _parts(spec, hp)
+    success = (state.pending.reward == 1) & jnp.asarray(offered, bool)
+    return gated(success, functools.partial(_admit, spec=spec),
+                 lambda s, m, i, h: (s, lifecycle.not_offered(spec.float_dtype)),
+                 state, memory, jnp.asarray(memory_id, jnp.int32), hp)
+
+
+def _offer(state: State, memory: jax.Array, memory_id: ArrayLike, hp: HParams, spec: Spec) -> tuple[State, Decision]:
+    """Offer the memory (D,) of the current task. Only a judged success can write (else NOT_OFFERED)."""
+    return _offer_if(state, memory, memory_id, True, hp, spec)
+
+
+def _end_task(state: State, spec: Spec) -> State:
+    """Close the task: its query joins the probes (if the bank was non-empty), the clock ticks."""
+    p = parts(spec)
+    pend = state.pending
     i32 = jnp.int32
-    cache = state.cache
-    if worth_cache.enabled(cache):
-        cache = worth_cache.push_query(cache, state.probe_ring.idx, p.retrieved)
     return state._replace(
-        cache=cache,
-        probe_ring=ring_push(state.probe_ring, p.query, p.retrieved),
-        counters=state.counters._replace(t=state.counters.t + 1),
-        pending=p._replace(retrieved=jnp.zeros((), bool), selected=jnp.zeros((), bool), slot=i32(-1),
-                           reward=i32(-1)),
-    )
+        scorer=p.scorer.end_task(state.scorer, state.probes.idx, pend.retrieved),
+        probes=probes.push(state.probes, pend.query, pend.retrieved),
+        clock=state.clock._replace(t=state.clock.t + 1),
+        pending=pend._replace(retrieved=jnp.zeros((), bool), selected=jnp.zeros((), bool), slot=i32(-1),
+                              reward=i32(-1)))
 
 
-def _end_task(state: State, spec: Spec, *, batched: bool = False) -> State:
-    del spec
-    return lift(_end_task_one, batched)(state)
-
-
-def _finish_task(state: State, reward: jax.Array, memory: jax.Array, memory_id: jax.Array, offered: jax.Array,
-                 hp: HParams, spec: Spec, *, batched: bool = False) -> tuple[State, Decision]:
+def _finish_task(state: State, reward: ArrayLike, memory: jax.Array, memory_id: ArrayLike, offered: ArrayLike,
+                 hp: HParams, spec: Spec) -> tuple[State, Decision]:
     """observe + offer (where ``offered``) + end_task: the rest of a task in one call."""
-    state = _observe(state, reward, hp, spec, batched=batched)
-    state, decision = _offer(state, memory, memory_id, hp, spec, enabled=offered, batched=batched)
-    return _end_task(state, spec, batched=batched), decision
+    state = _observe(state, reward, hp, spec)
+    state, decision = _offer_if(state, memory, memory_id, offered, hp, spec)
+    return _end_task(state, spec), decision
+
+
+def _advance(state: State, reward: ArrayLike, memory: jax.Array, memory_id: ArrayLike, offered: ArrayLike,
+             query: jax.Array, hp: HParams, spec: Spec) -> tuple[State, Decision, Selection]:
+    """:func:`finish_task` of the open task, then :func:`select` for the next ``query``: one call."""
+    state, decision = _finish_task(state, reward, memory, memory_id, offered, hp, spec)
+    state, selection = _select(state, query, hp, spec)
+    return state, decision, selection
 
 
 def _step(state: State, event: Event, hp: HParams, spec: Spec,
           reward_fn: Optional[RewardFn] = None) -> tuple[State, StepOutput]:
+    """One whole task: select, the reward (the event's, or ``reward_fn`` of the selection), finish."""
     state, selection = _select(state, event.query, hp, spec)
     reward = jnp.asarray(event.reward if reward_fn is None else reward_fn(event, selection), jnp.int32)
-    state, decision = _finish_task(state, reward, event.memory, event.memory_id, jnp.ones((), bool), hp, spec)
+    state, decision = _finish_task(state, reward, event.memory, event.memory_id, True, hp, spec)
     return state, StepOutput(selection=selection, reward=reward, decision=decision)
 
 
@@ -208,132 +304,23 @@ def _run(state: State, events: Event, hp: HParams, spec: Spec,
     return jax.lax.scan(lambda s, e: _step(s, e, hp, spec, reward_fn), state, events)
 
 
-def _close_and_select(state: State, reward: jax.Array, memory: jax.Array, memory_id: jax.Array, offered: jax.Array,
-                      query: jax.Array, hp: HParams, spec: Spec) -> tuple[State, Decision, Selection]:
-    """:func:`finish_task` of the open task, then :func:`select` of the next: one device call."""
-    state, decision = _finish_task(state, reward, memory, memory_id, offered, hp, spec)
-    state, selection = _select(state, query, hp, spec)
-    return state, decision, selection
-
-
-# ----- C configurations stacked on axis 0 -----------------------------------------------------
-def _configs(states: State) -> int:
-    return states.counters.t.shape[0]
-
-
-def _mask(mask: Optional[jax.Array], C: int) -> jax.Array:
-    return jnp.ones((C,), bool) if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), (C,))
-
-
-def _per_config(x: jax.Array, C: int, ndim: int) -> jax.Array:
-    """Broadcast an argument shared by all configurations (rank ``ndim``) to a leading axis C."""
-    x = jnp.asarray(x)
-    return x if x.ndim > ndim else jnp.broadcast_to(x, (C,) + x.shape)
-
-
-def _select_batched(states: State, queries: jax.Array, hps: HParams, spec: Spec, mask: Optional[jax.Array] = None,
-                    strategy: Strategy = "auto") -> tuple[State, Selection]:
-    """:func:`select` for C configurations; ``queries`` is (D,) shared or (C, D)."""
-    C = _configs(states)
-    q, m = _per_config(queries, C, 1), _mask(mask, C)
-
-    def one(s: State, qq: jax.Array, hp: HParams) -> tuple[State, Selection]:
-        return _select(s, qq, hp, spec)
-
-    if resolve(strategy) == "map":
-        new, sel = jax.lax.map(lambda a: one(*a), (states, q, hps))
-    else:
-        new, sel = jax.vmap(one)(states, q, hps)
-    return tree_where(m, new, states), sel
-
-
-def _observe_batched(states: State, rewards: jax.Array, hps: HParams, spec: Spec,
-                     strategy: Strategy = "auto") -> State:
-    """:func:`observe` for C configurations; ``rewards`` is (C,) (or one shared reward)."""
-    r = _per_config(jnp.asarray(rewards, jnp.int32), _configs(states), 0)
-    if resolve(strategy) == "map":
-        return jax.lax.map(lambda a: _observe(a[0], a[1], a[2], spec), (states, r, hps))
-    return _observe(states, r, hps, spec, batched=True)
-
-
-def _offer_batched(states: State, memories: jax.Array, memory_ids: jax.Array, hps: HParams, spec: Spec,
-                   mask: Optional[jax.Array] = None, strategy: Strategy = "auto") -> tuple[State, Decision]:
-    """:func:`offer` for C configurations; the admission runs only if some masked-in one succeeded."""
-    C = _configs(states)
-    e, ids, m = _per_config(memories, C, 1), _per_config(jnp.asarray(memory_ids, jnp.int32), C, 0), _mask(mask, C)
-    if resolve(strategy) == "map":
-        return jax.lax.map(lambda a: _offer(a[0], a[1], a[2], a[3], spec, enabled=a[4]), (states, e, ids, hps, m))
-    return _offer(states, e, ids, hps, spec, enabled=m, batched=True)
-
-
-def _end_task_batched(states: State, spec: Spec, mask: Optional[jax.Array] = None,
-                      strategy: Strategy = "auto") -> State:
-    """:func:`end_task` for C configurations (cheap: always vmapped)."""
-    del strategy
-    return tree_where(_mask(mask, _configs(states)), _end_task(states, spec, batched=True), states)
-
-
-def _finish_task_batched(states: State, rewards: jax.Array, memories: jax.Array, memory_ids: jax.Array,
-                         offered: jax.Array, hps: HParams, spec: Spec,
-                         strategy: Strategy = "auto") -> tuple[State, Decision]:
-    """:func:`finish_task` for C configurations (``offered`` is the (C,) offer mask)."""
-    C = _configs(states)
-    args = (_per_config(jnp.asarray(rewards, jnp.int32), C, 0), _per_config(memories, C, 1),
-            _per_config(jnp.asarray(memory_ids, jnp.int32), C, 0), _mask(offered, C))
-    if resolve(strategy) == "map":
-        return jax.lax.map(lambda a: _finish_task(a[0], *a[1], a[2], spec), (states, args, hps))
-    return _finish_task(states, *args, hps, spec, batched=True)
-
-
-def _step_batched(states: State, event: Event, hps: HParams, spec: Spec, reward_fn: Optional[RewardFn] = None,
-                  strategy: Strategy = "auto") -> tuple[State, StepOutput]:
-    """:func:`step` for C configurations on one shared event. Outputs have a leading axis C."""
-    if resolve(strategy) == "map":
-        return jax.lax.map(lambda x: _step(x[0], event, x[1], spec, reward_fn), (states, hps))
-    states, selection = _select_batched(states, event.query, hps, spec, strategy="vmap")
-    if reward_fn is None:
-        rewards = jnp.broadcast_to(jnp.asarray(event.reward, jnp.int32), states.counters.t.shape)
-    else:
-        rewards = jax.vmap(reward_fn, in_axes=(None, 0))(event, selection).astype(jnp.int32)
-    states, decision = _finish_task_batched(states, rewards, event.memory, event.memory_id, None, hps, spec, "vmap")
-    return states, StepOutput(selection=selection, reward=rewards, decision=decision)
-
-
 def _run_batched(states: State, events: Event, hps: HParams, spec: Spec, reward_fn: Optional[RewardFn] = None,
                  strategy: Strategy = "auto") -> tuple[State, StepOutput]:
-    """C configurations (stacked states and hyperparameters) over one shared stream.
-
-    Equal to ``jax.vmap(run)``, without its cost of running every refit and every admission
-    at every step. Outputs have shape (C, T, ...).
-    """
-    if resolve(strategy) == "map":
-        return jax.lax.map(lambda x: _run(x[0], events, x[1], spec, reward_fn), (states, hps))
-    states, out = jax.lax.scan(lambda s, e: _step_batched(s, e, hps, spec, reward_fn, "vmap"), states, events)
-    return states, jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), out)
+    """C configurations (stacked states and hyperparameters) over one shared stream: ``jax.vmap(run)``
+    (or ``lax.map``, the CPU default). Outputs have shape (C, T, ...)."""
+    return over_configs(lambda s, h: _run(s, events, h, spec, reward_fn), strategy)(states, hps)
 
 
-def _init_batched(spec: Spec, hps: HParams) -> State:
-    """C fresh states for stacked hyperparameters."""
-    return jax.vmap(_init, in_axes=(None, 0))(spec, hps)
-
-
-# Public, jit-compiled entry points. ``spec``, ``reward_fn`` and ``strategy`` are static. They
+# Public, jit-compiled entry points; ``spec``, ``reward_fn`` and ``strategy`` are static. They
 # compose inside a user's own jit / vmap / scan (a jitted function called under jit is inlined).
 init = jax.jit(_init, static_argnames=("spec",))
 select = jax.jit(_select, static_argnames=("spec",))
-observe = jax.jit(_observe, static_argnames=("spec", "batched"))
-offer = jax.jit(_offer, static_argnames=("spec", "batched"))
-end_task = jax.jit(_end_task, static_argnames=("spec", "batched"))
-finish_task = jax.jit(_finish_task, static_argnames=("spec", "batched"))
-close_and_select = jax.jit(_close_and_select, static_argnames=("spec",))
+observe = jax.jit(_observe, static_argnames=("spec",))
+offer = jax.jit(_offer, static_argnames=("spec",))
+end_task = jax.jit(_end_task, static_argnames=("spec",))
+finish_task = jax.jit(_finish_task, static_argnames=("spec",))
+advance = jax.jit(_advance, static_argnames=("spec",))
 step = jax.jit(_step, static_argnames=("spec", "reward_fn"))
 run = jax.jit(_run, static_argnames=("spec", "reward_fn"))
-
-init_batched = jax.jit(_init_batched, static_argnames=("spec",))
-select_batched = jax.jit(_select_batched, static_argnames=("spec", "strategy"))
-observe_batched = jax.jit(_observe_batched, static_argnames=("spec", "strategy"))
-offer_batched = jax.jit(_offer_batched, static_argnames=("spec", "strategy"))
-end_task_batched = jax.jit(_end_task_batched, static_argnames=("spec", "strategy"))
-finish_task_batched = jax.jit(_finish_task_batched, static_argnames=("spec", "strategy"))
-step_batched = jax.jit(_step_batched, static_argnames=("spec", "reward_fn", "strategy"))
+worth = jax.jit(_worth, static_argnames=("spec",))
 run_batched = jax.jit(_run_batched, static_argnames=("spec", "reward_fn", "strategy"))

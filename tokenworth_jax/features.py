@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-if TYPE_CHECKING:  # state.py imports this module (through the worth cache)
-    from .state import Bank
-
 
 class MemoryStats(NamedTuple):
-    """Per-memory statistics as the feature maps need them, at step t."""
+    """Per-memory statistics as the feature maps need them, at step t (see :func:`tokenworth_jax.bank.stats`)."""
 
     u: jax.Array
     rel: jax.Array
@@ -20,24 +17,20 @@ class MemoryStats(NamedTuple):
     freq: jax.Array
 
 
-def memory_stats(bank: Bank, t: jax.Array, kappa: jax.Array) -> MemoryStats:
-    """rel = (h+1)/(h+d+2), rec = exp(-kappa (t - last)), freq = c / max(1, t - tau + 1)."""
-    f = bank.u.dtype
-    age = (t - bank.last).astype(f)
-    span = jnp.maximum(1, t - bank.tau + 1).astype(f)
-    return MemoryStats(
-        u=bank.u,
-        rel=(bank.h + 1) / (bank.h + bank.d + 2),
-        rec=jnp.exp(-jnp.asarray(kappa, f) * age),
-        freq=bank.c / span,
-    )
-
-
-def new_memory_stats(t: jax.Array, u_init: jax.Array, dtype: jnp.dtype) -> MemoryStats:
-    """A candidate's statistics: u = u_init, h = d = c = 0, last = tau = t."""
-    del t  # rec = exp(0) and freq = 0 whatever t is
+def new_memory_stats(u_init: jax.Array, dtype: jnp.dtype) -> MemoryStats:
+    """A candidate's statistics: u = u_init, h = d = c = 0, last = tau = t (so rec = 1, freq = 0)."""
     one = jnp.ones((), dtype)
     return MemoryStats(u=jnp.asarray(u_init, dtype), rel=one / 2, rec=one, freq=jnp.zeros((), dtype))
+
+
+def take(stats: MemoryStats, idx: jax.Array) -> MemoryStats:
+    """The statistics of the memories at ``idx``."""
+    return MemoryStats(*(s[idx] for s in stats))
+
+
+def append(stats: MemoryStats, extra: MemoryStats) -> MemoryStats:
+    """(N,) statistics followed by one more memory's scalars: (N + 1,)."""
+    return MemoryStats(*(jnp.concatenate([x, y[None]]) for x, y in zip(stats, extra)))
 
 
 def base_features(cos: jax.Array, stats: MemoryStats) -> jax.Array:

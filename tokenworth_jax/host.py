@@ -14,12 +14,12 @@ text itself); the agent harness passes the source task's query, so recall compar
 with like. ``payload`` (by default the memory text) is what :attr:`Controller.memories`
 keeps for the memory and what :attr:`HostSelection.memory` returns when it is selected.
 
-One device call per task. ``observe`` and ``end_task`` only record on the host; the device
-catches up lazily, fused with the next call that needs it: ``offer`` runs observe + offer +
-end_task as one jitted call (:func:`tokenworth_jax.finish_task`); a task without an offer is
-closed inside the next ``select`` (:func:`tokenworth_jax.close_and_select`). Reading
-:attr:`Controller.state` (or ``bank()``, ``state_dict()``) first brings the device up to date
-with the host protocol. The decisions are those of the unfused calls.
+One device call per task, made of the public pure functions (jitted here with the state
+donated, so XLA updates it in place): ``observe`` and ``end_task`` only record on the host;
+``offer`` is :func:`tokenworth_jax.finish_task` (observe + offer + end), and a task without an
+offer is closed inside the next ``select``, which is then :func:`tokenworth_jax.advance`. The
+decisions are those of the unfused calls; :attr:`Controller.state` shows the state as they
+would have left it.
 """
 
 from __future__ import annotations
@@ -31,19 +31,20 @@ from typing import Any, Callable, Literal, Optional, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import DTypeLike
 
-from . import controller as C
 from .bookkeeping import MemoryTable
-from .config import HParams, Spec, hparams_from_arrays, preset, spec_from_dict, validate_hparams
+from .config import HParams, Spec, check_matches, flatten, hparams_from_arrays, preset, spec_from_dict, validate_hparams
+from .controller import Selection, State, advance, finish_task, init, observe, select
 from .featurize import featurize
-from .controller import Selection
 from .lifecycle import Admission, Decision
-from .state import State, state_from_numpy, state_to_numpy
+from .pytree import from_numpy, to_numpy
+
+# The checkpoint layout of :meth:`Controller.state_dict`; 2 = one state field per part (this release).
+LAYOUT = 2
 
 Phase = Literal["idle", "selected", "judged"]
 PHASES: tuple[str, ...] = ("idle", "selected", "judged")
-# How far the device state has followed the host protocol for the current task.
-DevicePhase = Literal["selected", "observed", "ended"]
 
 
 class ProtocolError(RuntimeError):
@@ -60,9 +61,16 @@ class HostSelection:
     relevance: list[float]
     chosen: int  # index into candidate_ids, -1 if nothing was selected
     memory: Any = None  # the selected memory's payload (its text unless offer() was given one)
+    # the mode's estimates (None in paper mode): success probability without a memory, the
+    # chosen candidate's predicted gain (None when the bank was empty), and abstention
+    p0: float | None = None
+    advantage: float | None = None
+    abstained: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("memory_text", "memory")}
+        """The selection as the paper's controller reports it (the mode's estimates are fields)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in ("memory_text", "memory", "p0", "advantage", "abstained")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,14 +103,14 @@ def _reward(value: Any) -> int:
     raise ValueError(f"reward must be 0 or 1, got {value!r}")
 
 
-# ----- the host's device calls: one jitted call each, outputs packed into two arrays -------------
+# ----- the host's device calls: public functions jitted with the state donated --------------------
 # Fetching a Selection field by field costs a device-to-host transfer per field (~20 us each on
 # CPU), and building jnp scalars on the host costs a dispatched op each; so the host passes
-# NumPy scalars and fetches two packed arrays per call. The state is donated: the Controller
-# owns it, and XLA can then update the windows and the cache in place instead of copying them.
+# NumPy scalars and fetches two packed arrays per call.
 def _pack_selection(sel: Selection) -> tuple[jax.Array, jax.Array]:
-    ints = jnp.concatenate([sel.candidate_ids, jnp.stack([sel.chosen, sel.slot, sel.memory_id])])
-    return ints, jnp.stack([sel.scores, sel.base_scores, sel.relevance])
+    ints = jnp.concatenate([sel.candidate_ids, jnp.stack([sel.chosen, sel.slot, sel.memory_id,
+                                                          sel.abstained.astype(jnp.int32)])])
+    return ints, jnp.concatenate([sel.scores, sel.base_scores, sel.relevance, jnp.stack([sel.p0, sel.advantage])])
 
 
 def _pack_decision(dec: Decision) -> tuple[jax.Array, jax.Array]:
@@ -115,87 +123,72 @@ def _no_memory(spec: Spec) -> tuple[jax.Array, jax.Array, jax.Array]:
 
 
 @functools.partial(jax.jit, static_argnames=("spec",), donate_argnames=("state",))
-def _host_select(state: State, query: jax.Array, hp: HParams, spec: Spec) -> tuple[State, Any]:
-    state, sel = C._select(state, query, hp, spec)
+def _select(state: State, query: jax.Array, hp: HParams, spec: Spec) -> tuple[State, Any]:
+    state, sel = select(state, query, hp, spec)
     return state, _pack_selection(sel)
 
 
 @functools.partial(jax.jit, static_argnames=("spec",), donate_argnames=("state",))
-def _host_close_and_select(state: State, reward: jax.Array, query: jax.Array, hp: HParams,
-                           spec: Spec) -> tuple[State, Any]:
-    state, _, sel = C._close_and_select(state, reward, *_no_memory(spec), query, hp, spec)
+def _advance(state: State, reward: jax.Array, query: jax.Array, hp: HParams, spec: Spec) -> tuple[State, Any]:
+    state, _, sel = advance(state, reward, *_no_memory(spec), query, hp, spec)
     return state, _pack_selection(sel)
 
 
 @functools.partial(jax.jit, static_argnames=("spec",), donate_argnames=("state",))
-def _host_close(state: State, reward: jax.Array, hp: HParams, spec: Spec) -> State:
-    return C._finish_task(state, reward, *_no_memory(spec), hp, spec)[0]
-
-
-@functools.partial(jax.jit, static_argnames=("spec",), donate_argnames=("state",))
-def _host_finish(state: State, reward: jax.Array, memory: jax.Array, memory_id: jax.Array, hp: HParams,
-                 spec: Spec) -> tuple[State, Any]:
-    state, dec = C._finish_task(state, reward, memory, memory_id, jnp.ones((), bool), hp, spec)
+def _finish(state: State, reward: jax.Array, memory: jax.Array, memory_id: jax.Array, hp: HParams,
+            spec: Spec) -> tuple[State, Any]:
+    state, dec = finish_task(state, reward, memory, memory_id, jnp.ones((), bool), hp, spec)
     return state, _pack_decision(dec)
-
-
-@functools.partial(jax.jit, static_argnames=("spec",), donate_argnames=("state",))
-def _host_offer_end(state: State, memory: jax.Array, memory_id: jax.Array, hp: HParams,
-                    spec: Spec) -> tuple[State, Any]:
-    state, dec = C._offer(state, memory, memory_id, hp, spec)
-    return C._end_task(state, spec), _pack_decision(dec)
 
 
 def _text_of(payload: Any) -> Optional[str]:
     return payload if isinstance(payload, str) or payload is None else getattr(payload, "text", None)
 
 
+def _finite(x: float) -> float | None:
+    return x if np.isfinite(x) else None
+
+
 class Controller:
-    """Stateful host-side controller. Not thread-safe; one per task stream."""
+    """Stateful host-side controller. Not thread-safe; one per task stream.
+
+    One phase machine: ``idle -> selected -> judged -> idle`` on the host, plus whether the
+    device still has the judged task open (it is closed by the next device call).
+    """
 
     def __init__(self, spec: Spec, hp: HParams) -> None:
         if not isinstance(spec, Spec):
             raise TypeError(f"spec must be a tokenworth_jax.Spec, got {type(spec).__name__}")
         self.spec = spec
         self.hp = validate_hparams(hp)
-        self._state: State = C.init(spec, hp)
+        check_matches(spec, self.hp)
+        self._state: State = init(spec, self.hp)
         self.memories: MemoryTable[Any] = MemoryTable()
-        self._phase: Phase = "idle"  # idle -> selected -> judged -> (offered) -> idle
-        self._device: DevicePhase = "ended"
-        self._reward: int | None = None
+        self._phase: Phase = "idle"
+        self._reward: int | None = None  # the last judged reward, until the device has used it
+        self._open = False  # the device's task is selected but not finished (no offer yet)
         self._offered = False
 
     @classmethod
-    def from_preset(cls, name: str = "db", *, dtype: Any = jnp.float32, **overrides: Any) -> "Controller":
-        spec, hp = preset(name, dtype=dtype, **overrides)
+    def from_preset(cls, name: str = "db", *, plus: bool = False, dtype: DTypeLike = jnp.float32,
+                    spec_overrides: dict[str, Any] | None = None, **overrides: Any) -> "Controller":
+        spec, hp = preset(name, plus=plus, dtype=dtype, spec_overrides=spec_overrides, **overrides)
         return cls(spec, hp)
 
-    # ----- the device state, brought up to date with the protocol ---------------------------
+    # ----- the device state as the unfused calls would have left it ------------------------
     @property
     def state(self) -> State:
-        """A copy of the controller state as the unfused calls would have left it (runs pending device work).
+        """A copy of the controller state as the unfused calls would have left it.
 
-        A copy, because the protocol calls donate the live state's buffers to XLA (in-place updates).
+        A copy, because the protocol calls donate the live state's buffers to XLA (in-place
+        updates); the live state itself stays where the fused calls need it.
         """
-        return jax.tree_util.tree_map(jnp.copy, self._synced())
-
-    def _synced(self) -> State:
-        """The live state, brought up to date with the host protocol."""
-        if self._device == "selected" and self._phase == "judged":
-            self._state = C.observe(self._state, np.int32(self._reward), self.hp, self.spec)
-            self._device = "observed"
-        elif self._device != "ended" and self._phase == "idle":
-            self._close()
-            self._reward = None
-        return self._state
-
-    def _close(self) -> None:
-        """Finish the device's open task without an offer."""
-        if self._device == "selected":
-            self._state = _host_close(self._state, np.int32(self._reward), self.hp, self.spec)
-        elif self._device == "observed":
-            self._state = C.end_task(self._state, self.spec)
-        self._device = "ended"
+        state = self._state
+        if self._open and self._phase == "judged":
+            state = observe(state, np.int32(self._reward), self.hp, self.spec)
+        elif self._open and self._phase == "idle":
+            state = finish_task(state, np.int32(self._reward), *_no_memory(self.spec), self.hp, self.spec)[0]
+        return jax.tree_util.tree_map(jnp.copy, state)
 
     @property
     def texts(self) -> dict[int, Optional[str]]:
@@ -227,32 +220,32 @@ class Controller:
         if self._phase == "selected":
             raise ProtocolError("a task is still open: call observe(reward) before the next select()")
         q = self.vector(query)
-        if self._device == "selected":  # the previous task was judged, never offered: close it in this call
-            self._state, packed = _host_close_and_select(self._state, np.int32(self._reward), q, self.hp, self.spec)
+        if self._open:  # the previous task was judged and never offered: close it in this call
+            self._state, packed = _advance(self._state, np.int32(self._reward), q, self.hp, self.spec)
         else:
-            if self._device == "observed":
-                self._state = C.end_task(self._state, self.spec)
-            self._state, packed = _host_select(self._state, q, self.hp, self.spec)
-        self._device = "selected"
+            self._state, packed = _select(self._state, q, self.hp, self.spec)
+        self._open = True
         self._phase = "selected"
         self._reward = None
         self._offered = False
         ints, floats = (np.asarray(x) for x in packed)
-        cand, (chosen, _, memory_id) = ints[:-3], ints[-3:].tolist()
+        k = (ints.shape[0] - 4)
+        cand, (chosen, _, memory_id, abstained) = ints[:k], ints[k:].tolist()
         ids = cand[cand >= 0].tolist()
         n = len(ids)
         mid = memory_id if chosen >= 0 else None
         payload = self.memories.get(mid)
-        scores, base, rel = floats[:, :n].tolist()
+        scores, base, rel = (floats[i * k:i * k + n].tolist() for i in range(3))
+        p0, advantage = floats[3 * k:].tolist()
         return HostSelection(memory_id=mid, memory_text=_text_of(payload), candidate_ids=ids, scores=scores,
-                             base_scores=base, relevance=rel, chosen=chosen, memory=payload)
+                             base_scores=base, relevance=rel, chosen=chosen, memory=payload, p0=_finite(p0),
+                             advantage=_finite(advantage) if n else None, abstained=bool(abstained))
 
     def observe(self, reward: int) -> None:
         if self._phase != "selected":
             raise ProtocolError("observe() needs an open task: call select() first (and observe only once)")
-        r = _reward(reward)
-        self._phase = "judged"  # the device observes lazily, fused with the next call
-        self._reward = r
+        self._reward = _reward(reward)  # the device observes lazily, fused with the next call
+        self._phase = "judged"
 
     def offer(self, memory_text: str, key_text: str | None = None, *, payload: Any = None) -> HostDecision:
         if self._phase != "judged":
@@ -265,15 +258,11 @@ class Controller:
             raise ValueError("memory_text must be a non-empty string")
         vec = self.vector(key_text if key_text is not None else memory_text, what="memory")
         new_id = self.memories.next_id
-        if self._device == "selected":  # observe + offer + end_task: one device call
-            self._state, packed = _host_finish(self._state, np.int32(self._reward), vec, np.int32(new_id), self.hp,
-                                               self.spec)
-        else:  # the state was read after observe(): the device has observed already
-            self._state, packed = _host_offer_end(self._state, vec, np.int32(new_id), self.hp, self.spec)
-        self._device = "ended"
+        self._state, packed = _finish(self._state, np.int32(self._reward), vec, np.int32(new_id), self.hp, self.spec)
+        self._open = False
+        self._offered = True
         ints, floats = (np.asarray(x).tolist() for x in packed)
         code, slot, evicted, _ = ints
-        self._offered = True
         written = slot >= 0
         self.memories.apply(memory_text if payload is None else payload, written=written, evicted_id=evicted)
         novelty, v_new, v_max_bank, v_near, rho_pos = floats
@@ -284,57 +273,60 @@ class Controller:
     def end_task(self) -> None:
         if self._phase == "selected":
             raise ProtocolError("the task is not judged yet: call observe(reward) first")
-        self._phase = "idle"  # the device closes the task lazily (next select, or reading the state)
-        self._offered = False  # _reward stays until the device has used it
+        self._phase = "idle"  # an open device task is closed by the next select (or seen through .state)
+        self._offered = False
 
     # ----- inspection and checkpoints -----------------------------------------------------
     def bank(self) -> list[dict[str, Any]]:
         """The valid memories with their statistics, in slot order."""
-        b = jax.device_get(self._synced().bank)
+        b = jax.device_get(self.state.bank)
         out = []
         for slot in np.flatnonzero(b.valid):
             mid = int(b.ids[slot])
-            out.append(dict(slot=int(slot), id=mid, text=_text_of(self.memories.get(mid)), u=float(b.u[slot]), h=float(b.h[slot]),
-                            d=float(b.d[slot]), c=float(b.c[slot]), last=int(b.last[slot]), tau=int(b.tau[slot])))
+            out.append(dict(slot=int(slot), id=mid, text=_text_of(self.memories.get(mid)), u=float(b.u[slot]),
+                            h=float(b.h[slot]), d=float(b.d[slot]), c=float(b.c[slot]), last=int(b.last[slot]),
+                            tau=int(b.tau[slot])))
         return out
 
     def state_dict(self, encode: Optional[Callable[[Any], Any]] = None) -> dict[str, Any]:
-        """Everything needed to resume: arrays, memories (``encode``-d), counters and the protocol phase."""
-        state = self._synced()  # brings the device up to date first
+        """Everything needed to resume: arrays, memories (``encode``-d), and the protocol phase."""
         return {
+            "layout": LAYOUT,
             "spec": self.spec._asdict(),
-            "hparams": {k: np.asarray(v) for k, v in self.hp._asdict().items()},
-            "state": state_to_numpy(state),
+            "hparams": {k: np.asarray(v) for k, v in flatten(self.hp).items()},
+            "state": to_numpy(self._state),
             "memories": self.memories.state_dict(encode),
             "phase": self._phase,
-            "device_phase": self._device,
+            "open": self._open,
             "reward": self._reward,
             "offered": self._offered,
         }
 
     @classmethod
     def from_state_dict(cls, data: dict[str, Any], decode: Optional[Callable[[Any], Any]] = None) -> "Controller":
-        """Rebuild from :meth:`state_dict`, validating spec, hyperparameters, arrays and phase."""
+        """Rebuild from :meth:`state_dict`, validating layout, spec, hyperparameters, arrays and phase."""
+        layout = data.get("layout", 1)
+        if layout != LAYOUT:
+            raise ValueError(f"this controller checkpoint has layout {layout}; this version reads layout {LAYOUT} "
+                             "(one state field per part). Finish that run with the release that wrote it, or "
+                             "start the method again (--overwrite)")
         spec = spec_from_dict(data["spec"])
         hp = hparams_from_arrays(data["hparams"])
         phase = data.get("phase")
         if phase not in PHASES:
             raise ValueError(f"checkpoint phase must be one of {PHASES}, got {phase!r}")
-        reward = data.get("reward")
+        reward, is_open = data.get("reward"), data.get("open")
+        if not isinstance(is_open, bool):
+            raise ValueError(f"checkpoint 'open' must be true or false, got {is_open!r}")
         if phase == "judged" and reward not in (0, 1):
             raise ValueError(f"checkpoint in phase 'judged' needs reward 0 or 1, got {reward!r}")
-        default_device = {"idle": "ended", "selected": "selected", "judged": "observed"}[phase]
-        device = data.get("device_phase", default_device)  # checkpoints before fusing: device followed the host
-        if device not in ("selected", "observed", "ended"):
-            raise ValueError(f"checkpoint device_phase must be selected, observed or ended, got {device!r}")
+        if is_open and phase != "selected" and reward not in (0, 1):
+            raise ValueError(f"checkpoint with an open judged task needs reward 0 or 1, got {reward!r}")
         ctl = cls(spec, hp)
-        ctl._state = state_from_numpy(ctl._state, data["state"])  # fresh buffers (the host donates them)
-        if "memories" in data:
-            ctl.memories = MemoryTable.from_state_dict(data["memories"], decode)
-        else:  # older checkpoints: texts + next_id
-            ctl.memories = MemoryTable({int(k): v for k, v in data["texts"].items()}, int(data["next_id"]))
+        ctl._state = from_numpy(ctl._state, data["state"])  # fresh buffers (the host donates them)
+        ctl.memories = MemoryTable.from_state_dict(data["memories"], decode)
         ctl._phase = phase
-        ctl._device = device
+        ctl._open = is_open
         ctl._reward = reward
         ctl._offered = bool(data["offered"])
         return ctl

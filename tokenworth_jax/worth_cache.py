@@ -32,7 +32,7 @@ import jax.numpy as jnp
 
 from .features import MemoryStats, base_features
 from .krr import Predictor, predict_from_sqdist, support_center
-from .ring import ring_valid
+from .scoring import ScoreModel
 
 
 class Geometry(NamedTuple):
@@ -44,8 +44,8 @@ class Geometry(NamedTuple):
 
 
 class WorthCache(NamedTuple):
-    dpart: jax.Array  # (P+1, B, N) D part of the centred squared distances; (P+1, 0, 0) when off
-    cos: jax.Array  # (P+1, B) probe-memory cosines; (P+1, 0) when off
+    dpart: jax.Array  # (P+1, B, N) D part of the centred squared distances
+    cos: jax.Array  # (P+1, B) probe-memory cosines
     geometry: Geometry
 
 
@@ -58,22 +58,10 @@ def geometry(predictor: Predictor, metric: jax.Array) -> Geometry:
     return Geometry(center=c, support_m=Sm, b2=b2)
 
 
-def cache_init(n_rows: int, capacity: int, n_support: int, dim: int, dtype: jnp.dtype, enabled: bool) -> WorthCache:
-    B, N, F = (capacity, n_support, dim + 5) if enabled else (0, 0, 0)
+def init(n_rows: int, capacity: int, n_support: int, dim: int, dtype: jnp.dtype) -> WorthCache:
+    B, N, F = capacity, n_support, dim + 5
     geo = Geometry(center=jnp.zeros((F,), dtype), support_m=jnp.zeros((N, F), dtype), b2=jnp.zeros((2, N), dtype))
     return WorthCache(dpart=jnp.zeros((n_rows, B, N), dtype), cos=jnp.zeros((n_rows, B), dtype), geometry=geo)
-
-
-def enabled(cache: WorthCache) -> bool:
-    """Static: whether this state carries a cache (``Spec.incremental``)."""
-    return cache.dpart.shape[1] > 0
-
-
-def probes(query: jax.Array, probe_ring) -> tuple[jax.Array, jax.Array]:
-    """(P+1, D) probe queries (current first, then the ring) and their (P+1,) validity."""
-    queries = jnp.concatenate([query[None, :], probe_ring.data], axis=0)
-    valid = jnp.concatenate([jnp.ones((1,), bool), ring_valid(probe_ring)])
-    return queries, valid
 
 
 def _gram(X: jax.Array, Sm: jax.Array, b2: jax.Array, m: jax.Array) -> jax.Array:
@@ -107,21 +95,20 @@ def tail(cos: jax.Array, stats: MemoryStats) -> jax.Array:
     return jnp.stack([cos, st.u, st.rel, st.rec, st.freq], axis=-1)
 
 
-def scores(dp: jax.Array, cos: jax.Array, stats: MemoryStats, w: jax.Array, predictor: Predictor, geo: Geometry,
-           metric: jax.Array, gamma: jax.Array, eta: jax.Array) -> tuple[jax.Array, jax.Array]:
+def scores(dp: jax.Array, cos: jax.Array, stats: MemoryStats, model: ScoreModel,
+           geo: Geometry) -> tuple[jax.Array, jax.Array]:
     """(score, s_base), each (Q, M), from the cached D part ``dp`` (Q, M, N) and cosines (Q, M)."""
+    metric = model.metric
     D = metric.shape[0] - 5
     T = tail(cos, stats) - geo.center[None, None, D:]  # (Q, M, 5)
     r2 = jnp.maximum(dp + _gram(T, geo.support_m[:, D:], geo.b2[1], metric[D:]), jnp.zeros((), dp.dtype))
-    f = predict_from_sqdist(r2, predictor, jnp.asarray(gamma, dp.dtype))
-    s_base = base_features(cos, _stats_like(cos, stats)) @ w
-    return s_base + eta * f, s_base
+    f = predict_from_sqdist(r2, model.predictor, jnp.asarray(model.gamma, dp.dtype))
+    s_base = base_features(cos, _stats_like(cos, stats)) @ model.w
+    return s_base + model.eta * f, s_base
 
 
-def refresh(cache: WorthCache, query: jax.Array, probe_ring, emb: jax.Array, predictor: Predictor,
-            metric: jax.Array) -> WorthCache:
-    """Everything recomputed (after a KRR fit: new support and/or metric)."""
-    queries, _ = probes(query, probe_ring)
+def refresh(queries: jax.Array, emb: jax.Array, predictor: Predictor, metric: jax.Array) -> WorthCache:
+    """Everything recomputed for the (P+1, D) probe queries (after a KRR fit: new support and/or metric)."""
     geo = geometry(predictor, metric)
     return WorthCache(dpart=dpart_rows(queries, emb, geo, metric), cos=queries @ emb.T, geometry=geo)
 

@@ -45,9 +45,9 @@ class GridError(ValueError):
 
 
 def _hparam_fields() -> tuple[tuple[str, ...], frozenset[str]]:
-    from tokenworth_jax.config import INT_FIELDS, HParams
+    from tokenworth_jax.config import INT_FIELDS, names
 
-    return HParams._fields, INT_FIELDS
+    return names(), INT_FIELDS
 
 
 @dataclasses.dataclass(frozen=True)

@@ -51,12 +51,10 @@ def child(capacity: int, chunk: int, repeats: int, spec_overrides: dict[str, int
     import jax.numpy as jnp
 
     import tokenworth_jax as tw
-    from tokenworth_jax import krr
+    from tokenworth_jax import krr, probes, worth_cache
     from tokenworth_jax.ring import ring_valid
 
     from .common import time_call
-
-    from tokenworth_jax import worth_cache
 
     spec, hp = tw.preset("db", spec_overrides={**spec_overrides, "capacity": capacity, "worth_chunk": chunk,
                                                "incremental": incremental})
@@ -74,23 +72,25 @@ def child(capacity: int, chunk: int, repeats: int, spec_overrides: dict[str, int
         u=jnp.asarray(rng.uniform(-1, 3, B), jnp.float32), h=jnp.asarray(rng.integers(0, 5, B), jnp.float32),
         d=jnp.asarray(rng.integers(0, 5, B), jnp.float32), c=jnp.asarray(rng.integers(0, 10, B), jnp.float32),
         last=jnp.asarray(rng.integers(0, t, B), jnp.int32), tau=jnp.asarray(rng.integers(0, t, B), jnp.int32))
-    probe_ring = state.probe_ring._replace(data=jnp.asarray(unit(spec.n_probes)), is_full=jnp.ones((), bool))
+    probe_ring = state.probes._replace(data=jnp.asarray(unit(spec.n_probes)), is_full=jnp.ones((), bool))
     # A realistic support set: z of random (query, memory) pairs with plausible statistics.
     qa, ma = unit(spec.fast_window), unit(spec.fast_window)
     tail = np.stack([np.sum(qa * ma, 1), rng.uniform(-1, 3, spec.fast_window), rng.uniform(0, 1, spec.fast_window),
                      rng.uniform(0, 1, spec.fast_window), rng.uniform(0, 1, spec.fast_window)], 1)
     z = jnp.asarray(np.concatenate([np.abs(qa - ma), tail], 1), jnp.float32)
     delta = jnp.asarray(rng.uniform(-1, 1, spec.fast_window), jnp.float32)
-    fast_ring = state.fast_ring._replace(data=(z, delta), is_full=jnp.ones((), bool))
-    predictor = krr.fit(z, ring_valid(fast_ring), delta, state.metric, jnp.float32(1.0), jnp.float32(0.01))
+    fast_ring = state.residual.fast._replace(data=(z, delta), is_full=jnp.ones((), bool))
+    predictor = krr.fit(z, ring_valid(fast_ring), delta, state.residual.metric, jnp.float32(1.0), jnp.float32(0.01))
     state = state._replace(
-        bank=bank, probe_ring=probe_ring, fast_ring=fast_ring, predictor=predictor,
-        counters=state.counters._replace(t=jnp.int32(t), n_krr_fits=jnp.int32(3)),
+        bank=bank, probes=probe_ring, residual=state.residual._replace(fast=fast_ring, predictor=predictor,
+                                                                       n_fits=jnp.int32(3)),
+        clock=state.clock._replace(t=jnp.int32(t)),
         pending=state.pending._replace(query=jnp.asarray(unit(1)[0]), retrieved=jnp.ones((), bool),
                                        reward=jnp.int32(1)))
     e_new = jnp.asarray(unit(1)[0])
-    refresh = jax.jit(lambda s: s._replace(cache=worth_cache.refresh(s.cache, s.pending.query, s.probe_ring, s.bank.emb,
-                                                                     s.predictor, s.metric)))
+    refresh = jax.jit(lambda s: s._replace(scorer=worth_cache.refresh(probes.queries(s.probes, s.pending.query)[0],
+                                                                      s.bank.emb, s.residual.predictor,
+                                                                      s.residual.metric)))
     if incremental:
         state = refresh(state)
     state = jax.block_until_ready(state)
@@ -110,16 +110,16 @@ def child(capacity: int, chunk: int, repeats: int, spec_overrides: dict[str, int
         n_steps = 4
         events = tw.Event(query=jnp.asarray(unit(n_steps)), reward=jnp.ones((n_steps,), jnp.int32),
                           memory=jnp.asarray(unit(n_steps)), memory_id=jnp.arange(B, B + n_steps, dtype=jnp.int32))
-        no_refit = state._replace(counters=state.counters._replace(n_feedback=jnp.int32(1001)))
+        no_refit = state._replace(clock=state.clock._replace(n_feedback=jnp.int32(1001)))
         run_sum, _ = time_call(lambda: tw.run(no_refit, events, hp, spec)[1].decision.code, repeats)
         q = jnp.asarray(unit(1)[0])
         s_sum, _ = time_call(lambda: tw.select(state, q, hp, spec)[1], repeats)
-        r_sum, _ = time_call(lambda: refresh(state).cache.dpart, max(1, repeats // 2))
+        r_sum, _ = time_call(lambda: refresh(state).scorer.dpart, max(1, repeats // 2))
         per_task = 1 / int(hp.krr_interval) + 1 / int(hp.agop_interval)
         task_ms = run_sum["median_ms"] / n_steps
         extra = dict(select=s_sum, refresh=r_sum, refreshes_per_task=per_task, run_task_ms=task_ms,
                      amortised_task_ms=task_ms + per_task * r_sum["median_ms"],
-                     cache_mib=sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(state.cache)) / 2 ** 20)
+                     cache_mib=sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(state.scorer)) / 2 ** 20)
     rss_peak = _maxrss_mib()
     dev = jax.devices()[0]
     stats = dev.memory_stats() if hasattr(dev, "memory_stats") else None

@@ -14,7 +14,6 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -217,11 +216,11 @@ def prefill(spec: tw.Spec, hp: tw.HParams, stream: Stream, n: int) -> tw.State:
 
 
 def state_facts(state: tw.State, spec: tw.Spec) -> dict[str, Any]:
-    c = jax.device_get(state.counters)
-    return dict(t=int(c.t), n_feedback=int(c.n_feedback), n_krr_fits=int(c.n_krr_fits), n_base_fits=int(c.n_base_fits),
-                n_agop=int(c.n_agop), bank_valid=int(np.sum(jax.device_get(state.bank.valid))), capacity=spec.capacity,
-                base_window_full=bool(state.base_ring.is_full), fast_window_full=bool(state.fast_ring.is_full),
-                slow_window_full=bool(state.slow_ring.is_full), probe_ring_full=bool(state.probe_ring.is_full))
+    c, res, base = jax.device_get((state.clock, state.residual, state.base))
+    return dict(t=int(c.t), n_feedback=int(c.n_feedback), n_krr_fits=int(res.n_fits), n_base_fits=int(base.n_fits),
+                n_agop=int(res.n_agop), bank_valid=int(np.sum(jax.device_get(state.bank.valid))), capacity=spec.capacity,
+                base_window_full=bool(state.base.window.is_full), fast_window_full=bool(state.residual.fast.is_full),
+                slow_window_full=bool(state.residual.slow.is_full), probe_ring_full=bool(state.probes.is_full))
 
 
 # ----------------------------------------------------------------------------- reference

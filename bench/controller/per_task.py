@@ -28,15 +28,25 @@ import numpy as np
 
 import tokenworth_jax as tw
 
-from .common import (Size, block, db_setup, md_table, prefill, reference_prefill, state_facts, summarise, synthetic_stream,
-                     time_call, write_result)
+from .common import (
+    Size,
+    block,
+    db_setup,
+    md_table,
+    prefill,
+    reference_prefill,
+    state_facts,
+    summarise,
+    synthetic_stream,
+    time_call,
+    write_result,
+)
 
 PHASES = ("select", "observe_no_refit", "observe_amortised", "offer", "end_task", "mean_task")
 
 
 def _counts(state: tw.State) -> tuple[int, int, int]:
-    c = state.counters
-    return int(c.n_base_fits), int(c.n_krr_fits), int(c.n_agop)
+    return int(state.base.n_fits), int(state.residual.n_fits), int(state.residual.n_agop)
 
 
 def jax_window(state: tw.State, events: tw.Event, hp: tw.HParams, spec: tw.Spec) -> dict[str, list[float]]:
@@ -167,10 +177,15 @@ def run(size: Size, out_dir: Path) -> dict[str, Any]:
 def refit_breakdown(state: tw.State, hp: tw.HParams, repeats: int) -> dict[str, Any]:
     """Each refit on its own, on the pre-filled state, to say what dominates an observe with refits.
 
-    Uses the public refit functions ``tw.fit_base``, ``tw.fit_krr`` and ``tw.agop_update``.
+    Uses the components' own fit functions (:mod:`tokenworth_jax.base_scorer`, :mod:`tokenworth_jax.residual`).
     """
+    from tokenworth_jax import base_scorer, residual
+
+    fits = (("base_newton", lambda s, h: base_scorer.fit(s.base, h.w0, h.lambda_w, h.beta_w, h.w_min, h.w_max)),
+            ("krr_fit", lambda s, h: residual.fit(s.residual, h.gamma, h.lambda_krr)),
+            ("agop_plus_krr", lambda s, h: residual.agop(s.residual, h.gamma, h.lambda_krr, h.beta_m, h.m_min, h.m_max)))
     out = {}
-    for name, fn in (("base_newton", tw.fit_base), ("krr_fit", tw.fit_krr), ("agop_plus_krr", tw.agop_update)):
+    for name, fn in fits:
         jitted = jax.jit(fn)
         summary, compile_s = time_call(lambda: jitted(state, hp), repeats)
         out[name] = dict(**summary, compile_s=compile_s)

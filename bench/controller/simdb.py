@@ -26,6 +26,7 @@ skills), ``p0`` and ``v`` are closure constants of the reward function.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -126,7 +127,7 @@ def sweep(stream: SimStream, configs: Sequence[tw.HParams], spec: tw.Spec) -> tu
 
     @jax.jit
     def go(hps: tw.HParams, events: tw.Event) -> tuple[tw.State, tw.StepOutput]:
-        return tw.run_batched(tw.init_batched(spec, hps), events, hps, spec, fn)
+        return tw.run_batched(jax.vmap(functools.partial(tw.init, spec))(hps), events, hps, spec, fn)
 
     return jax.block_until_ready(go(hps, events))
 

@@ -16,6 +16,7 @@ Every task of the window succeeds, so the admission runs on every task.
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -115,7 +116,7 @@ def run(size: Size, out_dir: Path) -> dict[str, Any]:
     hps = tw.stack_hparams(configs)
     bfns = {}
     for name, spec in specs.items():
-        init = tw.init_batched(spec, hps)
+        init = jax.vmap(functools.partial(tw.init, spec))(hps)
         init_one = [tw.init(spec, h) for h in configs]
         for strategy in ("vmap", "map"):
             bfns[f"run_batched[{strategy}]/{name}"] = (

@@ -14,12 +14,12 @@ Configurations cycle through the sensitivity grid of the paper's Table A3 (:data
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import jax
-import numpy as np
 
 import tokenworth_jax as tw
 
@@ -55,7 +55,7 @@ def vmapped_run(spec: tw.Spec) -> Callable[..., Any]:
 
 
 def init_many(spec: tw.Spec, hps: tw.HParams) -> tw.State:
-    return tw.init_batched(spec, hps)
+    return jax.vmap(functools.partial(tw.init, spec))(hps)
 
 
 def run(size: Size, out_dir: Path) -> dict[str, Any]:

@@ -21,9 +21,9 @@ import numpy as np
 
 
 def defaults() -> dict[str, float]:
-    from tokenworth_jax.config import COMMON
+    from tokenworth_jax.config import PLUS_DEFAULTS as DEFAULTS
 
-    return {k: v for k, v in COMMON.items() if k.startswith("plus_") and not isinstance(v, tuple)}
+    return {k: v for k, v in DEFAULTS.items() if not isinstance(v, tuple)}
 
 
 def plot(data: dict[str, Any], refs: dict[str, float], path: Path, note: str = "") -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..config import N_LIFT_FEATURES as N_LIFT  # psi = [1, cos, mean advantage of the memory]
 NEWTON_ITERS = 12
 MAX_STEP = 2.0  # cap on the Newton step's norm (keeps the first steps of a separable window sane)
 

@@ -1,5 +1,5 @@
-"""The TokenWorth+ sub-state: the no-memory ring, the lift model's posterior, per-slot
-advantage statistics, the PRNG key and what the open task remembers."""
+"""TokenWorth+'s own state: the no-memory ring, the lift model's posterior, per-slot advantage
+statistics, the PRNG key and what the open task remembers. Only :mod:`.mode` writes it."""
 
 from __future__ import annotations
 
@@ -8,15 +8,16 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from ..config import N_LIFT_FEATURES as N_LIFT
+from ..config import HParams, Spec
 from ..ring import Ring, ring_init
-from .lift import N_LIFT
 
 
 class PlusPending(NamedTuple):
     p0: jax.Array  # p̂₀(q) at select time
     psi: jax.Array  # (N_LIFT,) lift features of the chosen candidate
     # predicted advantage Â of the chosen candidate; 0 when the bank was empty (finite, so that
-    # tw.checked accepts the state; State.pending.retrieved tells the two apart)
+    # tw.checked accepts the state; the controller's pending.retrieved tells the two apart)
     gain: jax.Array
     abstained: jax.Array  # bool: a candidate existed but nothing was injected
 
@@ -33,14 +34,16 @@ class PlusState(NamedTuple):
     pending: PlusPending
 
 
-def init_plus(spec, hp) -> PlusState:  # noqa: ANN001 - Spec/HParams (avoid an import cycle)
+def init(spec: Spec, hp: HParams) -> PlusState:
+    """A fresh TokenWorth+ state for a ``Spec`` and ``HParams`` (whose ``plus`` is set)."""
     f = spec.float_dtype
-    theta0 = jnp.asarray(hp.plus_theta0, f) * jnp.ones((N_LIFT,), f)
-    lam = jnp.asarray(hp.plus_lambda, f)
+    php = hp.plus
+    theta0 = jnp.asarray(php.theta0, f) * jnp.ones((N_LIFT,), f)
+    lam = jnp.asarray(php.lambda_, f)
     # Prior covariance (2 lambda)^-1 I: the Hessian of the ridge term alone.
     chol = jnp.eye(N_LIFT, dtype=f) / jnp.sqrt(2 * lam)
     return PlusState(
-        key=jax.random.PRNGKey(jnp.asarray(hp.plus_seed, jnp.int32)),
+        key=jax.random.PRNGKey(jnp.asarray(php.seed, jnp.int32)),
         null_ring=ring_init((jnp.zeros((spec.null_window, spec.dim), f), jnp.zeros((spec.null_window,), f))),
         lift_ring=ring_init((jnp.zeros((spec.base_window, N_LIFT), f), jnp.zeros((spec.base_window,), f),
                              jnp.zeros((spec.base_window,), f))),

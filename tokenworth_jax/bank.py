@@ -1,0 +1,90 @@
+"""The memory bank: B_max fixed slots with validity masks and per-memory statistics.
+
+This module owns :class:`Bank`: nothing else writes its fields. Shapes: B = ``Spec.capacity``,
+D = ``Spec.dim``, K = the recall size.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from .features import MemoryStats
+
+
+class Bank(NamedTuple):
+    """B_max memory slots. Empty slots have ``valid == False`` and ``ids == -1``."""
+
+    emb: jax.Array  # (B, D) unit-norm text vectors
+    valid: jax.Array  # (B,) bool
+    ids: jax.Array  # (B,) int32 caller's id of the memory text
+    u: jax.Array  # (B,) utility
+    h: jax.Array  # (B,) successes while selected
+    d: jax.Array  # (B,) failures while selected
+    c: jax.Array  # (B,) access count
+    last: jax.Array  # (B,) int32 last access step
+    tau: jax.Array  # (B,) int32 creation step
+
+
+class Recall(NamedTuple):
+    """The K most query-similar valid slots, best first (ties: lower slot first)."""
+
+    slots: jax.Array  # (K,) int32 bank slots
+    relevance: jax.Array  # (K,) cosine to the query, -inf where invalid
+    valid: jax.Array  # (K,) bool
+
+
+def init(capacity: int, dim: int, dtype: jnp.dtype) -> Bank:
+    B = capacity
+    return Bank(emb=jnp.zeros((B, dim), dtype), valid=jnp.zeros((B,), bool), ids=jnp.full((B,), -1, jnp.int32),
+                u=jnp.zeros((B,), dtype), h=jnp.zeros((B,), dtype), d=jnp.zeros((B,), dtype),
+                c=jnp.zeros((B,), dtype), last=jnp.zeros((B,), jnp.int32), tau=jnp.zeros((B,), jnp.int32))
+
+
+def stats(bank: Bank, t: jax.Array, kappa: jax.Array) -> MemoryStats:
+    """(B,) each: rel = (h+1)/(h+d+2), rec = exp(-kappa (t - last)), freq = c / max(1, t - tau + 1)."""
+    f = bank.u.dtype
+    age = (t - bank.last).astype(f)
+    span = jnp.maximum(1, t - bank.tau + 1).astype(f)
+    return MemoryStats(u=bank.u, rel=(bank.h + 1) / (bank.h + bank.d + 2),
+                       rec=jnp.exp(-jnp.asarray(kappa, f) * age), freq=bank.c / span)
+
+
+def recall(bank: Bank, query: jax.Array, k: int) -> Recall:
+    """The top-``k`` valid slots by cosine to ``query`` (D,)."""
+    relevance = jnp.where(bank.valid, bank.emb @ query, -jnp.inf)
+    top_rel, top = jax.lax.top_k(relevance, k)
+    top = top.astype(jnp.int32)
+    return Recall(slots=top, relevance=top_rel, valid=bank.valid[top])
+
+
+def credit(bank: Bank, slot: jax.Array, enabled: jax.Array, reward: jax.Array, t: jax.Array,
+           u_success: jax.Array, u_failure: jax.Array, u_min: jax.Array, u_max: jax.Array) -> Bank:
+    """The selected memory's feedback: utility step, success/failure and access counts, last use."""
+    f = bank.u.dtype
+    r = reward.astype(f)
+    slot = jnp.maximum(slot, 0)
+
+    def bump(arr: jax.Array, value: jax.Array) -> jax.Array:
+        return arr.at[slot].set(jnp.where(enabled, value, arr[slot]))
+
+    u_new = jnp.clip(bank.u[slot] + jnp.where(reward == 1, u_success, -u_failure), u_min, u_max)
+    return bank._replace(u=bump(bank.u, u_new), h=bump(bank.h, bank.h[slot] + r), d=bump(bank.d, bank.d[slot] + (1 - r)),
+                         c=bump(bank.c, bank.c[slot] + 1), last=bump(bank.last, t))
+
+
+def write(bank: Bank, slot: jax.Array, enabled: jax.Array, emb: jax.Array, memory_id: jax.Array, t: jax.Array,
+          u_init: jax.Array) -> Bank:
+    """A new memory (D,) in ``slot`` with fresh statistics, where ``enabled``."""
+    f = bank.u.dtype
+    slot = jnp.maximum(slot, 0)
+
+    def put(arr: jax.Array, value: jax.Array) -> jax.Array:
+        return arr.at[slot].set(jnp.where(enabled, jnp.asarray(value, arr.dtype), arr[slot]))
+
+    zero = jnp.zeros((), f)
+    return Bank(emb=bank.emb.at[slot].set(jnp.where(enabled, emb, bank.emb[slot])), valid=put(bank.valid, True),
+                ids=put(bank.ids, memory_id), u=put(bank.u, jnp.asarray(u_init, f)), h=put(bank.h, zero),
+                d=put(bank.d, zero), c=put(bank.c, zero), last=put(bank.last, t), tau=put(bank.tau, t))

@@ -1,0 +1,158 @@
+"""How pair scores over the bank are computed: two values of one small interface, chosen from
+``Spec.incremental`` (:func:`from_spec`), as ``optax.GradientTransformation`` pairs ``init`` with
+``update``.
+
+* :func:`full` scores every pair from scratch; it keeps no state (:class:`~tokenworth_jax.pytree.Empty`).
+* :func:`incremental` keeps a :class:`~tokenworth_jax.worth_cache.WorthCache` of the
+  D-dimensional part of the KRR distances and maintains it at each event that moves it (the
+  query at selection, a write to the bank, the end of a task, a KRR fit). Same decisions;
+  per task (B + P + 1) N D instead of (P + 1)(B + 1) N D (details in that module).
+
+Shapes: K candidates, B bank slots, P+1 probes, D dim, F = D + 5, N support rows.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Generic, NamedTuple, TypeVar
+
+import jax
+import jax.numpy as jnp
+
+from . import worth_cache
+from .bank import Bank, Recall
+from .batching import gated
+from .config import Spec
+from .features import MemoryStats, append, base_features, residual_features, take
+from .krr import Predictor
+from .pytree import Empty
+from .scoring import ScoreModel, score_pairs
+from .worth_cache import WorthCache
+
+
+class CandidateScores(NamedTuple):
+    """The recalled candidates' scores and the features the learners train on."""
+
+    score: jax.Array  # (K,) s
+    base: jax.Array  # (K,) s_base
+    phi: jax.Array  # (K, 4)
+    z: jax.Array  # (K, F)
+
+
+class ProbeScores(NamedTuple):
+    """Every probe against every bank slot and the offered memory (last column)."""
+
+    score: jax.Array  # (P+1, B+1)
+    base: jax.Array  # (P+1, B+1)
+    cos: jax.Array  # (P+1, B+1)
+
+
+S = TypeVar("S")  # the scorer's own state
+C = TypeVar("C")  # what it keeps of an offered memory until it is written
+
+
+class Scorer(NamedTuple, Generic[S, C]):
+    init: Callable[[Spec], S]
+    # (state, query (D,), bank, recall, bank stats (B,), model) -> (state, CandidateScores)
+    candidates: Callable[[S, jax.Array, Bank, Recall, MemoryStats, ScoreModel], tuple[S, CandidateScores]]
+    # (state, probes (P+1, D), bank emb (B, D), new emb (D,), bank stats (B,), new stats, model, chunk)
+    #   -> (ProbeScores, column): the column is what write() stores for the offered memory
+    probes: Callable[[S, jax.Array, jax.Array, jax.Array, MemoryStats, MemoryStats, ScoreModel, int],
+                     tuple[ProbeScores, C]]
+    write: Callable[[S, jax.Array, C, jax.Array], S]  # (state, slot, column, writes) -> state
+    end_task: Callable[[S, jax.Array, jax.Array], S]  # (state, probe ring index, pushed) -> state
+    # (state, fitted, probes (P+1, D), bank emb (B, D), predictor, metric) -> state
+    refit: Callable[[S, jax.Array, jax.Array, jax.Array, Predictor, jax.Array], S]
+
+
+# ----- full --------------------------------------------------------------------------------------
+def _full_candidates(state: Empty, query: jax.Array, bank: Bank, recall: Recall, stats: MemoryStats,
+                     model: ScoreModel) -> tuple[Empty, CandidateScores]:
+    ps = score_pairs(query[None, :], bank.emb[recall.slots], take(stats, recall.slots), model)
+    return state, CandidateScores(score=ps.score[0], base=ps.base[0], phi=ps.phi[0], z=ps.z[0])
+
+
+def _full_probes(state: Empty, queries: jax.Array, emb: jax.Array, e_new: jax.Array, stats: MemoryStats,
+                 new: MemoryStats, model: ScoreModel, chunk: int) -> tuple[ProbeScores, None]:
+    emb = jnp.concatenate([emb, e_new[None, :]], axis=0)
+    stats = append(stats, new)
+
+    def block(e: jax.Array, st: MemoryStats) -> tuple[jax.Array, jax.Array, jax.Array]:
+        ps = score_pairs(queries, e, st, model)
+        return ps.score, ps.base, ps.phi[..., 0]
+
+    n = emb.shape[0]
+    if chunk <= 0 or n <= chunk:
+        return ProbeScores(*block(emb, stats)), None
+    # ``chunk`` memories at a time (bounds the (P+1, chunk, F) temporaries for large banks)
+    pad = (-n) % chunk
+    emb_p = jnp.pad(emb, ((0, pad), (0, 0)))
+    stats_p = MemoryStats(*(jnp.pad(s, (0, pad)) for s in stats))
+    blocks = (emb_p.reshape(-1, chunk, emb.shape[1]), MemoryStats(*(s.reshape(-1, chunk) for s in stats_p)))
+    out = jax.lax.map(lambda blk: block(*blk), blocks)  # each (n_blocks, P+1, chunk)
+    Q = queries.shape[0]
+    return ProbeScores(*(jnp.moveaxis(x, 0, 1).reshape(Q, -1)[:, :n] for x in out)), None
+
+
+def full() -> Scorer[Empty, None]:
+    """Every pair scored from scratch: stateless."""
+    return Scorer(init=lambda spec: Empty(), candidates=_full_candidates, probes=_full_probes,
+                  write=lambda state, slot, column, writes: state, end_task=lambda state, idx, pushed: state,
+                  refit=lambda state, fitted, probes, emb, predictor, metric: state)
+
+
+# ----- incremental -------------------------------------------------------------------------------
+class _Column(NamedTuple):
+    """The offered memory's cached quantities, written into the slot it fills."""
+
+    dpart: jax.Array  # (P+1, N)
+    cos: jax.Array  # (P+1,)
+
+
+def _inc_init(spec: Spec) -> WorthCache:
+    return worth_cache.init(spec.n_probes + 1, spec.capacity, spec.fast_window, spec.dim, spec.float_dtype)
+
+
+def _inc_candidates(cache: WorthCache, query: jax.Array, bank: Bank, recall: Recall, stats: MemoryStats,
+                    model: ScoreModel) -> tuple[WorthCache, CandidateScores]:
+    # the query's row over the whole bank: the candidates' scores now, the lifecycle's worth later
+    row = worth_cache.dpart(query[None, :], bank.emb, cache.geometry, model.metric)  # (1, B, N)
+    cos = bank.emb @ query
+    cache = worth_cache.set_query_row(cache, row[0], cos)
+    top = recall.slots
+    stats_k = take(stats, top)
+    score, base = worth_cache.scores(row[:, top], cos[top][None, :], stats_k, model, cache.geometry)
+    z = residual_features(jnp.abs(query[None, :] - bank.emb[top]), cos[top], stats_k)
+    return cache, CandidateScores(score=score[0], base=base[0], phi=base_features(cos[top], stats_k), z=z)
+
+
+def _inc_probes(cache: WorthCache, queries: jax.Array, emb: jax.Array, e_new: jax.Array, stats: MemoryStats,
+                new: MemoryStats, model: ScoreModel, chunk: int) -> tuple[ProbeScores, _Column]:
+    del emb, chunk  # the bank's part is cached; chunking does not apply
+    col = _Column(dpart=worth_cache.dpart(queries, e_new[None, :], cache.geometry, model.metric)[:, 0],
+                  cos=queries @ e_new)
+    s_bank, b_bank = worth_cache.scores(cache.dpart, cache.cos, stats, model, cache.geometry)  # (P+1, B)
+    s_new, b_new = worth_cache.scores(col.dpart[:, None, :], col.cos[:, None], MemoryStats(*(x[None] for x in new)),
+                                      model, cache.geometry)
+    cat = lambda a, b: jnp.concatenate([a, b], axis=1)  # noqa: E731
+    return ProbeScores(score=cat(s_bank, s_new), base=cat(b_bank, b_new), cos=cat(cache.cos, col.cos[:, None])), col
+
+
+def _inc_write(cache: WorthCache, slot: jax.Array, column: _Column, writes: jax.Array) -> WorthCache:
+    return worth_cache.write_column(cache, jnp.maximum(slot, 0), column.dpart, column.cos, writes)
+
+
+def _inc_refit(cache: WorthCache, fitted: jax.Array, queries: jax.Array, emb: jax.Array, predictor: Predictor,
+               metric: jax.Array) -> WorthCache:
+    # a new support and/or metric moves every cached distance
+    return gated(fitted, lambda c, q, e, p, m: worth_cache.refresh(q, e, p, m), lambda c, q, e, p, m: c, cache, queries,
+                 emb, predictor, metric)
+
+
+def incremental() -> Scorer[WorthCache, _Column]:
+    """The D part of the KRR distances cached and maintained (see :mod:`tokenworth_jax.worth_cache`)."""
+    return Scorer(init=_inc_init, candidates=_inc_candidates, probes=_inc_probes, write=_inc_write,
+                  end_task=worth_cache.push_query, refit=_inc_refit)
+
+
+def from_spec(spec: Spec) -> Scorer:
+    return incremental() if spec.incremental else full()
