@@ -35,8 +35,7 @@ from .config import HParams, Spec, check_matches
 from .features import new_memory_stats
 from .lifecycle import Decision, Worth
 from .modes import Candidates, Feedback, Mode, paper
-from .plus.mode import plus
-from .plus.state import PlusState
+from .plus.mode import PlusState, plus
 from .pytree import Empty
 from .residual import Residual
 from .ring import Ring
