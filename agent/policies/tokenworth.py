@@ -20,6 +20,8 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from agent.budget import Budget
+from agent.data import Task
+from agent.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.memory import Memory, Turn
 from agent.policies.base import MemoryPolicy, Outcome
 
@@ -28,8 +30,9 @@ class TokenWorthPolicy(MemoryPolicy):
     name = "tokenworth"
     first_task_note = "compiling the controller…"  # the first select/offer compile (~13 s on CPU)
 
-    def __init__(self, env: str, budget: Budget, seed: int = 0, **overrides: Any) -> None:
-        super().__init__(env, budget, seed)
+    def __init__(self, env: str, budget: Budget, seed: int = 0, *, harness: HarnessOptions = DEFAULT_HARNESS,
+                 **overrides: Any) -> None:
+        super().__init__(env, budget, seed, harness=harness)
         from tokenworth_jax import Controller
 
         # The controller is deterministic; ``seed`` only matters to the runner's other parts.
@@ -37,14 +40,14 @@ class TokenWorthPolicy(MemoryPolicy):
         if self.controller.spec.capacity != budget.bank_capacity:
             self.controller = Controller(self.controller.spec._replace(capacity=budget.bank_capacity), self.controller.hp)
 
-    def retrieve(self, task: Any) -> list[Memory]:
+    def retrieve(self, task: Task) -> list[Memory]:
         selection = self.controller.select(task.query_text)
         self.note(selection=selection.as_dict())
         if selection.memory is None:
             return []
         return [selection.memory][: self.budget.max_memories]
 
-    def update(self, task: Any, memories: Sequence[Memory], outcome: Outcome, trajectory: Sequence[Turn]) -> None:
+    def update(self, task: Task, memories: Sequence[Memory], outcome: Outcome, trajectory: Sequence[Turn]) -> None:
         self.controller.observe(outcome.reward)
         memory = self.candidate(task, outcome, trajectory)
         if memory is None:

@@ -15,6 +15,7 @@ from typing import Any
 import jax
 
 from agent.budget import Budget
+from agent.data import Task
 from agent.policies.tokenworth import TokenWorthPolicy
 
 
@@ -28,7 +29,7 @@ class TokenWorthPlusPolicy(TokenWorthPolicy):
         ctl = self.controller
         self.controller = Controller(ctl.spec._replace(plus=True), ctl.hp)
 
-    def retrieve(self, task: Any) -> list:
+    def retrieve(self, task: Task) -> list:
         memories = super().retrieve(task)
         state = self.controller.state
         retrieved, pending = jax.device_get((state.pending.retrieved, state.plus.pending))
