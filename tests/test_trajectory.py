@@ -27,7 +27,7 @@ class Scripted(FakeBackbone):
         self.replies, self.tokens = list(replies), tokens
 
     def _reply(self, item, cap):
-        text = self.replies[min(item["round"], len(self.replies) - 1)]
+        text = self.replies[min(item.round, len(self.replies) - 1)]
         return Generation(text, self.tokens if self.tokens is not None else len(text.split()), "stop")
 
 
