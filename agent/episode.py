@@ -12,13 +12,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from agent.backbones.base import Backbone, Generation, prompt_usage
+from agent.backbones.base import Generation, prompt_usage
 from agent.budget import Budget, BudgetExceeded, InjectionBlock, TokenLedger
 from agent.data import Task
 from agent.envs.base import Environment, conversation, instructions_digest
 from agent.memory import Turn
 from agent.sim import facts as sim_facts
-from agent.sim.facts import FactReader, Facts
+from agent.sim.facts import AnyBackbone, Facts
 
 # Trajectory logging (records' ``trajectory`` and ``judge`` fields). Replies are kept whole (a
 # reply is bounded by max_tokens); an observation, and any string inside a parsed action or the
@@ -43,7 +43,7 @@ class Request:
     facts: Facts
 
 
-def answer(backbone: Backbone | FactReader, requests: Sequence[Request]) -> list[Generation]:
+def answer(backbone: AnyBackbone, requests: Sequence[Request]) -> list[Generation]:
     """One batched ``generate`` for ``requests``; the facts go only to a backbone that reads them."""
     return sim_facts.generate(backbone, [r.conversation for r in requests], [r.max_tokens for r in requests],
                               [r.facts for r in requests])

@@ -25,14 +25,14 @@ from agent.envs.base import Environment
 from agent.envs.registry import make_environment  # noqa: F401  (re-exported for benches)
 from agent.episode import (JUDGE_CAP, OBSERVATION_CAP, OVER_MAX_TOKENS, Episode, Request, clipped,  # noqa: F401
                            invalid_reason, round_entry)
-from agent.experiment.engine import (NONDETERMINISTIC_FIELDS, AnyBackbone, StreamHook, comparable,  # noqa: F401
-                                     run_experiment)
+from agent.experiment.engine import NONDETERMINISTIC_FIELDS, StreamHook, comparable, run_experiment  # noqa: F401
 from agent.experiment.streams import StreamSpec
 from agent.experiment.task import make_record, render, run_task  # noqa: F401
 from agent.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.memory import Memory
 from agent.policies.base import MemoryPolicy
 from agent.policies.registry import METHOD_NAMES, POLICIES, make_policy  # noqa: F401
+from agent.sim.facts import AnyBackbone
 
 
 def injection_for(policy: MemoryPolicy, task: Task, budget: Budget,

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Literal, Mapping, Protocol, Sequence
 
 from agent import interrupt, runfolder
-from agent.backbones.base import Backbone, BackboneError, Generation, Submitting
+from agent.backbones.base import BackboneError, Generation, Submitting
 from agent.checkpoint import (DURABLE_EVERY_S, CheckpointError, CheckpointWriter, RecordLog, load_checkpoint,
                               read_records, records_reach)
 from agent.data import Task
@@ -59,7 +59,7 @@ from agent.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.policies.base import MemoryPolicy
 from agent.policies.registry import make_policy
 from agent.sim import facts as sim_facts
-from agent.sim.facts import FactReader
+from agent.sim.facts import AnyBackbone
 
 Schedule = Literal["lockstep", "continuous", "sequential"]
 # Worker threads for streams whose environment allows it (OS: a sandbox reset is ~1 s of waiting on
@@ -87,7 +87,6 @@ class StreamHook(Protocol):
 
 
 HookFactory = Callable[[str, StreamSpec], "StreamHook | None"]  # (stream name, spec) -> the stream's hook
-AnyBackbone = Backbone | FactReader  # a real backbone, or one that also reads each request's facts
 
 
 @dataclasses.dataclass
@@ -212,7 +211,7 @@ class _Stream:
         self.env = env if env is not None else make_environment(self.spec.env, self.spec.budget,
                                                                 kg_endpoint=kg_endpoint, harness=self.harness)
         self.writer = CheckpointWriter(self.checkpoint_path, log=self.log, durable_every_s=durable_every_s)
-        self.concurrent = bool(getattr(self.env, "concurrent_steps", False))
+        self.concurrent = self.env.concurrent_steps
         if self.hook is not None:
             self.hook.resumed(read_records(self.records_path))
             self.hook.started(self.next_index)

@@ -24,14 +24,14 @@ from typing import Any, Callable, Generator, Sequence
 
 from agent import interrupt
 from agent.auxiliary import AuxRequest, aux_cap, book
-from agent.backbones.base import Backbone, Generation
+from agent.backbones.base import Generation
 from agent.budget import EMPTY_BLOCK, Budget, InjectionBlock, TokenLedger, build_injection_block
 from agent.data import Task
 from agent.envs.base import Environment
 from agent.episode import Episode, Request, answer
 from agent.memory import Memory
 from agent.policies.base import MemoryPolicy, Outcome
-from agent.sim.facts import FactReader, Facts
+from agent.sim.facts import AnyBackbone, Facts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,13 +148,13 @@ def make_record(method: str, index: int, task: Task, episode: Episode, reward: i
     return record
 
 
-def run_task(policy: MemoryPolicy, env: Environment, backbone: Backbone | FactReader, task: Task, index: int,
+def run_task(policy: MemoryPolicy, env: Environment, backbone: AnyBackbone, task: Task, index: int,
              budget: Budget, seed: int, stream: dict[str, Any] | None = None) -> dict[str, Any]:
     """:func:`task_steps` with every model call sent alone (tests, and callers without an engine)."""
     return serve_alone(task_steps(policy, env, task, index, budget, seed, stream), backbone)
 
 
-def serve_alone(steps: TaskSteps, backbone: Backbone | FactReader,
+def serve_alone(steps: TaskSteps, backbone: AnyBackbone,
                 on_call: Callable[[], None] | None = None) -> dict[str, Any]:
     try:
         request = next(steps)

@@ -7,15 +7,9 @@ The grammar itself (form names, operation words, the format texts a prompt shows
 :mod:`agent.aux_grammar`, which the simulated backbone (:mod:`agent.sim.aux`) writes with, so it
 answers in exactly the grammar these parsers accept.
 
-Forms (the ``form`` of an :class:`~agent.auxiliary.AuxRequest`'s :class:`~agent.sim.facts.AuxHint`):
-
-* ``"notes"`` — one or more ``<LABEL>: text`` lines (``FACT:``, ``REFLECTION:``, ``INSIGHT:``);
-  the label is given in the request meta (``label``).
-* ``"operations"`` — memory operations, one per line: ``ADD: text`` (``INSERT`` is a synonym),
-  ``UPDATE <n>: text``, ``DELETE <n>``, ``NOOP`` (``NONE`` is a synonym). ``<n>`` is the number
-  a memory was shown under in the prompt.
-* ``"card"`` — a skill card: an optional first line ``NEW`` or ``EDIT <n>``, then
-  ``SKILL: name``, ``WHEN: when to use it``, ``HOW: what to do``.
+The forms (``notes``, ``operations``, ``card``) are described in :mod:`agent.aux_grammar`. The
+parsers accept more than the grammar writes: ``INSERT`` for ``ADD``, ``NONE`` or ``NO-OP`` for
+``NOOP``, ``REMOVE`` for ``DELETE``, and a card's first line ``NEW`` / ``EDIT <n>`` may be missing.
 
 Parsing decisions (a small model's reply is often sloppy, never trusted):
 

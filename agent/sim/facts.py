@@ -74,7 +74,10 @@ class FactReader(Protocol):
                  stop: Sequence[str] | None = None, *, facts: Sequence[Facts]) -> list[Generation]: ...
 
 
-def generate(backbone: Backbone | FactReader, conversations: Sequence[Conversation], max_tokens: Sequence[int],
+AnyBackbone = Backbone | FactReader  # what the engine serves: a real backbone, or one that also reads facts
+
+
+def generate(backbone: AnyBackbone, conversations: Sequence[Conversation], max_tokens: Sequence[int],
              facts: Sequence[Facts]) -> list[Generation]:
     """One batched call: a fact reader gets the facts, any other backbone the conversations alone."""
     if isinstance(backbone, FactReader):
@@ -90,4 +93,4 @@ def submit(backbone: object, conversation: Conversation, max_tokens: int,
     return backbone.submit(conversation, max_tokens)  # type: ignore[attr-defined]
 
 
-__all__ = ["AuxHint", "Facts", "FactReader", "generate", "submit"]
+__all__ = ["AnyBackbone", "AuxHint", "Facts", "FactReader", "generate", "submit"]
