@@ -243,8 +243,10 @@ def test_batches_and_bad_input(streams, sim):
         sim.generate([USER, USER], [10, 10], facts=[Facts(tasks[0], round=0)])
     with pytest.raises(ValueError, match="at least 1"):
         sim.generate([USER], [0], facts=[Facts(tasks[0], round=0)])
-    with pytest.raises(ValueError, match="either an agent round"):
+    with pytest.raises(ValueError, match="exactly one of an agent round"):
         Facts(tasks[0])
+    with pytest.raises(ValueError, match="exactly one of an agent round"):
+        Facts(tasks[0], round=0, aux="reflection")
     with pytest.raises(ValueError, match="round must be >= 0"):
         Facts(tasks[0], round=-1)
     with pytest.raises(BackboneError, match="must be a DBTask"):

@@ -22,7 +22,7 @@ import concurrent.futures
 import dataclasses
 from typing import ClassVar, Literal, Protocol, Sequence, runtime_checkable
 
-from agent.backbones.base import Backbone, Conversation, Generation
+from agent.backbones.base import Backbone, Conversation, Generation, Submitting
 from agent.data import Task
 
 
@@ -60,7 +60,7 @@ class Facts:
         if self.round is not None and self.round < 0:
             raise ValueError(f"Facts.round must be >= 0, got {self.round}")
         if (self.aux is None) == (self.round is None):
-            raise ValueError("Facts describe either an agent round (round) or an auxiliary call (aux), not both")
+            raise ValueError("Facts describe exactly one of an agent round (round) and an auxiliary call (aux)")
 
 
 @runtime_checkable
@@ -85,12 +85,12 @@ def generate(backbone: AnyBackbone, conversations: Sequence[Conversation], max_t
     return backbone.generate(conversations, max_tokens)
 
 
-def submit(backbone: object, conversation: Conversation, max_tokens: int,
+def submit(backbone: Submitting, conversation: Conversation, max_tokens: int,
            facts: Facts) -> "concurrent.futures.Future[Generation]":
     """One asynchronous call, for a backbone that offers ``submit``; facts as in :func:`generate`."""
     if isinstance(backbone, FactReader):
         return backbone.submit(conversation, max_tokens, facts=facts)  # type: ignore[attr-defined]
-    return backbone.submit(conversation, max_tokens)  # type: ignore[attr-defined]
+    return backbone.submit(conversation, max_tokens)
 
 
 __all__ = ["AnyBackbone", "AuxHint", "Facts", "FactReader", "generate", "submit"]
