@@ -1,6 +1,8 @@
 """The LifelongAgentBench harness around the TokenWorth controller.
 
-Layers, from the edges in: ``data`` (task records), ``envs`` (DB / OS / KG
-environments behind one interface), ``budget`` (the joint resource budget),
-``backbones`` (LLMs), ``policies`` (memory policies), ``runner`` and ``cli``.
+Layers, top first: ``cli``; the front ends ``runner``, ``sweep``, ``report``, ``show``;
+``experiment``; ``episode``; ``policies``; ``auxiliary``; the backbone registry; ``envs``;
+``sim`` (the simulated backbone); ``backbones``; the foundations (``data``, ``harness``,
+``budget``, ``memory``, ...). A module imports only from layers below its own (docs/layout.md,
+checked by tests/test_layers.py).
 """

@@ -28,6 +28,7 @@ from typing import Any, Callable, Generator, Mapping, TypeVar
 
 from agent.backbones.base import Generation, prompt_usage
 from agent.budget import BudgetExceeded, TokenLedger
+from agent.sim.facts import AuxHint
 
 T = TypeVar("T")
 
@@ -39,7 +40,7 @@ class AuxRequest:
     purpose: str  # what it is for ("reflection", "extraction", ...): recorded, and read by the sim backbone
     messages: tuple[Mapping[str, str], ...]  # the full chat, system prompt included: the method's own prompt
     max_tokens: int | None = None  # the method's own cap, at most what the budget allows; None: the budget's
-    meta: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # facts for the sim backbone only
+    hint: AuxHint | None = None  # what the simulated backbone reads about the call (agent.sim.facts)
 
     def __post_init__(self) -> None:
         if not self.purpose:

@@ -640,12 +640,10 @@ def run_sweep_command(env: str, grid: list[str], table_a3: bool, backbone: str, 
 def write_sweep_summary(result: Any, configs: Sequence[dict[str, Any]], out_dir: Path,
                         settings: dict[str, Any]) -> None:
     """``sweep.md`` / ``sweep.json``: one row per configuration (ΔSR against the preset)."""
-    from agent.sweep import StreamResult, SweepResult, write_sweep_results
+    from agent.sweep import SweepResult, write_sweep_results
 
-    sweep_result = SweepResult(settings["env"], settings["seed"],
-                               [StreamResult.from_records(c, result.records[n]) for c, n in zip(configs, result.names)],
-                               result.seconds, result.batch_sizes)
-    typer.echo(write_sweep_results(sweep_result, out_dir))
+    typer.echo(write_sweep_results(SweepResult.from_experiment(result, configs, settings["env"], settings["seed"]),
+                                   out_dir))
 
 
 @app.command()

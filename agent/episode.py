@@ -10,13 +10,15 @@ policies: it gets the injected block and the task's :class:`~agent.budget.TokenL
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Sequence
 
 from agent.backbones.base import Generation, prompt_usage
 from agent.budget import Budget, BudgetExceeded, InjectionBlock, TokenLedger
-from agent.envs.base import Environment, conversation
+from agent.data import Task
+from agent.envs.base import Environment, conversation, instructions_digest
 from agent.memory import Turn
-from agent.show import instructions_digest
+from agent.sim import facts as sim_facts
+from agent.sim.facts import AnyBackbone, Facts
 
 # Trajectory logging (records' ``trajectory`` and ``judge`` fields). Replies are kept whole (a
 # reply is bounded by max_tokens); an observation, and any string inside a parsed action or the
@@ -34,15 +36,23 @@ BACKBONE_ERROR = "backbone_error"
 
 @dataclasses.dataclass
 class Request:
+    """One model call: what the model sees, its cap, and what only a simulated backbone reads."""
+
     conversation: list[dict[str, str]]
     max_tokens: int
-    meta: dict[str, Any]
+    facts: Facts
+
+
+def answer(backbone: AnyBackbone, requests: Sequence[Request]) -> list[Generation]:
+    """One batched ``generate`` for ``requests``; the facts go only to a backbone that reads them."""
+    return sim_facts.generate(backbone, [r.conversation for r in requests], [r.max_tokens for r in requests],
+                              [r.facts for r in requests])
 
 
 class Episode:
     """One task's interaction, advanced one backbone reply at a time."""
 
-    def __init__(self, env: Environment, task: Any, block: InjectionBlock, skills: tuple[str, ...] | None,
+    def __init__(self, env: Environment, task: Task, block: InjectionBlock, skills: tuple[str, ...] | None,
                  budget: Budget, seed: int, ledger: TokenLedger | None = None) -> None:
         self.env, self.task, self.block, self.budget, self.seed = env, task, block, budget, seed
         self.memory_skills = skills  # None: nothing injected (the sim backbone's contract)
@@ -80,8 +90,8 @@ class Episode:
         if len(self.turns) >= self.budget.max_rounds:
             self.status = "round_limit"
             return None
-        meta = {"task": self.task, "memory_skills": self.memory_skills, "round": len(self.turns), "seed": self.seed}
-        return Request(list(self.messages), self.ledger.next_max_tokens(), meta)
+        facts = Facts(self.task, self.seed, round=len(self.turns), memory_skills=self.memory_skills)
+        return Request(list(self.messages), self.ledger.next_max_tokens(), facts)
 
     def feed(self, request: Request, generation: Generation) -> None:
         """Apply the backbone's reply to the environment."""

@@ -144,6 +144,20 @@ def _vocab_digest(folder: str) -> str:
     return _sha256(b"".join(_sha256(_read_vocab_bytes(folder, name)).encode() for name in KG_VOCAB_FILES))
 
 
+def load_fb_roles(path: str) -> dict[str, str]:
+    """Relation -> range from a GrailQA/AgentBench ``fb_roles`` file (``domain relation range`` lines)."""
+    ranges: dict[str, str] = {}
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            fields = line.split()
+            if not fields:
+                continue
+            if len(fields) != 3:
+                raise ValueError(f"{path}:{number}: expected 'domain relation range', got {line.strip()!r}")
+            ranges[fields[1]] = fields[2]
+    return ranges
+
+
 def load_kg_vocabulary(folder: str) -> KGVocabulary:
     """``vocab.json`` (``{"relations": [...], "attributes": [...]}``) and ``fb_roles``
     (``domain relation range`` lines) from LAB's ontology folder."""
@@ -155,8 +169,6 @@ def load_kg_vocabulary(folder: str) -> KGVocabulary:
     for key, value in lists.items():
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise HarnessError(f"--kg-vocab {folder}: vocab.json needs a list of strings under {key!r}")
-    from agent.envs.sparql import load_fb_roles
-
     _read_vocab_bytes(folder, "fb_roles")  # the clear error for a missing or unreadable file
     try:
         ranges = load_fb_roles(str(_vocab_file(folder, "fb_roles")))
@@ -184,4 +196,4 @@ def harness_from_cli(env: str, *, memory_from: str = DEFAULT_HARNESS.memory_from
 
 
 __all__ = ["HarnessOptions", "HarnessError", "KGVocabulary", "DEFAULT_HARNESS", "MEMORY_FROM", "MEMORY_FORMATS",
-           "KG_PARSERS", "KG_VOCAB_FILES", "harness_from_cli", "load_kg_vocabulary"]
+           "KG_PARSERS", "KG_VOCAB_FILES", "harness_from_cli", "load_fb_roles", "load_kg_vocabulary"]

@@ -55,6 +55,7 @@ import shlex
 from typing import Any, Sequence
 
 from agent.budget import BLOCK_HEADER, ITEM_HEADING, Budget
+from agent.data import Task
 from agent.harness import MEMORY_FORMATS, MEMORY_FROM
 
 OBSERVATION_CHARS = 200  # per observation kept in a DB/KG memory
@@ -384,7 +385,7 @@ def writes_memory(reward: int, status: str | None, memory_from: str = "completed
     return reward == 1 and (memory_from == "reward" or status == "completed")
 
 
-def build_memory(env: str, task: Any, trajectory: Sequence[Turn], reward: int, budget: Budget, *,
+def build_memory(env: str, task: Task, trajectory: Sequence[Turn], reward: int, budget: Budget, *,
                  status: str | None = "completed", memory_from: str = "completed",
                  memory_format: str = "compact") -> Memory | None:
     """The memory a finished task writes, or ``None`` (not a success by ``memory_from``, or

@@ -146,14 +146,6 @@ def locked(path: str | os.PathLike[str], what: str, *, wait_s: float = 0.0) -> I
         os.close(fd)  # releases the flock
 
 
-@contextlib.contextmanager
-def locked_all(locks: Sequence[tuple[Path, str]]) -> Iterator[None]:
-    with contextlib.ExitStack() as stack:
-        for path, what in locks:
-            stack.enter_context(locked(path, what))
-        yield
-
-
 def method_lock(out: Path, method: str) -> tuple[Path, str]:
     return out / method / LOCK, f"{out / method} ({method})"
 

@@ -14,70 +14,44 @@ so its records equal an uninterrupted run's, field for field, except the wall-cl
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from agent import runfolder
 from agent.auxiliary import without_model
-from agent.backbones.base import Backbone
 from agent.budget import Budget, InjectionBlock
 from agent.checkpoint import DURABLE_EVERY_S
+from agent.data import Task
 from agent.envs.base import Environment
 from agent.envs.registry import make_environment  # noqa: F401  (re-exported for benches)
 from agent.episode import (JUDGE_CAP, OBSERVATION_CAP, OVER_MAX_TOKENS, Episode, Request, clipped,  # noqa: F401
                            invalid_reason, round_entry)
-from agent.experiment.engine import NONDETERMINISTIC_FIELDS, comparable, run_experiment  # noqa: F401
+from agent.experiment.engine import NONDETERMINISTIC_FIELDS, StreamHook, comparable, run_experiment  # noqa: F401
 from agent.experiment.streams import StreamSpec
 from agent.experiment.task import make_record, render, run_task  # noqa: F401
+from agent.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.memory import Memory
 from agent.policies.base import MemoryPolicy
 from agent.policies.registry import METHOD_NAMES, POLICIES, make_policy  # noqa: F401
+from agent.sim.facts import AnyBackbone
 
-ProgressHook = Callable[[dict[str, Any]], None]
 
-
-def injection_for(policy: MemoryPolicy, task: Any, budget: Budget,
+def injection_for(policy: MemoryPolicy, task: Task, budget: Budget,
                   ) -> tuple[list[Memory], InjectionBlock, tuple[str, ...] | None]:
     """Retrieve (auxiliary calls skipped) and render; the memories returned are those injected."""
     return render(without_model(policy.retrieve_steps(task)) or [], budget)
 
 
-class _StartHook:
-    def __init__(self, on_record: ProgressHook | None, on_start: Callable[[int], None] | None) -> None:
-        self.on_record, self.on_start = on_record, on_start
-
-    def resumed(self, records: list[dict[str, Any]]) -> None:
-        """Records made before a resume: a hook with ``.resumed()`` counts them as done, not as new work."""
-        if self.on_record is None:
-            return
-        resumed = getattr(self.on_record, "resumed", None)
-        if resumed is not None:
-            resumed(records)
-        else:
-            for record in records:
-                self.on_record(record)
-
-    def started(self, next_index: int) -> None:
-        if self.on_start is not None:
-            self.on_start(next_index)
-
-    def __call__(self, record: dict[str, Any]) -> None:
-        if self.on_record is not None:
-            self.on_record(record)
-
-
-def run_stream(method: str, env_name: str, tasks: Sequence[Any], backbone: Backbone, budget: Budget, seed: int,
+def run_stream(method: str, env_name: str, tasks: Sequence[Task], backbone: AnyBackbone, budget: Budget, seed: int,
                out_dir: str | Path, *, env: Environment | None = None, kg_endpoint: str | None = None,
-               on_record: ProgressHook | None = None, checkpoint_every: int = 1,
-               stop_after: int | None = None, on_start: Callable[[int], None] | None = None,
-               durable_every_s: float = DURABLE_EVERY_S, harness: Any = None,
+               hook: StreamHook | None = None, checkpoint_every: int = 1, stop_after: int | None = None,
+               durable_every_s: float = DURABLE_EVERY_S, harness: HarnessOptions = DEFAULT_HARNESS,
                hparams: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Run (or resume) ``method`` over ``tasks`` into ``out_dir/<method>``; returns all records, old and new.
 
-    ``stop_after`` processes at most that many tasks in this call; ``on_start(next_index)`` is
-    called once the resume point is known. See :func:`agent.experiment.run_experiment`.
+    ``stop_after`` processes at most that many tasks in this call; ``hook`` hears of the stream's
+    resumed records, its start and each new record. See :func:`agent.experiment.run_experiment`.
     """
     spec = StreamSpec(env_name, method, seed, budget, tuple(sorted((hparams or {}).items())))
-    hook = _StartHook(on_record, on_start)
     result = run_experiment([spec], backbone, out_dir, tasks={env_name: tasks}, kg_endpoint=kg_endpoint,
                             harness=harness, hooks=lambda _name, _spec: hook,
                             environments={method: env} if env is not None else None, stop_after=stop_after,

@@ -14,7 +14,6 @@ call received (the episode ended after it) is shown as the environment's last wo
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -24,11 +23,6 @@ RULE = "─" * 72
 
 class ShowError(ValueError):
     """A run folder, method or task that cannot be shown (the message says which and why)."""
-
-
-def instructions_digest(text: str) -> str:
-    """The digest records keep of the constant first user turn (instructions)."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
 
 def env_instructions(env: str) -> str:
@@ -93,7 +87,7 @@ def _block(role: str, text: str, note: str = "") -> list[str]:
 
 def conversation_lines(record: dict[str, Any]) -> list[str]:
     """The record rendered as the conversation the model saw, then the verdict."""
-    from agent.envs.base import SYSTEM_PROMPT
+    from agent.envs.base import SYSTEM_PROMPT, instructions_digest
 
     lines = [f"{record.get('method')} · task {record.get('index')} ({record.get('task_id')}) · env {record.get('env')}"
              f" · accounting {record.get('accounting', '?')} · status {record.get('status')}"

@@ -18,18 +18,14 @@ changes: 22 streams). ``sweep.md`` / ``sweep.json`` summarise the streams.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from agent import runfolder
-from agent.backbones.base import Backbone
 from agent.budget import Budget
 from agent.checkpoint import atomic_write_json, atomic_write_text
-from agent.experiment.engine import run_experiment
-from agent.experiment.streams import GridError, StreamSpec, expand, grid_points, stream_names
+from agent.experiment.engine import ExperimentResult
+from agent.experiment.streams import GridError, StreamSpec, expand, grid_points
 
 # Spec §9, sensitivity on DB: each hyperparameter varied alone around the preset.
 TABLE_A3: dict[str, tuple[float, ...]] = {
@@ -104,46 +100,14 @@ class SweepResult:
     seconds: float
     batch_sizes: list[int]
 
-
-def sweep_config(env: str, tasks: Sequence[Any], backbone: Backbone, budget: Budget, configs: Sequence[dict[str, Any]],
-                 seed: int, settings: dict[str, Any] | None, plus: bool) -> dict[str, Any]:
-    """The run folder's config.json of a sweep (settings from the CLI, else what the call names)."""
-    base = {"env": env, "backbone": getattr(backbone, "name", type(backbone).__name__), "seed": seed,
-            "tasks": len(tasks), "budget": budget.as_dict()}
-    return {**base, **(settings or {}), "configs": [dict(c) for c in configs], "plus": plus, "kind": "sweep"}
-
-
-def run_sweep(env_name: str, tasks: Sequence[Any], backbone: Backbone, budget: Budget,
-              configs: Sequence[dict[str, Any]], seed: int, *, kg_endpoint: str | None = None,
-              envs: Sequence[Any] | None = None, progress: bool = False, out_dir: str | Path | None = None,
-              settings: dict[str, Any] | None = None, overwrite: bool = False,
-              stop_after: int | None = None, plus: bool = False, harness: Any = None,
-              hooks: Any = None) -> SweepResult:
-    """Run every configuration over ``tasks`` in lockstep; see the module docstring.
-
-    With ``out_dir`` the sweep is a run folder and resumable (the folder is checked against
-    the settings as every run folder is, :func:`agent.runfolder.prepare`); without it the
-    streams run in a temporary folder. ``envs`` gives one environment per configuration.
-    """
-    streams = sweep_streams(env_name, budget, configs, seed, plus=plus)
-    names = stream_names(streams)
-    if envs is not None and len(envs) != len(streams):
-        raise GridError(f"need one environment per stream ({len(streams)}), got {len(envs)}")
-    del progress  # progress is the front end's (hooks)
-    with contextlib.ExitStack() as stack:
-        if out_dir is None:
-            out = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tokenworth-sweep-")))
-        else:
-            out = Path(out_dir)
-        config = sweep_config(env_name, tasks, backbone, budget, configs, seed, settings, plus)
-        with runfolder.locked(*runfolder.folder_lock(out), wait_s=runfolder.FOLDER_LOCK_WAIT_S):
-            runfolder.check_run_folder(out)
-            runfolder.prepare(out, config, names if overwrite else (), names, overwrite=overwrite)
-        result = run_experiment(streams, backbone, out, tasks={env_name: tasks}, kg_endpoint=kg_endpoint,
-                                harness=harness, hooks=hooks, names=names, stop_after=stop_after,
-                                environments=dict(zip(names, envs)) if envs is not None else None)
-    return SweepResult(env_name, seed, [StreamResult.from_records(c, result.records[n]) for c, n in zip(configs, names)],
-                       result.seconds, result.batch_sizes)
+    @classmethod
+    def from_experiment(cls, result: ExperimentResult, configs: Sequence[dict[str, Any]], env: str,
+                        seed: int) -> "SweepResult":
+        """The sweep's rows from the experiment that ran its streams (one per configuration, in order)."""
+        if len(configs) != len(result.names):
+            raise GridError(f"{len(configs)} configurations but {len(result.names)} streams")
+        return cls(env, seed, [StreamResult.from_records(c, result.records[n]) for c, n in zip(configs, result.names)],
+                   result.seconds, result.batch_sizes)
 
 
 def markdown(result: SweepResult) -> str:
@@ -170,4 +134,5 @@ def write_sweep_results(result: SweepResult, out_dir: str | Path) -> str:
     return table
 
 
-__all__ = ["SweepError", "configs_from_grid", "table_a3_configs", "run_sweep", "write_sweep_results"]
+__all__ = ["SweepError", "SweepResult", "StreamResult", "configs_from_grid", "table_a3_configs", "sweep_streams",
+           "write_sweep_results"]

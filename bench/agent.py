@@ -16,7 +16,7 @@ later (env, seed) run reuses it (same settings; the seed does not matter to gree
 it is shut down explicitly when the benchmark ends, also after an error.
 
 With the simulated backbone the numbers measure the harness and the policies under the sim's
-documented generative model (``agent/backbones/sim.py``), not an LLM.
+documented generative model (``agent/sim/``), not an LLM.
 """
 
 from __future__ import annotations

@@ -28,10 +28,13 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from agent.backbones.sim import SimBackbone, SimParams, _kg_gold_replies, decide, os_reply
-from agent.backbones.tokens import token_counter
 from agent.budget import ACCOUNTINGS, EMPTY_BLOCK, Budget
 from agent.checkpoint import atomic_write_json, atomic_write_text
+from agent.data import kg_gold_replies
+from agent.episode import answer
+from agent.sim import SimBackbone, SimParams, decide
+from agent.sim.replies import os_reply
+from agent.sim.tokens import token_counter
 
 PERFECT = SimParams(p_floor=1.0, p_ceil=1.0, thought_sentences_base=0, thought_sentences_helpful=0,
                     thought_sentences_harmful=0, harmful_extra_rounds=0)
@@ -61,7 +64,7 @@ def db_episodes(tasks: Sequence[Any], accounting: str | None, budget: Budget) ->
         for task in tasks:
             episode = Episode(env, task, EMPTY_BLOCK, None, run_budget, seed=0)
             while (request := episode.request()) is not None:
-                [gen] = backbone.generate([request.conversation], [request.max_tokens], meta=[request.meta])
+                [gen] = answer(backbone, [request])
                 episode.feed(request, gen)
             out.append(([t.output_tokens for t in episode.turns], episode.judge()))
     finally:
@@ -78,7 +81,7 @@ def token_only(env: str, tasks: Sequence[Any]) -> list[list[int]]:
             episode = decide(PERFECT, 0, task, None)
             replies = [os_reply(task, episode, 0, PERFECT), os_reply(task, episode, 1, PERFECT)]
         else:
-            replies = _kg_gold_replies(task)
+            replies = kg_gold_replies(task)
         out.append([counter.count(r) for r in replies])
     return out
 

@@ -39,7 +39,7 @@ from agent.backbones.base import Generation
 from agent.budget import EMPTY_BLOCK, Budget, build_injection_block
 from agent.data import load_tasks
 from agent.envs.registry import make_environment
-from agent.episode import Episode
+from agent.episode import Episode, answer
 from agent.harness import HarnessOptions
 from agent.memory import build_memory
 from tests.copy_backbone import CopyingBackbone
@@ -57,9 +57,9 @@ def gold_replies(env: str, task: Any, observation: str | None) -> list[str]:
         answer = None if observation is None else ("done" if task.is_write else observation)
         return db_gold(task, answer)
     if env == "kg":
-        from agent.envs.kg import gold_replies as kg_gold
+        from agent.data import kg_gold_replies
 
-        return kg_gold(task)
+        return kg_gold_replies(task)
     return [f"Act: bash\n```bash\n{task.ground_truth.script}\n```", "Act: finish"]
 
 
@@ -89,8 +89,7 @@ def run_episode(env_name: str, task: Any, budget: Budget, harness: HarnessOption
         episode = Episode(environment, task, block, None, budget, seed=0)
         while (request := episode.request()) is not None:
             text = replies(episode)
-            generation = (copier.generate([request.conversation], [request.max_tokens], meta=[request.meta])[0]
-                          if text is None else Generation(text, len(text.split()), "stop"))
+            generation = (answer(copier, [request])[0] if text is None else Generation(text, len(text.split()), "stop"))
             episode.feed(request, generation)
             if env_name == "os" and episode.done and settle:
                 time.sleep(settle)

@@ -53,9 +53,9 @@ Calls = list[list[int]]  # one stream: per task, the output tokens of each model
 
 def db_calls_from_sim_runs(tasks: Sequence[Any], methods: Sequence[str], seeds: Sequence[int]) -> dict[str, Calls]:
     """Every (method, seed) stream of the sim on the real DB environment: its per-call tokens."""
-    from agent.backbones.sim import SimBackbone
     from agent.budget import Budget
     from agent.runner import run_stream
+    from agent.sim import SimBackbone
 
     streams = {}
     with tempfile.TemporaryDirectory(prefix="tokenworth-projection-") as scratch:
@@ -82,8 +82,9 @@ def _ends_episode(env: str, reply: str) -> bool:
 
 def offline_calls(env: str, tasks: Sequence[Any], seed: int) -> Calls:
     """Per task, the tokens of the sim's replies without memory, round by round until the episode ends."""
-    from agent.backbones.sim import SimBackbone, _apply_stop
     from agent.budget import Budget
+    from agent.sim import Facts
+    from agent.sim.backbone import SimBackbone, _apply_stop
 
     budget = Budget.for_env(env)
     cap = min(budget.per_call_cap, budget.max_output_tokens)
@@ -92,8 +93,7 @@ def offline_calls(env: str, tasks: Sequence[Any], seed: int) -> Calls:
     for task in tasks:
         tokens = []
         for round_index in range(budget.max_rounds):
-            reply = _apply_stop(sim.reply([], {"task": task, "round": round_index, "memory_skills": None,
-                                               "seed": seed}), None)
+            reply = _apply_stop(sim.reply([], Facts(task, seed, round=round_index)), None)
             tokens.append(min(cap, sim._tokens.count(reply)))
             if _ends_episode(env, reply):
                 break

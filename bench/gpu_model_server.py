@@ -38,7 +38,7 @@ decode-only; vLLM's prefix cache serves the repeated instructions and conversati
 prefix caching would hit), so the cost of prefill can be added to a projection afterwards.
 
 **Replies.** So that the real environment sees sensible actions, each reply is the simulated
-backbone's (:class:`agent.backbones.sim.SimBackbone`) for that conversation: the task is found
+backbone's (:class:`agent.sim.SimBackbone`) for that conversation: the task is found
 by its prompt text (the conversation's fourth message, the environment's ``task_prompt``, among
 the first ``--tasks`` tasks of ``--env``), the round is the number of assistant turns after the
 opening "OK.", and the injected memory's skills are those of the tasks whose questions appear
@@ -281,9 +281,9 @@ class SimReplies:
     """Replies from the simulated backbone, with the task, round and memory read from the text."""
 
     def __init__(self, env_name: str, tasks: Sequence[Any], seed: int = 0) -> None:
-        from agent.backbones.sim import SimBackbone
         from agent.budget import Budget
         from agent.envs.registry import make_environment
+        from agent.sim import SimBackbone
 
         self.sim = SimBackbone(seed=seed)
         self.seed = seed
@@ -321,13 +321,15 @@ class SimReplies:
     def reply(self, messages: Sequence[Mapping[str, str]], max_tokens: int,
               stop: Sequence[str] | None) -> tuple[str, int, str]:
         """``(text, completion tokens, finish_reason)``; never raises on odd conversations."""
+        from agent.sim import Facts
+
         task = self.task_of(messages)
         if task is not None:
             assistant_turns = sum(1 for m in messages if m.get("role") == "assistant")
-            meta = {"task": task, "round": max(0, assistant_turns - 1), "seed": self.seed,
-                    "memory_skills": self.memory_skills(messages)}
+            facts = Facts(task, self.seed, round=max(0, assistant_turns - 1),
+                          memory_skills=self.memory_skills(messages))
             try:
-                [generation] = self.sim.generate([messages], [max_tokens], stop, meta=[meta])
+                [generation] = self.sim.generate([messages], [max_tokens], stop, facts=[facts])
                 return generation.text, generation.output_tokens, generation.finish_reason
             except Exception:  # noqa: BLE001 - an odd conversation gets the note, as an aux call would
                 pass

@@ -18,7 +18,7 @@
 # memories, the worth scores of the bank, the base weights `w` and the metric `M`.
 #
 # The stream is the LifelongAgentBench DB task list; **the backbone is simulated** (success
-# is drawn from the skill-overlap model of `agent.backbones.sim`, see
+# is drawn from the skill-overlap model of `agent.sim`, see
 # `bench/controller/simdb.py`). 240 tasks by default, so that the first AGOP update of the
 # metric (every `agop_interval` = 200 tasks in the DB preset) has run; set
 # `TOKENWORTH_NOTEBOOK_FULL=1` for all 500 tasks.

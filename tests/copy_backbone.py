@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from agent.backbones.base import Generation
 from agent.budget import BLOCK_HEADER
+from agent.sim.facts import Facts
 
 _ACTIONS = {
     "os": re.compile(r"Act: bash\n```bash\n.*?\n```|Act: finish", re.S),
@@ -47,17 +48,17 @@ def memory_actions(block: str, env: str) -> list[str]:
 
 class CopyingBackbone:
     name = "copy"
+    reads_facts = True  # it needs the task's env and the round (agent.sim.facts)
 
     def __init__(self) -> None:
         self.replies: list[str] = []
 
     def generate(self, conversations: Sequence[Any], max_tokens: Sequence[int], stop: Sequence[str] | None = None,
-                 *, meta: Sequence[Mapping[str, Any]] | None = None) -> list[Generation]:
-        assert meta is not None
+                 *, facts: Sequence[Facts]) -> list[Generation]:
         out = []
-        for conversation, cap, item in zip(conversations, max_tokens, meta):
-            actions = memory_actions(injected_block(conversation), item["task"].env)
-            text = actions[item["round"]] if item["round"] < len(actions) else NOTHING
+        for conversation, cap, item in zip(conversations, max_tokens, facts):
+            actions = memory_actions(injected_block(conversation), item.task.env)
+            text = actions[item.round] if item.round is not None and item.round < len(actions) else NOTHING
             words = list(re.finditer(r"\S+", text))
             if len(words) > cap:  # cut like a capped model: the first `cap` words
                 text, tokens, reason = text[: words[cap - 1].end()], cap, "length"

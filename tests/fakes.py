@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 from agent.backbones.base import Generation
 from agent.envs.base import Environment, Judgement, StepResult
+from agent.sim.facts import Facts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +88,7 @@ class FakeBackbone:
     """
 
     name = "fake"
+    reads_facts = True  # it plays the task, as the simulator does (agent.sim.facts)
 
     def __init__(self, verbose_words: int = 10) -> None:
         self.calls: list[dict[str, Any]] = []
@@ -94,22 +96,22 @@ class FakeBackbone:
         self.batch_sizes: list[int] = []
 
     def generate(self, conversations: Sequence[Any], max_tokens: Sequence[int], stop: Sequence[str] | None = None,
-                 *, meta: Sequence[Mapping[str, Any]] | None = None) -> list[Generation]:
-        assert meta is not None and len(meta) == len(conversations) == len(max_tokens)
+                 *, facts: Sequence[Facts]) -> list[Generation]:
+        assert len(facts) == len(conversations) == len(max_tokens)
         self.batch_sizes.append(len(conversations))
         out = []
-        for convo, cap, item in zip(conversations, max_tokens, meta):
-            self.calls.append({"task": item["task"].task_id, "round": item["round"], "cap": cap,
-                               "memory_skills": item["memory_skills"], "first_user": convo[1]["content"]})
+        for convo, cap, item in zip(conversations, max_tokens, facts):
+            self.calls.append({"task": item.task.task_id, "round": item.round, "cap": cap,
+                               "memory_skills": item.memory_skills, "first_user": convo[1]["content"]})
             out.append(self._reply(item, cap))
         return out
 
-    def _reply(self, item: Mapping[str, Any], cap: int) -> Generation:
-        task, memory = item["task"], item["memory_skills"]
+    def _reply(self, item: Facts, cap: int) -> Generation:
+        task, memory = item.task, item.memory_skills
         helped = memory is not None and bool(set(memory) & set(task.skill_list))
-        success = helped or _u(item["seed"], task.sample_index) < 0.5
+        success = helped or _u(item.seed, task.sample_index) < 0.5
         thought = " ".join(["think"] * (self.verbose_words // (2 if helped else 1)))
-        if item["round"] == 0:
+        if item.round == 0:
             sql = "SELECT BAD" if task.sample_index % 2 else f"SELECT {task.sample_index}"
             text = f"Thought: {thought}\nAction: Operation\n```sql\n{sql}\n```"
         else:

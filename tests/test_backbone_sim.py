@@ -12,9 +12,11 @@ import pytest
 
 from agent.backbones.base import BackboneError
 from agent.backbones.registry import make_backbone
-from agent.backbones.sim import SimBackbone, SimParams, decide, kg_calls, skill_overlap, wrong_sql
-from agent.backbones.tokens import token_counter
+from agent.data import kg_gold_calls as kg_calls
 from agent.data import load_tasks
+from agent.sim import Facts, SimBackbone, SimParams, decide, skill_overlap
+from agent.sim.replies import wrong_sql
+from agent.sim.tokens import token_counter
 
 USER = [{"role": "system", "content": "sys"}, {"role": "user", "content": "the task"}]
 
@@ -30,10 +32,7 @@ def sim():
 
 
 def _gen(sim, task, round_index, memory=None, conversation=USER, cap=512, seed=None):
-    item = {"task": task, "round": round_index, "memory_skills": memory}
-    if seed is not None:
-        item["seed"] = seed
-    return sim.generate([conversation], [cap], meta=[item])[0]
+    return sim.generate([conversation], [cap], facts=[Facts(task, seed, round=round_index, memory_skills=memory)])[0]
 
 
 def _first(tasks, predicate):
@@ -92,14 +91,14 @@ def test_memory_acts_through_skills_with_common_random_numbers(streams):
 
 def test_same_seed_same_run_other_seed_differs(streams):
     tasks = streams["db"][:60]
-    a = [SimBackbone(seed=3).reply(USER, {"task": t, "round": 0, "memory_skills": None}) for t in tasks]
-    b = [SimBackbone(seed=3).reply(USER, {"task": t, "round": 0, "memory_skills": None}) for t in tasks]
-    c = [SimBackbone(seed=4).reply(USER, {"task": t, "round": 0, "memory_skills": None}) for t in tasks]
+    a = [SimBackbone(seed=3).reply(USER, Facts(t, round=0)) for t in tasks]
+    b = [SimBackbone(seed=3).reply(USER, Facts(t, round=0)) for t in tasks]
+    c = [SimBackbone(seed=4).reply(USER, Facts(t, round=0)) for t in tasks]
     assert a == b
     assert a != c
-    # a seed in meta overrides the backbone's
-    meta_seeded = [SimBackbone(seed=0).reply(USER, {"task": t, "round": 0, "memory_skills": None, "seed": 4}) for t in tasks]
-    assert meta_seeded == c
+    # a seed in the facts overrides the backbone's
+    fact_seeded = [SimBackbone(seed=0).reply(USER, Facts(t, 4, round=0)) for t in tasks]
+    assert fact_seeded == c
 
 
 # --- DB replies, checked against SQLite ------------------------------------------------
@@ -226,7 +225,7 @@ def test_the_eos_token_counts_only_where_it_fits(streams, sim):
 
 def test_stop_strings_cut_the_reply(streams, sim):
     task = streams["db"][1]
-    out = sim.generate([USER], [512], stop=["```sql"], meta=[{"task": task, "round": 0, "memory_skills": None}])[0]
+    out = sim.generate([USER], [512], stop=["```sql"], facts=[Facts(task, round=0)])[0]
     assert out.text.endswith("Action: Operation\n") and "```" not in out.text
     # the stop string's tokens were decoded (and count); no EOS follows a stop string
     assert out.output_tokens == token_counter().count(out.text + "```sql") and out.finish_reason == "stop"
@@ -234,19 +233,27 @@ def test_stop_strings_cut_the_reply(streams, sim):
 
 def test_batches_and_bad_input(streams, sim):
     tasks = streams["os"][:5]
-    batch = sim.generate([USER] * 5, [512] * 5, meta=[{"task": t, "round": 0, "memory_skills": None} for t in tasks])
+    batch = sim.generate([USER] * 5, [512] * 5, facts=[Facts(t, round=0) for t in tasks])
     assert [g.text for g in batch] == [_gen(sim, t, 0).text for t in tasks]
-    with pytest.raises(BackboneError, match="meta"):
+    with pytest.raises(TypeError, match="facts"):
         sim.generate([USER], [10])
-    with pytest.raises(ValueError, match="same length"):
-        sim.generate([USER, USER], [10], meta=[{"task": tasks[0], "round": 0}])
+    with pytest.raises(ValueError, match="2 conversations but 1 max_tokens"):
+        sim.generate([USER, USER], [10], facts=[Facts(tasks[0], round=0)] * 2)
+    with pytest.raises(ValueError, match="2 conversations but 1 facts"):
+        sim.generate([USER, USER], [10, 10], facts=[Facts(tasks[0], round=0)])
     with pytest.raises(ValueError, match="at least 1"):
-        sim.generate([USER], [0], meta=[{"task": tasks[0], "round": 0}])
-    with pytest.raises(BackboneError, match="round"):
-        sim.generate([USER], [10], meta=[{"task": tasks[0]}])
+        sim.generate([USER], [0], facts=[Facts(tasks[0], round=0)])
+    with pytest.raises(ValueError, match="exactly one of an agent round"):
+        Facts(tasks[0])
+    with pytest.raises(ValueError, match="exactly one of an agent round"):
+        Facts(tasks[0], round=0, aux="reflection")
+    with pytest.raises(ValueError, match="round must be >= 0"):
+        Facts(tasks[0], round=-1)
+    with pytest.raises(BackboneError, match="must be a DBTask"):
+        sim.generate([USER], [10], facts=[Facts("not a task", round=0)])  # type: ignore[arg-type]
     with pytest.raises(BackboneError, match="end with a user turn"):
         db_task = streams["db"][1]
-        sim.generate([[{"role": "assistant", "content": "x"}]], [10], meta=[{"task": db_task, "round": 1}])
+        sim.generate([[{"role": "assistant", "content": "x"}]], [10], facts=[Facts(db_task, round=1)])
 
 
 def test_registry_builds_the_sim():
@@ -270,7 +277,7 @@ def test_the_real_db_environment_judges_the_simulated_replies(streams, sim):
         env.reset(task)
         turns = conversation(env, task)
         for round_index in range(3):
-            reply = sim.generate([turns], [100_000], meta=[{"task": task, "round": round_index, "memory_skills": None}])[0]
+            reply = sim.generate([turns], [100_000], facts=[Facts(task, round=round_index)])[0]
             step = env.step(reply.text)
             turns = [*turns, {"role": "assistant", "content": reply.text}, {"role": "user", "content": step.observation}]
             if step.done:

@@ -121,7 +121,7 @@ def conv(text):
 
 def test_batch_in_order_with_usage_counts(stub, backbone):
     texts = ["a", "bb", "ccc", "dddd", "eeeee"]
-    out = backbone.generate([conv(t) for t in texts], [64, 64, 64, 3, 64], stop=["Observation:"], meta=[{}] * 5)
+    out = backbone.generate([conv(t) for t in texts], [64, 64, 64, 3, 64], stop=["Observation:"])
     assert [g.text for g in out] == [f"echo {t}" for t in texts]
     assert [g.output_tokens for g in out] == [1, 2, 3, 4, 5]
     assert [g.finish_reason for g in out] == ["stop", "stop", "stop", "length", "stop"]
@@ -266,7 +266,7 @@ def test_replicas_share_the_load(stub):
 
 
 def test_submit_answers_one_request_asynchronously_like_generate(stub, backbone):
-    futures = [backbone.submit(conv(t), 64, meta={}) for t in ("a", "bb", "ccc")]
+    futures = [backbone.submit(conv(t), 64) for t in ("a", "bb", "ccc")]
     out = [f.result(timeout=30) for f in futures]
     assert [g.text for g in out] == ["echo a", "echo bb", "echo ccc"] and [g.output_tokens for g in out] == [1, 2, 3]
     assert len(stub.requests) == 3

@@ -63,8 +63,7 @@ def test_one_engine_per_process_reused_then_closed(fake_vllm):
 
 def test_batched_chat_with_explicit_greedy_params_per_item(fake_vllm):
     backbone = VLLMBackbone("m")
-    out = backbone.generate([conv("a"), conv("b"), conv("c")], [128, 4, 64], stop=["Observation:"],
-                            meta=[{"ignored": 1}] * 3)
+    out = backbone.generate([conv("a"), conv("b"), conv("c")], [128, 4, 64], stop=["Observation:"])
     llm = fake_vllm.instances[-1]
     assert len(llm.chat_calls) == 1  # one batched call, not one per item
     messages, params, use_tqdm, _ = llm.chat_calls[0]

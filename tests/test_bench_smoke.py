@@ -123,7 +123,7 @@ def test_simulated_db_reward_matches_the_simulator(data_dir):
         pytest.skip(f"DB task data not found under {data_dir}")
     import jax.numpy as jnp
 
-    from agent.backbones.sim import decide
+    from agent.sim import decide
     from agent.data import load_tasks
     from bench.controller import simdb
 

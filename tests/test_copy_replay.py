@@ -7,12 +7,14 @@ import pytest
 
 from agent.backbones.base import Generation
 from agent.budget import EMPTY_BLOCK, Budget, build_injection_block
+from agent.data import kg_gold_replies as gold_replies
 from agent.data import load_tasks
-from agent.envs.kg import KGEnvironment, gold_replies
+from agent.envs.kg import KGEnvironment
 from agent.envs.sandbox import sandbox_unavailable_reason
 from agent.envs.sparql import OxigraphEndpoint
-from agent.episode import Episode
+from agent.episode import Episode, answer
 from agent.memory import build_memory, instance_names, memory_char_limit
+from agent.sim.facts import Facts
 from bench.copy_replay import replay_task
 from tests.copy_backbone import NOTHING, CopyingBackbone, memory_actions
 from tests.kg_fixture import REPLAYED_RECORDS, build_fixture_store
@@ -47,7 +49,7 @@ def test_copier_without_a_memory_replies_nothing_usable() -> None:
     class Task:
         env = "db"
 
-    [generation] = backbone.generate([[{}, {"content": "instructions only"}]], [128], meta=[{"task": Task(), "round": 0}])
+    [generation] = backbone.generate([[{}, {"content": "instructions only"}]], [128], facts=[Facts(Task(), round=0)])
     assert generation.text == NOTHING
 
 
@@ -79,7 +81,7 @@ def test_kg_gold_memory_is_copied_to_reward_one_under_labs_parser(data_dir: str,
     copied = Episode(env, task, build_injection_block([(0, memory.text)], budget), None, budget, seed=0)
     backbone = CopyingBackbone()
     while (request := copied.request()) is not None:
-        copied.feed(request, backbone.generate([request.conversation], [request.max_tokens], meta=[request.meta])[0])
+        copied.feed(request, answer(backbone, [request])[0])
     assert copied.judge() == 1 and copied.status == "completed"
     assert backbone.replies == gold_replies(task)
 

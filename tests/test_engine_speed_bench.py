@@ -163,11 +163,11 @@ def post(url: str, path: str, body: dict) -> dict:
 
 
 def test_the_server_replies_as_the_sim_would_and_reports_its_tokens(server) -> None:
-    from agent.backbones.sim import SimBackbone
-    from agent.backbones.tokens import token_counter
     from agent.budget import Budget
     from agent.envs.base import conversation
     from agent.envs.registry import make_environment
+    from agent.sim import Facts, SimBackbone
+    from agent.sim.tokens import token_counter
 
     url, model, tasks = server
     env = make_environment("db", Budget.for_env("db"))
@@ -176,8 +176,7 @@ def test_the_server_replies_as_the_sim_would_and_reports_its_tokens(server) -> N
     for task in tasks[:3]:
         messages = conversation(env, task)
         reply = post(url, "/v1/chat/completions", {"model": "m", "messages": messages, "max_tokens": 20})
-        [want] = SimBackbone(seed=0).generate([messages], [20], meta=[{"task": task, "round": 0,
-                                                                          "memory_skills": None, "seed": 0}])
+        [want] = SimBackbone(seed=0).generate([messages], [20], facts=[Facts(task, 0, round=0)])
         text = reply["choices"][0]["message"]["content"]
         assert text == want.text and reply["choices"][0]["finish_reason"] == want.finish_reason
         assert reply["usage"]["completion_tokens"] == token_counter().count(text) == want.output_tokens <= 20

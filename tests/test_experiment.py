@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import pytest
 
@@ -16,6 +16,8 @@ from agent.budget import Budget
 from agent.checkpoint import load_checkpoint, read_records
 from agent.envs.base import StepResult
 from agent.experiment import GridError, StreamSpec, comparable, expand, grid_points, run_experiment, stream_names
+from agent.experiment.engine import StreamHook
+from agent.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.policies.base import MemoryPolicy
 from agent.policies.registry import POLICIES
 from agent.runner import run_stream
@@ -100,8 +102,8 @@ class ReflectEveryTask(MemoryPolicy):
 
     name = "aux-test"
 
-    def __init__(self, env: str, budget: Any, seed: int = 0) -> None:
-        super().__init__(env, budget, seed)
+    def __init__(self, env: str, budget: Budget, seed: int = 0, *, harness: HarnessOptions = DEFAULT_HARNESS) -> None:
+        super().__init__(env, budget, seed, harness=harness)
         self.replies: list[str | None] = []
 
     def retrieve(self, task: Any) -> list:
@@ -177,11 +179,10 @@ class FailsOneRequest(FakeBackbone):
         super().__init__()
         self.target = target
 
-    def generate(self, conversations, max_tokens, stop=None, *, meta: Sequence[Mapping[str, Any]] | None = None):
-        assert meta is not None
-        if any(self.target is None or (m["seed"], m["task"].sample_index) == self.target for m in meta):
+    def generate(self, conversations, max_tokens, stop=None, *, facts):
+        if any(self.target is None or (f.seed, f.task.sample_index) == self.target for f in facts):
             raise BackboneError("HTTP 400: context length exceeded")
-        return super().generate(conversations, max_tokens, stop, meta=meta)
+        return super().generate(conversations, max_tokens, stop, facts=facts)
 
 
 def test_an_environment_failure_fails_that_task_only(tmp_path) -> None:
@@ -373,15 +374,15 @@ class SubmittingBackbone(FakeBackbone):
         self.hold_seed, self.fail = hold_seed, fail
         self.order: list[tuple[int, int]] = []  # (seed, task) in the order replies were produced
 
-    def submit(self, conversation, max_tokens, *, meta=None):
+    def submit(self, conversation, max_tokens, *, facts):
         def answer():
-            if meta["seed"] == self.hold_seed:
+            if facts.seed == self.hold_seed:
                 assert self.released.wait(timeout=60), "the held stream was never released"
-            if self.fail == (meta["seed"], meta["task"].sample_index):
+            if self.fail == (facts.seed, facts.task.sample_index):
                 raise BackboneError("HTTP 400: context length exceeded")
             with self.lock:
-                [generation] = self.generate([conversation], [max_tokens], meta=[meta])
-                self.order.append((meta["seed"], meta["task"].sample_index))
+                [generation] = self.generate([conversation], [max_tokens], facts=[facts])
+                self.order.append((facts.seed, facts.task.sample_index))
             return generation
 
         return self.pool.submit(answer)
@@ -393,7 +394,7 @@ def test_continuous_schedule_lets_a_stream_run_ahead_of_a_slow_one_with_the_same
     reference = run_fake(tmp_path / "lockstep", streams, tasks)
     backbone = SubmittingBackbone(hold_seed=1)
 
-    class Release:
+    class Release(StreamHook):  # only the new records matter here
         def __init__(self, name: str) -> None:
             self.name = name
 

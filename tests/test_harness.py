@@ -9,10 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.budget import Budget
-from agent.envs.base import conversation
+from agent.envs.base import conversation, instructions_digest
 from agent.envs.registry import make_environment
 from agent.harness import DEFAULT_HARNESS, HarnessError, HarnessOptions, harness_from_cli, load_kg_vocabulary
-from agent.show import instructions_digest
 
 
 def test_defaults_are_labs_rules() -> None:

@@ -82,15 +82,15 @@ class SwallowingBackbone(FakeBackbone):
         super().__init__()
         self.presses, self.fired = presses, False
 
-    def generate(self, conversations, max_tokens, stop=None, *, meta=None):
-        if not self.fired and meta[0]["task"].sample_index == AT_TASK:
+    def generate(self, conversations, max_tokens, stop=None, *, facts):
+        if not self.fired and facts[0].task.sample_index == AT_TASK:
             self.fired = True
             for _ in range(self.presses):
                 try:
                     signal.raise_signal(signal.SIGINT)
                 except BaseException:
                     pass  # swallowed: only the guard's flag remembers it
-        return super().generate(conversations, max_tokens, stop, meta=meta)
+        return super().generate(conversations, max_tokens, stop, facts=facts)
 
 
 @pytest.mark.parametrize("presses", [1, 2])

@@ -12,15 +12,15 @@ from typing import Iterator
 import pyoxigraph as ox
 import pytest
 
+from agent.data import KG_VARIABLE_TOOLS as VARIABLE_TOOLS
 from agent.data import KGTask, load_tasks
+from agent.data import kg_gold_replies as gold_replies
 from agent.envs.base import conversation
 from agent.envs.kg import (
     ENDPOINT_ENV_VAR,
-    VARIABLE_TOOLS,
     KGEndpointRequired,
     KGEnvironment,
     expression_for_call,
-    gold_replies,
     make_kg_environment,
     parse_reply,
     split_arguments,
@@ -33,9 +33,9 @@ from agent.envs.sparql import (
     OxigraphEndpoint,
     SparqlEndpointError,
     iri,
-    load_fb_roles,
     to_sexpr,
 )
+from agent.harness import load_fb_roles
 from tests.kg_fixture import REPLAYED_RECORDS, build_fixture_store
 
 # ----------------------------------------------------------------------------- fixtures

@@ -231,7 +231,7 @@ def test_memskill_executes_selected_skills_credits_them_and_designs_a_skill() ->
     policy.select = lambda _state: [0, 1]  # insert + update, fixed for the hand check
     script, log = learn(policy, task(0, "count orders", ("select",)), FAIL, "INSERT: count after filtering rows")
     request = script.requests[0]
-    assert request.meta["allowed"] == ["ADD", "UPDATE"] and "insert (ADD)" in request.messages[1]["content"]
+    assert request.hint.allowed == ("ADD", "UPDATE") and "insert (ADD)" in request.messages[1]["content"]
     [memory] = policy.store.memories
     assert policy.authors == {memory.memory_id: ["insert", "update"]} and log["selected"] == ["insert", "update"]
     _, log = learn(policy, task(1, "count orders again"), FAIL, "UPDATE 1: count after filtering rows by date",
@@ -265,9 +265,9 @@ def _tasks(data_dir: str, n: int):
 @pytest.mark.parametrize("method", NEW_METHODS)
 def test_the_budget_skips_auxiliary_calls_when_o_max_is_spent(method, data_dir) -> None:
     """Per-task accounting with O_max = 16: the first round spends it all, so every auxiliary call is skipped."""
-    from agent.backbones.sim import SimBackbone
     from agent.envs.registry import make_environment
     from agent.runner import run_task
+    from agent.sim import SimBackbone
 
     budget = Budget.for_env("db", "per-task").replace(max_output_tokens=16)
     policy = make_policy(method, "db", budget, 0)
@@ -294,9 +294,9 @@ def test_the_budget_skips_auxiliary_calls_when_o_max_is_spent(method, data_dir) 
 
 @pytest.mark.parametrize("method", NEW_METHODS)
 def test_state_round_trip_and_stopped_stream_resume_exactly(method, tmp_path, data_dir) -> None:
-    from agent.backbones.sim import SimBackbone
     from agent.checkpoint import load_checkpoint
     from agent.runner import comparable, run_stream
+    from agent.sim import SimBackbone
 
     tasks = _tasks(data_dir, 24)
     budget = Budget.for_env("db")
@@ -317,9 +317,9 @@ def test_state_round_trip_and_stopped_stream_resume_exactly(method, tmp_path, da
 def test_sigkill_then_resume_matches_uninterrupted(tmp_path, data_dir) -> None:
     import subprocess
 
-    from agent.backbones.sim import SimBackbone
     from agent.checkpoint import read_records
     from agent.runner import comparable, run_stream
+    from agent.sim import SimBackbone
     from tests.test_resume import run_and_kill
 
     limit = 30
@@ -339,31 +339,36 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path, data_dir) -> None:
 
 
 # ------------------------------------------------------------------ the simulated backbone's auxiliary replies
-def _sim_reply(meta: dict[str, Any], cap: int = 128) -> Generation:
-    from agent.backbones.sim import SimBackbone
+def _sim_reply(task: Any, purpose: str, hint: Any, cap: int = 128) -> Generation:
+    from agent.sim import Facts, SimBackbone
 
-    [generation] = SimBackbone().generate([[{"role": "user", "content": "x"}]], [cap], meta=[meta])
+    [generation] = SimBackbone().generate([[{"role": "user", "content": "x"}]], [cap],
+                                          facts=[Facts(task, 0, aux=purpose, hint=hint)])
     return generation
 
 
 def test_sim_answers_auxiliary_forms_in_the_grammar_the_parsers_accept(data_dir) -> None:
+    from agent.sim import AuxHint
+
     [t] = _tasks(data_dir, 1)
-    base = {"task": t, "seed": 0, "round": None, "memory_skills": None}
-    notes = _sim_reply({**base, "aux": "reflexion.reflect", "form": "notes", "label": "REFLECTION"})
+    skills = tuple(t.skill_list)
+    notes = _sim_reply(t, "reflexion.reflect", AuxHint("notes", label="REFLECTION"))
     lines = aux_text.labelled(notes.text, "REFLECTION")
     assert 1 <= len(lines) <= 2 and all(t.skill_list[0].replace("_", " ") in notes.text for _ in lines)
-    ops = _sim_reply({**base, "aux": "mem0.update", "form": "operations", "failed": True, "injected": [0],
-                      "candidates": [list(t.skill_list), ["other_skill"]], "source_skills": list(t.skill_list)})
+    ops = _sim_reply(t, "mem0.update", AuxHint("operations", failed=True, injected=(0,),
+                                               candidates=(skills, ("other_skill",)), source_skills=skills))
     assert [(o.kind, o.target) for o in aux_text.operations(ops.text, 2)] == [("DELETE", 0), ("ADD", None)]
-    ops = _sim_reply({**base, "aux": "mem0.update", "form": "operations", "failed": False, "injected": [],
-                      "candidates": [["other_skill"], list(t.skill_list)], "source_skills": list(t.skill_list)})
+    ops = _sim_reply(t, "mem0.update", AuxHint("operations", candidates=(("other_skill",), skills),
+                                               source_skills=skills))
     assert [(o.kind, o.target) for o in aux_text.operations(ops.text, 2)] == [("UPDATE", 1)]
-    card = aux_text.card(_sim_reply({**base, "aux": "evoskill.propose", "form": "card", "candidates": []}).text)
+    card = aux_text.card(_sim_reply(t, "evoskill.propose", AuxHint("card")).text)
     assert card is not None and card.edit is None and t.skill_list[0] in card.name
-    short = _sim_reply({**base, "aux": "evoskill.propose", "form": "card", "candidates": []}, cap=8)
+    short = _sim_reply(t, "evoskill.propose", AuxHint("card"), cap=8)
     assert short.output_tokens == 8 and short.finish_reason == "length" and aux_text.card(short.text) is None
     with pytest.raises(Exception, match="reply form"):
-        _sim_reply({**base, "aux": "x", "form": "poem"})
+        _sim_reply(t, "x", AuxHint("poem"))
+    with pytest.raises(Exception, match="carries no AuxHint"):
+        _sim_reply(t, "x", None)
 
 
 def test_methods_table_reports_mean_and_std_over_seeds(tmp_path) -> None:

@@ -4,8 +4,9 @@ import pytest
 
 from agent.budget import Budget
 from agent.runner import comparable, make_policy, run_stream
-from agent.sweep import SweepError, run_sweep
+from agent.sweep import SweepError, sweep_streams
 from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks
+from tests.test_sweep import run_sweep
 
 DB = Budget.for_env("db")
 
@@ -31,8 +32,8 @@ def test_resume_equals_uninterrupted(tmp_path) -> None:
 def test_sweep_plus_stream_matches_the_policy_run(tmp_path) -> None:
     tasks = make_tasks(12)
     configs = [{}, {"plus_margin": 0.05}, {"plus_abstain": 0.0}]
-    result = run_sweep("db", tasks, FakeBackbone(), DB, configs, 0, envs=[FakeDBEnv() for _ in configs], plus=True)
-    single = run_stream("tokenworth+", "db", tasks, FakeBackbone(), DB, 0, tmp_path, env=FakeDBEnv())
+    result = run_sweep(tasks, FakeBackbone(), configs, tmp_path / "sweep", envs=[FakeDBEnv() for _ in configs], plus=True)
+    single = run_stream("tokenworth+", "db", tasks, FakeBackbone(), DB, 0, tmp_path / "single", env=FakeDBEnv())
     assert [r["reward"] for r in single] == result.streams[0].rewards
     assert [r["output_tokens"] for r in single] == result.streams[0].tokens
     assert result.streams[0].injected == sum(bool(r["injected_memory_ids"]) for r in single)
@@ -40,4 +41,4 @@ def test_sweep_plus_stream_matches_the_policy_run(tmp_path) -> None:
 
 def test_sweep_refuses_plus_grid_without_plus() -> None:
     with pytest.raises(SweepError, match="--plus"):
-        run_sweep("db", make_tasks(2), FakeBackbone(), DB, [{"plus_margin": 0.1}], 0, envs=[FakeDBEnv()])
+        sweep_streams("db", DB, [{"plus_margin": 0.1}], 0)

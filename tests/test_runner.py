@@ -9,6 +9,7 @@ from agent.budget import Budget
 from agent.runner import comparable, injection_for, run_stream, run_task
 from agent.policies.rag import RAGPolicy
 from agent.policies.standard import StandardPolicy
+from agent.sim.facts import Facts
 from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks
 
 DB = Budget.for_env("db")
@@ -40,7 +41,7 @@ def test_per_call_accounting_gives_every_call_o_max_and_sums_the_total() -> None
 def backbone_tokens(backbone: FakeBackbone, call: int) -> int:
     # the fake counts whitespace words of its reply
     task = make_tasks(1)[0]
-    return backbone._reply({"task": task, "memory_skills": None, "round": call, "seed": 0}, 10_000).output_tokens
+    return backbone._reply(Facts(task, 0, round=call), 10_000).output_tokens
 
 
 def test_budget_exhaustion_ends_task() -> None:
@@ -76,7 +77,7 @@ def test_env_error_is_recorded_not_raised() -> None:
     assert record["status"] == "env_error" and "sandbox died" in record["error"] and record["reward"] == 0
 
 
-def test_memory_injected_into_first_user_turn_with_skills_in_meta() -> None:
+def test_memory_injected_into_first_user_turn_with_skills_in_the_facts() -> None:
     tasks = make_tasks(8)
     policy, env, backbone = RAGPolicy("db", DB), FakeDBEnv(), FakeBackbone()
     records = [run_task(policy, env, backbone, t, i, DB, seed=0) for i, t in enumerate(tasks)]

@@ -6,12 +6,23 @@ import json
 import pytest
 
 from agent.budget import Budget
+from agent.experiment import run_experiment, stream_names
 from agent.runner import run_stream
-from agent.sweep import SweepError, configs_from_grid, run_sweep, table_a3_configs, write_sweep_results
+from agent.sweep import SweepError, SweepResult, configs_from_grid, sweep_streams, table_a3_configs, write_sweep_results
 from tests.killing import kill_at
 from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks
 
 DB = Budget.for_env("db")
+
+
+def run_sweep(tasks, backbone, configs, out, *, envs=None, plus=False, stop_after=None) -> SweepResult:
+    """What ``tokenworth sweep`` runs (agent.cli ``run_sweep_command``): the sweep's streams through the
+    experiment engine, then its rows; on DB, seed 0, with the test's backbone and environments."""
+    streams = sweep_streams("db", DB, configs, 0, plus=plus)
+    names = stream_names(streams)
+    result = run_experiment(streams, backbone, out, tasks={"db": tasks}, stop_after=stop_after,
+                            environments=dict(zip(names, envs)) if envs is not None else None)
+    return SweepResult.from_experiment(result, configs, "db", 0)
 
 
 def test_grid_product_aliases_and_errors() -> None:
@@ -38,7 +49,7 @@ def test_sixteen_streams_one_batched_call_per_round_and_match_single_runs(tmp_pa
     configs = configs_from_grid(["eta=0.05,0.15,0.3,0.5", "gamma=0.5,1,2,4"])
     assert len(configs) == 16
     backbone = FakeBackbone()
-    result = run_sweep("db", tasks, backbone, DB, configs, 0, envs=[FakeDBEnv() for _ in configs])
+    result = run_sweep(tasks, backbone, configs, tmp_path / "sweep", envs=[FakeDBEnv() for _ in configs])
     # every episode of the fake takes 2 rounds: 2 batched calls per task, each with all 16 streams
     assert backbone.batch_sizes == [16] * (2 * len(tasks))
     preset_index = configs.index({"eta_max": 0.15, "gamma": 1.0})
@@ -57,8 +68,8 @@ def test_sweep_on_real_db_env_matches_tokenworth_run(tmp_path, data_dir) -> None
 
     tasks = load_tasks("db", data_dir, limit=20)
     backbone = make_backbone("sim", seed=0)
-    result = run_sweep("db", tasks, backbone, DB, [{}, {"eta_max": 0.3}], 0)
-    single = run_stream("tokenworth", "db", tasks, backbone, DB, 0, tmp_path)
+    result = run_sweep(tasks, backbone, [{}, {"eta_max": 0.3}], tmp_path / "sweep")
+    single = run_stream("tokenworth", "db", tasks, backbone, DB, 0, tmp_path / "single")
     assert [r["reward"] for r in single] == result.streams[0].rewards
     assert [r["output_tokens"] for r in single] == result.streams[0].tokens
 
@@ -73,16 +84,15 @@ def test_sweep_checkpoints_every_task_and_resumes_exactly(tmp_path) -> None:
 
     tasks = make_tasks(10)
     configs = configs_from_grid(["eta=0.05,0.3", "gamma=0.5,2"])
-    reference = run_sweep("db", tasks, FakeBackbone(), DB, configs, 0, envs=[FakeDBEnv() for _ in configs])
+    reference = run_sweep(tasks, FakeBackbone(), configs, tmp_path / "reference", envs=[FakeDBEnv() for _ in configs])
     out = tmp_path / "sweep"
     for stop in (3, 1, 4):
-        run_sweep("db", tasks, FakeBackbone(), DB, configs, 0, envs=[FakeDBEnv() for _ in configs], out_dir=out,
-                  stop_after=stop)
+        run_sweep(tasks, FakeBackbone(), configs, out, envs=[FakeDBEnv() for _ in configs], stop_after=stop)
     # every stream has its own checkpoint, all at task 8
     assert [load_checkpoint(out / f"tokenworth@{label}" / "checkpoint.pkl")["next_index"]
             for label in ("eta_max=0.05,gamma=0.5", "eta_max=0.3,gamma=2.0")] == [8, 8]
     backbone = FakeBackbone()
-    resumed = run_sweep("db", tasks, backbone, DB, configs, 0, envs=[FakeDBEnv() for _ in configs], out_dir=out)
+    resumed = run_sweep(tasks, backbone, configs, out, envs=[FakeDBEnv() for _ in configs])
     assert comparable_sweep(resumed) == comparable_sweep(reference)
     assert backbone.batch_sizes == [4] * 4  # only tasks 8, 9 ran: 2 rounds each, all 4 streams per call
 
@@ -119,14 +129,13 @@ def test_sweep_interrupt_commits_nothing_of_the_task_in_flight(tmp_path) -> None
 
     tasks = make_tasks(7)
     configs = [{}, {"eta_max": 0.3}]
-    reference = run_sweep("db", tasks, FakeBackbone(), DB, configs, 0, envs=[FakeDBEnv() for _ in configs])
+    reference = run_sweep(tasks, FakeBackbone(), configs, tmp_path / "reference", envs=[FakeDBEnv() for _ in configs])
     out = tmp_path / "sweep"
     with pytest.raises(KeyboardInterrupt):
-        run_sweep("db", tasks, FakeBackbone(), DB, configs, 0, envs=[InterruptedEnv("step"), FakeDBEnv()],
-                  out_dir=out)
+        run_sweep(tasks, FakeBackbone(), configs, out, envs=[InterruptedEnv("step"), FakeDBEnv()])
     assert [load_checkpoint(out / name / "checkpoint.pkl")["next_index"]
             for name in ("tokenworth", "tokenworth@eta_max=0.3")] == [AT_TASK, AT_TASK]
-    resumed = run_sweep("db", tasks, FakeBackbone(), DB, configs, 0, envs=[FakeDBEnv() for _ in configs], out_dir=out)
+    resumed = run_sweep(tasks, FakeBackbone(), configs, out, envs=[FakeDBEnv() for _ in configs])
     assert comparable_sweep(resumed) == comparable_sweep(reference)
 
 
@@ -147,7 +156,7 @@ def test_sweep_sigkill_at_several_points_then_resume_matches_uninterrupted(tmp_p
     finished = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert finished.returncode == 0, finished.stderr[-3000:]
     tasks = load_tasks("db", data_dir, limit=limit)
-    reference = run_sweep("db", tasks, make_backbone("sim", seed=0), DB, configs_from_grid(["eta=0.1,0.3"]), 0)
+    reference = run_sweep(tasks, make_backbone("sim", seed=0), configs_from_grid(["eta=0.1,0.3"]), tmp_path / "reference")
     data = json.loads((out / "sweep.json").read_text())
     assert data["rewards"] == [s.rewards for s in reference.streams]
     assert [s["admissions"] for s in data["streams"]] == [s.summary()["admissions"] for s in reference.streams]

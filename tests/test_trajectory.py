@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from agent.backbones.base import Generation
 from agent.budget import Budget
 from agent.envs.base import StepResult
+from agent.experiment.engine import StreamHook
 from agent.policies.standard import StandardPolicy
 from agent.runner import OBSERVATION_CAP, OVER_MAX_TOKENS, run_stream, run_task
 from agent.show import ShowError, find_record, render
@@ -26,7 +27,7 @@ class Scripted(FakeBackbone):
         self.replies, self.tokens = list(replies), tokens
 
     def _reply(self, item, cap):
-        text = self.replies[min(item["round"], len(self.replies) - 1)]
+        text = self.replies[min(item.round, len(self.replies) - 1)]
         return Generation(text, self.tokens if self.tokens is not None else len(text.split()), "stop")
 
 
@@ -134,7 +135,7 @@ def test_resumed_records_are_counted_as_done_not_as_new_work(tmp_path):
     tasks = make_tasks(5)
     run_stream("standard", "db", tasks, FakeBackbone(), DB, 0, tmp_path, env=FakeDBEnv(), stop_after=3)
 
-    class Hook:
+    class Hook(StreamHook):
         def __init__(self):
             self.resumed_with, self.new = None, []
 
@@ -145,7 +146,7 @@ def test_resumed_records_are_counted_as_done_not_as_new_work(tmp_path):
             self.new.append(record["index"])
 
     hook = Hook()
-    run_stream("standard", "db", tasks, FakeBackbone(), DB, 0, tmp_path, env=FakeDBEnv(), on_record=hook)
+    run_stream("standard", "db", tasks, FakeBackbone(), DB, 0, tmp_path, env=FakeDBEnv(), hook=hook)
     assert hook.resumed_with == [0, 1, 2] and hook.new == [3, 4]
 
     from agent.cli import Progress

@@ -6,15 +6,16 @@ servers: ``usage.completion_tokens``; the simulator: its tokenizer). The budget 
 re-tokenises text. Token rule, shared by every backbone: every token the engine decoded counts,
 the end-of-sequence token included (docs/backbones.md, "Token rule").
 
-``meta`` carries per-item facts about the episode (the task record, the injected memory's
-source skills, the round number). Real LLM backbones ignore it; only the simulated backbone
-reads it, because it simulates an agent acting on the real environment.
+A backbone sees the conversation and nothing else. The simulated backbone also needs to
+know what each request is about (the task, the injected memory's skills, the round); it gets
+that through its own typed seam, :mod:`agent.sim.facts`, which no real backbone takes part in.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+import concurrent.futures
+from typing import Mapping, Protocol, Sequence, runtime_checkable
 
 Message = Mapping[str, str]  # {"role": ..., "content": ...}
 Conversation = Sequence[Message]
@@ -62,13 +63,15 @@ class Backbone(Protocol):
         conversations: Sequence[Conversation],
         max_tokens: Sequence[int],
         stop: Sequence[str] | None = None,
-        *,
-        meta: Sequence[Mapping[str, Any]] | None = None,
     ) -> list[Generation]:
         """Greedy completions, one per conversation, each capped at its ``max_tokens``."""
         ...
 
 
-# A backbone may also offer ``submit(conversation, max_tokens, *, meta=None) -> concurrent.futures.Future``:
-# one request answered asynchronously, for servers that batch continuously (the OpenAI-compatible
-# backbone). The experiment engine's ``continuous`` schedule uses it; without it the engine ticks.
+@runtime_checkable
+class Submitting(Protocol):
+    """A backbone that also answers one request asynchronously, for servers that batch continuously
+    (the OpenAI-compatible one). The experiment engine's ``continuous`` schedule uses it; without
+    it the engine ticks."""
+
+    def submit(self, conversation: Conversation, max_tokens: int) -> "concurrent.futures.Future[Generation]": ...

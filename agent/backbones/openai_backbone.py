@@ -223,8 +223,6 @@ class OpenAIBackbone:
         conversations: Sequence[Conversation],
         max_tokens: Sequence[int],
         stop: Sequence[str] | None = None,
-        *,
-        meta: Sequence[Mapping[str, Any]] | None = None,  # ignored: a real model sees only text
     ) -> list[Generation]:
         caps = checked_caps(conversations, max_tokens)
         if not conversations:
@@ -233,8 +231,7 @@ class OpenAIBackbone:
         batch = self._generate_batch(conversations, caps, list(stop) if stop else None)
         return asyncio.run_coroutine_threadsafe(batch, loop).result()
 
-    def submit(self, conversation: Conversation, max_tokens: int, *,
-               meta: Mapping[str, Any] | None = None) -> "concurrent.futures.Future[Generation]":
+    def submit(self, conversation: Conversation, max_tokens: int) -> "concurrent.futures.Future[Generation]":
         """One request, answered asynchronously (the engine's ``continuous`` schedule).
 
         The request joins the others in flight on the backbone's event loop; the server batches

@@ -1,7 +1,7 @@
 """``make_backbone(name, **options)``: the one place that maps a backbone name to a class.
 
-- ``"sim"``: :class:`~agent.backbones.sim.SimBackbone` (options: ``params`` — a
-  :class:`~agent.backbones.sim.SimParams` —, ``seed``). The default where no GPU or model is present.
+- ``"sim"``: :class:`~agent.sim.SimBackbone` (options: ``params`` — a
+  :class:`~agent.sim.SimParams` —, ``seed``). The default where no GPU or model is present.
 - ``"vllm"``: :class:`~agent.backbones.vllm_backbone.VLLMBackbone` (needs the ``[vllm]`` extra;
   options: ``model``, ``gpu_memory_utilization``, ``max_model_len``, …).
 - ``"openai"``: :class:`~agent.backbones.openai_backbone.OpenAIBackbone` (options: ``model``,
@@ -9,6 +9,8 @@
 
 Entries live in :data:`BACKBONES`, an :class:`agent.registry.Registry` (the same pattern as
 policies and environments). Imports are lazy, so asking for "sim" never imports vLLM or the OpenAI client.
+This is the one module that names both the real backbones and the simulator (``agent.sim``, its own
+package): it stands above both in the layering (docs/layout.md).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from agent.backbones.base import Backbone
 from agent.registry import Registry
 
 BACKBONES: Registry[Backbone] = Registry("backbone", {
-    "sim": "agent.backbones.sim:SimBackbone",
+    "sim": "agent.sim:SimBackbone",
     "vllm": "agent.backbones.vllm_backbone:VLLMBackbone",
     "openai": "agent.backbones.openai_backbone:OpenAIBackbone",
 })

@@ -81,14 +81,6 @@ def _require_vllm() -> None:
         raise ImportError(f"the 'vllm' backbone needs vLLM, which is an optional extra: {INSTALL_HINT}")
 
 
-def configure_colocation(jax_mem_fraction: float, vllm_gpu_memory_utilization: float) -> None:
-    """Split one GPU between JAX and vLLM by hand. Call before JAX starts its backend.
-
-    Prefer :func:`agent.backbones.colocation.apply_colocation`, which also sizes the shares.
-    """
-    set_environment(plan_memory(jax_fraction=jax_mem_fraction, gpu_memory_utilization=vllm_gpu_memory_utilization))
-
-
 def _messages(conversation: Conversation) -> list[dict[str, str]]:
     return [{"role": str(m["role"]), "content": str(m["content"])} for m in conversation]
 
@@ -217,8 +209,6 @@ class VLLMBackbone:
         conversations: Sequence[Conversation],
         max_tokens: Sequence[int],
         stop: Sequence[str] | None = None,
-        *,
-        meta: Sequence[Mapping[str, Any]] | None = None,  # ignored: a real model sees only text
     ) -> list[Generation]:
         caps = checked_caps(conversations, max_tokens)
         if not conversations:

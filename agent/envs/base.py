@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import hashlib
 from typing import Any, Literal
+
+from agent.data import Task
 
 Status = Literal["completed", "round_limit", "budget_exhausted", "invalid_action", "env_error"]
 
@@ -53,16 +56,28 @@ class Environment(abc.ABC):
         """User turn 0: the environment's instructions, including the action format."""
 
     @abc.abstractmethod
-    def task_prompt(self, task: Any) -> str:
+    def task_prompt(self, task: Task) -> str:
         """User turn 2: the task as the agent sees it."""
 
     @abc.abstractmethod
-    def reset(self, task: Any) -> str:
+    def reset(self, task: Task) -> str:
         """Start a task with fresh state. Returns the task prompt (the first observation)."""
 
     @abc.abstractmethod
     def step(self, reply: str) -> StepResult:
-        """Apply one agent reply. Returns the observation and whether the task ended."""
+        """Apply one agent reply. Returns the observation and whether the task ended.
+
+        An environment starts its ``step`` with :meth:`check_step`, the one guard they share.
+        """
+
+    @staticmethod
+    def check_step(*, started: bool, ended: str | None) -> None:
+        """Refuse a step before ``reset(task)`` (``started`` false) or after the task ended
+        (``ended``: the status it ended with); both are the caller's bug, never an episode outcome."""
+        if not started:
+            raise RuntimeError("call reset(task) before step()")
+        if ended is not None:
+            raise RuntimeError(f"the task already ended ({ended}); call reset() for the next one")
 
     @abc.abstractmethod
     def judge(self) -> Judgement:
@@ -81,7 +96,12 @@ class Environment(abc.ABC):
 SYSTEM_PROMPT = "You are a helpful assistant."
 
 
-def conversation(env: Environment, task: Any, memory_block: str = "") -> list[dict[str, str]]:
+def instructions_digest(text: str) -> str:
+    """The digest records keep of the constant first user turn (the instructions)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def conversation(env: Environment, task: Task, memory_block: str = "") -> list[dict[str, str]]:
     """The original's conversation shape: instructions, "OK.", then the task.
 
     Injected experience goes into the first user turn, just before the line that

@@ -388,10 +388,7 @@ class DBEnvironment(Environment):
         return self.task_prompt(task)
 
     def step(self, reply: str) -> StepResult:
-        if self._db is None or self._task is None:
-            raise RuntimeError("call reset(task) before step()")
-        if self._status is not None:
-            raise RuntimeError(f"the task already ended ({self._status}); call reset() for the next one")
+        self.check_step(started=self._db is not None and self._task is not None, ended=self._status)
         self._rounds += 1
         action = parse_action(reply)
         if action["kind"] == "invalid":

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from agent.data import KGTask
@@ -69,9 +68,8 @@ MAX_ROUNDS = 15
 ENDPOINT_ENV_VAR = "TOKENWORTH_KG_ENDPOINT"
 TOOLS: tuple[str, ...] = ("get_relations", "get_neighbors", "intersection", "get_attributes", "argmax", "argmin", "count")
 _ARITY = {"get_relations": 1, "get_neighbors": 2, "intersection": 2, "get_attributes": 1, "argmax": 2, "argmin": 2, "count": 1}
-# Calls whose result is a new variable (the others only list names).
-VARIABLE_TOOLS = frozenset({"get_neighbors", "intersection", "argmax", "argmin", "count"})
-
+# Which calls make a new variable, and the gold replay, are agent.data's (KG_VARIABLE_TOOLS,
+# kg_gold_replies): the simulated backbone replays gold answers too, and sits below the environments.
 
 INSTRUCTIONS = """You answer questions with the knowledge stored in a knowledge base (Freebase). You query it with these tools:
 
@@ -164,7 +162,6 @@ class KGEnvironment(Environment):
         self._relations_seen: dict[Expr, list[str]] = {}
         self._attributes_seen: dict[Expr, list[str]] = {}
         self._rounds = 0
-        self._done = False
         self._status: str | None = None
         self._answer: list[str] | None = None
         self._answer_index: int | None = None
@@ -172,10 +169,7 @@ class KGEnvironment(Environment):
         return self.task_prompt(task)
 
     def step(self, reply: str) -> StepResult:
-        if self._task is None:
-            raise RuntimeError("call reset(task) before step()")
-        if self._done:
-            raise RuntimeError(f"the task already ended ({self._status}); call reset() for the next one")
+        self.check_step(started=self._task is not None, ended=self._status)
         self._rounds += 1
         parsed = self.parser.parse(reply)
         if parsed.kind == "invalid":
@@ -193,7 +187,7 @@ class KGEnvironment(Environment):
             self._error = str(exc)
             return self._end("env_error", f"The knowledge base failed: {exc}", {"kind": parsed.kind})
         if not result.done and self._rounds >= self.max_rounds:
-            result.done, result.status, self._done, self._status = True, "round_limit", True, "round_limit"
+            result.done, result.status, self._status = True, "round_limit", "round_limit"
         return result
 
     def judge(self) -> Judgement:
@@ -222,7 +216,7 @@ class KGEnvironment(Environment):
     # ----------------------------------------------------------------- internals
 
     def _end(self, status: str, observation: str, action: dict) -> StepResult:
-        self._done, self._status = True, status
+        self._status = status
         return StepResult(observation=observation, done=True, status=status, action=action)  # type: ignore[arg-type]
 
     def _final_answer(self, parsed: ParsedReply) -> StepResult:
@@ -385,39 +379,6 @@ def _f1(got: set[str], expected: set[str]) -> float:
         return 0.0
     precision, recall = hits / len(got), hits / len(expected)
     return 2 * precision * recall / (precision + recall)
-
-
-# --------------------------------------------------------------------- helpers for callers
-
-_GOLD_ACTION = re.compile(r"^(\w+)\((.*)\)$")
-
-
-def gold_replies(task: KGTask, use_entity_names: bool = True) -> list[str]:
-    """The gold ``action_list`` as agent replies, one per action, then the final answer.
-
-    With ``use_entity_names`` a MID from ``entity_dict`` is written as its name (what the
-    agent is shown); otherwise the record's MIDs are kept. The answer is the last variable
-    made, which is what every record's last action yields.
-    """
-    mid_to_name: dict[str, str] = {}
-    for name, mid in task.entity_dict.items():
-        mid_to_name.setdefault(mid, name)
-    replies: list[str] = []
-    variables = 0
-    for action in task.action_list:
-        match = _GOLD_ACTION.match(action.strip())
-        if match is None:
-            raise ValueError(f"{task.task_id}: gold action {action!r} is not tool(arguments)")
-        tool, argument_text = match.groups()
-        arguments = [a.strip() for a in argument_text.split(",")]
-        if use_entity_names:
-            arguments = [mid_to_name.get(a, a) for a in arguments]
-        replies.append(f"Action: {tool}({', '.join(arguments)})")
-        variables += tool in VARIABLE_TOOLS
-    if variables == 0:
-        raise ValueError(f"{task.task_id}: the gold actions make no variable to answer with")
-    replies.append(f"Final Answer: #{variables - 1}")
-    return replies
 
 
 def make_kg_environment(endpoint_url: str | None, timeout: float = 60.0, max_rounds: int = MAX_ROUNDS, *,

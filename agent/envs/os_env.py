@@ -133,7 +133,6 @@ class OSEnvironment(Environment):
         self._sandbox: Sandbox | None = None
         self._task: OSTask | None = None
         self._rounds = 0
-        self._done = False
         self._status: str | None = None
         self._init_result: CommandResult | None = None
         self._init_error: str | None = None
@@ -153,7 +152,7 @@ class OSEnvironment(Environment):
             raise TypeError(f"OSEnvironment needs an OSTask, got {type(task).__name__}")
         self.close()
         self._task = task
-        self._rounds, self._done, self._status = 0, False, None
+        self._rounds, self._status = 0, None
         self._init_result, self._init_error, self._judgement, self._error = None, None, None, None
         self._sandbox = Sandbox(self.limits, clock=self.clock).start()
         if task.init is not None:
@@ -164,16 +163,13 @@ class OSEnvironment(Environment):
                     f"({'timed out' if self._init_result.timed_out else f'exit code {self._init_result.exit_code}'}): "
                     f"{self._init_result.output.strip()[-2000:]}"
                 )
-                self._done, self._status = True, "env_error"
+                self._status = "env_error"
                 self.close()
                 raise TaskInitError(self._init_error)
         return self.task_prompt(task)
 
     def step(self, reply: str) -> StepResult:
-        if self._task is None:
-            raise RuntimeError("call reset(task) before step()")
-        if self._done:
-            raise RuntimeError(f"the task already ended ({self._status}); call reset() for the next one")
+        self.check_step(started=self._task is not None, ended=self._status)
         self._rounds += 1
         action = parse_action(reply)
         if action.kind == "invalid":
@@ -235,5 +231,5 @@ class OSEnvironment(Environment):
         return self._sandbox.run(script, timeout=self.command_timeout)
 
     def _end(self, status: str, observation: str, action: OSAction) -> StepResult:
-        self._done, self._status = True, status
+        self._status = status
         return StepResult(observation=observation, done=True, status=status, action=action.as_dict())  # type: ignore[arg-type]

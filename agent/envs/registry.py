@@ -10,26 +10,25 @@ an endpoint; without one its factory raises ``KGEndpointRequired``.
 
 from __future__ import annotations
 
-from typing import Any
-
+from agent.budget import Budget
 from agent.envs.base import Environment
 from agent.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.registry import Registry
 
 
-def _db(budget: Any, *, kg_endpoint: str | None = None, harness: HarnessOptions = DEFAULT_HARNESS) -> Environment:
+def _db(budget: Budget, *, kg_endpoint: str | None = None, harness: HarnessOptions = DEFAULT_HARNESS) -> Environment:
     from agent.envs.db import DBEnvironment
 
     return DBEnvironment(max_rounds=budget.max_rounds, instructions=harness.instruction_text("db"))
 
 
-def _os(budget: Any, *, kg_endpoint: str | None = None, harness: HarnessOptions = DEFAULT_HARNESS) -> Environment:
+def _os(budget: Budget, *, kg_endpoint: str | None = None, harness: HarnessOptions = DEFAULT_HARNESS) -> Environment:
     from agent.envs.os_env import OSEnvironment
 
     return OSEnvironment(max_rounds=budget.max_rounds, instructions=harness.instruction_text("os"))
 
 
-def _kg(budget: Any, *, kg_endpoint: str | None = None, harness: HarnessOptions = DEFAULT_HARNESS) -> Environment:
+def _kg(budget: Budget, *, kg_endpoint: str | None = None, harness: HarnessOptions = DEFAULT_HARNESS) -> Environment:
     from agent.envs.kg import make_kg_environment
 
     return make_kg_environment(kg_endpoint, max_rounds=budget.max_rounds, parser=harness.kg_parser,
@@ -40,8 +39,8 @@ ENVIRONMENTS: Registry[Environment] = Registry("environment", {"db": _db, "os": 
 ENV_NAMES = ENVIRONMENTS.names
 
 
-def make_environment(env: str, budget: Any, *, kg_endpoint: str | None = None,
-                     harness: HarnessOptions | None = None) -> Environment:
+def make_environment(env: str, budget: Budget, *, kg_endpoint: str | None = None,
+                     harness: HarnessOptions = DEFAULT_HARNESS) -> Environment:
     """The environment by name, with its round limit set to the budget's J_max and the run's
-    harness options applied (the defaults when ``harness`` is None)."""
-    return ENVIRONMENTS.make(env, budget, kg_endpoint=kg_endpoint, harness=harness or DEFAULT_HARNESS)
+    harness options applied."""
+    return ENVIRONMENTS.make(env, budget, kg_endpoint=kg_endpoint, harness=harness)

@@ -367,8 +367,9 @@ class FreebaseQueries:
     ``relation_vocabulary`` / ``attribute_vocabulary``, when given (e.g. the original's
     ``ontology/vocab.json``), restrict listings to those names, as the original did;
     otherwise the structural rules above apply and ``excluded_domains`` drops Freebase
-    bookkeeping. ``ranges`` (e.g. parsed from the original's ``ontology/fb_roles``)
-    overrides the endpoint's ``type.property.expected_type`` for a relation's type.
+    bookkeeping. ``ranges`` (e.g. the original's ``ontology/fb_roles``, read by
+    :func:`agent.harness.load_fb_roles`) overrides the endpoint's ``type.property.expected_type``
+    for a relation's type.
     """
 
     endpoint: SparqlEndpoint
@@ -399,17 +400,3 @@ class FreebaseQueries:
     def execute(self, expr: Expr) -> list[str]:
         """The variable's value set, sorted; a COUNT gives one decimal string."""
         return sorted(set(_single_column(self.endpoint.query(answer_query(expr)))))
-
-
-def load_fb_roles(path: str) -> dict[str, str]:
-    """Relation -> range from a GrailQA/AgentBench ``fb_roles`` file (``domain relation range`` lines)."""
-    ranges: dict[str, str] = {}
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            fields = line.split()
-            if not fields:
-                continue
-            if len(fields) != 3:
-                raise ValueError(f"{path}:{number}: expected 'domain relation range', got {line.strip()!r}")
-            ranges[fields[1]] = fields[2]
-    return ranges

@@ -41,21 +41,25 @@ import contextlib
 import dataclasses
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
+from typing import Any, Callable, Iterator, Literal, Mapping, Protocol, Sequence
 
 from agent import interrupt, runfolder
-from agent.backbones.base import Backbone, BackboneError, Generation
+from agent.backbones.base import BackboneError, Generation, Submitting
 from agent.checkpoint import (DURABLE_EVERY_S, CheckpointError, CheckpointWriter, RecordLog, load_checkpoint,
                               read_records, records_reach)
+from agent.data import Task
 from agent.envs.base import Environment
 from agent.envs.registry import make_environment
-from agent.episode import Request
+from agent.episode import Request, answer
 from agent.experiment.streams import StreamSpec, digest, stream_names
 from agent.experiment.task import Reply, RequestFailed, task_steps
+from agent.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.policies.base import MemoryPolicy
 from agent.policies.registry import make_policy
+from agent.sim import facts as sim_facts
+from agent.sim.facts import AnyBackbone
 
 Schedule = Literal["lockstep", "continuous", "sequential"]
 # Worker threads for streams whose environment allows it (OS: a sandbox reset is ~1 s of waiting on
@@ -65,15 +69,24 @@ SCHEDULES: tuple[str, ...] = ("lockstep", "continuous", "sequential")
 NONDETERMINISTIC_FIELDS = frozenset({"time_s"})  # wall clock; everything else must replay exactly
 
 
-class RecordHook:
-    """What the engine tells a front end about one stream (progress bars). All methods optional."""
+class StreamHook(Protocol):
+    """What the engine tells a front end about one stream (progress bars, tests).
 
-    def resumed(self, records: list[dict[str, Any]]) -> None: ...
-    def started(self, next_index: int) -> None: ...
-    def __call__(self, record: dict[str, Any]) -> None: ...
+    The engine calls all three. A front end that needs only some may subclass this class: its
+    methods do nothing.
+    """
+
+    def resumed(self, records: list[dict[str, Any]]) -> None:
+        """The stream's records from earlier calls, before any new task: work done, not new work."""
+
+    def started(self, next_index: int) -> None:
+        """The stream is open and its next task is ``next_index`` (0 for a fresh stream)."""
+
+    def __call__(self, record: dict[str, Any]) -> None:
+        """One new task's record, once it is committed."""
 
 
-HookFactory = Callable[[str, StreamSpec], Any]  # (stream name, spec) -> hook or None
+HookFactory = Callable[[str, StreamSpec], "StreamHook | None"]  # (stream name, spec) -> the stream's hook
 
 
 @dataclasses.dataclass
@@ -95,16 +108,15 @@ def comparable(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------------- identity and resume
-def stream_identity(spec: StreamSpec, tasks: Sequence[Any], backbone_name: str, harness: Any) -> dict[str, Any]:
+def stream_identity(spec: StreamSpec, tasks: Sequence[Task], backbone_name: str,
+                    harness: HarnessOptions) -> dict[str, Any]:
     """What makes a checkpoint this stream's: method, env, seed, budget, backbone, task ids, the harness
     options (memory rule and format, KG parser and vocabulary, instruction file hashes) and the
     hyperparameter overrides (only when there are any, so preset streams keep their identity)."""
-    from agent.harness import DEFAULT_HARNESS
-
     identity: dict[str, Any] = {"method": spec.method, "env": spec.env, "seed": spec.seed,
                                 "budget": spec.budget.as_dict(), "backbone": backbone_name,
                                 "task_ids": digest({"ids": [t.task_id for t in tasks]}),
-                                "harness": (harness or DEFAULT_HARNESS).identity(spec.env)}
+                                "harness": harness.identity(spec.env)}
     if spec.hparams:
         identity["hparams"] = spec.overrides
     return json.loads(json.dumps(identity, default=str))
@@ -115,7 +127,7 @@ def _redo_hint(folder: Path, method: str) -> str:
             f"(it deletes only {folder}'s records and checkpoint), or move {folder} aside")
 
 
-def _rebuild_stateless(records_path: Path, policy: MemoryPolicy, tasks: Sequence[Any]) -> tuple[int, int] | None:
+def _rebuild_stateless(records_path: Path, policy: MemoryPolicy, tasks: Sequence[Task]) -> tuple[int, int] | None:
     """(next_index, offset) recovered from the records alone, for a policy with no state.
 
     Only a policy whose state is empty (``standard``) can resume without its checkpoint: its
@@ -142,8 +154,9 @@ def _rebuild_stateless(records_path: Path, policy: MemoryPolicy, tasks: Sequence
 class _Stream:
     """One stream's runtime: folder, policy, environment, records, checkpoint, and its task coroutine."""
 
-    def __init__(self, spec: StreamSpec, name: str, out: Path, tasks: Sequence[Any], backbone_name: str, *,
-                 harness: Any, hook: Any, stop_after: int | None, checkpoint_every: int = 1) -> None:
+    def __init__(self, spec: StreamSpec, name: str, out: Path, tasks: Sequence[Task], backbone_name: str, *,
+                 harness: HarnessOptions, hook: StreamHook | None, stop_after: int | None,
+                 checkpoint_every: int = 1) -> None:
         self.spec, self.name, self.tasks, self.hook, self.stop_after = spec, name, tasks, hook, stop_after
         self.checkpoint_every = checkpoint_every
         self.folder = out / name
@@ -198,9 +211,10 @@ class _Stream:
         self.env = env if env is not None else make_environment(self.spec.env, self.spec.budget,
                                                                 kg_endpoint=kg_endpoint, harness=self.harness)
         self.writer = CheckpointWriter(self.checkpoint_path, log=self.log, durable_every_s=durable_every_s)
-        self.concurrent = bool(getattr(self.env, "concurrent_steps", False))
-        _call(self.hook, "resumed", read_records(self.records_path))
-        _call(self.hook, "started", self.next_index)
+        self.concurrent = self.env.concurrent_steps
+        if self.hook is not None:
+            self.hook.resumed(read_records(self.records_path))
+            self.hook.started(self.next_index)
 
     def steps(self, guard: interrupt.InterruptGuard) -> Iterator[Request]:
         """The stream's tasks from its resume point: yields model requests, receives replies."""
@@ -214,7 +228,8 @@ class _Stream:
                                            self.spec.seed, self.describe)
             self.commit(index, record, guard)
             processed += 1
-            _call(self.hook, None, record)
+            if self.hook is not None:
+                self.hook(record)
 
     def commit(self, index: int, record: dict[str, Any], guard: interrupt.InterruptGuard) -> None:
         """Record + checkpoint of one task, whole or not at all."""
@@ -239,29 +254,18 @@ class _Stream:
                 self.env.close()
 
 
-def _call(hook: Any, method: str | None, *args: Any) -> None:
-    if hook is None:
-        return
-    target = hook if method is None else getattr(hook, method, None)
-    if target is not None:
-        target(*args)
-
-
 # ------------------------------------------------------------------------- serving a tick
-def serve(backbone: Backbone, requests: Sequence[Request]) -> list[Reply]:
+def serve(backbone: AnyBackbone, requests: Sequence[Request]) -> list[Reply]:
     """One batched ``generate`` for the tick; on failure, isolate the failing requests."""
-    conversations = [r.conversation for r in requests]
-    caps = [r.max_tokens for r in requests]
-    metas = [r.meta for r in requests]
     try:
-        generations = backbone.generate(conversations, caps, meta=metas)
+        generations = answer(backbone, requests)
     except BackboneError as exc:
         if len(requests) == 1:
             raise
         replies: list[Reply] = []
         for request in requests:
             try:
-                [generation] = backbone.generate([request.conversation], [request.max_tokens], meta=[request.meta])
+                [generation] = answer(backbone, [request])
                 replies.append(generation)
             except BackboneError as single:
                 replies.append(RequestFailed(f"{type(single).__name__}: {single}"))
@@ -274,9 +278,10 @@ def serve(backbone: Backbone, requests: Sequence[Request]) -> list[Reply]:
 
 
 # ------------------------------------------------------------------------- the experiment
-def run_experiment(streams: Sequence[StreamSpec], backbone: Backbone, out_dir: str | Path, *,
-                   tasks: Mapping[str, Sequence[Any]], schedule: Schedule = "lockstep",
-                   kg_endpoint: str | None = None, harness: Any = None, hooks: HookFactory | None = None,
+def run_experiment(streams: Sequence[StreamSpec], backbone: AnyBackbone, out_dir: str | Path, *,
+                   tasks: Mapping[str, Sequence[Task]], schedule: Schedule = "lockstep",
+                   kg_endpoint: str | None = None, harness: HarnessOptions = DEFAULT_HARNESS,
+                   hooks: HookFactory | None = None,
                    environments: Mapping[str, Environment] | None = None, stop_after: int | None = None,
                    names: Sequence[str] | None = None, checkpoint_every: int = 1,
                    durable_every_s: float = DURABLE_EVERY_S, env_threads: int = ENV_THREADS) -> ExperimentResult:
@@ -302,7 +307,7 @@ def run_experiment(streams: Sequence[StreamSpec], backbone: Backbone, out_dir: s
     missing = sorted({s.env for s in streams} - set(tasks))
     if missing:
         raise ValueError(f"no tasks given for env {', '.join(missing)}")
-    backbone_name = getattr(backbone, "name", type(backbone).__name__)
+    backbone_name = backbone.name
     environments = dict(environments or {})
     started = time.perf_counter()
     batch_sizes: list[int] = []
@@ -316,12 +321,12 @@ def run_experiment(streams: Sequence[StreamSpec], backbone: Backbone, out_dir: s
                 for spec, name in zip(streams, names)]
         live = [r for r in runs if not r.finished]
         for run in runs:
-            if run.finished:  # nothing to write (works in a read-only folder)
-                _call(run.hook, "resumed", read_records(run.records_path))
+            if run.finished and run.hook is not None:  # nothing to write (works in a read-only folder)
+                run.hook.resumed(read_records(run.records_path))
         for run in live:
             stack.callback(run.close, run.name not in environments)
             run.open(environments.get(run.name), kg_endpoint, durable_every_s)
-        if schedule == "continuous" and callable(getattr(backbone, "submit", None)):
+        if schedule == "continuous" and isinstance(backbone, Submitting):
             _run_continuous(live, backbone, guard, batch_sizes, env_threads)
         else:
             groups = [[r] for r in live] if schedule == "sequential" else [live]
@@ -362,7 +367,7 @@ def _env_pool(stack: contextlib.ExitStack, runs: Sequence[_Stream], env_threads:
     return stack.enter_context(ThreadPoolExecutor(min(env_threads, concurrent), "stream"))
 
 
-def _run_lockstep(runs: Sequence[_Stream], backbone: Backbone, guard: interrupt.InterruptGuard,
+def _run_lockstep(runs: Sequence[_Stream], backbone: AnyBackbone, guard: interrupt.InterruptGuard,
                   batch_sizes: list[int], env_threads: int) -> None:
     """Tick until every stream of ``runs`` is done."""
     with contextlib.ExitStack() as stack:
@@ -380,7 +385,7 @@ def _run_lockstep(runs: Sequence[_Stream], backbone: Backbone, guard: interrupt.
                        **{i: r for i, r in advanced.items() if r is not None}}
 
 
-def _run_continuous(runs: Sequence[_Stream], backbone: Backbone, guard: interrupt.InterruptGuard,
+def _run_continuous(runs: Sequence[_Stream], backbone: Submitting, guard: interrupt.InterruptGuard,
                     batch_sizes: list[int], env_threads: int) -> None:
     """Every stream's request in flight on its own; each stream advances as soon as its reply is back.
 
@@ -390,16 +395,15 @@ def _run_continuous(runs: Sequence[_Stream], backbone: Backbone, guard: interrup
     """
     from concurrent.futures import FIRST_COMPLETED, wait
 
-    submit = backbone.submit  # type: ignore[attr-defined]
     with contextlib.ExitStack() as stack:
         pool = _env_pool(stack, runs, env_threads)
         streams = {i: run.steps(guard) for i, run in enumerate(runs)}
-        in_flight: dict[Any, int] = {}
+        in_flight: dict[Future[Generation], int] = {}
 
         def send(advanced: Mapping[int, Request | None]) -> None:
             for i, request in advanced.items():
                 if request is not None:
-                    in_flight[submit(request.conversation, request.max_tokens, meta=request.meta)] = i
+                    in_flight[sim_facts.submit(backbone, request.conversation, request.max_tokens, request.facts)] = i
 
         send(_advance_all(runs, [(i, s, None) for i, s in streams.items()], pool))
         failures_in_a_row = 0
@@ -427,5 +431,5 @@ def _run_continuous(runs: Sequence[_Stream], backbone: Backbone, guard: interrup
                 future.cancel()
 
 
-__all__ = ["run_experiment", "ExperimentResult", "serve", "comparable", "stream_identity", "SCHEDULES",
-           "NONDETERMINISTIC_FIELDS"]
+__all__ = ["run_experiment", "ExperimentResult", "StreamHook", "HookFactory", "serve", "comparable", "stream_identity",
+           "SCHEDULES", "NONDETERMINISTIC_FIELDS"]

@@ -24,12 +24,14 @@ from typing import Any, Callable, Generator, Sequence
 
 from agent import interrupt
 from agent.auxiliary import AuxRequest, aux_cap, book
-from agent.backbones.base import Backbone, Generation
+from agent.backbones.base import Generation
 from agent.budget import EMPTY_BLOCK, Budget, InjectionBlock, TokenLedger, build_injection_block
+from agent.data import Task
 from agent.envs.base import Environment
-from agent.episode import Episode, Request
+from agent.episode import Episode, Request, answer
 from agent.memory import Memory
 from agent.policies.base import MemoryPolicy, Outcome
+from agent.sim.facts import AnyBackbone, Facts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,9 +45,9 @@ Reply = Generation | RequestFailed
 TaskSteps = Generator[Request, Reply, dict[str, Any]]
 
 
-def aux_meta(task: Any, seed: int, request: AuxRequest) -> dict[str, Any]:
-    """The backbone's per-item facts for an auxiliary call (only the sim backbone reads them)."""
-    return {**request.meta, "task": task, "seed": seed, "aux": request.purpose, "memory_skills": None, "round": None}
+def aux_facts(task: Task, seed: int, request: AuxRequest) -> Facts:
+    """An auxiliary call's facts (only a backbone that reads facts gets them: agent.sim.facts)."""
+    return Facts(task, seed, aux=request.purpose, hint=request.hint)
 
 
 def render(retrieved: Sequence[Memory], budget: Budget) -> tuple[list[Memory], InjectionBlock, tuple[str, ...] | None]:
@@ -58,7 +60,7 @@ def render(retrieved: Sequence[Memory], budget: Budget) -> tuple[list[Memory], I
     return injected, block, skills
 
 
-def _auxiliary(steps: Generator[AuxRequest, Generation | None, Any], phase: str, task: Any, seed: int,
+def _auxiliary(steps: Generator[AuxRequest, Generation | None, Any], phase: str, task: Task, seed: int,
                ledger: TokenLedger, log: list[dict[str, Any]]) -> Generator[Request, Reply, Any]:
     """Drive a policy phase; each auxiliary call it asks for becomes a yielded model request."""
     try:
@@ -67,7 +69,7 @@ def _auxiliary(steps: Generator[AuxRequest, Generation | None, Any], phase: str,
             cap = aux_cap(ledger, ask)
             reply: Reply | None = None
             if cap > 0:
-                reply = yield Request(list(ask.messages), cap, aux_meta(task, seed, ask))
+                reply = yield Request(list(ask.messages), cap, aux_facts(task, seed, ask))
                 interrupt.check()
             failed = reply.error if isinstance(reply, RequestFailed) else None
             answer, entry = book(ledger, ask, phase, cap, None if failed else reply, failed=failed)  # type: ignore[arg-type]
@@ -77,7 +79,7 @@ def _auxiliary(steps: Generator[AuxRequest, Generation | None, Any], phase: str,
         return stop.value
 
 
-def task_steps(policy: MemoryPolicy, env: Environment, task: Any, index: int, budget: Budget, seed: int,
+def task_steps(policy: MemoryPolicy, env: Environment, task: Task, index: int, budget: Budget, seed: int,
                stream: dict[str, Any] | None = None) -> TaskSteps:
     """Run one task end to end; returns its record (the policy has been updated).
 
@@ -109,7 +111,7 @@ def task_steps(policy: MemoryPolicy, env: Environment, task: Any, index: int, bu
                        time.perf_counter() - started, aux_calls, stream)
 
 
-def make_record(method: str, index: int, task: Any, episode: Episode, reward: int, block: InjectionBlock,
+def make_record(method: str, index: int, task: Task, episode: Episode, reward: int, block: InjectionBlock,
                 decision: dict[str, Any], bank_size: int, seconds: float,
                 aux_calls: Sequence[dict[str, Any]] = (), stream: dict[str, Any] | None = None) -> dict[str, Any]:
     record = {
@@ -146,17 +148,18 @@ def make_record(method: str, index: int, task: Any, episode: Episode, reward: in
     return record
 
 
-def run_task(policy: MemoryPolicy, env: Environment, backbone: Backbone, task: Any, index: int, budget: Budget,
-             seed: int, stream: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_task(policy: MemoryPolicy, env: Environment, backbone: AnyBackbone, task: Task, index: int,
+             budget: Budget, seed: int, stream: dict[str, Any] | None = None) -> dict[str, Any]:
     """:func:`task_steps` with every model call sent alone (tests, and callers without an engine)."""
     return serve_alone(task_steps(policy, env, task, index, budget, seed, stream), backbone)
 
 
-def serve_alone(steps: TaskSteps, backbone: Backbone, on_call: Callable[[], None] | None = None) -> dict[str, Any]:
+def serve_alone(steps: TaskSteps, backbone: AnyBackbone,
+                on_call: Callable[[], None] | None = None) -> dict[str, Any]:
     try:
         request = next(steps)
         while True:
-            [generation] = backbone.generate([request.conversation], [request.max_tokens], meta=[request.meta])
+            [generation] = answer(backbone, [request])
             if on_call is not None:
                 on_call()
             request = steps.send(generation)
@@ -164,4 +167,4 @@ def serve_alone(steps: TaskSteps, backbone: Backbone, on_call: Callable[[], None
         return stop.value
 
 
-__all__ = ["RequestFailed", "Reply", "TaskSteps", "aux_meta", "render", "task_steps", "make_record", "run_task"]
+__all__ = ["RequestFailed", "Reply", "TaskSteps", "aux_facts", "render", "task_steps", "make_record", "run_task"]

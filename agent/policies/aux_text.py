@@ -1,20 +1,15 @@
 """Prompts and reply parsing shared by the methods that write memories with the model.
 
 One copy of each text idea the five LLM-writing baselines (Mem0, MemSkill, Reflexion, EvoSC,
-EvoSkill) need: rendering a finished task for a prompt, the reply *forms* they ask for, and
-robust parsers for those forms. Each method's prompts (what it asks, in its own words) stay in
-its own module; only the output grammar is shared, so the simulated backbone
-(:mod:`agent.backbones.sim_aux`) can answer in exactly the grammar the parsers accept.
+EvoSkill) need: rendering a finished task for a prompt and robust parsers for the reply forms
+they ask for. Each method's prompts (what it asks, in its own words) stay in its own module.
+The grammar itself (form names, operation words, the format texts a prompt shows) is
+:mod:`agent.aux_grammar`, which the simulated backbone (:mod:`agent.sim.aux`) writes with, so it
+answers in exactly the grammar these parsers accept.
 
-Forms (the ``form`` entry of an :class:`~agent.auxiliary.AuxRequest`'s meta):
-
-* ``"notes"`` — one or more ``<LABEL>: text`` lines (``FACT:``, ``REFLECTION:``, ``INSIGHT:``);
-  the label is given in the request meta (``label``).
-* ``"operations"`` — memory operations, one per line: ``ADD: text`` (``INSERT`` is a synonym),
-  ``UPDATE <n>: text``, ``DELETE <n>``, ``NOOP`` (``NONE`` is a synonym). ``<n>`` is the number
-  a memory was shown under in the prompt.
-* ``"card"`` — a skill card: an optional first line ``NEW`` or ``EDIT <n>``, then
-  ``SKILL: name``, ``WHEN: when to use it``, ``HOW: what to do``.
+The forms (``notes``, ``operations``, ``card``) are described in :mod:`agent.aux_grammar`. The
+parsers accept more than the grammar writes: ``INSERT`` for ``ADD``, ``NONE`` or ``NO-OP`` for
+``NOOP``, ``REMOVE`` for ``DELETE``, and a card's first line ``NEW`` / ``EDIT <n>`` may be missing.
 
 Parsing decisions (a small model's reply is often sloppy, never trusted):
 
@@ -32,17 +27,18 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
+from agent.aux_grammar import (CARD_FORMAT, FORM_CARD, FORM_NOTES, FORM_OPERATIONS, NOTES_FORMAT,  # noqa: F401
+                                OPERATION_WORDS, OPERATIONS_FORMAT)
 from agent.budget import Budget
+from agent.data import Task
 from agent.memory import Turn, memory_char_limit
 
 MIN_ITEM_CHARS = 12  # below this a "fact" or "lesson" carries nothing (e.g. "ok", "N/A")
 TURN_CHARS = 240  # per reply / observation in a prompt's trajectory
 TRAJECTORY_CHARS = 1800  # the whole trajectory in a prompt (keeps small models' context small)
 
-FORM_NOTES, FORM_OPERATIONS, FORM_CARD = "notes", "operations", "card"
-OPERATION_WORDS = ("ADD", "UPDATE", "DELETE", "NOOP")
 _SYNONYMS = {"INSERT": "ADD", "NONE": "NOOP", "NO-OP": "NOOP", "NO_OP": "NOOP", "REMOVE": "DELETE"}
 
 
@@ -76,17 +72,9 @@ def numbered(texts: Sequence[str], limit: int = 300) -> str:
     return "\n".join(f"[{i + 1}] {clip(t, limit)}" for i, t in enumerate(texts)) or "(none)"
 
 
-def task_block(task: Any, trajectory: Sequence[Turn], reward: int, status: str) -> str:
+def task_block(task: Task, trajectory: Sequence[Turn], reward: int, status: str) -> str:
     return (f"Task: {clip(task.query_text, 600)}\n\nWhat the agent did:\n{trajectory_text(trajectory)}\n\n"
             f"Outcome: {outcome_text(reward, status)}")
-
-
-NOTES_FORMAT = "Write each {what} on its own line starting with '{label}:'. Write nothing else."
-OPERATIONS_FORMAT = ("Answer with one operation per line, nothing else:\n"
-                     "ADD: <new memory text>\nUPDATE <n>: <merged memory text replacing memory [n]>\n"
-                     "DELETE <n>\nNOOP")
-CARD_FORMAT = ("Answer in exactly this format:\n{first}SKILL: <short_snake_case_name>\n"
-               "WHEN: <when to use it, one sentence>\nHOW: <what to do, at most three short sentences>")
 
 
 # ------------------------------------------------------------------ parsing
@@ -187,11 +175,6 @@ def merged_skills(*groups: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(s for group in groups for s in group))
 
 
-def request_meta(form: str, **facts: Any) -> Mapping[str, Any]:
-    """Meta of an auxiliary request: its reply form plus facts only the simulated backbone reads."""
-    return {"form": form, **facts}
-
-
 __all__ = ["CARD_FORMAT", "Card", "FORM_CARD", "FORM_NOTES", "FORM_OPERATIONS", "MIN_ITEM_CHARS", "NOTES_FORMAT",
            "OPERATIONS_FORMAT", "Operation", "card", "chat", "clip", "fit", "labelled", "merged_skills", "numbered",
-           "operations", "outcome_text", "request_meta", "task_block", "trajectory_text"]
+           "operations", "outcome_text", "task_block", "trajectory_text"]

@@ -1,11 +1,11 @@
 """The one interface every memory policy implements, and what they share.
 
-Per task the experiment engine calls, in order::
+Per task the experiment engine (:func:`agent.experiment.task.task_steps`) runs, in order::
 
-    memories = drive(policy.retrieve_steps(task))   # at most K_max, best first
-    ... the task runs with those memories injected ...
-    drive(policy.update_steps(task, memories, outcome, trajectory))
-    log = policy.take_log()                          # the decision log that goes into the record
+    retrieved = yield from policy.retrieve_steps(task)   # best first
+    ... the injection block keeps the first K_max that fit L_max; the task runs with them ...
+    yield from policy.update_steps(task, injected, outcome, trajectory)   # injected: what the block kept
+    log = policy.take_log()                               # the decision log that goes into the record
 
 ``retrieve_steps`` / ``update_steps`` are coroutines (:mod:`agent.auxiliary`): a method that
 needs the model itself (a reflection, an extraction) yields an
@@ -18,6 +18,9 @@ construction (:func:`agent.memory.build_memory`, through :meth:`MemoryPolicy.can
 they differ only in what they keep, what they retrieve and how they learn. A failed task
 never writes a memory (``candidate`` returns ``None``), nor, by default, a task that passed
 without ending by its own answer/finish action (``HarnessOptions.memory_from``).
+
+Every policy is built with the run's :class:`~agent.harness.HarnessOptions` (``harness=``, by
+:func:`agent.policies.registry.make_policy`); it is fixed for the policy's life.
 
 Checkpointing: ``state_dict()`` returns plain Python data and NumPy arrays (picklable);
 ``load_state_dict`` restores a freshly constructed policy of the same kind and settings
@@ -34,6 +37,7 @@ import numpy as np
 
 from agent.auxiliary import AuxSteps
 from agent.budget import Budget
+from agent.data import Task
 from agent.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.memory import Memory, Turn, build_memory
 
@@ -48,29 +52,29 @@ class MemoryPolicy(abc.ABC):
     name: ClassVar[str]
     # shown on the progress bar while the first task of a (resumed) stream runs, e.g. while compiling
     first_task_note: ClassVar[str | None] = None
-    harness: HarnessOptions = DEFAULT_HARNESS  # set by make_policy (agent/harness.py)
 
-    def __init__(self, env: str, budget: Budget, seed: int = 0) -> None:
+    def __init__(self, env: str, budget: Budget, seed: int = 0, *, harness: HarnessOptions = DEFAULT_HARNESS) -> None:
         self.env = env
         self.budget = budget
         self.seed = seed
+        self.harness = harness
         self._log: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ the interface
     @abc.abstractmethod
-    def retrieve(self, task: Any) -> list[Memory]:
-        """Memories to inject for ``task``, best first (the runner keeps the first K_max)."""
+    def retrieve(self, task: Task) -> list[Memory]:
+        """Memories to inject for ``task``, best first (the injection block keeps the first K_max that fit L_max)."""
 
     @abc.abstractmethod
-    def update(self, task: Any, memories: Sequence[Memory], outcome: Outcome, trajectory: Sequence[Turn]) -> None:
+    def update(self, task: Task, memories: Sequence[Memory], outcome: Outcome, trajectory: Sequence[Turn]) -> None:
         """Learn from the judged task and maybe write its memory."""
 
-    def retrieve_steps(self, task: Any) -> AuxSteps[list[Memory]]:
+    def retrieve_steps(self, task: Task) -> AuxSteps[list[Memory]]:
         """``retrieve`` as a coroutine that may yield auxiliary model calls (default: none)."""
         return self.retrieve(task)
         yield  # noqa: unreachable: makes this a generator
 
-    def update_steps(self, task: Any, memories: Sequence[Memory], outcome: Outcome,
+    def update_steps(self, task: Task, memories: Sequence[Memory], outcome: Outcome,
                      trajectory: Sequence[Turn]) -> AuxSteps[None]:
         """``update`` as a coroutine that may yield auxiliary model calls (default: none)."""
         self.update(task, memories, outcome, trajectory)
@@ -87,7 +91,7 @@ class MemoryPolicy(abc.ABC):
         return 0
 
     # ------------------------------------------------------------------ shared helpers
-    def candidate(self, task: Any, outcome: Outcome, trajectory: Sequence[Turn]) -> Memory | None:
+    def candidate(self, task: Task, outcome: Outcome, trajectory: Sequence[Turn]) -> Memory | None:
         """The memory this task would write (same construction for every method), under the
         run's harness options: which successes count (``memory_from``) and the format."""
         return build_memory(self.env, task, trajectory, outcome.reward, self.budget, status=outcome.status,

@@ -34,10 +34,14 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from agent.auxiliary import AuxSteps
+from agent.budget import Budget
+from agent.data import Task
+from agent.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.memory import Memory, Turn
 from agent.policies import aux_text
 from agent.policies.base import Outcome, cosine_scores, embed
 from agent.policies.written import WrittenMemoryPolicy
+from agent.sim.facts import AuxHint
 
 CONTRAST, SUCCESS, CONSOLIDATE = "evosc.contrast", "evosc.success", "evosc.consolidate"
 LABEL = "INSIGHT"
@@ -54,9 +58,9 @@ CONSOLIDATE_SYSTEM = ("You consolidate an agent's accumulated experience. Merge 
 class EvoSCPolicy(WrittenMemoryPolicy):
     name = "evosc"
 
-    def __init__(self, env: str, budget: Any, seed: int = 0, *, pool_size: int = 8, max_insights: int = 2,
-                 group_size: int = 4) -> None:
-        super().__init__(env, budget, seed)
+    def __init__(self, env: str, budget: Budget, seed: int = 0, *, harness: HarnessOptions = DEFAULT_HARNESS,
+                 pool_size: int = 8, max_insights: int = 2, group_size: int = 4) -> None:
+        super().__init__(env, budget, seed, harness=harness)
         if not 0 < pool_size < budget.bank_capacity:
             raise ValueError(f"pool_size must be in [1, B_max), got {pool_size} with B_max {budget.bank_capacity}")
         if max_insights < 1 or group_size < 2:
@@ -65,7 +69,7 @@ class EvoSCPolicy(WrittenMemoryPolicy):
         self.capacity = budget.bank_capacity - pool_size
         self.pool: list[Memory] = []  # recent successes, oldest first
 
-    def learn(self, task: Any, memories: Sequence[Memory], outcome: Outcome,
+    def learn(self, task: Task, memories: Sequence[Memory], outcome: Outcome,
               trajectory: Sequence[Turn]) -> AuxSteps[None]:
         partner = self._partner(task.query_text)
         self.note(partner=partner.source_task_id if partner else None)
@@ -86,11 +90,11 @@ class EvoSCPolicy(WrittenMemoryPolicy):
         sims = cosine_scores(embed([question])[0], embed([m.key_text for m in self.pool]))
         return self.pool[int(sims.argmax())]
 
-    def _extract(self, purpose: str, system: str, user: str, task: Any) -> AuxSteps[None]:
+    def _extract(self, purpose: str, system: str, user: str, task: Task) -> AuxSteps[None]:
         asked = aux_text.NOTES_FORMAT.format(what=f"insight (at most {self.max_insights})", label=LABEL)
         prompt = f"{user}\n\n{asked}"
-        reply = yield from self.ask(purpose, system, prompt, aux_text.FORM_NOTES, label=LABEL,
-                                    source_skills=list(task.skill_list), limit=self.max_insights)
+        reply = yield from self.ask(purpose, system, prompt, AuxHint(aux_text.FORM_NOTES, label=LABEL,
+                                    source_skills=tuple(task.skill_list), limit=self.max_insights))
         if reply is None:
             self.note(written=[])
             return
@@ -112,9 +116,9 @@ class EvoSCPolicy(WrittenMemoryPolicy):
         prompt = ("Experiences:\n" + aux_text.numbered([m.text for m in members]) + "\n\n"
                   + aux_text.NOTES_FORMAT.format(what=f"consolidated insight (at most {self.max_insights})",
                                                  label=LABEL))
-        reply = yield from self.ask(CONSOLIDATE, CONSOLIDATE_SYSTEM, prompt, aux_text.FORM_NOTES, label=LABEL,
-                                    source_skills=list(aux_text.merged_skills(*(m.skills for m in members))),
-                                    limit=self.max_insights)
+        reply = yield from self.ask(CONSOLIDATE, CONSOLIDATE_SYSTEM, prompt, AuxHint(
+            aux_text.FORM_NOTES, label=LABEL, source_skills=aux_text.merged_skills(*(m.skills for m in members)),
+            limit=self.max_insights))
         merged = aux_text.labelled(reply, LABEL)[: self.max_insights] if reply is not None else []
         if reply is not None:
             self.aux_status(CONSOLIDATE, "ok" if merged else "malformed")

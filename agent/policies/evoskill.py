@@ -32,10 +32,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from agent.auxiliary import AuxSteps
+from agent.budget import Budget
+from agent.data import Task
+from agent.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.memory import Memory, Turn
 from agent.policies import aux_text
 from agent.policies.base import Outcome
 from agent.policies.written import WrittenMemoryPolicy
+from agent.sim.facts import AuxHint
 
 PURPOSE = "evoskill.propose"
 
@@ -45,7 +49,7 @@ SYSTEM = ("You improve an agent by giving it reusable skills. The agent just fai
           "every task of this kind, not only this one.")
 
 
-def proposal_prompt(task: Any, trajectory: Sequence[Turn], outcome: Outcome, shown: Sequence[Memory]) -> str:
+def proposal_prompt(task: Task, trajectory: Sequence[Turn], outcome: Outcome, shown: Sequence[Memory]) -> str:
     return (aux_text.task_block(task, trajectory, outcome.reward, outcome.status)
             + f"\n\nExisting skills:\n{aux_text.numbered([m.text for m in shown])}\n\n"
             + aux_text.CARD_FORMAT.format(first="NEW or EDIT <n>\n"))
@@ -59,14 +63,15 @@ class EvoSkillPolicy(WrittenMemoryPolicy):
     name = "evoskill"
     stat_names = ("uses", "successes")
 
-    def __init__(self, env: str, budget: Any, seed: int = 0, *, shown_k: int = 3, min_uses: int = 3) -> None:
-        super().__init__(env, budget, seed)
+    def __init__(self, env: str, budget: Budget, seed: int = 0, *, harness: HarnessOptions = DEFAULT_HARNESS,
+                 shown_k: int = 3, min_uses: int = 3) -> None:
+        super().__init__(env, budget, seed, harness=harness)
         if shown_k < 1 or min_uses < 1:
             raise ValueError(f"shown_k and min_uses must be >= 1, got {shown_k}, {min_uses}")
         self.shown_k, self.min_uses = shown_k, min_uses
         self.baseline = [0.0, 0.0]  # successes, tasks of the tasks that ran with no skill injected
 
-    def learn(self, task: Any, memories: Sequence[Memory], outcome: Outcome,
+    def learn(self, task: Task, memories: Sequence[Memory], outcome: Outcome,
               trajectory: Sequence[Turn]) -> AuxSteps[None]:
         self.note(retired=self._validate(memories, outcome.reward))
         if outcome.reward == 1:
@@ -74,8 +79,8 @@ class EvoSkillPolicy(WrittenMemoryPolicy):
             return
         shown = [self.store.memories[i] for i, _ in self.similar(task.query_text, self.shown_k)]
         reply = yield from self.ask(PURPOSE, SYSTEM, proposal_prompt(task, trajectory, outcome, shown),
-                                    aux_text.FORM_CARD, source_skills=list(task.skill_list),
-                                    candidates=[list(m.skills) for m in shown])
+                                    AuxHint(aux_text.FORM_CARD, source_skills=tuple(task.skill_list),
+                                            candidates=tuple(tuple(m.skills) for m in shown)))
         if reply is None:
             self.note(proposal=None)
             return
@@ -105,7 +110,7 @@ class EvoSkillPolicy(WrittenMemoryPolicy):
                 retired.append(self.store.remove_at(i).memory_id)
         return retired
 
-    def _build(self, proposal: aux_text.Card, shown: Sequence[Memory], task: Any) -> dict[str, Any]:
+    def _build(self, proposal: aux_text.Card, shown: Sequence[Memory], task: Task) -> dict[str, Any]:
         text = proposal.render()
         if proposal.edit is not None:
             target = shown[proposal.edit]

@@ -38,10 +38,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from agent.auxiliary import AuxSteps
+from agent.budget import Budget
+from agent.data import Task
+from agent.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.memory import Memory, Turn
 from agent.policies import aux_text
 from agent.policies.base import Outcome
 from agent.policies.written import WrittenMemoryPolicy
+from agent.sim.facts import AuxHint
 
 EXTRACT, UPDATE = "mem0.extract", "mem0.update"
 FACT = "FACT"
@@ -57,7 +61,7 @@ UPDATE_SYSTEM = ("You manage an agent's memory. Compare each new fact with the e
                  "a task that then failed. Answer NOOP when the fact is already known.")
 
 
-def extraction_prompt(task: Any, trajectory: Sequence[Turn], outcome: Outcome, max_facts: int) -> str:
+def extraction_prompt(task: Task, trajectory: Sequence[Turn], outcome: Outcome, max_facts: int) -> str:
     return (aux_text.task_block(task, trajectory, outcome.reward, outcome.status) + "\n\n"
             + aux_text.NOTES_FORMAT.format(what=f"fact (at most {max_facts})", label=FACT))
 
@@ -74,17 +78,18 @@ class Mem0Policy(WrittenMemoryPolicy):
     name = "mem0"
     stat_names = ("touched",)
 
-    def __init__(self, env: str, budget: Any, seed: int = 0, *, max_facts: int = 3, similar_k: int = 3) -> None:
-        super().__init__(env, budget, seed)
+    def __init__(self, env: str, budget: Budget, seed: int = 0, *, harness: HarnessOptions = DEFAULT_HARNESS,
+                 max_facts: int = 3, similar_k: int = 3) -> None:
+        super().__init__(env, budget, seed, harness=harness)
         if max_facts < 1 or similar_k < 1:
             raise ValueError(f"max_facts and similar_k must be >= 1, got {max_facts}, {similar_k}")
         self.max_facts, self.similar_k = max_facts, similar_k
 
-    def learn(self, task: Any, memories: Sequence[Memory], outcome: Outcome,
+    def learn(self, task: Task, memories: Sequence[Memory], outcome: Outcome,
               trajectory: Sequence[Turn]) -> AuxSteps[None]:
-        text = yield from self.ask(EXTRACT, EXTRACT_SYSTEM,
-                                   extraction_prompt(task, trajectory, outcome, self.max_facts), aux_text.FORM_NOTES,
-                                   label=FACT, source_skills=list(task.skill_list), limit=self.max_facts)
+        text = yield from self.ask(EXTRACT, EXTRACT_SYSTEM, extraction_prompt(task, trajectory, outcome, self.max_facts),
+                                   AuxHint(aux_text.FORM_NOTES, label=FACT, source_skills=tuple(task.skill_list),
+                                           limit=self.max_facts))
         if text is None:
             self.note(facts=[], operations=[])
             return
@@ -100,11 +105,11 @@ class Mem0Policy(WrittenMemoryPolicy):
             return
         memories_shown = [self.store.memories[i] for i in shown]
         injected = {m.memory_id for m in memories}
-        reply = yield from self.ask(
-            UPDATE, UPDATE_SYSTEM, update_prompt(facts, memories_shown, injected, outcome), aux_text.FORM_OPERATIONS,
-            allowed=list(aux_text.OPERATION_WORDS), new_texts=facts, source_skills=list(task.skill_list),
-            failed=outcome.reward != 1, candidates=[list(m.skills) for m in memories_shown],
-            injected=[i for i, m in enumerate(memories_shown) if m.memory_id in injected])
+        reply = yield from self.ask(UPDATE, UPDATE_SYSTEM, update_prompt(facts, memories_shown, injected, outcome), AuxHint(
+            aux_text.FORM_OPERATIONS, allowed=aux_text.OPERATION_WORDS, new_texts=tuple(facts),
+            source_skills=tuple(task.skill_list), failed=outcome.reward != 1,
+            candidates=tuple(tuple(m.skills) for m in memories_shown),
+            injected=tuple(i for i, m in enumerate(memories_shown) if m.memory_id in injected)))
         if reply is None:
             self.note(operations=[])
             return
@@ -122,7 +127,7 @@ class Mem0Policy(WrittenMemoryPolicy):
                 pooled.setdefault(index)
         return list(pooled)
 
-    def _add(self, fact: str, task: Any) -> dict[str, Any]:
+    def _add(self, fact: str, task: Task) -> dict[str, Any]:
         return self.apply_operations([aux_text.Operation("ADD", None, fact)], [], task, self._stalest,
                                      touched=float(self.tasks_seen))[0]
 

@@ -14,10 +14,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
+from agent.budget import Budget
+from agent.data import Task
+from agent.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.memory import Memory, Turn
 from agent.policies.base import MemoryStore, Outcome, StoreBackedPolicy, cosine_scores, embed
 
@@ -25,12 +28,13 @@ from agent.policies.base import MemoryStore, Outcome, StoreBackedPolicy, cosine_
 class MemPPolicy(StoreBackedPolicy):
     name = "memp"
 
-    def __init__(self, env: str, budget: Any, seed: int = 0, *, min_hits: int = 3, min_success_rate: float = 0.5) -> None:
-        super().__init__(env, budget, seed)
+    def __init__(self, env: str, budget: Budget, seed: int = 0, *, harness: HarnessOptions = DEFAULT_HARNESS,
+                 min_hits: int = 3, min_success_rate: float = 0.5) -> None:
+        super().__init__(env, budget, seed, harness=harness)
         self.min_hits, self.min_success_rate = min_hits, min_success_rate
         self.store = MemoryStore(["hit", "success"])
 
-    def retrieve(self, task: Any) -> list[Memory]:
+    def retrieve(self, task: Task) -> list[Memory]:
         if not self.store.memories:
             self.note(candidate_ids=[], chosen_ids=[])
             return []
@@ -44,7 +48,7 @@ class MemPPolicy(StoreBackedPolicy):
         )
         return chosen
 
-    def update(self, task: Any, memories: Sequence[Memory], outcome: Outcome, trajectory: Sequence[Turn]) -> None:
+    def update(self, task: Task, memories: Sequence[Memory], outcome: Outcome, trajectory: Sequence[Turn]) -> None:
         deleted: list[int] = []
         for memory in memories:
             i = self.store.index_of(memory.memory_id)

@@ -26,6 +26,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from agent.budget import Budget
+from agent.data import Task
+from agent.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.memory import Memory, Turn
 from agent.policies.base import MemoryStore, Outcome, StoreBackedPolicy, cosine_scores, embed, rng_from_state, rng_state
 
@@ -41,16 +44,17 @@ class MemRLPolicy(StoreBackedPolicy):
     def __init__(
         self,
         env: str,
-        budget: Any,
+        budget: Budget,
         seed: int = 0,
         *,
+        harness: HarnessOptions = DEFAULT_HARNESS,
         sim_threshold: float = 0.30,
         recall_k: int = 12,
         epsilon: float = 0.1,
         alpha: float = 0.3,
         q_init: float = 0.0,
     ) -> None:
-        super().__init__(env, budget, seed)
+        super().__init__(env, budget, seed, harness=harness)
         if not 0.0 <= epsilon <= 1.0:
             raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
         if not 0.0 < alpha <= 1.0:
@@ -60,7 +64,7 @@ class MemRLPolicy(StoreBackedPolicy):
         self.store = MemoryStore(["q"])
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, 0x4D454D52]))  # "MEMR"
 
-    def retrieve(self, task: Any) -> list[Memory]:
+    def retrieve(self, task: Task) -> list[Memory]:
         if not self.store.memories:
             self.note(recalled_ids=[], chosen_ids=[])
             return []
@@ -90,7 +94,7 @@ class MemRLPolicy(StoreBackedPolicy):
         )
         return chosen
 
-    def update(self, task: Any, memories: Sequence[Memory], outcome: Outcome, trajectory: Sequence[Turn]) -> None:
+    def update(self, task: Task, memories: Sequence[Memory], outcome: Outcome, trajectory: Sequence[Turn]) -> None:
         r = 1.0 if outcome.reward == 1 else -1.0
         q = self.store.stats["q"]
         for memory in memories:

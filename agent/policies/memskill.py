@@ -40,10 +40,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from agent.auxiliary import AuxSteps
+from agent.budget import Budget
+from agent.data import Task
+from agent.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.memory import Memory, Turn
 from agent.policies import aux_text
 from agent.policies.base import Outcome, cosine_scores, embed, rng_from_state, rng_state
 from agent.policies.written import WrittenMemoryPolicy
+from agent.sim.facts import AuxHint
 
 EXECUTE, DESIGN = "memskill.execute", "memskill.design"
 
@@ -73,10 +77,10 @@ def skill_card(skill: dict[str, Any]) -> str:
 class MemSkillPolicy(WrittenMemoryPolicy):
     name = "memskill"
 
-    def __init__(self, env: str, budget: Any, seed: int = 0, *, top_k: int = 2, temperature: float = 0.2,
-                 alpha: float = 0.3, new_skill_q: float = 0.5, shown_k: int = 3, case_pool: int = 20,
+    def __init__(self, env: str, budget: Budget, seed: int = 0, *, harness: HarnessOptions = DEFAULT_HARNESS,
+                 top_k: int = 2, temperature: float = 0.2, alpha: float = 0.3, new_skill_q: float = 0.5, shown_k: int = 3, case_pool: int = 20,
                  min_cases: int = 5, design_every: int = 50, max_skills: int = 8) -> None:
-        super().__init__(env, budget, seed)
+        super().__init__(env, budget, seed, harness=harness)
         if top_k < 1 or temperature <= 0 or not 0 < alpha <= 1 or max_skills <= len(PRIMITIVES):
             raise ValueError("need top_k >= 1, temperature > 0, alpha in (0, 1] and max_skills > 4")
         self.top_k, self.temperature, self.alpha, self.new_skill_q = top_k, temperature, alpha, new_skill_q
@@ -106,7 +110,7 @@ class MemSkillPolicy(WrittenMemoryPolicy):
                     by_name[name]["q"] += self.alpha * (r - by_name[name]["q"])
 
     # ------------------------------------------------------------------ the update phase
-    def learn(self, task: Any, memories: Sequence[Memory], outcome: Outcome,
+    def learn(self, task: Task, memories: Sequence[Memory], outcome: Outcome,
               trajectory: Sequence[Turn]) -> AuxSteps[None]:
         self._credit(memories, outcome.reward)
         if outcome.reward != 1:
@@ -123,7 +127,7 @@ class MemSkillPolicy(WrittenMemoryPolicy):
         if (self.tasks_seen + 1) % self.design_every == 0 and len(self.cases) >= self.min_cases:
             yield from self._design()
 
-    def _execute(self, task: Any, injected: Sequence[Memory], outcome: Outcome, trajectory: Sequence[Turn],
+    def _execute(self, task: Task, injected: Sequence[Memory], outcome: Outcome, trajectory: Sequence[Turn],
                  chosen: Sequence[dict[str, Any]], allowed: Sequence[str]) -> AuxSteps[None]:
         shown = [self.store.memories[i] for i, _ in self.similar(task.query_text, self.shown_k)]
         used = {m.memory_id for m in injected}
@@ -132,10 +136,10 @@ class MemSkillPolicy(WrittenMemoryPolicy):
                 + aux_text.task_block(task, trajectory, outcome.reward, outcome.status)
                 + f"\n\nStored memories:\n{aux_text.numbered(marks)}\n\n" + aux_text.OPERATIONS_FORMAT
                 + f"\nUse only these operations: {', '.join(allowed)}.")
-        reply = yield from self.ask(EXECUTE, EXECUTOR_SYSTEM, user, aux_text.FORM_OPERATIONS, allowed=list(allowed),
-                                    source_skills=list(task.skill_list), failed=outcome.reward != 1,
-                                    candidates=[list(m.skills) for m in shown],
-                                    injected=[i for i, m in enumerate(shown) if m.memory_id in used])
+        reply = yield from self.ask(EXECUTE, EXECUTOR_SYSTEM, user, AuxHint(
+            aux_text.FORM_OPERATIONS, allowed=tuple(allowed), source_skills=tuple(task.skill_list),
+            failed=outcome.reward != 1, candidates=tuple(tuple(m.skills) for m in shown),
+            injected=tuple(i for i, m in enumerate(shown) if m.memory_id in used)))
         if reply is None:
             self.note(operations=[])
             return
@@ -161,8 +165,8 @@ class MemSkillPolicy(WrittenMemoryPolicy):
             for skill in case["skills"]:
                 counts[skill] = counts.get(skill, 0) + 1
         common = sorted(counts, key=lambda s: -counts[s])[:2]  # stable: first seen among equals
-        reply = yield from self.ask(DESIGN, DESIGNER_SYSTEM, user, aux_text.FORM_CARD, source_skills=common,
-                                    candidates=[[] for _ in self.skills])
+        reply = yield from self.ask(DESIGN, DESIGNER_SYSTEM, user, AuxHint(
+            aux_text.FORM_CARD, source_skills=tuple(common), candidates=tuple(() for _ in self.skills)))
         self.cases = []
         if reply is None:
             self.note(designed=None)

@@ -16,6 +16,9 @@ from typing import Any, Sequence
 import bm25s
 import numpy as np
 
+from agent.budget import Budget
+from agent.data import Task
+from agent.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.memory import Memory, Turn
 from agent.policies.base import MemoryStore, Outcome, StoreBackedPolicy
 
@@ -27,8 +30,9 @@ def _tokens(texts: Sequence[str]) -> list[list[str]]:
 class RAGPolicy(StoreBackedPolicy):
     name = "rag"
 
-    def __init__(self, env: str, budget: Any, seed: int = 0) -> None:
-        super().__init__(env, budget, seed)
+    def __init__(self, env: str, budget: Budget, seed: int = 0, *,
+                 harness: HarnessOptions = DEFAULT_HARNESS) -> None:
+        super().__init__(env, budget, seed, harness=harness)
         self.store = MemoryStore()
         self._index: bm25s.BM25 | None = None
 
@@ -46,7 +50,7 @@ class RAGPolicy(StoreBackedPolicy):
             return np.zeros(len(self.store))
         return np.asarray(self._bm25().get_scores(query_tokens), dtype=np.float64)
 
-    def retrieve(self, task: Any) -> list[Memory]:
+    def retrieve(self, task: Task) -> list[Memory]:
         scores = self.bm25_scores(task.query_text)
         order = np.argsort(-scores, kind="stable")[: self.budget.max_memories]
         chosen = [self.store.memories[i] for i in order if scores[i] > 0]
@@ -57,7 +61,7 @@ class RAGPolicy(StoreBackedPolicy):
         )
         return chosen
 
-    def update(self, task: Any, memories: Sequence[Memory], outcome: Outcome, trajectory: Sequence[Turn]) -> None:
+    def update(self, task: Task, memories: Sequence[Memory], outcome: Outcome, trajectory: Sequence[Turn]) -> None:
         memory = self.candidate(task, outcome, trajectory)
         if memory is None:
             self.note(write=None)

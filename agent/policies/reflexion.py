@@ -25,13 +25,15 @@ Here, in a lifelong stream under the joint budget:
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 from agent.auxiliary import AuxSteps
+from agent.data import Task
 from agent.memory import Memory, Turn
 from agent.policies import aux_text
 from agent.policies.base import Outcome
 from agent.policies.written import WrittenMemoryPolicy
+from agent.sim.facts import AuxHint
 
 PURPOSE = "reflexion.reflect"
 LABEL = "REFLECTION"
@@ -42,7 +44,7 @@ SYSTEM = ("You are an agent reviewing one of your own attempts that failed. Diag
           "similar task. Do not restate the task; do not write code.")
 
 
-def reflection_prompt(task: Any, trajectory: Sequence[Turn], outcome: Outcome) -> str:
+def reflection_prompt(task: Task, trajectory: Sequence[Turn], outcome: Outcome) -> str:
     return (aux_text.task_block(task, trajectory, outcome.reward, outcome.status) + "\n\n"
             + aux_text.NOTES_FORMAT.format(what="sentence of your reflection (at most three)", label=LABEL))
 
@@ -59,13 +61,13 @@ def parse_reflection(text: str | None) -> str | None:
 class ReflexionPolicy(WrittenMemoryPolicy):
     name = "reflexion"
 
-    def learn(self, task: Any, memories: Sequence[Memory], outcome: Outcome,
+    def learn(self, task: Task, memories: Sequence[Memory], outcome: Outcome,
               trajectory: Sequence[Turn]) -> AuxSteps[None]:
         if outcome.reward == 1:
             self.note(write=None, reason="success: nothing to reflect on")
             return
-        text = yield from self.ask(PURPOSE, SYSTEM, reflection_prompt(task, trajectory, outcome), aux_text.FORM_NOTES,
-                                   label=LABEL, source_skills=list(task.skill_list))
+        text = yield from self.ask(PURPOSE, SYSTEM, reflection_prompt(task, trajectory, outcome),
+                                   AuxHint(aux_text.FORM_NOTES, label=LABEL, source_skills=tuple(task.skill_list)))
         if text is None:
             self.note(write=None, reason="the budget skipped the reflection")
             return

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.budget import Budget
+from agent.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.policies.base import MemoryPolicy
 from agent.registry import Registry
 
@@ -29,13 +31,10 @@ POLICIES.register("evosc", "agent.policies.evosc:EvoSCPolicy")
 POLICIES.register("evoskill", "agent.policies.evoskill:EvoSkillPolicy")
 
 
-def make_policy(method: str, env: str, budget: Any, seed: int, *, harness: Any = None,
+def make_policy(method: str, env: str, budget: Budget, seed: int, *, harness: HarnessOptions = DEFAULT_HARNESS,
                 **overrides: Any) -> MemoryPolicy:
-    """A fresh policy by name (one of :data:`POLICIES`), with the run's harness options.
+    """A fresh policy by name (one of :data:`POLICIES`), built with the run's harness options.
 
     ``overrides`` are the method's own settings (TokenWorth: ``HParams`` fields from a grid).
     """
-    policy = POLICIES.make(method, env, budget, seed, **overrides)
-    if harness is not None:
-        policy.harness = harness
-    return policy
+    return POLICIES.make(method, env, budget, seed, harness=harness, **overrides)

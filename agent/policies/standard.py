@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from agent.data import Task
 from agent.memory import Memory, Turn
 from agent.policies.base import MemoryPolicy, Outcome
 
@@ -11,10 +12,10 @@ from agent.policies.base import MemoryPolicy, Outcome
 class StandardPolicy(MemoryPolicy):
     name = "standard"
 
-    def retrieve(self, task: Any) -> list[Memory]:
+    def retrieve(self, task: Task) -> list[Memory]:
         return []
 
-    def update(self, task: Any, memories: Sequence[Memory], outcome: Outcome, trajectory: Sequence[Turn]) -> None:
+    def update(self, task: Task, memories: Sequence[Memory], outcome: Outcome, trajectory: Sequence[Turn]) -> None:
         return None
 
     def state_dict(self) -> dict[str, Any]:

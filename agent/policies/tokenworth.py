@@ -15,11 +15,16 @@ evicts or replaces it.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 from agent.budget import Budget
+from agent.data import Task
+from agent.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.memory import Memory, Turn
 from agent.policies.base import MemoryPolicy, Outcome
+
+if TYPE_CHECKING:
+    from tokenworth_jax import HostSelection
 
 
 class TokenWorthPolicy(MemoryPolicy):
@@ -27,14 +32,15 @@ class TokenWorthPolicy(MemoryPolicy):
     first_task_note = "compiling the controller…"  # the first select/offer compile (~13 s on CPU)
     plus: ClassVar[bool] = False  # the controller's mode: the paper's (False) or TokenWorth+
 
-    def __init__(self, env: str, budget: Budget, seed: int = 0, **overrides: Any) -> None:
-        super().__init__(env, budget, seed)
+    def __init__(self, env: str, budget: Budget, seed: int = 0, *, harness: HarnessOptions = DEFAULT_HARNESS,
+                 **overrides: Any) -> None:
+        super().__init__(env, budget, seed, harness=harness)
         from tokenworth_jax import Controller
 
         self.controller = Controller.from_preset(env, plus=self.plus, spec_overrides={"capacity": budget.bank_capacity},
                                                  **overrides)
 
-    def retrieve(self, task: Any) -> list[Memory]:
+    def retrieve(self, task: Task) -> list[Memory]:
         selection = self.controller.select(task.query_text)
         self.note(selection=selection.as_dict())
         self.note_mode(selection)
@@ -42,10 +48,10 @@ class TokenWorthPolicy(MemoryPolicy):
             return []
         return [selection.memory][: self.budget.max_memories]
 
-    def note_mode(self, selection: Any) -> None:
+    def note_mode(self, selection: HostSelection) -> None:
         """What the mode adds to the decision log (nothing in the paper's mode)."""
 
-    def update(self, task: Any, memories: Sequence[Memory], outcome: Outcome, trajectory: Sequence[Turn]) -> None:
+    def update(self, task: Task, memories: Sequence[Memory], outcome: Outcome, trajectory: Sequence[Turn]) -> None:
         self.controller.observe(outcome.reward)
         memory = self.candidate(task, outcome, trajectory)
         if memory is None:

@@ -10,10 +10,13 @@ See docs/tokenworth-plus.md.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.budget import Budget
 from agent.policies.tokenworth import TokenWorthPolicy
+
+if TYPE_CHECKING:
+    from tokenworth_jax import HostSelection
 
 
 class TokenWorthPlusPolicy(TokenWorthPolicy):
@@ -23,7 +26,7 @@ class TokenWorthPlusPolicy(TokenWorthPolicy):
     def __init__(self, env: str, budget: Budget, seed: int = 0, **overrides: Any) -> None:
         super().__init__(env, budget, seed, **{"plus_seed": seed, **overrides})
 
-    def note_mode(self, selection: Any) -> None:
+    def note_mode(self, selection: HostSelection) -> None:
         self.note(plus={"p0": selection.p0, "gain": selection.advantage, "abstained": selection.abstained})
 
 

@@ -29,9 +29,13 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from agent.auxiliary import AuxRequest, AuxSteps, without_model
+from agent.budget import Budget
+from agent.data import Task
+from agent.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.memory import Memory, Turn
 from agent.policies import aux_text
 from agent.policies.base import MemoryStore, Outcome, StoreBackedPolicy, cosine_scores, embed
+from agent.sim.facts import AuxHint
 
 
 class WrittenMemoryPolicy(StoreBackedPolicy):
@@ -39,8 +43,9 @@ class WrittenMemoryPolicy(StoreBackedPolicy):
 
     stat_names: tuple[str, ...] = ()
 
-    def __init__(self, env: str, budget: Any, seed: int = 0) -> None:
-        super().__init__(env, budget, seed)
+    def __init__(self, env: str, budget: Budget, seed: int = 0, *,
+                 harness: HarnessOptions = DEFAULT_HARNESS) -> None:
+        super().__init__(env, budget, seed, harness=harness)
         self.store = MemoryStore(self.stat_names)
         self.tasks_seen = 0
 
@@ -56,17 +61,20 @@ class WrittenMemoryPolicy(StoreBackedPolicy):
         order = candidates[np.argsort(-sims[candidates], kind="stable")][:k]
         return [(int(i), float(sims[i])) for i in order]
 
-    def retrieve(self, task: Any) -> list[Memory]:
+    def retrieve(self, task: Task) -> list[Memory]:
         hits = self.similar(task.query_text, self.budget.max_memories)
         chosen = [self.store.memories[i] for i, _ in hits]
         self.note(chosen_ids=[m.memory_id for m in chosen], sims=[round(s, 6) for _, s in hits])
         return chosen
 
     # ------------------------------------------------------------------ the model
-    def ask(self, purpose: str, system: str, user: str, form: str, *, max_tokens: int | None = None,
-            **facts: Any) -> AuxSteps[str | None]:
-        """One auxiliary call; returns its text, or None when the budget skipped it (noted)."""
-        request = AuxRequest(purpose, aux_text.chat(system, user), max_tokens, aux_text.request_meta(form, **facts))
+    def ask(self, purpose: str, system: str, user: str, hint: AuxHint, *,
+            max_tokens: int | None = None) -> AuxSteps[str | None]:
+        """One auxiliary call; returns its text, or None when the budget skipped it (noted).
+
+        ``hint`` names the reply form the prompt asks for and what only the simulated backbone reads.
+        """
+        request = AuxRequest(purpose, aux_text.chat(system, user), max_tokens, hint)
         reply = yield request
         if reply is None:
             self.aux_status(purpose, "skipped")
@@ -86,7 +94,7 @@ class WrittenMemoryPolicy(StoreBackedPolicy):
         """Rewrite the item at ``index`` in place (same id, same stats)."""
         return self.store.replace_at(index, memory)
 
-    def apply_operations(self, ops: Sequence[aux_text.Operation], shown: Sequence[Memory], task: Any,
+    def apply_operations(self, ops: Sequence[aux_text.Operation], shown: Sequence[Memory], task: Task,
                          victim: Callable[[], int], **stats: float) -> list[dict[str, Any]]:
         """Carry out parsed memory operations on the ``shown`` memories; returns what was done.
 
@@ -121,16 +129,16 @@ class WrittenMemoryPolicy(StoreBackedPolicy):
             done.append({"op": op.kind, "id": target.memory_id})
         return done
 
-    def update(self, task: Any, memories: Sequence[Memory], outcome: Outcome, trajectory: Sequence[Turn]) -> None:
+    def update(self, task: Task, memories: Sequence[Memory], outcome: Outcome, trajectory: Sequence[Turn]) -> None:
         without_model(self.update_steps(task, memories, outcome, trajectory))
 
-    def update_steps(self, task: Any, memories: Sequence[Memory], outcome: Outcome,
+    def update_steps(self, task: Task, memories: Sequence[Memory], outcome: Outcome,
                      trajectory: Sequence[Turn]) -> AuxSteps[None]:
         yield from self.learn(task, memories, outcome, trajectory)
         self.tasks_seen += 1
 
     @abc.abstractmethod
-    def learn(self, task: Any, memories: Sequence[Memory], outcome: Outcome,
+    def learn(self, task: Task, memories: Sequence[Memory], outcome: Outcome,
               trajectory: Sequence[Turn]) -> AuxSteps[None]:
         """The method's update phase (a coroutine that may ask the model); every method defines it."""
 

@@ -1,7 +1,7 @@
 """The simulated DB stream in JAX, for sweeps and notebooks: no LLM, no database.
 
 **The backbone is simulated.** Success is drawn from the same skill-overlap model as the
-simulated backbone (:mod:`agent.backbones.sim`, :class:`SimParams` defaults), evaluated
+simulated backbone (:mod:`agent.sim`, :class:`SimParams` defaults), evaluated
 inside ``tw.run`` as a ``reward_fn``:
 
 * task i has a base success probability ``p0_i`` (its difficulty) and an outcome uniform
@@ -13,7 +13,7 @@ inside ``tw.run`` as a ``reward_fn``:
   with nothing injected, ``p = clip(p0_i)``;
 * success iff ``v_i < p``.
 
-So for the same seed, task and memory, the outcome equals ``agent.backbones.sim.decide``'s
+So for the same seed, task and memory, the outcome equals ``agent.sim.decide``'s
 (the tests check this). What it leaves out: the token budget (O_max = 128 cuts many real
 DB answers) and the real environment's grading, so absolute success rates are not the
 paper's; only the *shape* of hyperparameter effects is comparable.
@@ -68,7 +68,7 @@ class SimStream:
 def load_stream(n_tasks: int | None = None, *, dim: int = 512, seed: int = 0,
                 directory: str | os.PathLike[str] | None = None) -> SimStream:
     """The first ``n_tasks`` DB tasks (all 500 by default), featurised, with the sim's draws."""
-    from agent.backbones.sim import SimParams, stable_rng
+    from agent.sim import SimParams, stable_rng
     from agent.data import load_tasks
 
     tasks = load_tasks("db", directory or data_dir())[:n_tasks]

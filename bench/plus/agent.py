@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from agent.backbones.sim import skill_overlap
+from agent.sim import skill_overlap
 from agent.checkpoint import read_records
 
 METHODS = ("standard", "rag", "memrl", "memp", "tokenworth", "tokenworth+")

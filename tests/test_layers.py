@@ -1,0 +1,243 @@
+"""The layering as a checked contract (docs/layout.md).
+
+Every import statement counts, wherever it stands: at module level, inside a function, under
+``if TYPE_CHECKING``; so do the registries' lazy ``"module:attribute"`` entries
+(:class:`agent.registry.Registry`), which import their module on first use. A module may import
+only modules of lower layers, or of its own layer (except across the independent front ends),
+and the import graph has no loop at all.
+
+Decision: an AST test rather than import-linter. import-linter reads ``import`` statements only,
+so it cannot see a registry entry, and it would be one more dependency for one table.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("agent", "tokenworth_jax", "bench")
+
+# Top layer first. A module belongs to the first entry that is it or one of its packages; the
+# package root ``agent`` (its __init__) matches only itself. Members of an INDEPENDENT layer may
+# not import each other.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("cli", ("agent.cli",)),
+    ("front ends", ("agent.runner", "agent.sweep", "agent.report", "agent.show")),
+    ("experiment", ("agent.experiment",)),
+    ("episode", ("agent.episode",)),
+    ("policies", ("agent.policies",)),
+    ("auxiliary calls", ("agent.auxiliary",)),
+    ("backbone registry", ("agent.backbones.registry",)),
+    ("environments", ("agent.envs",)),
+    ("simulator", ("agent.sim",)),
+    ("backbones", ("agent.backbones",)),
+    ("foundations", ("agent.data", "agent.harness", "agent.budget", "agent.memory", "agent.aux_grammar",
+                     "agent.registry", "agent.interrupt", "agent.checkpoint", "agent.runfolder", "agent")),
+]
+INDEPENDENT = frozenset({"front ends"})
+REGISTRY_ENTRY = re.compile(r"^((?:agent|tokenworth_jax|bench)(?:\.\w+)+):\w+$")
+
+Edge = tuple[str, int, str]  # (imported module, line, how: "import", "local import", "registry entry")
+
+
+# ------------------------------------------------------------------------- reading the imports
+def module_files(root: Path = REPO) -> dict[str, Path]:
+    """Every module of the three packages, by dotted name."""
+    modules = {}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = path
+    return modules
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    """The module ``name`` denotes: itself, else its nearest enclosing module of the tree (None: external)."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _nested(tree: ast.Module) -> set[int]:
+    """Ids of the import nodes that stand inside a function or class body."""
+    inner: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            inner.update(id(child) for child in ast.walk(node) if isinstance(child, (ast.Import, ast.ImportFrom)))
+    return inner
+
+
+def module_imports(module: str, source: str, modules: dict[str, Path], is_package: bool) -> set[Edge]:
+    """What ``module`` imports of the tree: every import statement, and every registry entry."""
+    tree = ast.parse(source)
+    inner = _nested(tree)
+    package = module if is_package else module.rpartition(".")[0]
+    edges: set[Edge] = set()
+
+    def add(name: str, node: ast.AST, how: str) -> None:
+        target = _resolve(name, modules)
+        if target is not None and target != module:
+            edges.add((target, node.lineno, how))  # type: ignore[attr-defined]
+
+    for node in ast.walk(tree):
+        how = "local import" if id(node) in inner else "import"
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                add(alias.name, node, how)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            for alias in node.names:  # `from pkg import sub` imports the submodule
+                add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base, node, how)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            match = REGISTRY_ENTRY.match(node.value)
+            if match:
+                add(match.group(1), node, "registry entry")
+    return edges
+
+
+def import_graph(root: Path = REPO) -> dict[str, set[Edge]]:
+    modules = module_files(root)
+    return {name: module_imports(name, path.read_text(encoding="utf-8"), modules, path.name == "__init__.py")
+            for name, path in modules.items()}
+
+
+# ------------------------------------------------------------------------- the rules
+def layer_of(module: str) -> int | None:
+    for rank, (_, members) in enumerate(LAYERS):
+        for member in members:
+            if module == member or (member != "agent" and module.startswith(member + ".")):
+                return rank
+    return None
+
+
+def _member(module: str, rank: int) -> str:
+    return next(m for m in LAYERS[rank][1] if module == m or module.startswith(m + "."))
+
+
+def violations(graph: dict[str, set[Edge]]) -> list[str]:
+    """Every import that breaks the layering, as one readable line each (empty: the contract holds)."""
+    found = []
+    for module, edges in sorted(graph.items()):
+        if module.split(".")[0] == "tokenworth_jax":
+            found += [f"{module} -> {t} (line {line}): tokenworth_jax imports nothing of the harness or benches"
+                      for t, line, _ in sorted(edges) if t.split(".")[0] in ("agent", "bench")]
+            continue
+        if module.split(".")[0] != "agent":
+            continue
+        rank = layer_of(module)
+        if rank is None:
+            found.append(f"{module}: in no layer; place it in tests/test_layers.py LAYERS and docs/layout.md")
+            continue
+        for target, line, how in sorted(edges):
+            if target.split(".")[0] == "bench":
+                found.append(f"{module} -> {target} ({how}, line {line}): agent never imports bench")
+            if target.split(".")[0] != "agent":
+                continue
+            other = layer_of(target)
+            if other is None:
+                continue  # reported as unplaced on its own
+            name = LAYERS[rank][0]
+            if other < rank:
+                found.append(f"{module} -> {target} ({how}, line {line}): {name} may not import "
+                             f"{LAYERS[other][0]}, a higher layer")
+            elif other == rank and name in INDEPENDENT and _member(module, rank) != _member(target, rank):
+                found.append(f"{module} -> {target} ({how}, line {line}): the {name} are independent of each other")
+    return found
+
+
+def cycles(graph: dict[str, set[Edge]]) -> list[list[str]]:
+    """The import loops (strongly connected components of more than one module), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+
+    def visit(node: str) -> None:  # Tarjan's algorithm
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for target in {t for t, _, _ in graph.get(node, ())}:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+# ------------------------------------------------------------------------- the contract
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[Edge]]:
+    return import_graph()
+
+
+def test_the_layering_holds(graph) -> None:
+    assert violations(graph) == []
+
+
+def test_the_harness_has_no_import_loop(graph) -> None:
+    agent = {m: {e for e in edges if e[0].startswith("agent")} for m, edges in graph.items() if m.startswith("agent")}
+    assert cycles(agent) == []
+
+
+def test_every_agent_module_has_a_layer(graph) -> None:
+    assert [m for m in graph if m.split(".")[0] == "agent" and layer_of(m) is None] == []
+
+
+def test_the_reader_sees_local_imports_and_registry_entries(graph) -> None:
+    """The edges the contract relies on are read: a function-local import and a lazy registry entry."""
+    assert any(t == "agent.sweep" and how == "local import" for t, _, how in graph["agent.cli"])
+    assert ("agent.sim", "registry entry") in {(t, how) for t, _, how in graph["agent.backbones.registry"]}
+    assert any(t == "agent.envs.db" and how == "local import" for t, _, how in graph["agent.envs.registry"])
+
+
+def test_the_rules_catch_what_they_forbid() -> None:
+    """Hand-made graphs: each breach is reported, and a loop behind a local import is a loop."""
+    modules = {m: Path(m) for m in ("agent.sim.aux", "agent.sim.backbone", "agent.policies.aux_text",
+                                    "agent.runner", "agent.sweep", "agent.newthing", "bench.x", "tokenworth_jax.y",
+                                    "agent.data")}
+    upward = module_imports("agent.sim.aux", "from agent.policies import aux_text\n", modules, False)
+    local_loop = module_imports("agent.sim.aux", "def f():\n    from agent.sim.backbone import g\n", modules, False)
+    back = module_imports("agent.sim.backbone", "from . import aux\n", modules, False)
+    registry = module_imports("agent.data", 'X = {"a": "agent.runner:Thing"}\n', modules, False)
+    graph = {"agent.sim.aux": upward | local_loop, "agent.sim.backbone": back, "agent.data": registry,
+             "agent.runner": module_imports("agent.runner", "import agent.sweep\n", modules, False),
+             "agent.newthing": set(),
+             "tokenworth_jax.y": module_imports("tokenworth_jax.y", "import agent.data\n", modules, False),
+             "agent.sweep": module_imports("agent.sweep", "import bench.x\n", modules, False)}
+    found = "\n".join(violations(graph))
+    assert "agent.sim.aux -> agent.policies.aux_text (import, line 1): simulator may not import policies" in found
+    assert "agent.data -> agent.runner (registry entry, line 1): foundations may not import front ends" in found
+    assert "agent.runner -> agent.sweep (import, line 1): the front ends are independent" in found
+    assert "agent.newthing: in no layer" in found
+    assert "tokenworth_jax.y -> agent.data (line 1): tokenworth_jax imports nothing" in found
+    assert "agent.sweep -> bench.x (import, line 1): agent never imports bench" in found
+    assert ("agent.sim.backbone", 2, "local import") in local_loop
+    assert cycles(graph) == [["agent.sim.aux", "agent.sim.backbone"]]
