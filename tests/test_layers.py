@@ -39,6 +39,23 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundations", ("agent.data", "agent.harness", "agent.budget", "agent.memory", "agent.aux_grammar",
                      "agent.registry", "agent.interrupt", "agent.checkpoint", "agent.runfolder", "agent")),
 ]
+# The controller library, top first: each part (bank, base scorer, residual, probes, worth cache)
+# sits below the scorers and modes that use it, and the controller composes them all.
+JAX_LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("library root", ("tokenworth_jax",)),
+    ("host wrappers", ("tokenworth_jax.host", "tokenworth_jax.checked", "tokenworth_jax.presets")),
+    ("controller", ("tokenworth_jax.controller",)),
+    ("modes", ("tokenworth_jax.plus", "tokenworth_jax.modes")),
+    ("scorers", ("tokenworth_jax.scorers",)),
+    ("parts", ("tokenworth_jax.bank", "tokenworth_jax.base_scorer", "tokenworth_jax.residual", "tokenworth_jax.probes",
+               "tokenworth_jax.worth_cache", "tokenworth_jax.lifecycle", "tokenworth_jax.schedule",
+               "tokenworth_jax.scoring")),
+    ("primitives", ("tokenworth_jax.config", "tokenworth_jax.features", "tokenworth_jax.krr", "tokenworth_jax.kernels",
+                    "tokenworth_jax.agop", "tokenworth_jax.ring", "tokenworth_jax.pytree", "tokenworth_jax.batching",
+                    "tokenworth_jax.featurize", "tokenworth_jax.bookkeeping")),
+    ("independent reference", ("tokenworth_jax.reference_numpy",)),
+]
+TABLES = {"agent": LAYERS, "tokenworth_jax": JAX_LAYERS}
 INDEPENDENT = frozenset({"front ends"})
 REGISTRY_ENTRY = re.compile(r"^((?:agent|tokenworth_jax|bench)(?:\.\w+)+):\w+$")
 
@@ -112,44 +129,50 @@ def import_graph(root: Path = REPO) -> dict[str, set[Edge]]:
 
 
 # ------------------------------------------------------------------------- the rules
+def _table(module: str) -> list[tuple[str, tuple[str, ...]]]:
+    return TABLES.get(module.split(".")[0], [])
+
+
 def layer_of(module: str) -> int | None:
-    for rank, (_, members) in enumerate(LAYERS):
+    root = module.split(".")[0]
+    for rank, (_, members) in enumerate(_table(module)):
         for member in members:
-            if module == member or (member != "agent" and module.startswith(member + ".")):
+            if module == member or (member != root and module.startswith(member + ".")):
                 return rank
     return None
 
 
 def _member(module: str, rank: int) -> str:
-    return next(m for m in LAYERS[rank][1] if module == m or module.startswith(m + "."))
+    return next(m for m in _table(module)[rank][1] if module == m or module.startswith(m + "."))
 
 
 def violations(graph: dict[str, set[Edge]]) -> list[str]:
     """Every import that breaks the layering, as one readable line each (empty: the contract holds)."""
     found = []
     for module, edges in sorted(graph.items()):
-        if module.split(".")[0] == "tokenworth_jax":
+        root = module.split(".")[0]
+        if root == "tokenworth_jax":
             found += [f"{module} -> {t} (line {line}): tokenworth_jax imports nothing of the harness or benches"
                       for t, line, _ in sorted(edges) if t.split(".")[0] in ("agent", "bench")]
+        if root not in TABLES:
             continue
-        if module.split(".")[0] != "agent":
-            continue
+        layers = TABLES[root]
         rank = layer_of(module)
         if rank is None:
             found.append(f"{module}: in no layer; place it in tests/test_layers.py LAYERS and docs/layout.md")
             continue
         for target, line, how in sorted(edges):
-            if target.split(".")[0] == "bench":
+            if root == "agent" and target.split(".")[0] == "bench":
                 found.append(f"{module} -> {target} ({how}, line {line}): agent never imports bench")
-            if target.split(".")[0] != "agent":
+            if target.split(".")[0] != root:
                 continue
             other = layer_of(target)
             if other is None:
                 continue  # reported as unplaced on its own
-            name = LAYERS[rank][0]
+            name = layers[rank][0]
             if other < rank:
                 found.append(f"{module} -> {target} ({how}, line {line}): {name} may not import "
-                             f"{LAYERS[other][0]}, a higher layer")
+                             f"{layers[other][0]}, a higher layer")
             elif other == rank and name in INDEPENDENT and _member(module, rank) != _member(target, rank):
                 found.append(f"{module} -> {target} ({how}, line {line}): the {name} are independent of each other")
     return found
@@ -202,13 +225,12 @@ def test_the_layering_holds(graph) -> None:
     assert violations(graph) == []
 
 
-def test_the_harness_has_no_import_loop(graph) -> None:
-    agent = {m: {e for e in edges if e[0].startswith("agent")} for m, edges in graph.items() if m.startswith("agent")}
-    assert cycles(agent) == []
+def test_no_package_has_an_import_loop(graph) -> None:
+    assert cycles(graph) == []
 
 
-def test_every_agent_module_has_a_layer(graph) -> None:
-    assert [m for m in graph if m.split(".")[0] == "agent" and layer_of(m) is None] == []
+def test_every_harness_and_library_module_has_a_layer(graph) -> None:
+    assert [m for m in graph if m.split(".")[0] in TABLES and layer_of(m) is None] == []
 
 
 def test_the_reader_sees_local_imports_and_registry_entries(graph) -> None:
@@ -239,5 +261,10 @@ def test_the_rules_catch_what_they_forbid() -> None:
     assert "agent.newthing: in no layer" in found
     assert "tokenworth_jax.y -> agent.data (line 1): tokenworth_jax imports nothing" in found
     assert "agent.sweep -> bench.x (import, line 1): agent never imports bench" in found
+    lib = {m: Path(m) for m in ("tokenworth_jax.bank", "tokenworth_jax.controller")}
+    upward_lib = {"tokenworth_jax.bank": module_imports("tokenworth_jax.bank", "from .controller import State\n",
+                                                        lib, False)}
+    assert ("tokenworth_jax.bank -> tokenworth_jax.controller (import, line 1): parts may not import controller, "
+            "a higher layer") in violations(upward_lib)
     assert ("agent.sim.backbone", 2, "local import") in local_loop
     assert cycles(graph) == [["agent.sim.aux", "agent.sim.backbone"]]
