@@ -3,8 +3,9 @@
 The device bank stores only vectors and ids; what a memory *is* (its text, or the agent's
 ``Memory`` object) stays on the host in a :class:`MemoryTable`. The table hands out ids,
 and applies each admission decision: the evicted id leaves, the offered id enters when the
-decision wrote it to the bank. The host :class:`~tokenworth_jax.Controller`, the agent's
-TokenWorth policy and the lockstep sweep (one table per stream) all use this one type.
+decision wrote it to the bank. The host :class:`~tokenworth_jax.Controller` keeps one (the
+agent's TokenWorth policies store their ``Memory`` objects in it); a caller of the pure API
+that keeps payloads can use it the same way.
 """
 
 from __future__ import annotations
