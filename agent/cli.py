@@ -341,7 +341,7 @@ def check_env(env: str, kg_endpoint: str | None) -> str | None:
         try:
             make_kg_environment(None)
         except KGEndpointRequired as exc:
-            fail(f"{exc} Pass --kg-endpoint URL or set TOKENWORTH_KG_ENDPOINT.")
+            fail(str(exc))  # it names --kg-endpoint and TOKENWORTH_KG_ENDPOINT
     return endpoint
 
 

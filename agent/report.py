@@ -209,7 +209,7 @@ def plot_cumulative_sr(records_by_method: Mapping[str, Sequence[Mapping[str, Any
     bottom.set_xlabel("task in stream")
     for ax in (top, bottom):
         ax.grid(alpha=0.3)
-        if n_max:
+        if n_max > 1:
             ax.set_xlim(1, n_max)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9)  # outside: never hides curves
@@ -382,7 +382,7 @@ def plot_experiment_sr(rows: Sequence[Mapping[str, Any]], path: str | Path, titl
         bottom.set_xlabel("task in stream")
         for ax in (top, bottom):
             ax.grid(alpha=0.3)
-            if n_max:
+            if n_max > 1:
                 ax.set_xlim(1, n_max)
     for k in range(len(groups), lines * columns):  # the empty cells of the last line
         axes[2 * (k // columns), k % columns].set_visible(False)
