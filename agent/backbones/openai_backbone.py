@@ -336,9 +336,10 @@ class OpenAIBackbone:
             left = self.retry_for - elapsed
             other = self._pick()
             failover = other is not replica and other.up(now)
-            wait = 0.0 if failover else self._backoff(retries, retry_after)
-            if left < wait or (self.max_retries is not None and retries >= self.max_retries):
-                raise self._given_up(tried, cause, retries + 1, elapsed, left < wait, outage)
+            # the last wait is cut to the window's end, so the window is used whole, then one last attempt
+            wait = 0.0 if failover else min(self._backoff(retries, retry_after), max(0.0, left))
+            if left <= 0 or (self.max_retries is not None and retries >= self.max_retries):
+                raise self._given_up(tried, cause, retries + 1, elapsed, left <= 0, outage)
             retries += 1
             resend = " It may still be running the earlier request, which is sent again." if maybe_running else ""
             then = (f"failing over to {other.url} at once" if failover
