@@ -141,7 +141,7 @@ class ExperimentFlags:
                     kg_vocab=self.kg_vocab, instructions=self.instructions)
 
     def engine(self) -> dict[str, Any]:
-        """The engine flags under :data:`ENGINE_FLAGS`' names (what ``engine_for_run`` takes)."""
+        """The engine and GPU-split flags as ``engine_for_run`` takes them (``enforce_eager`` None: vLLM's default)."""
         return dict(jax_mem_fraction=self.jax_mem_fraction, gpu_memory_utilization=self.gpu_memory_utilization,
                     max_model_len=self.max_model_len, tensor_parallel_size=self.tensor_parallel_size,
                     dtype=self.dtype, enforce_eager=True if self.enforce_eager else None,
@@ -261,10 +261,6 @@ def backbone_options(backbone: str, seed: int, model: str | None, base_url: str 
     except ValueError as exc:
         fail(str(exc))
         raise  # unreachable: fail() exits
-
-
-ENGINE_FLAGS = ("jax_mem_fraction", "gpu_memory_utilization", "max_model_len", "tensor_parallel_size", "dtype",
-                "enforce_eager", "prefix_caching", "batch_invariant", "engine_arg")
 
 
 def check_backbone(backbone: str, model: str | None) -> None:
