@@ -98,7 +98,8 @@ class ExperimentFlags:
     base_url: Annotated[Optional[list[str]], _option(
         OPENAI, "Server URL, e.g. http://HOST:8000/v1; repeat it (or separate with commas) for replicas: "
                 "requests spread over them and fail over.")] = None
-    timeout: Annotated[Optional[float], _option(OPENAI, "Read timeout per request, seconds.", show_default="600")] = None
+    timeout: Annotated[Optional[float], _option(OPENAI, "Read timeout per request, seconds.",
+                                                show_default="600")] = None
     retry_for: Annotated[Optional[float], _option(
         OPENAI, "While no request gets through, keep retrying this long, seconds; one window for the whole "
                 "experiment, then it stops (rerun to resume).", show_default="300")] = None
