@@ -35,12 +35,28 @@ class DataError(RuntimeError):
     """Task data is missing or corrupt. The message says how to get it."""
 
 
-def _how_to_get(directory: Path) -> str:
+FROM_FLAG = "from --data-dir"
+
+
+def _how_to_get(directory: Path, source: str = "") -> str:
+    """Where the folder came from, the two ways to name another one (first), then the download."""
     return (
-        f"Get the dataset with `tokenworth data fetch --data-dir {directory}` on a machine with "
-        f"internet (hub id {HUB_ID}), or point --data-dir / TOKENWORTH_DATA_DIR at a folder that "
-        f"holds {', '.join(f'{d}/{PARQUET_NAME}' for d in ENV_SUBDIR.values())}."
+        (f"({source}). " if source else "")
+        + ("Pass --data-dir the folder that holds " if source == FROM_FLAG
+           else "Set TOKENWORTH_DATA_DIR, or pass --data-dir, to the folder that holds ")
+        + f"{', '.join(f'{d}/{PARQUET_NAME}' for d in ENV_SUBDIR.values())}; with internet, "
+        f"`tokenworth data fetch --data-dir {directory}` downloads them (hub id {HUB_ID})."
     )
+
+
+def _data_error(message: str, data_dir: str | os.PathLike[str] | None) -> DataError:
+    if data_dir is not None:
+        source = FROM_FLAG
+    elif os.environ.get("TOKENWORTH_DATA_DIR"):
+        source = "from TOKENWORTH_DATA_DIR"
+    else:
+        source = "the default folder: neither TOKENWORTH_DATA_DIR nor --data-dir is set"
+    return DataError(f"{message} {_how_to_get(resolve_data_dir(data_dir), source)}")
 
 
 def resolve_data_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -330,19 +346,19 @@ def load_tasks(env: EnvName, data_dir: str | os.PathLike[str] | None = None, *, 
 
     path = parquet_path(env, data_dir)
     if not path.is_file():
-        raise DataError(f"no {env} task data at {path}. {_how_to_get(resolve_data_dir(data_dir))}")
+        raise _data_error(f"no {env} task data at {path}", data_dir)
     try:
         rows = pq.read_table(path).to_pylist()
     except Exception as exc:  # pyarrow raises several types for truncated/garbled files
-        raise DataError(f"{path} is not a readable parquet file ({exc}). {_how_to_get(resolve_data_dir(data_dir))}") from exc
+        raise _data_error(f"{path} is not a readable parquet file ({exc})", data_dir) from exc
     decode = _DECODERS[env]
     try:
         records = [decode(row, path) for row in rows]
     except KeyError as exc:
-        raise DataError(f"{path} lacks column {exc}; the file looks corrupt. {_how_to_get(resolve_data_dir(data_dir))}") from exc
+        raise _data_error(f"{path} lacks column {exc}; the file looks corrupt", data_dir) from exc
     if len(records) != EXPECTED_ROWS[env]:
-        raise DataError(f"{path} holds {len(records)} tasks, but the {env} stream has {EXPECTED_ROWS[env]}; the file "
-                        f"is incomplete or not the public release. {_how_to_get(resolve_data_dir(data_dir))}")
+        raise _data_error(f"{path} holds {len(records)} tasks, but the {env} stream has {EXPECTED_ROWS[env]}; the "
+                          "file is incomplete or not the public release", data_dir)
     records.sort(key=lambda r: r.sample_index)
     if [r.sample_index for r in records] != list(range(len(records))):
         raise DataError(f"{path}: sample_index is not 0..{len(records) - 1}; the file looks corrupt.")

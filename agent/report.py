@@ -159,11 +159,12 @@ def _zoomed(ax: Any, curves: Sequence[np.ndarray], skip: int = 0) -> None:
     ax.set_ylim(max(0.0, low - pad), min(100.0, high + pad))
 
 
-def save_figure(fig: Any, path: str | Path) -> Path:
-    """Lay out, write atomically (a reader never sees half a PNG) and close ``fig``."""
+def save_figure(fig: Any, path: str | Path, rect: tuple[float, float, float, float] | None = None) -> Path:
+    """Lay out (within ``rect`` of the figure, leaving the rest to a figure legend or title), write
+    atomically (a reader never sees half a PNG) and close ``fig``."""
     import matplotlib.pyplot as plt
 
-    fig.tight_layout()
+    fig.tight_layout(rect=rect)
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp.png")
@@ -200,20 +201,31 @@ def plot_cumulative_sr(records_by_method: Mapping[str, Sequence[Mapping[str, Any
         if roll.size:
             bottom.plot(np.arange(window, len(records) + 1), roll, color=line.get_color(), label=method)
             rolling.append(roll)
-    _zoomed(top, cumulative, skip=min(20, max(0, n_max // 10)))
+    skip = _zoom_skip(n_max)
+    _zoomed(top, cumulative, skip=skip)
     _zoomed(bottom, rolling)
     top.set_ylabel("cumulative SR (%)")
     bottom.set_ylabel(f"SR over last {window} tasks (%)")
     bottom.set_xlabel("task in stream")
     for ax in (top, bottom):
         ax.grid(alpha=0.3)
-        if n_max:
+        if n_max > 1:
             ax.set_xlim(1, n_max)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9)  # outside: never hides curves
-    if title:
-        top.set_title(title)
+    top.set_title((f"{title}\n" if title else "") + _top_caption(skip), fontsize=10)
     return save_figure(fig, path)
+
+
+def _zoom_skip(n_tasks: int) -> int:
+    """Leading tasks left out of the cumulative panel's y range (their running mean swings 0-100 %)."""
+    return min(20, max(0, n_tasks // 10))
+
+
+def _top_caption(skip: int) -> str:
+    """What the cumulative panel shows, said on it: its y range leaves out the swing of the first tasks."""
+    return ("SR so far (cumulative mean)" + (f"; y axis fitted to tasks {skip + 1} on (the first {skip} swing "
+                                              "between 0 and 100 %)" if skip else ""))
 
 
 # ------------------------------------------------------------------------- experiments (several streams)
@@ -242,7 +254,8 @@ def experiment_rows(finished: Sequence[tuple[Any, Sequence[Mapping[str, Any]]]])
                      "tasks": len(runs[0][1]), "sr": float(np.mean(srs)), "sr_std": _std(srs), "sr_by_seed": srs,
                      "output_tok": float(np.mean(toks)), "output_tok_std": _std(toks), "aux_tok": float(np.mean(aux)),
                      "reward_curve": np.mean([[r["reward"] for r in recs] for _, recs in runs], axis=0).tolist()
-                     if len({len(recs) for _, recs in runs}) == 1 else None})
+                     if len({len(recs) for _, recs in runs}) == 1 else None,
+                     "reward_curves": [[float(r["reward"]) for r in recs] for _, recs in runs]})
     for row in rows:
         standard = next((r for r in rows if r["env"] == row["env"] and r["point"] == row["point"]
                          and r["method"] == "standard"), None)
@@ -311,3 +324,85 @@ def plot_budget_levels(rows: Sequence[Mapping[str, Any]], path: str | Path, titl
     if title:
         fig.suptitle(title)
     return save_figure(fig, path)
+
+
+MAX_LINES = 8  # streams one cumulative_sr.png draws as lines of its own; beyond, it groups by method
+
+
+def plot_experiment_sr(rows: Sequence[Mapping[str, Any]], path: str | Path, title: str = "", *,
+                       streams: int) -> Path:
+    """``cumulative_sr.png`` of an experiment (rows of :func:`experiment_rows`).
+
+    Up to :data:`MAX_LINES` streams: one line per (env, method, grid point), the mean over seeds
+    (:func:`plot_cumulative_sr`). More: one column of panels per (env, grid point), one colour per
+    method, the same in every panel, the mean over seeds as a line and ±1 std over seeds as a band
+    (as ``budget_levels.png``); cumulative SR on top, SR over a rolling window below.
+    """
+    if streams <= MAX_LINES:
+        curves = {" ".join(x for x in (r["env"], r["method"], _point_label(r["point"])) if x):
+                  [{"reward": v} for v in r["reward_curve"]] for r in rows if r["reward_curve"] is not None}
+        return plot_cumulative_sr(curves, path, title)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = list(dict.fromkeys((r["env"], _point_label(r["point"])) for r in rows))
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    colours = {m: plt.get_cmap("tab10" if len(methods) <= 10 else "tab20")(i) for i, m in enumerate(methods)}
+    columns = min(4, len(groups))
+    lines = -(-len(groups) // columns)
+    fig, axes = plt.subplots(2 * lines, columns, figsize=(3.6 * columns + 1.8, 5.2 * lines), dpi=120,
+                             squeeze=False)
+    n_max = max((len(c) for r in rows for c in r["reward_curves"]), default=0)
+    window, skip = rolling_window(n_max), _zoom_skip(n_max)
+    seeds = max((len(r["reward_curves"]) for r in rows), default=0)
+    for k, (env, point) in enumerate(groups):
+        top, bottom = axes[2 * (k // columns), k % columns], axes[2 * (k // columns) + 1, k % columns]
+        cumulative, rolling = [], []
+        for row in (r for r in rows if (r["env"], _point_label(r["point"])) == (env, point)):
+            per_seed = [c for c in row["reward_curves"] if c]
+            if not per_seed or len({len(c) for c in per_seed}) != 1:
+                continue
+            for ax, values, kept in ((top, [cumulative_sr([{"reward": v} for v in c]) for c in per_seed], cumulative),
+                                     (bottom, [rolling_sr([{"reward": v} for v in c], window) for c in per_seed],
+                                      rolling)):
+                curves = np.asarray(values)
+                if curves.shape[1] == 0:
+                    continue
+                mean, std = curves.mean(axis=0), curves.std(axis=0)
+                x = np.arange(1, curves.shape[1] + 1) + (0 if ax is top else window - 1)
+                ax.plot(x, mean, color=colours[row["method"]], lw=1.3, label=row["method"])
+                if len(per_seed) > 1:
+                    ax.fill_between(x, mean - std, mean + std, color=colours[row["method"]], alpha=0.15, lw=0)
+                kept.extend([mean - std, mean + std] if len(per_seed) > 1 else [mean])
+        _zoomed(top, cumulative, skip=skip)
+        _zoomed(bottom, rolling)
+        top.set_title(f"{env.upper()}" + (f" · {point}" if point else ""), fontsize=10)
+        bottom.set_xlabel("task in stream")
+        for ax in (top, bottom):
+            ax.grid(alpha=0.3)
+            if n_max > 1:
+                ax.set_xlim(1, n_max)
+    for k in range(len(groups), lines * columns):  # the empty cells of the last line
+        axes[2 * (k // columns), k % columns].set_visible(False)
+        axes[2 * (k // columns) + 1, k % columns].set_visible(False)
+    for row_axes in axes:  # one y range per row of panels, so panels side by side compare at a glance
+        shown = [ax for ax in row_axes if ax.get_visible()]
+        low, high = min(ax.get_ylim()[0] for ax in shown), max(ax.get_ylim()[1] for ax in shown)
+        for ax in shown:
+            ax.set_ylim(low, high)
+    for line in range(lines):
+        axes[2 * line, 0].set_ylabel("cumulative SR (%)")
+        axes[2 * line + 1, 0].set_ylabel(f"SR over last {window} tasks (%)")
+    band = f"Line: mean over {seeds} seeds; band: ±1 std over seeds." if seeds > 1 else "One seed."
+    fig.suptitle((f"{title}\n" if title else "") + f"Top: {_top_caption(skip)}.\n"
+                 f"Bottom: SR over the last {window} tasks. {band}", fontsize=10)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center right", fontsize=9, title="method")
+    width = 3.6 * columns + 1.8
+    return save_figure(fig, path, rect=(0, 0, 1 - 1.5 / width, 1 - 0.3 / (5.2 * lines)))
+
+
+def _point_label(point: Mapping[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in point.items())

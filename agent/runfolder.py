@@ -186,13 +186,22 @@ def _lock_only(path: Path) -> bool:
 
 
 def check_run_folder(out: Path) -> dict[str, Any] | None:
-    """The folder's config, or ``None`` for a new/empty folder; refuses anything else."""
+    """The folder's config, or ``None`` for a new/empty folder; refuses anything else, naming ``--out``.
+
+    Writes nothing, so the CLI calls it before it creates any folder, lock or config."""
     if out.exists() and not out.is_dir():
-        raise RunFolderError(f"{out} is a file, not a folder; pass another --out")
+        raise RunFolderError(f"--out {out} is a file, not a folder; pass --out a new folder or an earlier run's folder")
+    if not out.exists():
+        parent = next(p for p in out.absolute().parents if p.exists())
+        if not parent.is_dir():
+            raise RunFolderError(f"--out {out}: {parent} is a file, so no folder can be made under it; pass another --out")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise RunFolderError(f"--out {out}: cannot create it, {parent} is not writable; pass --out a folder you "
+                                 "can write to")
     config = read_config(out) if out.is_dir() else None
     if config is None and out.is_dir() and not all(_lock_only(p) for p in out.iterdir()):
-        raise RunFolderError(f"{out} holds files but is not a tokenworth run folder (no {CONFIG}); "
-                             "tokenworth only writes into and deletes from its own run folders: pass another --out")
+        raise RunFolderError(f"--out {out} holds files but is not a tokenworth run folder (no {CONFIG}); tokenworth "
+                             "writes only into new or empty folders and its own run folders: pass --out a new folder")
     return config
 
 
@@ -243,13 +252,12 @@ def _identity(config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if k != "connection"}
 
 
-def prepare(out: Path, config: dict[str, Any], methods: Sequence[str], all_methods: Sequence[str], *,
-            overwrite: bool = False) -> None:
-    """Check (and create or update) the run folder for a run of ``methods``.
+def check_settings(out: Path, config: dict[str, Any], methods: Sequence[str], all_methods: Sequence[str], *,
+                   overwrite: bool = False) -> dict[str, Any] | None:
+    """Refuse the folder (:func:`check_run_folder`) or a run whose settings clash with its results.
 
-    Call with the folder lock and the named methods' locks held. See the module docstring
-    for the rules.
-    """
+    Writes nothing: the CLI calls it before taking any lock, and :func:`prepare` again under them.
+    Returns the folder's config (``None`` for a new folder)."""
     config = json.loads(json.dumps(config, default=str))
     existing = check_run_folder(out)
     all_methods = list(dict.fromkeys([*all_methods, *streams_in(out)]))  # streams of earlier experiments too
@@ -263,6 +271,18 @@ def prepare(out: Path, config: dict[str, Any], methods: Sequence[str], all_metho
                     f"pass another --out, or --overwrite --methods {','.join(busy)} to redo those methods")
             raise RunFolderError(f"{out} already holds a run with different settings ({_differences(existing, config)}),"
                                  f" with results for {', '.join(busy)}; {hint}")
+    return existing
+
+
+def prepare(out: Path, config: dict[str, Any], methods: Sequence[str], all_methods: Sequence[str], *,
+            overwrite: bool = False) -> None:
+    """Check (and create or update) the run folder for a run of ``methods``.
+
+    Call with the folder lock and the named methods' locks held. See the module docstring
+    for the rules.
+    """
+    config = json.loads(json.dumps(config, default=str))
+    existing = check_settings(out, config, methods, all_methods, overwrite=overwrite)
     if overwrite:
         for method in methods:
             remove_method_results(out, method)

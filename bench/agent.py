@@ -1,15 +1,19 @@
 """Agent-level benchmark: the Table-1-shaped comparison of every policy on DB and OS.
 
 Runs every (environment, seed, method) as the streams of one lockstep experiment
-(``tokenworth run --env db,os --seeds 0,1,2``, one process and one model engine) into
-``<out>/runs/<envs>-<backbone>-<accounting>-seeds<s>`` (so an interrupted benchmark resumes), then
-writes the mean ± std over seeds of SR, OutputTok and ΔTok per method to ``<out>/agent.md`` /
-``agent.json`` and a bar plot to ``<out>/agent.png``. ``--budget-accounting`` (per-call, the
-default, or per-task) and the OpenAI-backbone flags (``--model``, ``--base-url``, ``--timeout``,
-``--retry-for``, ``--max-retries``, ``--concurrency``, ``--extra-body``) and the in-process vLLM
-flags (``--jax-mem-fraction``, ``--gpu-memory-utilization``, ``--max-model-len``,
-``--tensor-parallel-size``, ``--dtype``, ``--enforce-eager``, ``--no-prefix-caching``,
-``--batch-invariant``, ``--engine-arg KEY=VALUE``) are passed to every run.
+(``tokenworth run --env db,os --seeds 0,1,2``, one process and one model engine), then writes
+the mean ± std over seeds of SR, OutputTok and ΔTok per method to ``agent.md`` / ``agent.json``
+and a bar plot to ``agent.png``. It takes ``tokenworth run``'s flags (the budget, data and
+harness, backbone, OpenAI-server and vLLM ones, ``--limit``, ``--overwrite``, ``--no-progress``),
+read from the same declaration (:class:`agent.cli.ExperimentFlags`), so the two never drift.
+
+Where it writes (decision: nothing lands in the repository unless asked):
+
+- by default into one run folder, ``runs/bench-agent-<envs>-<backbone>-<accounting>-seeds<s>
+  [-limit<N>]``: the streams and the tables side by side (an interrupted benchmark resumes);
+- ``--publish``: the tables to ``bench/results/agent_<envs>[_per_task]/`` (the committed results),
+  the streams under its ``runs/`` (ignored by git);
+- ``--out DIR``: the tables to ``DIR``, the streams under ``DIR/runs/``.
 
 With ``--backbone vllm`` the process loads one engine, on the first run's first call, and every
 later (env, seed) run reuses it (same settings; the seed does not matter to greedy decoding);
@@ -22,12 +26,12 @@ documented generative model (``agent/sim/``), not an LLM.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from agent.budget import ACCOUNTINGS, DEFAULT_ACCOUNTING
 from agent.checkpoint import atomic_write_json, atomic_write_text
 
 METHODS = "standard,rag,memrl,memp,tokenworth"
@@ -107,58 +111,89 @@ def plot(results: dict[str, list[dict[str, Any]]], path: Path, accounting: str =
     plt.close(fig)
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--envs", default="db,os")
-    parser.add_argument("--methods", default=METHODS)
-    parser.add_argument("--backbone", default="sim")
-    parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--limit", type=int, default=None, help="only the first N tasks of each stream")
-    parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--out", default="bench/results")
-    parser.add_argument("--no-progress", action="store_true")
-    parser.add_argument("--budget-accounting", default=DEFAULT_ACCOUNTING, choices=ACCOUNTINGS)
-    parser.add_argument("--model", default=None)
-    parser.add_argument("--base-url", default=None)
-    parser.add_argument("--timeout", type=float, default=None)
-    parser.add_argument("--retry-for", type=float, default=None)
-    parser.add_argument("--max-retries", type=int, default=None)
-    parser.add_argument("--concurrency", type=int, default=None)
-    parser.add_argument("--extra-body", default=None, help="JSON object added to every openai request")
-    parser.add_argument("--jax-mem-fraction", type=float, default=None)
-    parser.add_argument("--gpu-memory-utilization", type=float, default=None)
-    parser.add_argument("--max-model-len", type=int, default=None)
-    parser.add_argument("--tensor-parallel-size", type=int, default=None)
-    parser.add_argument("--dtype", default=None)
-    parser.add_argument("--enforce-eager", action="store_true", default=None)
-    parser.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false")
-    parser.add_argument("--batch-invariant", action="store_true")
-    parser.add_argument("--engine-arg", action="append", default=None, help="KEY=VALUE (repeatable)")
-    args = parser.parse_args(argv)
-    from agent.backbones.vllm_backbone import close_engines
-    from agent.cli import ENGINE_FLAGS, run_benchmark
+def _flag_arguments(parser: argparse.ArgumentParser) -> None:
+    """``tokenworth run``'s shared flags (:class:`agent.cli.ExperimentFlags`), grouped as in its --help."""
+    import dataclasses
+    import typing
 
-    engine = {name: getattr(args, name) for name in ENGINE_FLAGS}
+    from agent.cli import ExperimentFlags
+
+    groups: dict[str, Any] = {}
+    hints = typing.get_type_hints(ExperimentFlags, include_extras=True)
+    for field in dataclasses.fields(ExperimentFlags):
+        kind, info = typing.get_args(hints[field.name])[:2]
+        panel = info.rich_help_panel
+        group = groups.setdefault(panel, parser.add_argument_group(panel))
+        flag = (info.default if isinstance(info.default, str) and info.default.startswith("--")
+                else "--" + field.name.replace("_", "-"))
+        default = field.default
+        shown = info.show_default if isinstance(info.show_default, str) else default
+        text = info.help + (f" [default: {shown}]" if shown not in (None, False) else "")
+        if kind is bool:
+            group.add_argument(flag, dest=field.name, action="store_true", help=info.help)
+            continue
+        inner = [t for t in typing.get_args(kind) if t is not type(None)] or [kind]
+        base = inner[0]
+        if typing.get_origin(base) is list:
+            group.add_argument(flag, dest=field.name, action="append", default=None, help=text, metavar="TEXT")
+        else:
+            group.add_argument(flag, dest=field.name, type=base, default=default, help=text,
+                               metavar={int: "N", float: "X", Path: "DIR"}.get(base, "TEXT"))
+
+
+def parser() -> argparse.ArgumentParser:
+    """``tokenworth-bench agent``'s options."""
+    out = argparse.ArgumentParser(prog="tokenworth-bench agent", description=__doc__.splitlines()[0])
+    bench = out.add_argument_group("Benchmark")
+    bench.add_argument("--envs", "--env", default="db,os", help="Comma-separated envs [default: db,os].")
+    bench.add_argument("--methods", default=METHODS, help=f"Comma-separated methods [default: {METHODS}].")
+    bench.add_argument("--seeds", default="0,1,2", help="Comma-separated seeds [default: 0,1,2].")
+    where = out.add_argument_group("Where it writes (default: one run folder under runs/)")
+    where.add_argument("--out", type=Path, default=None, help="Tables in OUT, the streams under OUT/runs/.")
+    where.add_argument("--publish", action="store_true",
+                       help="Tables in bench/results/agent_<envs>[_per_task]/ (the committed results).")
+    _flag_arguments(out)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    args = parser().parse_args(argv)
+    from agent.backbones.vllm_backbone import close_engines
+    from agent.cli import fail, run_benchmark
+
+    if args.publish and args.out is not None:
+        fail("use either --out or --publish, not both")
     try:
-        return _run_all(args, engine, run_benchmark)
+        return _run_all(args, run_benchmark)
     finally:
         close_engines()  # one engine per process, shut down explicitly
 
 
-def _run_all(args: argparse.Namespace, engine: dict[str, Any], run_benchmark: Any) -> dict[str, Any]:
+def folders(args: argparse.Namespace) -> tuple[Path, Path]:
+    """(the experiment's run folder, the folder for agent.md/.json/.png): see the module docstring."""
+    envs = args.envs.split(",")
+    name = f"{'+'.join(envs)}-{args.backbone}-{args.budget_accounting}-seeds{args.seeds.replace(',', '-')}"
+    if args.out is not None or args.publish:
+        tables = args.out if args.out is not None else Path("bench/results") / (
+            f"agent_{'+'.join(envs)}" + ("_per_task" if args.budget_accounting == "per-task" else ""))
+        return tables / "runs" / name, tables
+    run = Path("runs") / (f"bench-agent-{name}" + (f"-limit{args.limit}" if args.limit is not None else ""))
+    return run, run
+
+
+def _run_all(args: argparse.Namespace, run_benchmark: Any) -> dict[str, Any]:
     """Every (env, seed, method) as streams of ONE lockstep experiment, then mean ± std over seeds."""
-    connection = dict(timeout=args.timeout, retry_for=args.retry_for, max_retries=args.max_retries,
-                      concurrency=args.concurrency, extra_body=args.extra_body)
+    import dataclasses
+
+    from agent.cli import ExperimentFlags
+
+    flags = ExperimentFlags(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ExperimentFlags)})
     accounting = args.budget_accounting
-    out = Path(args.out)
     envs = args.envs.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]
     methods = args.methods.split(",")
-    run_dir = out / "runs" / f"{'+'.join(envs)}-{args.backbone}-{accounting}-seeds{'-'.join(map(str, seeds))}"
-    run_benchmark(env=args.envs, methods=args.methods, backbone=args.backbone, seeds=args.seeds, out=run_dir,
-                  data_dir=Path(args.data_dir) if args.data_dir else None, limit=args.limit,
-                  progress=not args.no_progress, budget_accounting=accounting, model=args.model,
-                  base_url=args.base_url, connection=connection, engine=engine)
+    run_dir, out = folders(args)
+    run_benchmark(env=args.envs, methods=args.methods, seeds=args.seeds, out=run_dir, **flags.common())
     results = {env: aggregate(per_seed)
                for env, per_seed in seed_summaries(run_dir, envs, methods, seeds, accounting).items()}
     out.mkdir(parents=True, exist_ok=True)
@@ -168,6 +203,7 @@ def _run_all(args: argparse.Namespace, engine: dict[str, Any], run_benchmark: An
                                            "limit": args.limit, "results": results})
     plot(results, out / "agent.png", accounting)
     print(table)
+    print(f"tables: {out}/agent.md, agent.json, agent.png; streams: {run_dir}", file=sys.stderr)
     return results
 
 

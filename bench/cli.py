@@ -1,4 +1,8 @@
-"""``tokenworth-bench`` (or ``python -m bench``): the benchmarks, results under bench/results/.
+"""``tokenworth-bench`` (or ``python -m bench``): the benchmarks.
+
+``agent`` writes into a run folder under ``runs/`` unless ``--publish`` (``bench/results/``);
+the controller and engine benchmarks write their tables under ``bench/results/`` (``--out``
+elsewhere): they are the committed measurements ``make bench`` regenerates.
 
 The benchmarks sit on top of the harness (``bench`` imports ``agent``, never the reverse), so
 they have their own entry point instead of being a ``tokenworth`` subcommand. Each command
@@ -11,8 +15,8 @@ from __future__ import annotations
 import typer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="The benchmarks (results under bench/results/). `tokenworth-bench COMMAND --help` lists a "
-                       "benchmark's options.")
+                  help="The benchmarks. `tokenworth-bench COMMAND --help` lists a benchmark's options, and where "
+                       "it writes.")
 PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
 
 
@@ -26,7 +30,7 @@ def bench_controller(ctx: typer.Context) -> None:
 
 @app.command("agent", context_settings=PASS_THROUGH, add_help_option=False)
 def bench_agent(ctx: typer.Context) -> None:
-    """Table-1-shaped comparison of all policies on DB and OS over seeds (mean ± std)."""
+    """Table-1-shaped comparison of all policies on DB and OS over seeds (mean ± std), into a run folder."""
     from bench.agent import main as agent_main
 
     agent_main(list(ctx.args))

@@ -369,7 +369,8 @@ def write_report(out: Path) -> str:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="tokenworth-bench engine-speed", description=__doc__.splitlines()[0])
     parser.add_argument("--server", choices=SERVERS, help="which model server (omit with --report-only)")
-    parser.add_argument("--schedule", choices=SCHEDULES, default="lockstep")
+    parser.add_argument("--schedule", choices=SCHEDULES, default="lockstep", metavar="NAME",
+                        help=f"{', '.join(SCHEDULES)} [default: lockstep]")
     parser.add_argument("--tasks", type=int, default=None, help="DB tasks per stream [llamacpp 30, gpu-model 100]")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--seeds", default=",".join(map(str, SEEDS)))

@@ -249,3 +249,44 @@ def test_cli_over_two_replicas_one_dying_mid_run_keeps_every_task_once(tmp_path,
     assert len(logs[0].read_text().splitlines()) == 2
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["connection"]["base_url"] == [dying.url, alive.url]
+
+
+@pytest.mark.parametrize("schedule", ["lockstep", "continuous"])
+def test_a_dead_server_costs_one_retry_window_for_all_streams(tmp_path, data_dir, schedule):
+    """Nothing listens; five streams. The outage is waited out once for the experiment (about one
+    --retry-for), not once for the batch and again per stream (6x), and no task records it as its
+    own failure. One error line: the URL, the cause, and "rerun the same command to resume", once."""
+    from typer.testing import CliRunner
+
+    from agent.cli import app
+
+    retry_for = 4.0
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    args = ["run", "--methods", "standard", "--seeds", "0,1,2,3,4", "--backbone", "openai", "--model", "served",
+            "--base-url", dead, "--retry-for", f"{retry_for:g}", "--limit", "3", "--out", str(tmp_path),
+            "--data-dir", data_dir, "--no-progress", "--schedule", schedule]
+    started = time.monotonic()
+    result = CliRunner().invoke(app, args)
+    elapsed = time.monotonic() - started
+    assert result.exit_code == 1, result.output
+    assert elapsed < 3 * retry_for, f"{elapsed:.1f}s for a {retry_for:g}s retry window"
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.output
+    assert dead in errors[0] and "cannot connect" in errors[0] and ".;" not in errors[0]
+    assert errors[0].count("rerun the same command to resume") == 1
+    assert not any((tmp_path / f"seed{s}" / "standard" / "records.jsonl").read_bytes()
+                   for s in range(5) if (tmp_path / f"seed{s}" / "standard" / "records.jsonl").exists())
+
+
+def test_repeated_base_url_flags_are_replicas(tmp_path, data_dir):
+    from typer.testing import CliRunner
+
+    from agent.cli import app
+
+    urls = [f"http://127.0.0.1:{free_port()}/v1", f"http://127.0.0.1:{free_port()}/v1"]
+    result = CliRunner().invoke(app, ["run", "--methods", "standard", "--backbone", "openai", "--model", "served",
+                                      "--base-url", urls[0], "--base-url", urls[1], "--retry-for", "1", "--limit",
+                                      "1", "--out", str(tmp_path), "--data-dir", data_dir, "--no-progress"])
+    assert result.exit_code == 1, result.output
+    assert json.loads((tmp_path / "config.json").read_text())["connection"]["base_url"] == urls
+    assert "the model servers at" in result.output and all(url in result.output for url in urls)

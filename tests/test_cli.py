@@ -65,7 +65,7 @@ def test_data_fetch_reports_failure_clearly(tmp_path, monkeypatch) -> None:
 
 def test_bar_says_the_controller_is_compiling_during_the_first_tokenworth_task(tmp_path, data_dir) -> None:
     result = runner.invoke(app, ["run", "--methods", "standard,tokenworth", "--limit", "2", "--out", str(tmp_path),
-                                 "--data-dir", data_dir, "--progress"])
+                                 "--data-dir", data_dir])
     assert result.exit_code == 0, result.output
     assert result.output.count("compiling the controller") >= 1
     standard_bar = result.output.split("tokenworth")[0]

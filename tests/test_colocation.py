@@ -23,7 +23,9 @@ GIB = 1 << 30
 
 def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "VLLM_", "FAKE_VLLM"))}
-    return {**env, "PYTHONPATH": f"{REPO / 'tests' / 'fake_vllm'}{os.pathsep}{REPO}", "PYTHONUNBUFFERED": "1", **extra}
+    fake = REPO / "tests" / "fake_vllm"  # the fake engine, and a fake nvidia-smi reporting an 80 GiB card
+    return {**env, "PYTHONPATH": f"{fake}{os.pathsep}{REPO}", "PYTHONUNBUFFERED": "1",
+            "PATH": f"{fake / 'bin'}{os.pathsep}{env.get('PATH', '')}", **extra}
 
 
 def plugin_options(environ: dict[str, str], monkeypatch) -> dict:
@@ -56,7 +58,7 @@ def test_the_cli_run_sets_an_environment_jaxlib_accepts(tmp_path, data_dir):
     kwargs = start["kwargs"]
     assert kwargs["gpu_memory_utilization"] == pytest.approx(0.85)  # 0.95 - 0.10: the two add up
     assert kwargs["max_model_len"] == 4096 and kwargs["max_num_seqs"] == 16 and kwargs["enable_prefix_caching"] is True
-    assert "GPU split: JAX 0.10, vLLM 0.85" in done.stderr
+    assert "GPU split: JAX 0.10 (8.0 GiB), vLLM 0.85 (68.0 GiB) of 80.0 GiB" in done.stderr
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["backbone_options"]["max_model_len"] == 4096
     assert "gpu_memory_utilization" not in config["backbone_options"]  # a resource, not the run's identity

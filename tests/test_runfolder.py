@@ -256,7 +256,7 @@ def test_default_folder_names_the_limit(tmp_path, data_dir, monkeypatch) -> None
 
 def test_help_shows_bracketed_defaults() -> None:
     result = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200", "TERMINAL_WIDTH": "200"})
-    assert "runs/<env>-<backbone>-seed<seed>" in result.output and "$TOKENWORTH_DATA_DIR" in result.output
+    assert "e.g. runs/db-sim-seed0" in result.output and "$TOKENWORTH_DATA_DIR" in result.output
     assert "Output folder ." not in result.output and "Run directory ." not in result.output
 
 

@@ -151,7 +151,9 @@ def test_resumed_records_are_counted_as_done_not_as_new_work(tmp_path):
 
     from agent.cli import Progress
 
-    bar = Progress("standard", 5, enabled=True)
+    import io
+
+    bar = Progress("standard", 5, enabled=True, file=io.StringIO(), terminal=True)  # the bar a terminal shows
     bar.resumed([{"reward": 1, "output_tokens": 10}] * 3)
     bar({"reward": 0, "output_tokens": 20})
     assert (bar.bar.initial, bar.bar.n, bar.n, bar.successes) == (3, 4, 4, 3)

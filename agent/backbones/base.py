@@ -54,6 +54,14 @@ class BackboneError(RuntimeError):
     """A backbone failed in a way retries could not fix."""
 
 
+class ServerUnreachable(BackboneError):
+    """No request reached the model server for a whole retry window: an outage, not one request's fault.
+
+    The experiment engine stops at once on it (retrying the batch's requests one by one would only
+    wait out the window again for each); its message is complete: the URL, the cause and what to do.
+    """
+
+
 @runtime_checkable
 class Backbone(Protocol):
     name: str

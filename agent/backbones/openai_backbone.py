@@ -32,13 +32,17 @@ Decisions:
 - **Retries.** Connection errors, timeouts, 408, 409, 429 and 5xx are retried with capped
   exponential backoff (``backoff_base`` 1 s, doubling, at most ``backoff_max`` 30 s, equal
   jitter; a server's ``Retry-After`` is honoured up to the cap) for up to ``retry_for``
-  seconds per request, counted from its first failure (default 300 s: a model server restart
-  takes ~30 s), and at most
-  ``max_retries`` retries when that is set. Every retry prints one line (attempt, wait, cause)
+  seconds (default 300 s: a model server restart takes ~30 s), and at most ``max_retries``
+  retries when that is set. The window is counted from the first failure since the last
+  request that succeeded, on any replica: while nothing gets through (nothing listening, DNS,
+  refused, every reply a 5xx), every request in flight shares **one** window, so a dead server
+  costs one ``retry_for`` whatever the number of streams, and then
+  :class:`~agent.backbones.base.ServerUnreachable` names the URL and the cause. A request that
+  keeps failing while others succeed has its own window, from its own first failure, and then
+  a plain :class:`BackboneError` (the engine fails that task only). Every retry prints one line (attempt, wait, cause)
   through ``on_notice`` (default: ``tqdm.write`` to stderr, above any progress bar). A request
   whose fate is unknown (read timeout, connection dropped after sending) may still be running
-  on the server: it is resent only with a line that says so. When the window is spent, one
-  :class:`BackboneError` names the URL and the cause. The client's own retries are off, so
+  on the server: it is resent only with a line that says so. The client's own retries are off, so
   every attempt is visible here. Only the successful attempt's usage counts: a failed attempt
   returns no completion and is billed nothing in the budget. Other errors (400, 401, 403,
   404, 422, …) raise :class:`BackboneError` at once, with a hint where one is known (a 404
@@ -60,7 +64,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from agent.backbones.base import BackboneError, Conversation, Generation, checked_caps
+from agent.backbones.base import BackboneError, Conversation, Generation, ServerUnreachable, checked_caps
 
 INSTALL_HINT = "pip install 'tokenworth-jax[openai]'"
 TRANSIENT_STATUS = frozenset({408, 409, 429})  # plus every 5xx
@@ -171,6 +175,9 @@ class OpenAIBackbone:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._last_notice: tuple[str, float] = ("", 0.0)
+        # monotonic time of the first failure since the last success (None: the last request got through)
+        self._outage: float | None = None
+        self._outage_said = 0  # the highest retry round announced in this outage
 
     def notice(self, text: str, *, key: str | None = None) -> None:
         """Report one line; the same ``key`` within 2 s (parallel requests failing alike) is said once."""
@@ -301,6 +308,7 @@ class OpenAIBackbone:
                     replica.in_flight -= 1
                 replica.failures, replica.down_until = 0, 0.0
                 replica.served += 1
+                self._outage, self._outage_said = None, 0
                 return generation
             except self._openai.APIStatusError as exc:
                 if self._switch_cap_field(replica, exc):
@@ -318,27 +326,41 @@ class OpenAIBackbone:
                 tried.append(replica.url)
             now = time.monotonic()
             first_failure = now if first_failure is None else first_failure
-            elapsed = now - first_failure
+            self._outage = now if self._outage is None else self._outage
+            # nothing got through since before this request first failed: the shared outage window
+            outage = self._outage <= first_failure
+            elapsed = now - min(first_failure, self._outage)
             left = self.retry_for - elapsed
             other = self._pick()
             failover = other is not replica and other.up(now)
-            wait = 0.0 if failover else self._backoff(retries, retry_after)
-            if left < wait or (self.max_retries is not None and retries >= self.max_retries):
-                limit = (f"--retry-for {self.retry_for:g}s" if left < wait else f"--max-retries {self.max_retries}")
-                where = (f"the model server at {tried[0]}" if len(tried) == 1
-                         else f"the model servers at {', '.join(tried)}")
-                raise BackboneError(
-                    f"{where} failed: {cause} ({retries + 1} attempts, retried for {elapsed:.0f}s, "
-                    f"{limit}). Check that it is running and reachable, then rerun the same command to resume."
-                )
+            # the last wait is cut to the window's end, so the window is used whole, then one last attempt
+            wait = 0.0 if failover else min(self._backoff(retries, retry_after), max(0.0, left))
+            if left <= 0 or (self.max_retries is not None and retries >= self.max_retries):
+                raise self._given_up(tried, cause, retries + 1, elapsed, left <= 0, outage)
             retries += 1
             resend = " It may still be running the earlier request, which is sent again." if maybe_running else ""
             then = (f"failing over to {other.url} at once" if failover
                     else f"retry {retries} in {wait:.1f}s ({left:.0f}s of --retry-for left)")
-            self.notice(f"openai: attempt {retries} to {replica.url} failed: {cause}; {then}.{resend}",
-                        key=f"{retries}|{replica.url}|{cause}")
+            if not outage or retries > self._outage_said:  # an outage: one line per round, not one per request
+                self._outage_said = retries if outage else self._outage_said
+                self.notice(f"openai: attempt {retries} to {replica.url} failed: {cause}; {then}.{resend}",
+                            key=f"{retries}|{replica.url}|{cause}")
             if wait:
                 await asyncio.sleep(wait)
+
+    def _given_up(self, tried: Sequence[str], cause: str, attempts: int, elapsed: float, window: bool,
+                  outage: bool) -> BackboneError:
+        """The one error line when retrying stops: an outage (:class:`ServerUnreachable`) or one request's."""
+        limit = f"--retry-for {self.retry_for:g}" if window else f"--max-retries {self.max_retries}"
+        one = len(tried) == 1
+        where = f"the model server at {tried[0]}" if one else f"the model servers at {', '.join(tried)}"
+        if outage:
+            return ServerUnreachable(
+                f"{where} answered no request for {elapsed:.0f}s: {cause} ({attempts} attempts by the last request, "
+                f"{limit}). Check that {'it is' if one else 'they are'} running and reachable, then rerun the same "
+                "command to resume (finished tasks are kept)")
+        return BackboneError(f"{where} failed one request while others got through: {cause} ({attempts} attempts "
+                             f"over {elapsed:.0f}s, {limit})")
 
     def _switch_cap_field(self, replica: Replica, exc: Any) -> bool:
         """A 400 that asks for the other cap field: use it on this replica from now on."""

@@ -25,8 +25,11 @@ Failures stay in their stream. An environment that fails a task fails that task
 (``env_error``, in :class:`~agent.episode.Episode`). When a batched ``generate`` raises
 :class:`~agent.backbones.base.BackboneError`, the tick's requests are retried one by one:
 a request that fails again fails its task (``backbone_error``, the error recorded), the
-others go on. Only when every request of the tick fails (the server is down, the model is
-wrong) does the experiment stop, with every finished task kept.
+others go on. Only when every request of the tick fails (the model is wrong) does the
+experiment stop, with every finished task kept. An outage
+(:class:`~agent.backbones.base.ServerUnreachable`: nothing got through for the backbone's whole
+retry window) stops it at once, in every schedule: the window was waited out once for all
+streams, and no task records the outage as its own failure.
 
 Resume: each stream has its own folder, lock, JSONL records and checkpoint (policy state incl.
 bank, controller and RNG state, JSONL offset, next task index), committed together after
@@ -46,7 +49,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Literal, Mapping, Protocol, Sequence
 
 from agent import interrupt, runfolder
-from agent.backbones.base import BackboneError, Generation, Submitting
+from agent.backbones.base import BackboneError, Generation, ServerUnreachable, Submitting
 from agent.checkpoint import (DURABLE_EVERY_S, CheckpointError, CheckpointWriter, RecordLog, load_checkpoint,
                               read_records, records_reach)
 from agent.data import Task
@@ -259,6 +262,8 @@ def serve(backbone: AnyBackbone, requests: Sequence[Request]) -> list[Reply]:
     """One batched ``generate`` for the tick; on failure, isolate the failing requests."""
     try:
         generations = answer(backbone, requests)
+    except ServerUnreachable:
+        raise  # an outage: one request at a time would wait out the retry window once per request
     except BackboneError as exc:
         if len(requests) == 1:
             raise
@@ -267,6 +272,8 @@ def serve(backbone: AnyBackbone, requests: Sequence[Request]) -> list[Reply]:
             try:
                 [generation] = answer(backbone, [request])
                 replies.append(generation)
+            except ServerUnreachable:
+                raise
             except BackboneError as single:
                 replies.append(RequestFailed(f"{type(single).__name__}: {single}"))
         if all(isinstance(r, RequestFailed) for r in replies):
@@ -281,7 +288,7 @@ def serve(backbone: AnyBackbone, requests: Sequence[Request]) -> list[Reply]:
 def run_experiment(streams: Sequence[StreamSpec], backbone: AnyBackbone, out_dir: str | Path, *,
                    tasks: Mapping[str, Sequence[Task]], schedule: Schedule = "lockstep",
                    kg_endpoint: str | None = None, harness: HarnessOptions = DEFAULT_HARNESS,
-                   hooks: HookFactory | None = None,
+                   hooks: HookFactory | None = None, on_resume: Callable[[int, int], None] | None = None,
                    environments: Mapping[str, Environment] | None = None, stop_after: int | None = None,
                    names: Sequence[str] | None = None, checkpoint_every: int = 1,
                    durable_every_s: float = DURABLE_EVERY_S, env_threads: int = ENV_THREADS) -> ExperimentResult:
@@ -290,7 +297,9 @@ def run_experiment(streams: Sequence[StreamSpec], backbone: AnyBackbone, out_dir
     ``out_dir`` must be a prepared run folder (:func:`agent.runfolder.prepare`); each stream's
     folder is ``out_dir/<name>`` (``names``, by default :func:`stream_names`) and is locked for
     the whole call. ``environments`` gives a stream (by name) an environment to use instead of
-    a new one (it is not closed here). ``stop_after`` processes at most that many tasks per
+    a new one (it is not closed here). ``hooks`` makes each stream's hook (:class:`StreamHook`);
+    ``on_resume(done, total)`` is called once, before any task runs, if earlier runs finished
+    ``done`` of the experiment's ``total`` tasks (the front end's resume banner). ``stop_after`` processes at most that many tasks per
     stream in this call. ``env_threads`` > 1 advances the streams of environments that allow it
     (``Environment.concurrent_steps``: OS) in that many worker threads between ticks. SIGINT stops between committed tasks (:mod:`agent.interrupt`) and
     ``KeyboardInterrupt`` propagates; a second Ctrl-C stops at once.
@@ -319,6 +328,9 @@ def run_experiment(streams: Sequence[StreamSpec], backbone: AnyBackbone, out_dir
                         hook=hooks(name, spec) if hooks else None, stop_after=stop_after,
                         checkpoint_every=checkpoint_every)
                 for spec, name in zip(streams, names)]
+        done = sum(r.next_index for r in runs)
+        if done and on_resume is not None:
+            on_resume(done, sum(len(r.tasks) for r in runs))
         live = [r for r in runs if not r.finished]
         for run in runs:
             if run.finished and run.hook is not None:  # nothing to write (works in a read-only folder)
@@ -418,6 +430,8 @@ def _run_continuous(runs: Sequence[_Stream], backbone: Submitting, guard: interr
                     try:
                         reply: Reply = future.result()
                         failures_in_a_row = 0
+                    except ServerUnreachable:
+                        raise  # an outage stops the experiment before any task records it as its own failure
                     except BackboneError as exc:
                         failures_in_a_row += 1
                         if failures_in_a_row >= live:

@@ -23,11 +23,13 @@ BENCHMARKS = ("per_task", "roofline", "bank_scaling", "sweep", "sharded", "speed
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m bench.controller.suite", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="tokenworth-bench controller", description=__doc__.splitlines()[0])
     ap.add_argument("--full", action="store_true", help="full sizes (long: see docs/performance.md)")
-    ap.add_argument("--size", choices=sorted(SIZES), help="explicit size (overrides --full)")
+    ap.add_argument("--size", choices=sorted(SIZES), metavar="SIZE",
+                    help=f"explicit size (overrides --full): {', '.join(sorted(SIZES))}")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory (default bench/results)")
-    ap.add_argument("--only", nargs="+", choices=BENCHMARKS, help="run only these benchmarks")
+    ap.add_argument("--only", nargs="+", choices=BENCHMARKS, metavar="NAME",  # the choices would fill a line
+                    help=f"run only these benchmarks: {', '.join(BENCHMARKS)}")
     ap.add_argument("--real-devices", action="store_true",
                     help="sharded benchmark: use the real devices instead of simulated host devices")
     return ap.parse_args(argv)
