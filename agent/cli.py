@@ -68,6 +68,8 @@ PrefixCachingFlag = Annotated[bool, typer.Option(
     "--prefix-caching/--no-prefix-caching", help="vllm: reuse the KV cache of shared prompt prefixes.")]
 BatchInvariantFlag = Annotated[bool, typer.Option(
     "--batch-invariant", help="vllm: VLLM_BATCH_INVARIANT=1, greedy replies independent of batching (slower).")]
+AllowUntestedVLLMFlag = Annotated[bool, typer.Option(
+    "--allow-untested-vllm", help="vllm: start even when the installed vLLM is outside the tested releases.")]
 EngineArgFlag = Annotated[Optional[list[str]], typer.Option(
     help="vllm: any other EngineArgs field, KEY=VALUE (repeatable), e.g. max_num_seqs=64.")]
 # Fidelity to LifelongAgentBench (agent/harness.py; docs/running.md "Harness options").
@@ -162,7 +164,7 @@ def backbone_options(backbone: str, seed: int, model: str | None, base_url: str 
 
 
 ENGINE_FLAGS = ("jax_mem_fraction", "gpu_memory_utilization", "max_model_len", "tensor_parallel_size", "dtype",
-                "enforce_eager", "prefix_caching", "batch_invariant", "engine_arg")
+                "enforce_eager", "prefix_caching", "batch_invariant", "engine_arg", "allow_untested_vllm")
 
 
 def engine_flags(values: dict[str, Any]) -> dict[str, Any]:
@@ -318,6 +320,7 @@ def run(
     max_model_len: MaxModelLenFlag = None, tensor_parallel_size: TensorParallelSizeFlag = None,
     dtype: DtypeFlag = None, enforce_eager: EnforceEagerFlag = None, prefix_caching: PrefixCachingFlag = True,
     batch_invariant: BatchInvariantFlag = False, engine_arg: EngineArgFlag = None,
+    allow_untested_vllm: AllowUntestedVLLMFlag = False,
     memory_from: MemoryFromFlag = "completed", memory_format: MemoryFormatFlag = "compact",
     kg_parser: KGParserFlag = "strict", kg_vocab: KGVocabFlag = None, instructions: InstructionsFlag = None,
     overwrite: bool = typer.Option(False, help="Delete the named methods' results in --out (only those, only in a "
@@ -588,6 +591,7 @@ def sweep(
     max_model_len: MaxModelLenFlag = None, tensor_parallel_size: TensorParallelSizeFlag = None,
     dtype: DtypeFlag = None, enforce_eager: EnforceEagerFlag = None, prefix_caching: PrefixCachingFlag = True,
     batch_invariant: BatchInvariantFlag = False, engine_arg: EngineArgFlag = None,
+    allow_untested_vllm: AllowUntestedVLLMFlag = False,
     memory_from: MemoryFromFlag = "completed", memory_format: MemoryFormatFlag = "compact",
     kg_parser: KGParserFlag = "strict", kg_vocab: KGVocabFlag = None, instructions: InstructionsFlag = None,
     overwrite: bool = typer.Option(False, help="Discard the sweep this folder holds (only a run folder) and "

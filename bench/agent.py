@@ -134,6 +134,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false")
     parser.add_argument("--batch-invariant", action="store_true")
     parser.add_argument("--engine-arg", action="append", default=None, help="KEY=VALUE (repeatable)")
+    parser.add_argument("--allow-untested-vllm", action="store_true")
     args = parser.parse_args(argv)
     from agent.backbones.vllm_backbone import close_engines
     from agent.cli import ENGINE_FLAGS, run_benchmark

@@ -21,6 +21,10 @@ top_p 0.8, top_k 20, repetition_penalty 1.05), so each item gets its own ``Sampl
 with greedy decoding and neutral penalties, and vLLM is started with ``generation_config="vllm"``
 so the model's file cannot change vLLM's own defaults either.
 
+**Tested releases.** :data:`SUPPORTED` (:mod:`agent.backbones.vllm_api`). The engine refuses
+another installed vLLM in one line when it starts, unless ``allow_untested_vllm``
+(``--allow-untested-vllm``), which prints that line as a note and goes on.
+
 **Tokens.** ``output_tokens = len(token_ids)``: every token the engine decoded, the
 end-of-sequence token included (the rule all backbones share: docs/backbones.md, "Token rule").
 ``prompt_tokens`` and ``cached_tokens`` (prefix-cache hits) are reported for the records and
@@ -33,21 +37,24 @@ from __future__ import annotations
 
 import gc
 import importlib.util
-import os
 import sys
 from typing import Any, Mapping, Sequence
 
 from agent.backbones.base import BackboneError, Conversation, Generation, checked_caps
 from agent.backbones.colocation import (  # noqa: F401 - re-exported: the old import path
     BATCH_INVARIANT_VAR,
-    MAX_COMBINED_FRACTION,
     assert_jax_sees_gpu,
+    batch_invariant_env,
+    max_combined_fraction,
     plan_memory,
     set_environment,
+    update_environment,
 )
+from agent.backbones.vllm_api import SUPPORTED, check_version  # noqa: F401 - SUPPORTED re-exported
 
 INSTALL_HINT = "pip install 'tokenworth-jax[gpu]' (vLLM with a CUDA build of JAX; '[vllm]' for vLLM alone)"
-SUPPORTED = ">=0.11.2,<0.12"  # the [vllm] extra's pin; vllm_api.json holds 0.11.2's API
+# The engine options that have their own flag (agent/backbones/engine_options.py).
+FLAG_OPTIONS = ("gpu_memory_utilization", "max_model_len", "dtype", "tensor_parallel_size", "enforce_eager")
 
 # The exact sampling every request uses: greedy, nothing the model's config can change.
 GREEDY_SAMPLING: dict[str, Any] = {
@@ -60,6 +67,14 @@ GREEDY_SAMPLING: dict[str, Any] = {
     "presence_penalty": 0.0,
     "frequency_penalty": 0.0,
 }
+
+
+def passed_names() -> dict[str, set[str]]:
+    """Every keyword name this backbone itself passes to vLLM, per part of its API
+    (``engine_options`` pass through any other ``EngineArgs`` name, checked when given)."""
+    return {"llm_init": {"model", "seed", "generation_config", "enable_prefix_caching", *FLAG_OPTIONS},
+            "llm_chat": {"messages", "sampling_params", "use_tqdm"},
+            "sampling_params": {*GREEDY_SAMPLING, "max_tokens", "stop"}}
 
 
 def import_vllm() -> Any:
@@ -154,10 +169,12 @@ class VLLMBackbone:
         enable_prefix_caching: bool = True,
         batch_invariant: bool = False,
         engine_options: Mapping[str, Any] | None = None,
+        allow_untested_vllm: bool = False,
         llm: Any = None,
     ) -> None:
         """Check the options; load nothing. ``engine_options`` go to ``vllm.LLM`` verbatim (names
-        checked against vLLM's); ``llm`` injects an existing engine (tests, or sharing by hand)."""
+        checked against vLLM's); ``llm`` injects an existing engine (tests, or sharing by hand);
+        ``allow_untested_vllm`` lets the engine start on a vLLM outside :data:`SUPPORTED`."""
         from agent.backbones.engine_options import check_names, engine_options_from_flags
         from agent.backbones.vllm_api import llm_keywords, supported_api
 
@@ -169,10 +186,11 @@ class VLLMBackbone:
         self.model = model
         self.seed = int(seed)
         self.batch_invariant = bool(batch_invariant)
+        self.allow_untested_vllm = bool(allow_untested_vllm)
         options: dict[str, Any] = {"model": model, "generation_config": "vllm",
                                    "enable_prefix_caching": bool(enable_prefix_caching)}
-        given = {"gpu_memory_utilization": gpu_memory_utilization, "max_model_len": max_model_len, "dtype": dtype,
-                 "tensor_parallel_size": tensor_parallel_size, "enforce_eager": enforce_eager}
+        given = dict(zip(FLAG_OPTIONS, (gpu_memory_utilization, max_model_len, dtype, tensor_parallel_size,
+                                        enforce_eager)))
         options.update({k: v for k, v in given.items() if v is not None})
         options.update(engine_options or {})
         api = supported_api()
@@ -188,9 +206,11 @@ class VLLMBackbone:
             if self._vllm is None:
                 self._vllm = import_vllm()
             return self
-        if self.batch_invariant:  # read by vLLM when its engine starts
-            os.environ[BATCH_INVARIANT_VAR] = "1"
+        update_environment(batch_invariant_env(self.batch_invariant))  # read by vLLM when its engine starts
         self._vllm = import_vllm()
+        note = check_version(getattr(self._vllm, "__version__", None), self.allow_untested_vllm)
+        if note:
+            print(f"note: {note}", file=sys.stderr)
         key = (tuple(sorted((k, repr(v)) for k, v in self.engine_kwargs.items())), self.batch_invariant)
         self.llm = ENGINES.acquire(key, lambda: self._vllm.LLM(**self.engine_kwargs, seed=self.seed))
         return self
