@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -308,3 +309,16 @@ def test_a_model_in_the_hugging_face_cache_is_sized_from_its_files(tmp_path, mon
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     assert co.model_weight_bytes("org/tiny-1B") == 2048  # the files, not the name's 1B x 2 bytes
     assert co.kv_cache_bytes("org/tiny-1B") is None  # no config.json: unknown, no refusal
+
+
+def test_the_readme_gpu_table_is_what_the_code_computes():
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("\n## GPU\n"):]
+    table = re.findall(r"^\| (\d+) GiB \| ([\d.]+) GiB \| ([\d.]+) \| ([\d.]+) \| (.*) \|$", section, re.M)
+    rows = co.split_table(co.controller_state_bytes("db"))
+    assert [(int(g), float(o), float(j), float(u)) for g, o, j, u, _ in table] == [
+        (r["card_gib"], round(r["outside_gib"], 2), r["j"], r["u"]) for r in rows]
+    for (*_, verdict), row in zip(table, rows):
+        assert verdict.startswith("refused") == ("refused" in row)
+        if "refused" not in row:
+            assert verdict == f"fits, {row['left_gib']:.1f} GiB left"
