@@ -243,3 +243,65 @@ def test_the_real_vllm_has_every_name_the_project_passes():
         if api is not None:
             assert_has_what_we_pass(api)
             assert vllm_api.is_supported(api["version"]), api["version"]
+
+
+# --- no orphaned engine after kill -9 -----------------------------------------------------------
+REAPED_RUN = """
+import subprocess, sys, time
+from agent.backbones.vllm_backbone import child_processes, reap_on_exit
+before = child_processes()
+engine = subprocess.Popen(["bash", "-c", "sleep 600 & sleep 600"])  # stands for vLLM's engine core and its worker
+time.sleep(0.5)
+started = child_processes() - before
+reap_on_exit(started)
+print(" ".join(str(pid) for pid, _ in started), flush=True)
+time.sleep(600)
+"""
+
+
+def running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="the reaper reads /proc")
+def test_a_killed_run_takes_its_engine_processes_with_it():
+    import signal
+    import subprocess
+    import time
+
+    run = subprocess.Popen([sys.executable, "-c", REAPED_RUN], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    engine = [int(pid) for pid in run.stdout.readline().split()]
+    assert len(engine) == 3 and all(running(pid) for pid in engine)  # bash and its two sleeps
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    deadline = time.monotonic() + 20
+    while any(running(pid) for pid in engine) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [pid for pid in engine if running(pid)]
+    for pid in left:  # do not leave them behind if the test fails
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "the engine's processes outlived the killed run"
+
+
+def test_a_normal_shutdown_stops_the_reaper(fake_vllm):
+    import subprocess
+
+    from agent.backbones.vllm_backbone import REAPER_ATTRIBUTE, reap_on_exit, shutdown_engine
+
+    sleeper = subprocess.Popen(["sleep", "600"])
+    llm = fake_vllm.LLM(model="m")
+    reaper = reap_on_exit({(sleeper.pid, "not-its-start-time")})  # a reused PID: must be left alone
+    setattr(llm, REAPER_ATTRIBUTE, reaper)
+    shutdown_engine(llm)
+    assert reaper.returncode is not None and sleeper.poll() is None
+    assert getattr(VLLMBackbone("m").open().llm, REAPER_ATTRIBUTE) is None  # the fake starts no process
+    reaper = reap_on_exit({(sleeper.pid, "not-its-start-time")})
+    reaper.stdin.close()  # as if the run had ended: the reaper checks the start time and spares the PID
+    reaper.wait(timeout=30)
+    assert sleeper.poll() is None
+    sleeper.kill()
+    sleeper.wait()

@@ -15,6 +15,13 @@ same settings (the next env or seed of a benchmark) reuses the loaded engine; on
 settings first shuts the old one down, since two engines would not fit one GPU.
 :func:`close_engines` shuts everything down explicitly.
 
+**No orphaned engine.** vLLM 0.32's engine core is a spawned process that does not watch its
+parent: after ``kill -9`` of the run it lives on (measured here: its worker too, a minute later),
+and on a GPU it would keep its share of memory, so the resumed run's engine could not start.
+Each engine built here gets a reaper (:func:`reap_on_exit`): a small process that waits for this
+one to end, however it ends, and then SIGKILLs the processes the engine start created (checked
+by PID and start time, so a reused PID is left alone).
+
 **Sampling** is always explicit. When ``LLM.chat`` gets no sampling parameters, vLLM builds
 them from the model's ``generation_config.json`` (Qwen2.5-Instruct ships temperature 0.7,
 top_p 0.8, top_k 20, repetition_penalty 1.05), so each item gets its own ``SamplingParams``
@@ -37,6 +44,8 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import os
+import subprocess
 import sys
 from typing import Any, Mapping, Sequence
 
@@ -108,6 +117,61 @@ def _messages(conversation: Conversation) -> list[dict[str, str]]:
     return [{"role": str(m["role"]), "content": str(m["content"])} for m in conversation]
 
 
+# ----------------------------------------------------------------------------- the engine's processes
+REAPER_ATTRIBUTE = "_tokenworth_reaper"
+# Runs in its own session (a Ctrl-C to the run's process group must not stop it early). stdin is a
+# pipe whose only writer is the run: EOF means the run is gone, after a normal exit or a kill -9.
+_REAPER = r"""
+import os, signal, sys
+sys.stdin.buffer.read()
+for pid, start in zip(sys.argv[1::2], sys.argv[2::2]):
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            if stat.read().rsplit(")", 1)[1].split()[19] != start:
+                continue
+        os.kill(int(pid), signal.SIGKILL)
+    except (OSError, IndexError, ValueError):
+        continue
+"""
+
+
+def _process_table() -> dict[int, tuple[int, str]]:
+    """``pid -> (parent pid, start time)`` from ``/proc`` (empty where there is none)."""
+    table = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+                table[int(entry)] = (int(fields[1]), fields[19])
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+    return table
+
+
+def child_processes(pid: int | None = None) -> set[tuple[int, str]]:
+    """Every live descendant of ``pid`` (default: this process), as ``(pid, start time)``."""
+    table = _process_table()
+    children: dict[int, list[int]] = {}
+    for child, (parent, _) in table.items():
+        children.setdefault(parent, []).append(child)
+    found, frontier = set(), [os.getpid() if pid is None else pid]
+    while frontier:
+        for child in children.get(frontier.pop(), ()):
+            found.add((child, table[child][1]))
+            frontier.append(child)
+    return found
+
+
+def reap_on_exit(processes: set[tuple[int, str]]) -> subprocess.Popen | None:
+    """Start the reaper of ``processes`` (see the module docstring); None when there are none."""
+    if not processes:
+        return None
+    args = [str(x) for pid, start in sorted(processes) for x in (pid, start)]
+    return subprocess.Popen([sys.executable, "-c", _REAPER, *args], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
 class _EnginePool:
     """At most one loaded engine per process, shared by backbones with the same settings."""
 
@@ -144,6 +208,10 @@ def shutdown_engine(llm: Any) -> None:
     shutdown = getattr(core, "shutdown", None)
     if callable(shutdown):
         shutdown()
+    reaper = getattr(llm, REAPER_ATTRIBUTE, None)
+    if reaper is not None:  # the engine ended normally: nothing left to reap
+        reaper.kill()
+        reaper.wait()
     del llm
     gc.collect()
     torch = sys.modules.get("torch")
@@ -212,8 +280,14 @@ class VLLMBackbone:
         if note:
             print(f"note: {note}", file=sys.stderr)
         key = (tuple(sorted((k, repr(v)) for k, v in self.engine_kwargs.items())), self.batch_invariant)
-        self.llm = ENGINES.acquire(key, lambda: self._vllm.LLM(**self.engine_kwargs, seed=self.seed))
+        self.llm = ENGINES.acquire(key, self._build)
         return self
+
+    def _build(self) -> Any:
+        before = child_processes()
+        llm = self._vllm.LLM(**self.engine_kwargs, seed=self.seed)
+        setattr(llm, REAPER_ATTRIBUTE, reap_on_exit(child_processes() - before))
+        return llm
 
     def close(self) -> None:
         """Drop this backbone's engine; the process's shared engine is shut down by :func:`close_engines`."""
