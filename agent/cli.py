@@ -58,7 +58,7 @@ ExtraBodyFlag = Annotated[Optional[str], typer.Option(
 JaxMemFractionFlag = Annotated[Optional[float], typer.Option(
     help="Share of the GPU for JAX (default: what the controller needs, from its Spec, with headroom).")]
 GpuMemoryUtilizationFlag = Annotated[Optional[float], typer.Option(
-    help="vllm: share of the GPU's total memory for the engine (default: 0.95 minus JAX's share).")]
+    help="vllm: share of the GPU's total memory for the engine (default: the card's limit minus JAX's share).")]
 MaxModelLenFlag = Annotated[Optional[int], typer.Option(min=1, help="vllm: context length (default: the model's).")]
 TensorParallelSizeFlag = Annotated[Optional[int], typer.Option(min=1, help="vllm: GPUs per engine (default 1).")]
 DtypeFlag = Annotated[Optional[str], typer.Option(help="vllm: weights' dtype: auto, bfloat16, float16, float32.")]

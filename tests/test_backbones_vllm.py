@@ -16,6 +16,7 @@ import pytest
 from agent.backbones import vllm_api
 from agent.backbones.registry import make_backbone
 from agent.backbones.vllm_backbone import ENGINES, GREEDY_SAMPLING, VLLMBackbone, close_engines, passed_names
+from tests.killing import running
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_DIR = Path(__file__).with_name("fake_vllm")
@@ -257,14 +258,6 @@ reap_on_exit(started)
 print(" ".join(str(pid) for pid, _ in started), flush=True)
 time.sleep(600)
 """
-
-
-def running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="the reaper reads /proc")

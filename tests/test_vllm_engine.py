@@ -34,6 +34,8 @@ import pytest
 
 from agent.backbones import vllm_api
 from agent.backbones.gguf_to_hf import converted
+from agent.backbones.vllm_backbone import child_processes
+from tests.killing import running
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = Path(os.environ.get("TOKENWORTH_VLLM_MODEL") or REPO / ".venv-vllm" / "models" / "smollm2-135m-instruct")
@@ -228,30 +230,6 @@ def test_a_run_with_four_methods_records_the_engines_own_token_counts(tmp_path, 
     assert any(i["cached_tokens"] for c in calls for i in c["items"])  # the shared instructions hit the prefix cache
 
 
-def descendants(pid: int) -> list[int]:
-    found, frontier = [], [pid]
-    while frontier:
-        parent = frontier.pop()
-        out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(parent)], capture_output=True, text=True).stdout
-        children = [int(x) for x in out.split()]
-        found += children
-        frontier += children
-    return found
-
-
-def alive(pids: list[int]) -> list[int]:
-    live = []
-    for pid in pids:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            continue
-        state = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout.strip()
-        if state and not state.startswith("Z"):
-            live.append(pid)
-    return live
-
-
 def test_kill_9_mid_run_then_the_same_command_resumes(tmp_path, data_dir):
     out, limit = tmp_path / "run", 4
     command = run_command(out, limit)
@@ -264,15 +242,15 @@ def test_kill_9_mid_run_then_the_same_command_resumes(tmp_path, data_dir):
             assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
             assert time.monotonic() < deadline, "no task finished in time"
             time.sleep(0.2)
-        children = descendants(proc.pid)  # vLLM's engine core and its worker
+        children = [pid for pid, _ in child_processes(proc.pid)]  # vLLM's engine core, its worker, the reaper
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         before = {m: len(records(out, m)) for m in METHODS}
         assert sum(before.values()) < limit * len(METHODS), "the run finished before it could be killed"
         deadline = time.monotonic() + 30
-        while alive(children) and time.monotonic() < deadline:  # the backbone's reaper ends the engine
+        while any(map(running, children)) and time.monotonic() < deadline:  # the reaper ends the engine
             time.sleep(0.5)
-        orphans = alive(children)
+        orphans = [pid for pid in children if running(pid)]
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the killed run
@@ -319,7 +297,6 @@ def test_the_readme_gpu_recipe_runs_on_the_cpu_build(tmp_path, data_dir):
     [run] = [c for c in recipe if c[:2] == ["tokenworth", "run"]]
     model = tmp_path / "model"
     convert = replaced(replaced(convert, "--gguf", str(smollm2_path())), "--out", str(model))
-    convert = replaced(convert, "--dtype", "float32") if "--dtype" in convert else convert
     done = subprocess.run([sys.executable, *convert[1:]], cwd=REPO, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert converted(model) is not None
