@@ -48,7 +48,7 @@ run: setup
 test: setup vllm-setup
 	TOKENWORTH_DATA_DIR=$(DATA) $(PY) -m pytest -q
 	TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_VLLM_MODEL=$(abspath $(VLLM_MODEL)) TOKENWORTH_REAL_VLLM=required \
-		$(VLLM_PY) -m pytest -q -m real_vllm
+		$(VLLM_PY) -m pytest -q -m real_vllm tests/test_vllm_engine.py
 
 bench: setup
 	TOKENWORTH_DATA_DIR=$(DATA) $(PY) -m bench controller
