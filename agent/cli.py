@@ -114,7 +114,8 @@ class ExperimentFlags:
         VLLM, "Share of the GPU for JAX, any backbone.", show_default="what the controller needs, with headroom")] \
         = None
     gpu_memory_utilization: Annotated[Optional[float], _option(
-        VLLM, "Share of the GPU's total memory for the engine.", show_default="0.95 minus JAX's share")] = None
+        VLLM, "Share of the GPU's total memory for the engine.", show_default="the card's limit minus JAX's share")] \
+        = None
     max_model_len: Annotated[Optional[int], _option(VLLM, "Context length.", show_default="the model's", min=1)] = None
     tensor_parallel_size: Annotated[Optional[int], _option(VLLM, "GPUs per engine.", show_default="1", min=1)] = None
     dtype: Annotated[Optional[str], _option(VLLM, "Weights' dtype: auto, bfloat16, float16, float32.")] = None
@@ -126,6 +127,8 @@ class ExperimentFlags:
         VLLM, "VLLM_BATCH_INVARIANT=1: greedy replies independent of batching (slower).", "--batch-invariant")] = False
     engine_arg: Annotated[Optional[list[str]], _option(
         VLLM, "Any other EngineArgs field, KEY=VALUE (repeatable), e.g. max_num_seqs=64.")] = None
+    allow_untested_vllm: Annotated[bool, _option(
+        VLLM, "Start even when the installed vLLM is outside the tested releases.", "--allow-untested-vllm")] = False
     overwrite: Annotated[bool, _option(
         OUTPUT, "Redo: delete this command's results in --out (a run's named streams, a whole sweep; only in a "
                 "run folder) and start over. Without it the same command resumes.", "--overwrite")] = False
@@ -147,7 +150,7 @@ class ExperimentFlags:
                     max_model_len=self.max_model_len, tensor_parallel_size=self.tensor_parallel_size,
                     dtype=self.dtype, enforce_eager=True if self.enforce_eager else None,
                     prefix_caching=not self.no_prefix_caching, batch_invariant=self.batch_invariant,
-                    engine_arg=self.engine_arg)
+                    engine_arg=self.engine_arg, allow_untested_vllm=self.allow_untested_vllm)
 
     def common(self) -> dict[str, Any]:
         """The keyword arguments :func:`run_benchmark` and :func:`run_sweep_command` share."""

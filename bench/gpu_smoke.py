@@ -10,6 +10,8 @@
 3. runs the controller (``tw.run``, one configuration) and a ``--configs``-configuration sweep
    (``tw.run_batched``, strategy ``"vmap"``) over a synthetic DB-sized stream, timing the compile
    and the run, and reads the peak device memory, which must stay under the controller's sized need;
+   where nvidia-smi lists this process, what it uses beyond XLA's pool (its CUDA context) must fit
+   the split's budget of one context (``colocation.CONTEXT_BYTES``);
 4. writes ``gpu_smoke.json`` and ``gpu_smoke.md`` to DIR and exits 0 only if every check passed.
 
 ``--cpu`` runs the same code on the CPU (no GPU checks) and ``--tiny`` shrinks the Spec, to test
@@ -102,8 +104,34 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result["peak_bytes_in_use"] = peak
         result["peak_over_sized_need"] = peak / needed
         result["checks"]["peak_within_the_sized_need"] = 0 < peak <= needed
+        # The split budgets one CUDA context per process outside the pools (colocation.CONTEXT_BYTES):
+        # what nvidia-smi charges this process beyond the bytes XLA's allocator took from the device.
+        stats = device.memory_stats() or {}
+        pool = int(stats.get("pool_bytes") or stats.get("bytes_reserved") or peak)
+        used = process_used_bytes(os.getpid())
+        result["process_used_bytes"], result["pool_bytes"] = used, pool
+        if used is not None:
+            result["outside_pool_bytes"] = used - pool
+            result["checks"]["outside_pool_within_the_context_budget"] = used - pool <= co.CONTEXT_BYTES
     result["ok"] = all(result["checks"].values())
     return result
+
+
+def process_used_bytes(pid: int) -> int | None:
+    """GPU memory nvidia-smi charges to ``pid``; None where it cannot tell (no nvidia-smi, another
+    PID namespace in a container)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in out.splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) == 2 and parts[0] == str(pid) and parts[1].isdigit():
+            return int(parts[1]) << 20  # MiB
+    return None
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -114,6 +142,12 @@ def markdown(result: dict[str, Any]) -> str:
                   f"{result['bytes_limit_over_requested']:.4f} x the requested share",
                   f"- peak in use {result['peak_bytes_in_use'] / 2**30:.3f} GiB = "
                   f"{result['peak_over_sized_need']:.3f} x the controller's sized need"]
+        if result.get("outside_pool_bytes") is not None:
+            from agent.backbones.colocation import CONTEXT_BYTES
+
+            lines.append(f"- this process outside XLA's pool (CUDA context, kernel images): "
+                         f"{result['outside_pool_bytes'] / 2**30:.2f} GiB (budget per process "
+                         f"{CONTEXT_BYTES / 2**30:.2f} GiB)")
     c, s = result["controller"], result["sweep"]
     lines += [f"- controller: {c['tasks']} tasks, first call {c['first_call_s']:.1f} s, "
               f"{c['ms_per_task']:.3f} ms/task after",

@@ -9,6 +9,15 @@ from pathlib import Path
 from typing import Sequence
 
 
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie is not), from ``/proc``."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def checkpointed_tasks(checkpoint: Path) -> int:
     """Tasks the checkpoint covers (0 before the first; -1 while it is being replaced)."""
     from agent.checkpoint import load_checkpoint

@@ -87,6 +87,37 @@ def test_record_written_after_checkpoint_is_dropped_and_remade(tmp_path) -> None
     assert comparable(resumed) == comparable(reference)
 
 
+def test_a_first_record_that_no_checkpoint_covers_is_dropped_and_remade(tmp_path) -> None:
+    """The same window before the stream's first checkpoint: killed after task 0's record was
+    appended and before its checkpoint (tests/test_vllm_engine.py hit it with the real engine)."""
+    tasks = make_tasks(6)
+    budget = Budget.for_env("db")
+    reference = run_stream("memp", "db", tasks, FakeBackbone(), budget, 0, tmp_path / "ref", env=FakeDBEnv())
+
+    out = tmp_path / "crash"
+    import agent.checkpoint as checkpoint
+
+    class Killed(BaseException):
+        pass
+
+    def killed_after_the_first_record(self, state, **kwargs):  # the process dies right after the append
+        if state["next_index"] == 1:
+            raise Killed
+        real_save(self, state, **kwargs)
+
+    real_save = checkpoint.CheckpointWriter.save
+    checkpoint.CheckpointWriter.save = killed_after_the_first_record
+    try:
+        with pytest.raises(Killed):
+            run_stream("memp", "db", tasks, FakeBackbone(), budget, 0, out, env=FakeDBEnv())
+    finally:
+        checkpoint.CheckpointWriter.save = real_save
+    assert len(read_records(out / "memp" / "records.jsonl")) == 1  # task 0's record, which no checkpoint covers
+    assert load_checkpoint(out / "memp" / "checkpoint.pkl")["next_index"] == 0  # the one saved just before it
+    resumed = run_stream("memp", "db", tasks, FakeBackbone(), budget, 0, out, env=FakeDBEnv())
+    assert comparable(resumed) == comparable(reference)
+
+
 def test_record_log_truncates_to_offset(tmp_path) -> None:
     path = tmp_path / "r.jsonl"
     with RecordLog(path) as log:
@@ -130,7 +161,8 @@ def test_checkpoint_is_synced_on_the_injected_clock_and_when_the_stream_stops(tm
         real_save(self, state, **kwargs)
         if self.durable_saves > before:
             durable_at.append(state["next_index"])
-        now["t"] += 2.0  # every task takes two seconds
+        if state["next_index"]:  # not the stream's first checkpoint, saved just before task 0's record
+            now["t"] += 2.0  # every task takes two seconds
 
     monkeypatch.setattr(checkpoint.CheckpointWriter, "save", save)
     run_stream("memp", "db", make_tasks(12), FakeBackbone(), Budget.for_env("db"), 0, tmp_path, env=FakeDBEnv(),

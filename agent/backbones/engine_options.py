@@ -3,7 +3,9 @@
 Flags: ``--gpu-memory-utilization``, ``--max-model-len``, ``--tensor-parallel-size``, ``--dtype``,
 ``--enforce-eager``, ``--prefix-caching/--no-prefix-caching`` (on by default: every prompt of an
 environment starts with the same instructions, so their KV blocks are computed once),
-``--batch-invariant`` (vLLM's ``VLLM_BATCH_INVARIANT=1``) and ``--engine-arg KEY=VALUE``
+``--batch-invariant`` (vLLM's ``VLLM_BATCH_INVARIANT=1``; without it the variable is removed, so
+a value exported in the shell cannot change replies behind the run's record),
+``--allow-untested-vllm`` (start on a vLLM outside the tested range) and ``--engine-arg KEY=VALUE``
 (repeatable) for any other ``vllm.EngineArgs`` field. VALUE is read as JSON when it parses
 (``4``, ``0.5``, ``true``, ``{"k": 1}``), else as a string.
 
@@ -14,7 +16,10 @@ refused in one line with the closest valid names.
 Decision (run identity): what changes the replies (dtype, context length, eager mode, batch
 invariance, tensor parallelism, any ``--engine-arg``) is part of the run's identity; the memory
 share (``--gpu-memory-utilization``) is a resource, kept with the connection settings, so a resume
-on a larger GPU with another split continues the same run.
+on a larger GPU with another split continues the same run; so is ``--allow-untested-vllm``.
+
+Order: :func:`engine_for_run` checks the installed vLLM's version (read from its files, not
+imported) and sets the GPU split before anything imports vllm or torch.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ class EngineOptions:
     enable_prefix_caching: bool = True
     batch_invariant: bool = False
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    allow_untested_vllm: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """Backbone keyword arguments (unset ones left out); ``extra`` is ``engine_options``."""
@@ -55,8 +61,8 @@ class EngineOptions:
         return out
 
     def identity(self) -> dict[str, Any]:
-        """What is part of the run's identity (everything but the memory share)."""
-        return {k: v for k, v in self.as_dict().items() if k != "gpu_memory_utilization"}
+        """What is part of the run's identity (everything but the memory share and the version waiver)."""
+        return {k: v for k, v in self.as_dict().items() if k not in ("gpu_memory_utilization", "allow_untested_vllm")}
 
     def given(self) -> list[str]:
         """The flags set away from their defaults (for refusing them on other backbones)."""
@@ -68,6 +74,8 @@ class EngineOptions:
             out.append("--no-prefix-caching")
         if self.batch_invariant:
             out.append("--batch-invariant")
+        if self.allow_untested_vllm:
+            out.append("--allow-untested-vllm")
         if self.extra:
             out.append("--engine-arg")
         return out
@@ -103,7 +111,8 @@ def engine_options_from_flags(*, gpu_memory_utilization: float | None = None, ma
                               tensor_parallel_size: int | None = None, dtype: str | None = None,
                               enforce_eager: bool | None = None, prefix_caching: bool = True,
                               batch_invariant: bool = False, engine_arg: Iterable[str] | None = None,
-                              api: Mapping[str, Any] | None = None, check_api: bool = True) -> EngineOptions:
+                              allow_untested_vllm: bool = False, api: Mapping[str, Any] | None = None,
+                              check_api: bool = True) -> EngineOptions:
     """Parse and check the engine flags (``api``: :func:`agent.backbones.vllm_api.supported_api` by
     default; ``check_api=False`` skips the names' check, where vLLM is not the backbone)."""
     from agent.backbones.vllm_api import llm_keywords, supported_api
@@ -127,7 +136,7 @@ def engine_options_from_flags(*, gpu_memory_utilization: float | None = None, ma
         api = api or supported_api()
         check_names(extra, llm_keywords(api), str(api.get("version", "?")))
     return EngineOptions(gpu_memory_utilization, max_model_len, tensor_parallel_size, dtype, enforce_eager,
-                         prefix_caching, batch_invariant, extra)
+                         prefix_caching, batch_invariant, extra, bool(allow_untested_vllm))
 
 
 def with_plan(engine: EngineOptions, plan: Any) -> EngineOptions:
@@ -148,11 +157,13 @@ def engine_for_run(backbone: str, flags: Mapping[str, Any] | None, *, model: str
     None)``; raises a one-line ``ValueError`` for anything wrong, before anything loads.
     """
     from agent.backbones.colocation import apply_colocation
+    from agent.backbones.vllm_api import check_version, installed_version
 
     raw = dict(flags or {})
     jax_mem_fraction = raw.pop("jax_mem_fraction", None)
     if backbone == "vllm":
         engine = engine_options_from_flags(**raw)
+        check_version(installed_version(), engine.allow_untested_vllm)  # the note, if any, comes at engine start
     else:
         engine = engine_options_from_flags(**raw, check_api=False)  # only "was a flag given" matters
         stray = [flag for flag in engine.given() if flag != "--gpu-memory-utilization"]

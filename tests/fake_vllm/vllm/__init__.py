@@ -1,15 +1,16 @@
 """A stand-in for ``vllm`` in tests: no GPU, no weights, and no keyword the real one lacks.
 
 ``LLM``, ``LLM.chat`` and ``SamplingParams`` accept exactly the keyword names of :data:`API`:
-the installed vLLM's when the fixture found one, else the pinned release's
-(``agent/backbones/vllm_api.json``), so a misspelt argument fails here as it would on a GPU.
+the real vLLM's in ``.venv-vllm`` when that environment exists (``make test`` builds it), else
+the pinned release's (``agent/backbones/vllm_api.json``), so a misspelt argument fails here as
+it would on a GPU. ``__version__`` is that API's version, so the backbone's version check passes.
 
 Replies: item i of a batch has ``3 + i`` text tokens, then the EOS token when it fits the cap
 (finish "stop"), else it is cut at the cap (finish "length"), as vLLM's ``token_ids`` are.
 
 Put ``tests/fake_vllm`` first on ``PYTHONPATH`` to use it in a subprocess. There, with
 ``FAKE_VLLM_REPORT=FILE``, building an ``LLM`` writes to FILE what the engine would start under:
-the XLA/vLLM variables, the keyword arguments, and jaxlib's own
+the XLA/vLLM variables (now, and when ``vllm`` was imported), the keyword arguments, and jaxlib's own
 ``generate_pjrt_gpu_plugin_options()`` result (or its error) for that environment; with
 ``FAKE_VLLM_EVENTS=FILE``, every engine start and shutdown appends a line to FILE.
 """
@@ -19,12 +20,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from pathlib import Path
 from typing import Any
 
-from agent.backbones.vllm_api import llm_keywords, pinned_api
+from agent.backbones.vllm_api import llm_keywords, pinned_api, venv_api
 
-__version__ = "fake"
-API: dict[str, Any] = pinned_api()
+FAKE = True
+VLLM_VENV = Path(__file__).resolve().parents[3] / ".venv-vllm"
+API: dict[str, Any] = venv_api(VLLM_VENV) or pinned_api()
+API_SOURCE = "venv" if API is not pinned_api() else "pinned"
+__version__ = str(API["version"])
+# The split must be set before vllm (and so torch) is imported: what the environment held then.
+ENV_AT_IMPORT = {k: v for k, v in os.environ.items() if k.startswith(("XLA_", "VLLM_"))}
 EOS = 151645  # Qwen2.5's <|im_end|>
 instances: list["LLM"] = []
 
@@ -120,4 +127,5 @@ def _start_report(kwargs: dict[str, Any]) -> dict[str, Any]:
         error = None
     except Exception as exc:  # noqa: BLE001 - the report says what jaxlib said
         options, error = None, f"{type(exc).__name__}: {exc}"
-    return {"env": env, "kwargs": kwargs, "plugin_options": options, "plugin_error": error}
+    return {"env": env, "env_at_import": ENV_AT_IMPORT, "kwargs": kwargs, "plugin_options": options,
+            "plugin_error": error}
