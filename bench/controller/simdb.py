@@ -65,14 +65,14 @@ class SimStream:
 
 
 def load_stream(n_tasks: int | None = None, *, dim: int = 512, seed: int = 0,
-                directory: str | os.PathLike[str] | None = None) -> SimStream:
-    """The first ``n_tasks`` DB tasks (all 500 by default), featurised, with the sim's draws."""
+                directory: str | os.PathLike[str] | None = None, env: str = "db") -> SimStream:
+    """The first ``n_tasks`` tasks of ``env`` (DB: all 500 by default), featurised, with the sim's draws."""
     from agent.backbones.sim import SimParams, stable_rng
     from agent.data import load_tasks
 
-    tasks = load_tasks("db", directory or data_dir())[:n_tasks]
+    tasks = load_tasks(env, directory or data_dir())[:n_tasks]
     params = SimParams()
-    lo, hi = params.p0_range("db")
+    lo, hi = params.p0_range(env)
     names = sorted({s for t in tasks for s in t.skill_list})
     index = {s: k for k, s in enumerate(names)}
     table = np.zeros((len(tasks), len(names)), np.float32)

@@ -1,0 +1,186 @@
+"""The research loop of issue 24: learned rankers on the simulated DB/OS streams, in JAX.
+
+No LLM, no environment, no token budget: the simulated backbone's success model
+(:mod:`bench.controller.simdb`, equal to :func:`agent.backbones.sim.decide`) decides each task,
+and a success writes a memory whose action text is the task's gold SQL (DB) or script (OS),
+which is exactly what the simulated backbone replays on a success. The whole stream is one
+``lax.scan`` of :func:`tokenworth_jax.rank.standalone.run`; hyperparameters are traced, so every
+configuration reuses one compilation per stream.
+
+Reported per configuration (mean over seeds): p̄ = the mean success probability of the choices
+(the least noisy measure), SR, the injection rate, the chosen memory's J, the recall set's
+top-cosine and best J, and the harmful rate (J < 0.25, share of all tasks). J is computed here,
+from the skill lists, after the run; the ranker never sees it.
+
+    python -m bench.rank.lab --env db --seeds 0,1,2 --configs default,cosine
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bench.controller import simdb
+from tokenworth_jax.rank import standalone as S
+from tokenworth_jax.rank.text import action_vectors, query_vectors
+
+# Named configurations: overrides of tokenworth_jax.rank.model.DEFAULTS (+ recall_all).
+F = dict(one=0, cos=1, s=2, adv=3)  # ψ indices; 4..7 are the cosine bumps
+BUMPS = (0, 0, 0, 0, 1, 1, 1, 1)
+
+
+def mask(*on: str, bumps: bool = False) -> tuple[int, ...]:
+    m = [0] * 8
+    for name in on:
+        m[F[name]] = 1
+    return tuple(max(a, b) for a, b in zip(m, BUMPS)) if bumps else tuple(m)
+
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    "cosine": dict(features=mask("one", "cos"), theta0=(0.5, 1, 0, 0, 0, 0, 0, 0), explore=0.0, abstain=0.0),
+    "s only": dict(features=mask("one", "s"), theta0=(0.5, 0, 2, 0, 0, 0, 0, 0), explore=0.0, abstain=0.0),
+    "default": {},
+}
+
+
+def gold_action(task: Any) -> str:
+    """The action text a successful simulated task writes: its gold SQL, script or tool calls."""
+    if hasattr(task, "answer_sql"):
+        return task.answer_sql
+    if hasattr(task, "ground_truth"):
+        return task.ground_truth.script if task.ground_truth is not None else ""
+    return "\n".join(task.action_list)
+
+
+class Lab:
+    """One env's stream features (seed-independent) and each seed's draws."""
+
+    def __init__(self, env: str, n_tasks: int | None, seeds: Sequence[int], dims: S.Dims = S.Dims()) -> None:
+        from agent.data import load_tasks
+
+        self.env, self.dims = env, dims
+        self.sims = {s: simdb.load_stream(n_tasks, seed=s, env=env, dim=dims.rank.key_dim) for s in seeds}
+        first = next(iter(self.sims.values()))
+        tasks = load_tasks(env, simdb.data_dir())[:n_tasks]
+        self.stream = S.Stream(keys=jnp.asarray(first.queries),
+                               words=jnp.asarray(query_vectors(first.instructions, dims.rank.query_dim)),
+                               acts=jnp.asarray(action_vectors([gold_action(t) for t in tasks], dims.rank.action_dim)))
+        table = first.skill_table
+        inter = table @ table.T
+        union = table.sum(1)[:, None] + table.sum(1)[None, :] - inter
+        self.J = np.where(union > 0, inter / np.maximum(union, 1), 0.0)  # (T, T) skill overlap, bench only
+
+    @functools.cached_property
+    def _runner(self) -> Any:
+        dims = self.dims
+
+        @jax.jit
+        def go(hp: S.Params, stream: S.Stream, table: jax.Array, p0: jax.Array, v: jax.Array,
+               gain: jax.Array, harm: jax.Array, thr: jax.Array) -> tuple[S.Selection, jax.Array, jax.Array]:
+            def prob(t: jax.Array, m: jax.Array) -> jax.Array:
+                s_i, s_j = table[t], table[jnp.maximum(m, 0)]
+                inter = jnp.sum(s_i * s_j)
+                union = jnp.sum(s_i) + jnp.sum(s_j) - inter
+                j = jnp.where(union > 0, inter / jnp.maximum(union, 1.0), 0.0)
+                with_m = p0[t] + gain * j - jnp.where(j < thr, harm * (1 - j), 0.0)
+                return jnp.clip(jnp.where(m >= 0, with_m, p0[t]), 0.02, 0.98)
+
+            def reward(t: jax.Array, m: jax.Array) -> jax.Array:
+                return (v[t] < prob(t, m)).astype(jnp.int32)
+
+            _, sel, rewards = S.run(S.init(dims, hp), stream, hp, dims, reward)
+            probs = jax.vmap(prob)(jnp.arange(p0.shape[0]), sel.memory_id)
+            return sel, rewards, probs
+
+        return go
+
+    def run(self, seed: int, hp: S.Params) -> dict[str, Any]:
+        sim = self.sims[seed]
+        prm = sim.params
+        sel, rewards, probs = self._runner(hp, self.stream, jnp.asarray(sim.skill_table), jnp.asarray(sim.p0, jnp.float32),
+                                           jnp.asarray(sim.outcome_u, jnp.float32), prm.gain, prm.harm, prm.harm_threshold)
+        return self.measures(jax.device_get(sel), np.asarray(rewards), np.asarray(probs))
+
+    def measures(self, sel: S.Selection, rewards: np.ndarray, probs: np.ndarray, bank_ids: Any = None) -> dict[str, Any]:
+        T = len(rewards)
+        chosen = np.asarray(sel.memory_id)
+        inj = chosen >= 0
+        # the bank's memory ids at each task are not in the outputs; rebuild them (FIFO of successes)
+        ids = np.full(self.dims.capacity, -1)
+        nxt = 0
+        j_ch, j_top, j_best, harmful = [], [], [], 0
+        for t in range(T):
+            if inj[t]:
+                valid = ids >= 0
+                recall = np.asarray(sel.recall[t]) & valid
+                cos = np.where(valid, np.asarray(sel.cos[t]), -np.inf)
+                jrow = self.J[t]
+                j = jrow[chosen[t]]
+                j_ch.append(j)
+                harmful += j < 0.25
+                j_top.append(jrow[ids[int(np.argmax(cos))]])
+                j_best.append(jrow[ids[recall]].max())
+            if rewards[t]:
+                ids[nxt % len(ids)] = t
+                nxt += 1
+        return dict(p=float(probs.mean()), sr=100 * float(rewards.mean()), injected=float(inj.mean()),
+                    j=float(np.mean(j_ch)) if j_ch else None, j_top=float(np.mean(j_top)) if j_top else None,
+                    j_best=float(np.mean(j_best)) if j_best else None, harmful=harmful / T)
+
+
+def average(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    return {k: float(np.mean([r[k] for r in rows if r[k] is not None])) if any(r[k] is not None for r in rows) else None
+            for k in rows[0]}
+
+
+def fmt(name: str, m: dict[str, Any]) -> str:
+    g = (lambda v, d=3: "—" if v is None else f"{v:.{d}f}")
+    return (f"| {name} | {g(m['p'])} | {g(m['sr'], 1)} | {g(100 * m['injected'], 1)} | {g(m['j'])} | {g(m['j_top'])} | "
+            f"{g(m['j_best'])} | {g(100 * m['harmful'], 1)} |")
+
+
+HEADER = ("| config | p̄ | SR (%) | injected (%) | J chosen | J top-cos | J best | harmful (%) |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|")
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="db")
+    parser.add_argument("--tasks", type=int, default=None)
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--set", action="append", default=[],
+                        help="NAME:KEY=VALUE[;KEY=VALUE] an extra configuration (values are Python literals)")
+    parser.add_argument("--out", default=None, help="write <out>.json with the measures")
+    args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    configs = {name: CONFIGS[name] for name in args.configs.split(",") if name}
+    import ast
+
+    for item in args.set:
+        name, _, body = item.partition(":")
+        configs[name] = {k: ast.literal_eval(v) for k, _, v in (kv.partition("=") for kv in body.split(";") if kv)}
+    lab = Lab(args.env, args.tasks, seeds)
+    results = {}
+    print(HEADER)
+    for name, overrides in configs.items():
+        started = time.perf_counter()
+        rows = [lab.run(s, S.params(**{**overrides, "seed": s} if "seed" not in overrides else overrides)) for s in seeds]
+        results[name] = {"mean": average(rows), "seeds": rows, "overrides": {k: v for k, v in overrides.items()},
+                         "seconds": time.perf_counter() - started}
+        print(fmt(name, results[name]["mean"]), flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=1, default=list))
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,212 @@
+"""The learned ranker: which memory of the recall set helps this query (issue 24).
+
+Two learners, both pure functions over NamedTuple states with traced hyperparameters:
+
+1. **The action model** (self-supervised, from memory texts alone). Every successful task offers
+   a memory whose text shows both its question and its actions. A ridge regression from the
+   question's hashed words x (``query_dim``) to the hashed action tokens a (``action_dim``),
+
+       W = (λ_a I + Σ_j x_j x_jᵀ)⁻¹ Σ_j x_j a_jᵀ,        â(q) = Wᵀ x(q),
+
+   is kept exactly by recursive least squares (Sherman–Morrison; ``P`` is the inverse Gram).
+   The pair score ŝ(q, m) = â(q)·a_m is a learned bilinear form xᵀ W a_m between query words and
+   memory action tokens: it predicts how much of m's procedure the query will need. The
+   paper's features cannot express it (element-wise products of one hashed space only match
+   words the two questions share).
+
+2. **The lift model** (from rewards; TokenWorth+'s estimator with richer features). With the
+   task's difficulty as a fixed offset o(q) = logit p̂₀(q) (the no-memory arm,
+   :func:`tokenworth_jax.plus.abstain.null_probability`),
+
+       P(y = 1 | q, m) = σ(o(q) + θᵀψ(q, m)),
+       ψ = [1, cos, ŝ, ā(m), κ(cos − c₁), …, κ(cos − c₄)] ⊙ features,
+
+   with ā(m) the memory's shrunk mean advantage (y − p̂₀ over its uses), κ(d) = exp(−d²/2w²)
+   bumps at c = 0.2/0.4/0.6/0.8 (w = 0.1) so that worth may be a non-monotone function of
+   similarity (near duplicates that mislead), and ``features`` a traced 0/1 mask. θ is the
+   ridge-regularised Newton fit towards θ₀ (:func:`tokenworth_jax.plus.lift.lift_fit`) over the
+   last ``window`` injected tasks; its Laplace posterior gives Thompson draws.
+
+Choice: Â(q, m) = σ(o + θ̃ᵀψ) − p̂₀(q), the predicted change in success probability; the
+candidate with the largest Â is injected if Â > ``margin`` (else nothing, when ``abstain``).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from ..plus.abstain import logit, null_probability
+from ..plus.lift import lift_fit, thompson
+from ..ring import Ring, ring_init, ring_push, ring_valid
+
+N_PAIR = 8  # ψ = [1, cos, ŝ, ā, four cosine bumps]
+BUMP_CENTRES = (0.2, 0.4, 0.6, 0.8)
+BUMP_WIDTH = 0.1
+
+
+class RankDims(NamedTuple):
+    """Static sizes (they fix array shapes)."""
+
+    query_dim: int = 512  # hashed question words and bigrams
+    action_dim: int = 256  # hashed action tokens and bigrams
+    window: int = 256  # injected tasks kept for the lift fit
+    null_window: int = 128  # tasks without injection kept for p̂₀
+    key_dim: int = 512  # the recall vectors (tokenworth_jax.featurize), used by p̂₀
+
+
+class RankParams(NamedTuple):
+    """Traced hyperparameters (arrays; stack them to vmap over configurations)."""
+
+    action_lambda: jax.Array  # λ_a, ridge of the action model (enters P₀ = I/λ_a at init)
+    theta0: jax.Array  # (N_PAIR,) prior of the lift weights
+    lam: jax.Array  # ridge of the lift model
+    explore: jax.Array  # Thompson scale (0: greedy)
+    margin: jax.Array  # inject only if Â > margin (probability units)
+    abstain: jax.Array  # 0/1: allow "no memory" when Â ≤ margin
+    features: jax.Array  # (N_PAIR,) 0/1 mask of ψ
+    p0_prior: jax.Array  # Beta prior mean of the no-memory rate
+    p0_strength: jax.Array  # its pseudo-count
+    bandwidth: jax.Array  # p̂₀ kernel width on 1 − cos
+    seed: jax.Array  # int32, the Thompson key's seed
+
+
+DEFAULTS = dict(action_lambda=1.0, theta0=(0.5, 1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0), lam=1.0, explore=1.0,
+                margin=-0.05, abstain=1.0, features=(1, 1, 1, 0, 0, 0, 0, 0), p0_prior=0.5, p0_strength=2.0,
+                bandwidth=0.05, seed=0)
+
+
+def rank_params(**overrides: object) -> RankParams:
+    """:data:`DEFAULTS` with ``overrides``, as float32 arrays (``seed`` int32); unknown names raise."""
+    unknown = set(overrides) - set(RankParams._fields)
+    if unknown:
+        raise ValueError(f"unknown rank hyperparameter(s) {sorted(unknown)}; known: {', '.join(RankParams._fields)}")
+    values = {**DEFAULTS, **overrides}
+    out = {}
+    for name in RankParams._fields:
+        dtype = jnp.int32 if name == "seed" else jnp.float32
+        arr = jnp.asarray(values[name], dtype)
+        expected = (N_PAIR,) if name in ("theta0", "features") else ()
+        if arr.shape != expected:
+            raise ValueError(f"rank hyperparameter {name} must have shape {expected}, got {arr.shape}")
+        out[name] = arr
+    return RankParams(**out)
+
+
+class ActionModel(NamedTuple):
+    P: jax.Array  # (Dq, Dq) inverse of λ_a I + Σ x xᵀ
+    W: jax.Array  # (Dq, Da) ridge solution
+    n: jax.Array  # int32 pairs learned
+
+
+class Pending(NamedTuple):
+    """What the open task remembers between :func:`choose` and :func:`learn_reward`."""
+
+    p0: jax.Array  # p̂₀(q)
+    psi: jax.Array  # (N_PAIR,) features of the chosen candidate
+    gain: jax.Array  # its Â (0 when there was no candidate)
+    injected: jax.Array  # bool
+
+
+class RankState(NamedTuple):
+    actions: ActionModel
+    null_ring: Ring  # (key vectors (N0, D), y (N0,) in {0, 1}) of tasks without injection
+    lift_ring: Ring  # (ψ (N, F), y (N,) in {−1, 1}, offset (N,))
+    theta: jax.Array  # (N_PAIR,) posterior mean
+    chol: jax.Array  # (N_PAIR, N_PAIR) Cholesky factor of the Laplace covariance
+    key: jax.Array  # PRNG key
+    pending: Pending
+
+
+def init(dims: RankDims, hp: RankParams) -> RankState:
+    f = jnp.float32
+    return RankState(
+        actions=ActionModel(P=jnp.eye(dims.query_dim, dtype=f) / hp.action_lambda,
+                            W=jnp.zeros((dims.query_dim, dims.action_dim), f), n=jnp.zeros((), jnp.int32)),
+        null_ring=ring_init((jnp.zeros((dims.null_window, dims.key_dim), f), jnp.zeros((dims.null_window,), f))),
+        lift_ring=ring_init((jnp.zeros((dims.window, N_PAIR), f), jnp.zeros((dims.window,), f),
+                             jnp.zeros((dims.window,), f))),
+        theta=hp.theta0 * hp.features,
+        chol=jnp.eye(N_PAIR, dtype=f) / jnp.sqrt(2 * hp.lam),
+        key=jax.random.PRNGKey(hp.seed),
+        pending=Pending(p0=jnp.full((), 0.5, f), psi=jnp.zeros((N_PAIR,), f), gain=jnp.zeros((), f),
+                        injected=jnp.zeros((), bool)),
+    )
+
+
+# ------------------------------------------------------------------ the action model
+def predict_actions(model: ActionModel, x: jax.Array) -> jax.Array:
+    """â(q) = Wᵀ x: the action vector the query is predicted to need, (Da,)."""
+    return x @ model.W
+
+
+def learn_actions(model: ActionModel, x: jax.Array, a: jax.Array, enabled: jax.Array | bool = True) -> ActionModel:
+    """One exact recursive-least-squares step with the pair (x, a); a no-op when not ``enabled``."""
+    Px = model.P @ x
+    k = Px / (1.0 + x @ Px)
+    W = model.W + jnp.outer(k, a - x @ model.W)
+    P = model.P - jnp.outer(k, Px)
+    P = (P + P.T) / 2  # keep it symmetric in float32
+    on = jnp.asarray(enabled, bool)
+    return ActionModel(P=jnp.where(on, P, model.P), W=jnp.where(on, W, model.W), n=model.n + on.astype(jnp.int32))
+
+
+# ------------------------------------------------------------------ the lift model
+def pair_features(cos: jax.Array, s: jax.Array, adv: jax.Array, mask: jax.Array) -> jax.Array:
+    """ψ for K candidates, (K, N_PAIR); inputs (K,)."""
+    centres = jnp.asarray(BUMP_CENTRES, cos.dtype)
+    bumps = jnp.exp(-((cos[:, None] - centres) ** 2) / (2 * BUMP_WIDTH ** 2))
+    psi = jnp.concatenate([jnp.stack([jnp.ones_like(cos), cos, s, adv], axis=-1), bumps], axis=-1)
+    return psi * mask
+
+
+class Choice(NamedTuple):
+    index: jax.Array  # int32 candidate index injected, −1 for none
+    best: jax.Array  # int32 argmax of Â over the valid candidates (−1 if none)
+    gain: jax.Array  # (K,) Â per candidate (−inf where invalid)
+    s: jax.Array  # (K,) ŝ per candidate
+    p0: jax.Array  # p̂₀(q)
+
+
+def choose(state: RankState, hp: RankParams, key_vec: jax.Array, x: jax.Array, cos: jax.Array, acts: jax.Array,
+           adv: jax.Array, valid: jax.Array) -> tuple[RankState, Choice]:
+    """Score K candidates (cosines ``cos``, action vectors ``acts`` (K, Da), mean advantages ``adv``,
+    ``valid`` mask) for the query (recall vector ``key_vec``, word vector ``x``); pick one or none."""
+    key, sub = jax.random.split(state.key)
+    s = acts @ predict_actions(state.actions, x)
+    psi = pair_features(cos, s, adv, hp.features)
+    p0 = null_probability(key_vec[None, :], state.null_ring, hp.p0_prior, hp.p0_strength, hp.bandwidth)[0]
+    theta = thompson(sub, state.theta, state.chol, hp.explore) * hp.features
+    gain = jnp.where(valid, jax.nn.sigmoid(logit(p0) + psi @ theta) - p0, -jnp.inf)
+    any_valid = jnp.any(valid)
+    best = jnp.where(any_valid, jnp.argmax(gain), -1).astype(jnp.int32)
+    top = jnp.max(gain)
+    inject = any_valid & ((hp.abstain < 0.5) | (top > hp.margin))
+    index = jnp.where(inject, best, -1).astype(jnp.int32)
+    chosen = jnp.maximum(best, 0)
+    pending = Pending(p0=p0, psi=jnp.where(inject, psi[chosen], jnp.zeros_like(psi[chosen])),
+                      gain=jnp.where(any_valid, top, 0.0), injected=inject)
+    return state._replace(key=key, pending=pending), Choice(index=index, best=best, gain=gain, s=s, p0=p0)
+
+
+def learn_reward(state: RankState, hp: RankParams, key_vec: jax.Array, reward: jax.Array) -> RankState:
+    """After the grader: the no-memory ring (nothing injected) or the lift window and refit (injected)."""
+    pend = state.pending
+    f = state.theta.dtype
+    r = jnp.asarray(reward, f)
+    null_ring = ring_push(state.null_ring, (key_vec, r), ~pend.injected)
+    lift_ring = ring_push(state.lift_ring, (pend.psi, 2 * r - 1, logit(pend.p0)), pend.injected)
+
+    def refit(_: None) -> tuple[jax.Array, jax.Array]:
+        psi, y, offset = lift_ring.data
+        return lift_fit(psi * hp.features, y, offset, ring_valid(lift_ring), state.theta, hp.theta0 * hp.features, hp.lam)
+
+    theta, chol = jax.lax.cond(pend.injected, refit, lambda _: (state.theta, state.chol), None)
+    return state._replace(null_ring=null_ring, lift_ring=lift_ring, theta=theta, chol=chol)
+
+
+def learn_memory(state: RankState, x: jax.Array, a: jax.Array, enabled: jax.Array | bool = True) -> RankState:
+    """An offered memory (its question's word vector ``x``, its action vector ``a``) trains the action model."""
+    return state._replace(actions=learn_actions(state.actions, x, a, enabled))
