@@ -7,8 +7,9 @@ which is exactly what the simulated backbone replays on a success. The whole str
 ``lax.scan`` of :func:`tokenworth_jax.rank.standalone.run`; hyperparameters are traced, so every
 configuration reuses one compilation per stream.
 
-Reported per configuration (mean over seeds): p̄ = the mean success probability of the choices
-(the least noisy measure), SR, the injection rate, the chosen memory's J, the recall set's
+With ``--fits RUN`` a success also needs the reply to fit the output budget, as measured in an
+engine run (:func:`budget_fits`). Reported per configuration (mean over seeds): p̄ = the mean
+success probability of the choices, budget included (the least noisy measure), SR, the injection rate, the chosen memory's J, the recall set's
 top-cosine and best J, and the harmful rate (J < 0.25, share of all tasks). J is computed here,
 from the skill lists, after the run; the ranker never sees it.
 
@@ -45,6 +46,7 @@ def mask(*on: str, bumps: bool = False) -> tuple[int, ...]:
 
 
 CONFIGS: dict[str, dict[str, Any]] = {
+    "no memory": dict(margin=1.0, abstain=1.0),
     "cosine": dict(features=mask("one", "cos"), theta0=(0.5, 1, 0, 0, 0, 0, 0, 0), explore=0.0, abstain=0.0),
     "s only": dict(features=mask("one", "s"), theta0=(0.5, 0, 2, 0, 0, 0, 0, 0), explore=0.0, abstain=0.0),
     "default": {},
@@ -60,10 +62,38 @@ def gold_action(task: Any) -> str:
     return "\n".join(task.action_list)
 
 
+def budget_fits(runs: Path, n_tasks: int) -> np.ndarray:
+    """(T, 3) 0/1: whether task t's successful reply fits the run's output budget with no memory,
+    a helpful memory or a harmful one (the Thought line's length differs), read from the records
+    of an engine run (every method and seed): a sim success that the grader failed was cut.
+    Pairs never observed count as fitting. The fit is deterministic per (task, kind)."""
+    from agent.backbones.sim import SimParams, decide
+    from agent.checkpoint import read_records
+    from bench.ranking import _task, seed_folders, written_id
+
+    params = SimParams()
+    cut = np.zeros((n_tasks, 3), bool)
+    for seed, folder in seed_folders(runs):
+        for path in folder.glob("*/records.jsonl"):
+            skills: dict[int, tuple[str, ...]] = {}
+            for r in read_records(path):
+                task, mid = _task(r), r["injected_memory_id"]
+                memory = skills.get(mid) if mid is not None else None
+                episode = decide(params, int(seed or 0), task, memory)
+                kind = 0 if memory is None else (2 if episode.harmful else 1)
+                if episode.success and not r["reward"] and task.sample_index < n_tasks:
+                    cut[task.sample_index, kind] = True
+                written = written_id(r["decision"])
+                if written is not None:
+                    skills[written] = task.skill_list
+    return (~cut).astype(np.float32)
+
+
 class Lab:
     """One env's stream features (seed-independent) and each seed's draws."""
 
-    def __init__(self, env: str, n_tasks: int | None, seeds: Sequence[int], dims: S.Dims = S.Dims()) -> None:
+    def __init__(self, env: str, n_tasks: int | None, seeds: Sequence[int], dims: S.Dims = S.Dims(),
+                 fits_from: Path | None = None) -> None:
         from agent.data import load_tasks
 
         self.env, self.dims = env, dims
@@ -77,28 +107,33 @@ class Lab:
         inter = table @ table.T
         union = table.sum(1)[:, None] + table.sum(1)[None, :] - inter
         self.J = np.where(union > 0, inter / np.maximum(union, 1), 0.0)  # (T, T) skill overlap, bench only
+        T = table.shape[0]
+        self.fits = budget_fits(fits_from, T) if fits_from is not None else np.ones((T, 3), np.float32)
 
     @functools.cached_property
     def _runner(self) -> Any:
         dims = self.dims
 
         @jax.jit
-        def go(hp: S.Params, stream: S.Stream, table: jax.Array, p0: jax.Array, v: jax.Array,
+        def go(hp: S.Params, stream: S.Stream, table: jax.Array, p0: jax.Array, v: jax.Array, fits: jax.Array,
                gain: jax.Array, harm: jax.Array, thr: jax.Array) -> tuple[S.Selection, jax.Array, jax.Array]:
-            def prob(t: jax.Array, m: jax.Array) -> jax.Array:
+            def prob(t: jax.Array, m: jax.Array) -> tuple[jax.Array, jax.Array]:
+                """(success probability, whether a success fits the budget)."""
                 s_i, s_j = table[t], table[jnp.maximum(m, 0)]
                 inter = jnp.sum(s_i * s_j)
                 union = jnp.sum(s_i) + jnp.sum(s_j) - inter
                 j = jnp.where(union > 0, inter / jnp.maximum(union, 1.0), 0.0)
                 with_m = p0[t] + gain * j - jnp.where(j < thr, harm * (1 - j), 0.0)
-                return jnp.clip(jnp.where(m >= 0, with_m, p0[t]), 0.02, 0.98)
+                kind = jnp.where(m < 0, 0, jnp.where(j < thr, 2, 1))
+                return jnp.clip(jnp.where(m >= 0, with_m, p0[t]), 0.02, 0.98), fits[t, kind]
 
             def reward(t: jax.Array, m: jax.Array) -> jax.Array:
-                return (v[t] < prob(t, m)).astype(jnp.int32)
+                p, fit = prob(t, m)
+                return ((v[t] < p) & (fit > 0)).astype(jnp.int32)
 
             _, sel, rewards = S.run(S.init(dims, hp), stream, hp, dims, reward)
-            probs = jax.vmap(prob)(jnp.arange(p0.shape[0]), sel.memory_id)
-            return sel, rewards, probs
+            p, fit = jax.vmap(prob)(jnp.arange(p0.shape[0]), sel.memory_id)
+            return sel, rewards, p * fit
 
         return go
 
@@ -106,7 +141,7 @@ class Lab:
         sim = self.sims[seed]
         prm = sim.params
         sel, rewards, probs = self._runner(hp, self.stream, jnp.asarray(sim.skill_table), jnp.asarray(sim.p0, jnp.float32),
-                                           jnp.asarray(sim.outcome_u, jnp.float32), prm.gain, prm.harm, prm.harm_threshold)
+                                           jnp.asarray(sim.outcome_u, jnp.float32), jnp.asarray(self.fits), prm.gain, prm.harm, prm.harm_threshold)
         return self.measures(jax.device_get(sel), np.asarray(rewards), np.asarray(probs))
 
     def measures(self, sel: S.Selection, rewards: np.ndarray, probs: np.ndarray, bank_ids: Any = None) -> dict[str, Any]:
@@ -136,6 +171,48 @@ class Lab:
                     j_best=float(np.mean(j_best)) if j_best else None, harmful=harmful / T)
 
 
+def oracle(lab: "Lab", seed: int, k: int | None) -> dict[str, Any]:
+    """The ceiling: on a FIFO bank of its own successes, inject the candidate of the ``k`` most
+    cosine-similar (``None``: the whole bank) with the highest true success probability, budget
+    included, or nothing when no candidate beats no memory. Reads J: a reference, not a method."""
+    sim, prm = lab.sims[seed], lab.sims[seed].params
+    keys = np.asarray(lab.stream.keys)
+    T, B = len(sim.p0), lab.dims.capacity
+    bank: list[int] = []
+    wins = probs = injected = harmful = 0.0
+    js = []
+    for t in range(T):
+        def value(m: int) -> tuple[float, float]:
+            if m < 0:
+                return float(np.clip(sim.p0[t], 0.02, 0.98) * lab.fits[t, 0]), 0.0
+            j = lab.J[t, m]
+            harm = j < prm.harm_threshold
+            p = sim.p0[t] + prm.gain * j - (prm.harm * (1 - j) if harm else 0.0)
+            return float(np.clip(p, 0.02, 0.98) * lab.fits[t, 2 if harm else 1]), j
+        cands = bank
+        if bank and k is not None:
+            cos = keys[bank] @ keys[t]
+            cands = [bank[i] for i in np.argsort(-cos, kind="stable")[:k]]
+        best, arm = value(-1)[0], -1
+        for m in cands:
+            p, _ = value(m)
+            if p > best:
+                best, arm = p, m
+        p_arm = value(arm)[0]
+        raw = float(np.clip(sim.p0[t] + (0 if arm < 0 else prm.gain * lab.J[t, arm]), 0.02, 0.98))
+        success = sim.outcome_u[t] < raw and (lab.fits[t, 0 if arm < 0 else 1] > 0)
+        wins += success
+        probs += p_arm
+        if arm >= 0:
+            injected += 1
+            js.append(lab.J[t, arm])
+            harmful += lab.J[t, arm] < prm.harm_threshold
+        if success:
+            bank = (bank + [t])[-B:]
+    return dict(p=probs / T, sr=100 * wins / T, injected=injected / T, j=float(np.mean(js)) if js else None,
+                j_top=None, j_best=None, harmful=harmful / T)
+
+
 def average(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {k: float(np.mean([r[k] for r in rows if r[k] is not None])) if any(r[k] is not None for r in rows) else None
             for k in rows[0]}
@@ -159,6 +236,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--set", action="append", default=[],
                         help="NAME:KEY=VALUE[;KEY=VALUE] an extra configuration (values are Python literals)")
+    parser.add_argument("--query-dim", type=int, default=512)
+    parser.add_argument("--action-dim", type=int, default=256)
+    parser.add_argument("--capacity", type=int, default=64)
+    parser.add_argument("--oracle", action="store_true", help="also the best-arm ceilings (they read J)")
+    parser.add_argument("--fits", default=None, help="an engine run folder: apply its output budget (budget_fits)")
     parser.add_argument("--out", default=None, help="write <out>.json with the measures")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -168,15 +250,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     for item in args.set:
         name, _, body = item.partition(":")
         configs[name] = {k: ast.literal_eval(v) for k, _, v in (kv.partition("=") for kv in body.split(";") if kv)}
-    lab = Lab(args.env, args.tasks, seeds)
+    dims = S.Dims(rank=S.M.RankDims(query_dim=args.query_dim, action_dim=args.action_dim), capacity=args.capacity)
+    lab = Lab(args.env, args.tasks, seeds, dims, fits_from=Path(args.fits) if args.fits else None)
     results = {}
     print(HEADER)
+    if args.oracle:
+        for name, k in (("oracle (recall 12)", lab.dims.k_candidates), ("oracle (whole bank)", None)):
+            rows = [oracle(lab, s, k) for s in seeds]
+            results[name] = {"mean": average(rows), "seeds": rows}
+            print(fmt(name, results[name]["mean"]), flush=True)
     for name, overrides in configs.items():
         started = time.perf_counter()
         rows = [lab.run(s, S.params(**{**overrides, "seed": s} if "seed" not in overrides else overrides)) for s in seeds]
         results[name] = {"mean": average(rows), "seeds": rows, "overrides": {k: v for k, v in overrides.items()},
                          "seconds": time.perf_counter() - started}
-        print(fmt(name, results[name]["mean"]), flush=True)
+        print(fmt(name, results[name]["mean"]) + f" {results[name]['seconds']:.0f}s", flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1, default=list))
     return results

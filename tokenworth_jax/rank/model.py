@@ -71,11 +71,13 @@ class RankParams(NamedTuple):
     p0_strength: jax.Array  # its pseudo-count
     bandwidth: jax.Array  # p̂₀ kernel width on 1 − cos
     seed: jax.Array  # int32, the Thompson key's seed
+    reliability: jax.Array  # 0/1: weight action buckets by how well they are predicted (prequential R²)
+    s_cosine: jax.Array  # 0/1: ŝ as the cosine of â and a_m instead of their dot product
 
 
 DEFAULTS = dict(action_lambda=1.0, theta0=(0.5, 1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0), lam=1.0, explore=1.0,
                 margin=-0.05, abstain=1.0, features=(1, 1, 1, 0, 0, 0, 0, 0), p0_prior=0.5, p0_strength=2.0,
-                bandwidth=0.05, seed=0)
+                bandwidth=0.05, seed=0, reliability=0.0, s_cosine=0.0)
 
 
 def rank_params(**overrides: object) -> RankParams:
@@ -99,6 +101,8 @@ class ActionModel(NamedTuple):
     P: jax.Array  # (Dq, Dq) inverse of λ_a I + Σ x xᵀ
     W: jax.Array  # (Dq, Da) ridge solution
     n: jax.Array  # int32 pairs learned
+    err: jax.Array  # (Da,) Σ squared prediction errors before each update (prequential)
+    tot: jax.Array  # (Da,) Σ squared targets
 
 
 class Pending(NamedTuple):
@@ -124,7 +128,8 @@ def init(dims: RankDims, hp: RankParams) -> RankState:
     f = jnp.float32
     return RankState(
         actions=ActionModel(P=jnp.eye(dims.query_dim, dtype=f) / hp.action_lambda,
-                            W=jnp.zeros((dims.query_dim, dims.action_dim), f), n=jnp.zeros((), jnp.int32)),
+                            W=jnp.zeros((dims.query_dim, dims.action_dim), f), n=jnp.zeros((), jnp.int32),
+                            err=jnp.zeros((dims.action_dim,), f), tot=jnp.zeros((dims.action_dim,), f)),
         null_ring=ring_init((jnp.zeros((dims.null_window, dims.key_dim), f), jnp.zeros((dims.null_window,), f))),
         lift_ring=ring_init((jnp.zeros((dims.window, N_PAIR), f), jnp.zeros((dims.window,), f),
                              jnp.zeros((dims.window,), f))),
@@ -150,7 +155,21 @@ def learn_actions(model: ActionModel, x: jax.Array, a: jax.Array, enabled: jax.A
     P = model.P - jnp.outer(k, Px)
     P = (P + P.T) / 2  # keep it symmetric in float32
     on = jnp.asarray(enabled, bool)
-    return ActionModel(P=jnp.where(on, P, model.P), W=jnp.where(on, W, model.W), n=model.n + on.astype(jnp.int32))
+    e = a - x @ model.W
+    return ActionModel(P=jnp.where(on, P, model.P), W=jnp.where(on, W, model.W), n=model.n + on.astype(jnp.int32),
+                       err=model.err + jnp.where(on, e * e, 0.0), tot=model.tot + jnp.where(on, a * a, 0.0))
+
+
+def pair_scores(model: ActionModel, x: jax.Array, acts: jax.Array, hp: "RankParams") -> jax.Array:
+    """ŝ(q, m) for K memories' action vectors (K, Da): â(q)·a_m, optionally with each action
+    bucket weighted by its prequential R² (buckets the words never predict, such as hashed
+    identifiers, drop out) and optionally as a cosine."""
+    r = jnp.clip(1.0 - model.err / jnp.maximum(model.tot, 1e-6), 0.0, 1.0)
+    weight = jnp.where(hp.reliability > 0.5, r, jnp.ones_like(r))
+    a_hat = predict_actions(model, x) * weight
+    dot = acts @ a_hat
+    norms = jnp.linalg.norm(a_hat) * jnp.linalg.norm(acts * jnp.sqrt(weight), axis=-1)
+    return jnp.where(hp.s_cosine > 0.5, dot / jnp.maximum(norms, 1e-6), dot)
 
 
 # ------------------------------------------------------------------ the lift model
@@ -175,7 +194,7 @@ def choose(state: RankState, hp: RankParams, key_vec: jax.Array, x: jax.Array, c
     """Score K candidates (cosines ``cos``, action vectors ``acts`` (K, Da), mean advantages ``adv``,
     ``valid`` mask) for the query (recall vector ``key_vec``, word vector ``x``); pick one or none."""
     key, sub = jax.random.split(state.key)
-    s = acts @ predict_actions(state.actions, x)
+    s = pair_scores(state.actions, x, acts, hp)
     psi = pair_features(cos, s, adv, hp.features)
     p0 = null_probability(key_vec[None, :], state.null_ring, hp.p0_prior, hp.p0_strength, hp.bandwidth)[0]
     theta = thompson(sub, state.theta, state.chol, hp.explore) * hp.features
