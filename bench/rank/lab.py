@@ -213,6 +213,48 @@ def oracle(lab: "Lab", seed: int, k: int | None) -> dict[str, Any]:
                 j_top=None, j_best=None, harmful=harmful / T)
 
 
+class StreamLab:
+    """A relevance ≠ worth stream (:mod:`bench.plus.streams`): query vectors only, no text, so the
+    ranker's word vector is the query vector and its action vectors are zero (ŝ = 0)."""
+
+    def __init__(self, kind: str, n_tasks: int, seeds: Sequence[int], dims: S.Dims = S.Dims()) -> None:
+        from bench.plus import streams
+
+        self.kind, self.dims = kind, dims
+        self.streams = {s: streams.make_stream(kind, s, n_tasks, dim=dims.rank.key_dim) for s in seeds}
+        self.oracles = {s: streams.oracle(self.streams[s], dims.capacity) for s in seeds}
+
+    @functools.cached_property
+    def _runner(self) -> Any:
+        from bench.plus.streams import effect
+
+        dims, kind = self.dims, self.kind
+
+        @jax.jit
+        def go(hp: S.Params, q: jax.Array, topic: jax.Array, skill: jax.Array, p0: jax.Array,
+               v: jax.Array) -> tuple[S.Selection, jax.Array]:
+            def reward(t: jax.Array, m: jax.Array) -> jax.Array:
+                j = jnp.maximum(m, 0)
+                p = p0[t] + jnp.where(m >= 0, effect(kind, topic[t], skill[t], topic[j], skill[j], jnp), 0.0)
+                return (v[t] < jnp.clip(p, 0.02, 0.98)).astype(jnp.int32)
+
+            stream = S.Stream(keys=q, words=q, acts=jnp.zeros((q.shape[0], dims.rank.action_dim), q.dtype))
+            _, sel, rewards = S.run(S.init(dims, hp), stream, hp, dims, reward)
+            return sel, rewards
+
+        return go
+
+    def run(self, seed: int, hp: S.Params) -> dict[str, Any]:
+        st = self.streams[seed]
+        sel, rewards = self._runner(hp, jnp.asarray(st["query"]), jnp.asarray(st["topic"]), jnp.asarray(st["skill"]),
+                                    jnp.asarray(st["p0"], jnp.float32), jnp.asarray(st["v"], jnp.float32))
+        sr = 100 * float(np.mean(rewards))
+        none = 100 * float(np.mean(st["v"] < np.clip(st["p0"], 0.02, 0.98)))
+        top = self.oracles[seed][0]
+        return dict(p=None, sr=sr, injected=float(np.mean(np.asarray(sel.memory_id) >= 0)), j=None, j_top=None,
+                    j_best=None, harmful=None, gap=(sr - none) / (top - none), none=none, oracle=top)
+
+
 def average(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {k: float(np.mean([r[k] for r in rows if r[k] is not None])) if any(r[k] is not None for r in rows) else None
             for k in rows[0]}
@@ -220,6 +262,9 @@ def average(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def fmt(name: str, m: dict[str, Any]) -> str:
     g = (lambda v, d=3: "—" if v is None else f"{v:.{d}f}")
+    if "gap" in m:
+        return (f"| {name} | gap closed {100 * m['gap']:.0f}% (none {m['none']:.1f}, oracle {m['oracle']:.1f}) | "
+                f"{g(m['sr'], 1)} | {g(100 * m['injected'], 1)} | — | — | — | — |")
     return (f"| {name} | {g(m['p'])} | {g(m['sr'], 1)} | {g(100 * m['injected'], 1)} | {g(m['j'])} | {g(m['j_top'])} | "
             f"{g(m['j_best'])} | {g(100 * m['harmful'], 1)} |")
 
@@ -251,7 +296,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         name, _, body = item.partition(":")
         configs[name] = {k: ast.literal_eval(v) for k, _, v in (kv.partition("=") for kv in body.split(";") if kv)}
     dims = S.Dims(rank=S.M.RankDims(query_dim=args.query_dim, action_dim=args.action_dim), capacity=args.capacity)
-    lab = Lab(args.env, args.tasks, seeds, dims, fits_from=Path(args.fits) if args.fits else None)
+    if args.env in ("trap", "mixed"):
+        lab: Any = StreamLab(args.env, args.tasks or 1000, seeds, dims)
+    else:
+        lab = Lab(args.env, args.tasks, seeds, dims, fits_from=Path(args.fits) if args.fits else None)
     results = {}
     print(HEADER)
     if args.oracle:

@@ -39,12 +39,13 @@ import jax
 import jax.numpy as jnp
 
 from ..plus.abstain import logit, null_probability
-from ..plus.lift import lift_fit, thompson
+from ..plus.lift import MAX_STEP, _grad_hess, thompson
 from ..ring import Ring, ring_init, ring_push, ring_valid
 
 N_PAIR = 8  # ψ = [1, cos, ŝ, ā, four cosine bumps]
 BUMP_CENTRES = (0.2, 0.4, 0.6, 0.8)
 BUMP_WIDTH = 0.1
+N_GRID = 5  # ridge multipliers tried by the evidence fit
 
 
 class RankDims(NamedTuple):
@@ -62,8 +63,12 @@ class RankParams(NamedTuple):
 
     action_lambda: jax.Array  # λ_a, ridge of the action model (enters P₀ = I/λ_a at init)
     theta0: jax.Array  # (N_PAIR,) prior of the lift weights
-    lam: jax.Array  # ridge of the lift model
+    lam: jax.Array  # (N_PAIR,) ridge of the lift model, per feature (a feature moves θ only on strong evidence)
+    adaptive: jax.Array  # (N_PAIR,) 0/1: features whose ridge is chosen by evidence among lam · lam_grid
+    lam_grid: jax.Array  # (N_GRID,) ridge multipliers tried for the adaptive features
     explore: jax.Array  # Thompson scale (0: greedy)
+    explore_rank: jax.Array  # 0/1: rank by the posterior draw too (0: by the posterior mean; the draw decides only
+    #                          whether to inject)
     margin: jax.Array  # inject only if Â > margin (probability units)
     abstain: jax.Array  # 0/1: allow "no memory" when Â ≤ margin
     features: jax.Array  # (N_PAIR,) 0/1 mask of ψ
@@ -75,7 +80,8 @@ class RankParams(NamedTuple):
     s_cosine: jax.Array  # 0/1: ŝ as the cosine of â and a_m instead of their dot product
 
 
-DEFAULTS = dict(action_lambda=1.0, theta0=(0.5, 1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0), lam=1.0, explore=1.0,
+DEFAULTS = dict(action_lambda=1.0, theta0=(0.5, 1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0), lam=1.0, adaptive=(0, 0, 0, 0, 0, 0, 0, 0),
+                lam_grid=(1.0, 1.0, 1.0, 1.0, 1.0), explore=1.0, explore_rank=0.0,
                 margin=-0.05, abstain=1.0, features=(1, 1, 1, 0, 0, 0, 0, 0), p0_prior=0.5, p0_strength=2.0,
                 bandwidth=0.05, seed=0, reliability=0.0, s_cosine=0.0)
 
@@ -90,7 +96,10 @@ def rank_params(**overrides: object) -> RankParams:
     for name in RankParams._fields:
         dtype = jnp.int32 if name == "seed" else jnp.float32
         arr = jnp.asarray(values[name], dtype)
-        expected = (N_PAIR,) if name in ("theta0", "features") else ()
+        if name == "lam" and arr.shape == ():
+            arr = jnp.full((N_PAIR,), arr)  # one ridge for every feature
+        expected = ((N_PAIR,) if name in ("theta0", "features", "lam", "adaptive") else
+                    (N_GRID,) if name == "lam_grid" else ())
         if arr.shape != expected:
             raise ValueError(f"rank hyperparameter {name} must have shape {expected}, got {arr.shape}")
         out[name] = arr
@@ -148,16 +157,17 @@ def predict_actions(model: ActionModel, x: jax.Array) -> jax.Array:
 
 
 def learn_actions(model: ActionModel, x: jax.Array, a: jax.Array, enabled: jax.Array | bool = True) -> ActionModel:
-    """One exact recursive-least-squares step with the pair (x, a); a no-op when not ``enabled``."""
-    Px = model.P @ x
-    k = Px / (1.0 + x @ Px)
-    W = model.W + jnp.outer(k, a - x @ model.W)
-    P = model.P - jnp.outer(k, Px)
-    P = (P + P.T) / 2  # keep it symmetric in float32
-    on = jnp.asarray(enabled, bool)
-    e = a - x @ model.W
-    return ActionModel(P=jnp.where(on, P, model.P), W=jnp.where(on, W, model.W), n=model.n + on.astype(jnp.int32),
-                       err=model.err + jnp.where(on, e * e, 0.0), tot=model.tot + jnp.where(on, a * a, 0.0))
+    """One exact recursive-least-squares step with the pair (x, a); a no-op when not ``enabled``
+    (a ``lax.cond``, so a task without an offer skips the O(Dq²) work outside ``vmap``)."""
+
+    def step(m: ActionModel) -> ActionModel:
+        Px = m.P @ x
+        k = Px / (1.0 + x @ Px)
+        e = a - x @ m.W  # the prediction error before this pair is learned (prequential)
+        return ActionModel(P=m.P - jnp.outer(k, Px), W=m.W + jnp.outer(k, e), n=m.n + 1, err=m.err + e * e,
+                           tot=m.tot + a * a)
+
+    return jax.lax.cond(jnp.asarray(enabled, bool), step, lambda m: m, model)
 
 
 def pair_scores(model: ActionModel, x: jax.Array, acts: jax.Array, hp: "RankParams") -> jax.Array:
@@ -197,17 +207,64 @@ def choose(state: RankState, hp: RankParams, key_vec: jax.Array, x: jax.Array, c
     s = pair_scores(state.actions, x, acts, hp)
     psi = pair_features(cos, s, adv, hp.features)
     p0 = null_probability(key_vec[None, :], state.null_ring, hp.p0_prior, hp.p0_strength, hp.bandwidth)[0]
-    theta = thompson(sub, state.theta, state.chol, hp.explore) * hp.features
-    gain = jnp.where(valid, jax.nn.sigmoid(logit(p0) + psi @ theta) - p0, -jnp.inf)
+    sampled = thompson(sub, state.theta, state.chol, hp.explore) * hp.features
+    theta = jnp.where(hp.explore_rank > 0.5, sampled, state.theta * hp.features)
+
+    def advantage(th: jax.Array) -> jax.Array:
+        return jnp.where(valid, jax.nn.sigmoid(logit(p0) + psi @ th) - p0, -jnp.inf)
+
+    gain = advantage(theta)
     any_valid = jnp.any(valid)
     best = jnp.where(any_valid, jnp.argmax(gain), -1).astype(jnp.int32)
-    top = jnp.max(gain)
+    chosen = jnp.maximum(best, 0)
+    top = advantage(sampled)[chosen]  # whether to inject: always a posterior draw (explores the no-memory arm)
     inject = any_valid & ((hp.abstain < 0.5) | (top > hp.margin))
     index = jnp.where(inject, best, -1).astype(jnp.int32)
-    chosen = jnp.maximum(best, 0)
     pending = Pending(p0=p0, psi=jnp.where(inject, psi[chosen], jnp.zeros_like(psi[chosen])),
                       gain=jnp.where(any_valid, top, 0.0), injected=inject)
     return state._replace(key=key, pending=pending), Choice(index=index, best=best, gain=gain, s=s, p0=p0)
+
+
+NEWTON_STEPS = 4  # warm-started from the last fit, which one more example barely moves
+
+
+def newton_fit(psi: jax.Array, y: jax.Array, offset: jax.Array, valid: jax.Array, theta_start: jax.Array,
+               theta0: jax.Array, lam: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """:func:`tokenworth_jax.plus.lift.lift_fit` with :data:`NEWTON_STEPS` capped Newton steps
+    instead of 12: the ranker refits after every injection from the previous optimum."""
+
+    def body(_: int, theta: jax.Array) -> jax.Array:
+        g, H = _grad_hess(theta, psi, y, offset, valid, theta0, lam)
+        step = -jnp.linalg.solve(H, g)
+        return theta + step * jnp.minimum(1.0, MAX_STEP / jnp.maximum(jnp.linalg.norm(step), 1e-12))
+
+    theta = jax.lax.fori_loop(0, NEWTON_STEPS, body, theta_start)
+    _, H = _grad_hess(theta, psi, y, offset, valid, theta0, lam)
+    cov = jnp.linalg.inv(H)
+    return theta, jnp.linalg.cholesky((cov + cov.T) / 2)
+
+
+def laplace_evidence(theta: jax.Array, chol: jax.Array, psi: jax.Array, y: jax.Array, offset: jax.Array,
+                     valid: jax.Array, theta0: jax.Array, lam: jax.Array) -> jax.Array:
+    """log p(data | λ) under the Laplace approximation at the fit θ̂ (chol = Cholesky factor of H⁻¹):
+    log-likelihood − Σ λ_i (θ̂_i − θ0_i)² + ½ Σ log 2λ_i − ½ log det H."""
+    loglik = jnp.sum(jnp.where(valid, jax.nn.log_sigmoid(y * (offset + psi @ theta)), 0.0))
+    return (loglik - jnp.sum(lam * (theta - theta0) ** 2) + 0.5 * jnp.sum(jnp.log(2 * lam))
+            + jnp.sum(jnp.log(jnp.diagonal(chol))))
+
+
+def fit_by_evidence(psi: jax.Array, y: jax.Array, offset: jax.Array, valid: jax.Array, theta_start: jax.Array,
+                    theta0: jax.Array, lam: jax.Array, adaptive: jax.Array,
+                    grid: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The lift fit under the ridge, among ``lam`` with the ``adaptive`` features' ridge multiplied by
+    each entry of ``grid``, that the data support best (largest Laplace evidence): empirical Bayes
+    for how much a feature group may move away from its prior. Noisy rewards keep it shrunk; a
+    strong, consistent effect frees it."""
+    lams = lam[None, :] * jnp.where(adaptive[None, :] > 0.5, grid[:, None], 1.0)  # (G, F)
+    thetas, chols = jax.vmap(lambda l: newton_fit(psi, y, offset, valid, theta_start, theta0, l))(lams)
+    scores = jax.vmap(lambda t, c, l: laplace_evidence(t, c, psi, y, offset, valid, theta0, l))(thetas, chols, lams)
+    g = jnp.argmax(scores)
+    return thetas[g], chols[g]
 
 
 def learn_reward(state: RankState, hp: RankParams, key_vec: jax.Array, reward: jax.Array) -> RankState:
@@ -220,7 +277,8 @@ def learn_reward(state: RankState, hp: RankParams, key_vec: jax.Array, reward: j
 
     def refit(_: None) -> tuple[jax.Array, jax.Array]:
         psi, y, offset = lift_ring.data
-        return lift_fit(psi * hp.features, y, offset, ring_valid(lift_ring), state.theta, hp.theta0 * hp.features, hp.lam)
+        return fit_by_evidence(psi * hp.features, y, offset, ring_valid(lift_ring), state.theta,
+                               hp.theta0 * hp.features, hp.lam, hp.adaptive, hp.lam_grid)
 
     theta, chol = jax.lax.cond(pend.injected, refit, lambda _: (state.theta, state.chol), None)
     return state._replace(null_ring=null_ring, lift_ring=lift_ring, theta=theta, chol=chol)
