@@ -62,38 +62,69 @@ def gold_action(task: Any) -> str:
     return "\n".join(task.action_list)
 
 
-def budget_fits(runs: Path, n_tasks: int) -> np.ndarray:
-    """(T, 3) 0/1: whether task t's successful reply fits the run's output budget with no memory,
-    a helpful memory or a harmful one (the Thought line's length differs), read from the records
-    of an engine run (every method and seed): a sim success that the grader failed was cut.
-    Pairs never observed count as fitting. The fit is deterministic per (task, kind)."""
+def budget_fits(runs: Sequence[Path], n_tasks: int) -> np.ndarray:
+    """(T, 3) 0/1: whether task t's successful reply fits the output budget with no memory, a
+    helpful memory or a harmful one (the Thought line has 1, 0 or 3 sentences), read from the
+    records of engine runs (every method and seed): a sim success that the grader failed was cut.
+    The fit is deterministic per (task, kind). Pairs never observed are imputed by the order of
+    the reply lengths: helpful and none agree (measured: 433 of 433 tasks seen both ways), and a
+    harmful reply is cut whenever the shorter one is (cut more often still: 13 of 232 tasks)."""
     from agent.backbones.sim import SimParams, decide
     from agent.checkpoint import read_records
     from bench.ranking import _task, seed_folders, written_id
 
     params = SimParams()
+    seen = np.zeros((n_tasks, 3), bool)
     cut = np.zeros((n_tasks, 3), bool)
-    for seed, folder in seed_folders(runs):
-        for path in folder.glob("*/records.jsonl"):
-            skills: dict[int, tuple[str, ...]] = {}
-            for r in read_records(path):
-                task, mid = _task(r), r["injected_memory_id"]
-                memory = skills.get(mid) if mid is not None else None
-                episode = decide(params, int(seed or 0), task, memory)
-                kind = 0 if memory is None else (2 if episode.harmful else 1)
-                if episode.success and not r["reward"] and task.sample_index < n_tasks:
-                    cut[task.sample_index, kind] = True
-                written = written_id(r["decision"])
-                if written is not None:
-                    skills[written] = task.skill_list
+    for run in runs:
+        for seed, folder in seed_folders(Path(run)):
+            for path in folder.glob("*/records.jsonl"):
+                skills: dict[int, tuple[str, ...]] = {}
+                for r in read_records(path):
+                    task, mid = _task(r), r["injected_memory_id"]
+                    memory = skills.get(mid) if mid is not None else None
+                    episode = decide(params, int(seed or 0), task, memory)
+                    kind = 0 if memory is None else (2 if episode.harmful else 1)
+                    if episode.success and task.sample_index < n_tasks:
+                        seen[task.sample_index, kind] = True
+                        cut[task.sample_index, kind] |= not r["reward"]
+                    written = written_id(r["decision"])
+                    if written is not None:
+                        skills[written] = task.skill_list
+    short = np.where(seen[:, 0], cut[:, 0], cut[:, 1])  # none and helpful: the same length class
+    short_seen = seen[:, 0] | seen[:, 1]
+    cut[:, 0] = np.where(seen[:, 0], cut[:, 0], short)
+    cut[:, 1] = np.where(seen[:, 1], cut[:, 1], short)
+    cut[:, 2] = np.where(seen[:, 2], cut[:, 2], short & short_seen)
     return (~cut).astype(np.float32)
+
+
+QUERY_REPS = ("words+bigrams", "words", "chars", "words+chars")
+
+
+def query_representation(texts: Sequence[str], dim: int, rep: str) -> np.ndarray:
+    """The ranker's query vectors under a hashing choice (the default is the policy's,
+    :func:`tokenworth_jax.rank.text.query_vectors`; "chars" is the recall vector's own hashing)."""
+    from tokenworth_jax.featurize import featurize
+    from tokenworth_jax.rank.text import hashed
+
+    if rep == "words+bigrams":
+        return query_vectors(texts, dim)
+    if rep == "words":
+        return hashed(texts, dim, bigrams=False)
+    if rep == "chars":
+        return featurize(texts, dim)
+    if rep == "words+chars":
+        both = np.concatenate([query_vectors(texts, dim // 2), featurize(texts, dim - dim // 2)], axis=1)
+        return (both / np.sqrt(2)).astype(np.float32)
+    raise ValueError(f"unknown query representation {rep!r}; expected one of {', '.join(QUERY_REPS)}")
 
 
 class Lab:
     """One env's stream features (seed-independent) and each seed's draws."""
 
     def __init__(self, env: str, n_tasks: int | None, seeds: Sequence[int], dims: S.Dims = S.Dims(),
-                 fits_from: Path | None = None) -> None:
+                 fits_from: Sequence[Path] = (), query_rep: str = "words+bigrams") -> None:
         from agent.data import load_tasks
 
         self.env, self.dims = env, dims
@@ -101,14 +132,14 @@ class Lab:
         first = next(iter(self.sims.values()))
         tasks = load_tasks(env, simdb.data_dir())[:n_tasks]
         self.stream = S.Stream(keys=jnp.asarray(first.queries),
-                               words=jnp.asarray(query_vectors(first.instructions, dims.rank.query_dim)),
+                               words=jnp.asarray(query_representation(first.instructions, dims.rank.query_dim, query_rep)),
                                acts=jnp.asarray(action_vectors([gold_action(t) for t in tasks], dims.rank.action_dim)))
         table = first.skill_table
         inter = table @ table.T
         union = table.sum(1)[:, None] + table.sum(1)[None, :] - inter
         self.J = np.where(union > 0, inter / np.maximum(union, 1), 0.0)  # (T, T) skill overlap, bench only
         T = table.shape[0]
-        self.fits = budget_fits(fits_from, T) if fits_from is not None else np.ones((T, 3), np.float32)
+        self.fits = budget_fits(fits_from, T) if fits_from else np.ones((T, 3), np.float32)
 
     @functools.cached_property
     def _runner(self) -> Any:
@@ -284,8 +315,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--query-dim", type=int, default=512)
     parser.add_argument("--action-dim", type=int, default=256)
     parser.add_argument("--capacity", type=int, default=64)
+    parser.add_argument("--query-rep", default="words+bigrams", choices=QUERY_REPS)
     parser.add_argument("--oracle", action="store_true", help="also the best-arm ceilings (they read J)")
-    parser.add_argument("--fits", default=None, help="an engine run folder: apply its output budget (budget_fits)")
+    parser.add_argument("--fits", default=None,
+                        help="engine run folders, comma-separated: apply their output budget (budget_fits)")
     parser.add_argument("--out", default=None, help="write <out>.json with the measures")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -299,7 +332,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.env in ("trap", "mixed"):
         lab: Any = StreamLab(args.env, args.tasks or 1000, seeds, dims)
     else:
-        lab = Lab(args.env, args.tasks, seeds, dims, fits_from=Path(args.fits) if args.fits else None)
+        lab = Lab(args.env, args.tasks, seeds, dims, fits_from=[Path(p) for p in args.fits.split(",")] if args.fits else (),
+                  query_rep=args.query_rep)
     results = {}
     print(HEADER)
     if args.oracle:

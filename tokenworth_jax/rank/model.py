@@ -66,7 +66,13 @@ class RankParams(NamedTuple):
     lam: jax.Array  # (N_PAIR,) ridge of the lift model, per feature (a feature moves θ only on strong evidence)
     adaptive: jax.Array  # (N_PAIR,) 0/1: features whose ridge is chosen by evidence among lam · lam_grid
     lam_grid: jax.Array  # (N_GRID,) ridge multipliers tried for the adaptive features
+    listwise_rate: jax.Array  # step of the listwise (memory-text) ranking update of V; 0 = off
+    listwise_temp: jax.Array  # its softmax temperature
+    reward_rate: jax.Array  # step of the reward-driven logistic update of V; 0 = off
+    recall_s: jax.Array  # recall by cos + recall_s·ŝ (0: by cosine, the paper's recall)
+    adv_net: jax.Array  # 0/1: a memory's credit ā is y − p̂₀ (net of difficulty) or y − ½ (raw)
     explore: jax.Array  # Thompson scale (0: greedy)
+    optimism: jax.Array  # posterior sds added to the inject decision's logit (upper confidence bound)
     explore_rank: jax.Array  # 0/1: rank by the posterior draw too (0: by the posterior mean; the draw decides only
     #                          whether to inject)
     margin: jax.Array  # inject only if Â > margin (probability units)
@@ -80,9 +86,10 @@ class RankParams(NamedTuple):
     s_cosine: jax.Array  # 0/1: ŝ as the cosine of â and a_m instead of their dot product
 
 
-DEFAULTS = dict(action_lambda=1.0, theta0=(0.5, 1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0), lam=1.0, adaptive=(0, 0, 0, 0, 0, 0, 0, 0),
-                lam_grid=(1.0, 1.0, 1.0, 1.0, 1.0), explore=1.0, explore_rank=0.0,
-                margin=-0.05, abstain=1.0, features=(1, 1, 1, 0, 0, 0, 0, 0), p0_prior=0.5, p0_strength=2.0,
+DEFAULTS = dict(action_lambda=1.0, theta0=(0.5, 1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0), lam=1.0, adaptive=(0, 0, 0, 0, 1, 1, 1, 1),
+                lam_grid=(1.0, 3.0, 10.0, 30.0, 100.0), listwise_rate=0.0,
+                listwise_temp=0.1, reward_rate=0.0, recall_s=0.0, adv_net=1.0, explore=1.0, optimism=0.0, explore_rank=0.0,
+                margin=-0.05, abstain=1.0, features=(1, 1, 1, 0, 1, 1, 1, 1), p0_prior=0.5, p0_strength=2.0,
                 bandwidth=0.05, seed=0, reliability=0.0, s_cosine=0.0)
 
 
@@ -110,6 +117,7 @@ class ActionModel(NamedTuple):
     P: jax.Array  # (Dq, Dq) inverse of λ_a I + Σ x xᵀ
     W: jax.Array  # (Dq, Da) ridge solution
     n: jax.Array  # int32 pairs learned
+    V: jax.Array  # (Dq, Da) correction learned by ranking losses (listwise on memory texts, or rewards)
     err: jax.Array  # (Da,) Σ squared prediction errors before each update (prequential)
     tot: jax.Array  # (Da,) Σ squared targets
 
@@ -138,6 +146,7 @@ def init(dims: RankDims, hp: RankParams) -> RankState:
     return RankState(
         actions=ActionModel(P=jnp.eye(dims.query_dim, dtype=f) / hp.action_lambda,
                             W=jnp.zeros((dims.query_dim, dims.action_dim), f), n=jnp.zeros((), jnp.int32),
+                            V=jnp.zeros((dims.query_dim, dims.action_dim), f),
                             err=jnp.zeros((dims.action_dim,), f), tot=jnp.zeros((dims.action_dim,), f)),
         null_ring=ring_init((jnp.zeros((dims.null_window, dims.key_dim), f), jnp.zeros((dims.null_window,), f))),
         lift_ring=ring_init((jnp.zeros((dims.window, N_PAIR), f), jnp.zeros((dims.window,), f),
@@ -164,10 +173,35 @@ def learn_actions(model: ActionModel, x: jax.Array, a: jax.Array, enabled: jax.A
         Px = m.P @ x
         k = Px / (1.0 + x @ Px)
         e = a - x @ m.W  # the prediction error before this pair is learned (prequential)
-        return ActionModel(P=m.P - jnp.outer(k, Px), W=m.W + jnp.outer(k, e), n=m.n + 1, err=m.err + e * e,
-                           tot=m.tot + a * a)
+        return m._replace(P=m.P - jnp.outer(k, Px), W=m.W + jnp.outer(k, e), n=m.n + 1, err=m.err + e * e,
+                          tot=m.tot + a * a)
 
     return jax.lax.cond(jnp.asarray(enabled, bool), step, lambda m: m, model)
+
+
+def listwise_update(model: ActionModel, x: jax.Array, a: jax.Array, acts: jax.Array, seen: jax.Array,
+                    hp: "RankParams") -> ActionModel:
+    """ListNet step on V inside a recall set, labelled by the memory texts alone: once the task's
+    own actions ``a`` are known (it succeeded), the candidates it saw (``acts``, mask ``seen``)
+    should have been ordered by their overlap a·a_m. Cross-entropy between softmax(overlap/τ)
+    and softmax(ŝ/τ); one gradient step of size ``listwise_rate``."""
+    tau = hp.listwise_temp
+    s = acts @ (x @ (model.W + model.V))
+    neg = jnp.full_like(s, -jnp.inf)
+    p = jax.nn.softmax(jnp.where(seen, s / tau, neg))
+    t = jax.nn.softmax(jnp.where(seen, (acts @ a) / tau, neg))
+    d = jnp.where(seen, p - t, 0.0)
+    grad = jnp.outer(x, d @ acts) / tau
+    on = jnp.any(seen) & (hp.listwise_rate > 0)
+    return model._replace(V=jnp.where(on, model.V - hp.listwise_rate * grad, model.V))
+
+
+def reward_update(model: ActionModel, x: jax.Array, a_m: jax.Array, y01: jax.Array, p_pred: jax.Array,
+                  theta_s: jax.Array, hp: "RankParams", enabled: jax.Array) -> ActionModel:
+    """Logistic SGD on V from a reward: the injected pair's logit has the term θ_s·xᵀ(W+V)a_m, so
+    its gradient in V is (y − p̂)·θ_s·x a_mᵀ (``reward_rate``; 0 = off)."""
+    step = hp.reward_rate * (y01 - p_pred) * theta_s
+    return model._replace(V=jnp.where(enabled, model.V + step * jnp.outer(x, a_m), model.V))
 
 
 def pair_scores(model: ActionModel, x: jax.Array, acts: jax.Array, hp: "RankParams") -> jax.Array:
@@ -176,7 +210,7 @@ def pair_scores(model: ActionModel, x: jax.Array, acts: jax.Array, hp: "RankPara
     identifiers, drop out) and optionally as a cosine."""
     r = jnp.clip(1.0 - model.err / jnp.maximum(model.tot, 1e-6), 0.0, 1.0)
     weight = jnp.where(hp.reliability > 0.5, r, jnp.ones_like(r))
-    a_hat = predict_actions(model, x) * weight
+    a_hat = (x @ (model.W + model.V)) * weight
     dot = acts @ a_hat
     norms = jnp.linalg.norm(a_hat) * jnp.linalg.norm(acts * jnp.sqrt(weight), axis=-1)
     return jnp.where(hp.s_cosine > 0.5, dot / jnp.maximum(norms, 1e-6), dot)
@@ -217,7 +251,10 @@ def choose(state: RankState, hp: RankParams, key_vec: jax.Array, x: jax.Array, c
     any_valid = jnp.any(valid)
     best = jnp.where(any_valid, jnp.argmax(gain), -1).astype(jnp.int32)
     chosen = jnp.maximum(best, 0)
-    top = advantage(sampled)[chosen]  # whether to inject: always a posterior draw (explores the no-memory arm)
+    # whether to inject: a posterior draw (Thompson, scale ``explore``) raised by ``optimism`` posterior
+    # standard deviations of the chosen pair's logit, so "no memory" needs confident evidence of harm
+    sd = jnp.linalg.norm(state.chol.T @ psi[chosen])
+    top = jax.nn.sigmoid(logit(p0) + psi[chosen] @ sampled + hp.optimism * sd) - p0
     inject = any_valid & ((hp.abstain < 0.5) | (top > hp.margin))
     index = jnp.where(inject, best, -1).astype(jnp.int32)
     pending = Pending(p0=p0, psi=jnp.where(inject, psi[chosen], jnp.zeros_like(psi[chosen])),

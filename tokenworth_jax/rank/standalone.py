@@ -53,6 +53,7 @@ class State(NamedTuple):
     bank: Bank
     rank: M.RankState
     slot: jax.Array  # int32 bank slot injected in the open task, −1 for none
+    seen: jax.Array  # (B,) bool: the open task's recall set
 
 
 class Selection(NamedTuple):
@@ -71,7 +72,8 @@ def init(dims: Dims, hp: Params) -> State:
     bank = Bank(keys=jnp.zeros((B, r.key_dim), f), words=jnp.zeros((B, r.query_dim), f),
                 acts=jnp.zeros((B, r.action_dim), f), ids=jnp.full((B,), -1, jnp.int32), adv_sum=jnp.zeros((B,), f),
                 adv_n=jnp.zeros((B,), f), next=jnp.zeros((), jnp.int32))
-    return State(bank=bank, rank=M.init(dims.rank, hp.rank), slot=jnp.full((), -1, jnp.int32))
+    return State(bank=bank, rank=M.init(dims.rank, hp.rank), slot=jnp.full((), -1, jnp.int32),
+                 seen=jnp.zeros((B,), bool))
 
 
 def recall_mask(cos: jax.Array, valid: jax.Array, k: int) -> jax.Array:
@@ -85,27 +87,32 @@ def select(state: State, key_vec: jax.Array, x: jax.Array, hp: Params, dims: Dim
     bank = state.bank
     valid = bank.ids >= 0
     cos = bank.keys @ key_vec
-    seen = jnp.where(hp.recall_all > 0.5, valid, recall_mask(cos, valid, dims.k_candidates))
+    relevance = cos + hp.rank.recall_s * M.pair_scores(state.rank.actions, x, bank.acts, hp.rank)
+    seen = jnp.where(hp.recall_all > 0.5, valid, recall_mask(relevance, valid, dims.k_candidates))
     adv = bank.adv_sum / (bank.adv_n + 1)
     rank, choice = M.choose(state.rank, hp.rank, key_vec, x, cos, bank.acts, adv, seen)
     slot = choice.index
     sel = Selection(memory_id=jnp.where(slot >= 0, bank.ids[jnp.maximum(slot, 0)], -1), slot=slot, recall=seen,
                     cos=jnp.where(valid, cos, -jnp.inf), s=choice.s, gain=choice.gain, p0=choice.p0)
-    return state._replace(rank=rank, slot=slot), sel
+    return state._replace(rank=rank, slot=slot, seen=seen), sel
 
 
 def update(state: State, key_vec: jax.Array, x: jax.Array, reward: jax.Array, offer: jax.Array, a: jax.Array,
            memory_id: jax.Array, hp: Params) -> State:
     """The reward of the open task; with ``offer`` (a success that wrote a memory) its memory enters."""
-    rank = M.learn_reward(state.rank, hp.rank, key_vec, reward)
     bank = state.bank
     used = state.slot >= 0
     slot = jnp.maximum(state.slot, 0)
-    credit = jnp.asarray(reward, bank.adv_sum.dtype) - state.rank.pending.p0
+    pend, r = state.rank.pending, jnp.asarray(reward, bank.adv_sum.dtype)
+    p_pred = jax.nn.sigmoid(M.logit(pend.p0) + pend.psi @ state.rank.theta)
+    actions = M.reward_update(state.rank.actions, x, bank.acts[slot], r, p_pred, state.rank.theta[2], hp.rank, used)
+    rank = M.learn_reward(state.rank._replace(actions=actions), hp.rank, key_vec, reward)
+    credit = r - jnp.where(hp.rank.adv_net > 0.5, pend.p0, 0.5)
     bank = bank._replace(adv_sum=bank.adv_sum.at[slot].add(jnp.where(used, credit, 0.0)),
                          adv_n=bank.adv_n.at[slot].add(jnp.where(used, 1.0, 0.0)))
     offer = jnp.asarray(offer, bool)
-    rank = M.learn_memory(rank, x, a, offer)
+    listwise = M.listwise_update(rank.actions, x, a, bank.acts, state.seen & offer, hp.rank)
+    rank = M.learn_memory(rank._replace(actions=listwise), x, a, offer)
     w = bank.next % bank.ids.shape[0]
 
     def put(buf: jax.Array, value: jax.Array) -> jax.Array:
@@ -114,7 +121,7 @@ def update(state: State, key_vec: jax.Array, x: jax.Array, reward: jax.Array, of
     bank = Bank(keys=put(bank.keys, key_vec), words=put(bank.words, x), acts=put(bank.acts, a),
                 ids=put(bank.ids, memory_id), adv_sum=put(bank.adv_sum, 0.0), adv_n=put(bank.adv_n, 0.0),
                 next=bank.next + offer.astype(jnp.int32))
-    return State(bank=bank, rank=rank, slot=jnp.full((), -1, jnp.int32))
+    return State(bank=bank, rank=rank, slot=jnp.full((), -1, jnp.int32), seen=jnp.zeros_like(state.seen))
 
 
 class Stream(NamedTuple):

@@ -28,16 +28,16 @@ WORDS = re.compile(r"\w+")
 ACTION_TOKENS = re.compile(r"\w+|[^\w\s]+")
 
 
-def text_features(text: str, *, actions: bool = False) -> list[str]:
+def text_features(text: str, *, actions: bool = False, bigrams: bool = True) -> list[str]:
     """The distinct feature strings of ``text`` in first-seen order (words, then bigrams)."""
     tokens = (ACTION_TOKENS if actions else WORDS).findall(normalise(text))
-    feats = [f"w:{t}" for t in tokens] + [f"b:{a} {b}" for a, b in zip(tokens, tokens[1:])]
+    feats = [f"w:{t}" for t in tokens] + ([f"b:{a} {b}" for a, b in zip(tokens, tokens[1:])] if bigrams else [])
     return list(dict.fromkeys(feats))
 
 
-def _vector(text: str, dim: int, actions: bool) -> np.ndarray:
+def _vector(text: str, dim: int, actions: bool, bigrams: bool) -> np.ndarray:
     vec = np.zeros(dim, np.float64)
-    hashes = np.fromiter((_hash(f) for f in text_features(text, actions=actions)), dtype=np.uint64)
+    hashes = np.fromiter((_hash(f) for f in text_features(text, actions=actions, bigrams=bigrams)), dtype=np.uint64)
     if hashes.size:
         np.add.at(vec, (hashes % np.uint64(dim)).astype(np.int64), np.where(hashes >> np.uint64(63), -1.0, 1.0))
         norm = np.linalg.norm(vec)
@@ -46,18 +46,19 @@ def _vector(text: str, dim: int, actions: bool) -> np.ndarray:
     return vec
 
 
-def hashed(texts: str | Sequence[str], dim: int, *, actions: bool = False, dtype: type = np.float32) -> np.ndarray:
+def hashed(texts: str | Sequence[str], dim: int, *, actions: bool = False, bigrams: bool = True,
+           dtype: type = np.float32) -> np.ndarray:
     """``(n, dim)`` vectors of a batch of texts (``(dim,)`` for one string)."""
     if dim < 1:
         raise ValueError(f"dim must be >= 1, got {dim}")
     if isinstance(texts, str):
-        return _vector(texts, dim, actions).astype(dtype)
+        return _vector(texts, dim, actions, bigrams).astype(dtype)
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise TypeError(f"texts[{i}] must be a str, got {type(text).__name__}")
     if not len(texts):
         return np.zeros((0, dim), dtype)
-    return np.stack([_vector(t, dim, actions) for t in texts]).astype(dtype)
+    return np.stack([_vector(t, dim, actions, bigrams) for t in texts]).astype(dtype)
 
 
 def query_vectors(texts: str | Sequence[str], dim: int = 512) -> np.ndarray:
