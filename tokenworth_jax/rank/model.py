@@ -152,7 +152,7 @@ def init(dims: RankDims, hp: RankParams) -> RankState:
         lift_ring=ring_init((jnp.zeros((dims.window, N_PAIR), f), jnp.zeros((dims.window,), f),
                              jnp.zeros((dims.window,), f))),
         theta=hp.theta0 * hp.features,
-        chol=jnp.eye(N_PAIR, dtype=f) / jnp.sqrt(2 * hp.lam),
+        chol=jnp.diag(1.0 / jnp.sqrt(2 * hp.lam)),
         key=jax.random.PRNGKey(hp.seed),
         pending=Pending(p0=jnp.full((), 0.5, f), psi=jnp.zeros((N_PAIR,), f), gain=jnp.zeros((), f),
                         injected=jnp.zeros((), bool)),
@@ -212,7 +212,7 @@ def pair_scores(model: ActionModel, x: jax.Array, acts: jax.Array, hp: "RankPara
     weight = jnp.where(hp.reliability > 0.5, r, jnp.ones_like(r))
     a_hat = (x @ (model.W + model.V)) * weight
     dot = acts @ a_hat
-    norms = jnp.linalg.norm(a_hat) * jnp.linalg.norm(acts * jnp.sqrt(weight), axis=-1)
+    norms = jnp.linalg.norm(a_hat) * jnp.linalg.norm(acts * jnp.sqrt(weight)[None, :], axis=-1)
     return jnp.where(hp.s_cosine > 0.5, dot / jnp.maximum(norms, 1e-6), dot)
 
 
@@ -220,9 +220,9 @@ def pair_scores(model: ActionModel, x: jax.Array, acts: jax.Array, hp: "RankPara
 def pair_features(cos: jax.Array, s: jax.Array, adv: jax.Array, mask: jax.Array) -> jax.Array:
     """ψ for K candidates, (K, N_PAIR); inputs (K,)."""
     centres = jnp.asarray(BUMP_CENTRES, cos.dtype)
-    bumps = jnp.exp(-((cos[:, None] - centres) ** 2) / (2 * BUMP_WIDTH ** 2))
+    bumps = jnp.exp(-((cos[:, None] - centres[None, :]) ** 2) / (2 * BUMP_WIDTH ** 2))
     psi = jnp.concatenate([jnp.stack([jnp.ones_like(cos), cos, s, adv], axis=-1), bumps], axis=-1)
-    return psi * mask
+    return psi * mask[None, :]
 
 
 class Choice(NamedTuple):
@@ -270,13 +270,17 @@ def newton_fit(psi: jax.Array, y: jax.Array, offset: jax.Array, valid: jax.Array
     """:func:`tokenworth_jax.plus.lift.lift_fit` with :data:`NEWTON_STEPS` capped Newton steps
     instead of 12: the ranker refits after every injection from the previous optimum."""
 
+    def grad_hess(theta: jax.Array) -> tuple[jax.Array, jax.Array]:
+        g, H = _grad_hess(theta, psi, y, offset, valid, theta0, jnp.zeros((), theta.dtype))  # the likelihood's
+        return g + 2 * lam * (theta - theta0), H + jnp.diag(2 * lam)  # a ridge per feature
+
     def body(_: int, theta: jax.Array) -> jax.Array:
-        g, H = _grad_hess(theta, psi, y, offset, valid, theta0, lam)
+        g, H = grad_hess(theta)
         step = -jnp.linalg.solve(H, g)
         return theta + step * jnp.minimum(1.0, MAX_STEP / jnp.maximum(jnp.linalg.norm(step), 1e-12))
 
     theta = jax.lax.fori_loop(0, NEWTON_STEPS, body, theta_start)
-    _, H = _grad_hess(theta, psi, y, offset, valid, theta0, lam)
+    _, H = grad_hess(theta)
     cov = jnp.linalg.inv(H)
     return theta, jnp.linalg.cholesky((cov + cov.T) / 2)
 
@@ -314,7 +318,7 @@ def learn_reward(state: RankState, hp: RankParams, key_vec: jax.Array, reward: j
 
     def refit(_: None) -> tuple[jax.Array, jax.Array]:
         psi, y, offset = lift_ring.data
-        return fit_by_evidence(psi * hp.features, y, offset, ring_valid(lift_ring), state.theta,
+        return fit_by_evidence(psi * hp.features[None, :], y, offset, ring_valid(lift_ring), state.theta,
                                hp.theta0 * hp.features, hp.lam, hp.adaptive, hp.lam_grid)
 
     theta, chol = jax.lax.cond(pend.injected, refit, lambda _: (state.theta, state.chol), None)
