@@ -88,7 +88,7 @@ class RankParams(NamedTuple):
 
 DEFAULTS = dict(action_lambda=1.0, theta0=(0.5, 1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0), lam=1.0, adaptive=(0, 0, 0, 0, 1, 1, 1, 1),
                 lam_grid=(1.0, 3.0, 10.0, 30.0, 100.0), listwise_rate=0.0,
-                listwise_temp=0.1, reward_rate=0.0, recall_s=0.0, adv_net=1.0, explore=1.0, optimism=0.0, explore_rank=0.0,
+                listwise_temp=0.1, reward_rate=0.0, recall_s=0.0, adv_net=1.0, explore=0.0, optimism=1.0, explore_rank=0.0,
                 margin=-0.05, abstain=1.0, features=(1, 1, 1, 0, 1, 1, 1, 1), p0_prior=0.5, p0_strength=2.0,
                 bandwidth=0.05, seed=0, reliability=0.0, s_cosine=0.0)
 
