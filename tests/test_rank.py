@@ -39,13 +39,12 @@ def test_action_model_ranks_the_memory_whose_actions_the_words_predict() -> None
              ("how many orders were late", "SELECT COUNT(*) FROM orders WHERE late = 1"),
              ("list the names sorted by age", "SELECT name FROM p ORDER BY age"),
              ("list the cities sorted by size", "SELECT city FROM c ORDER BY size")] * 3
-    hp = M.rank_params()
-    model = M.init(M.RankDims(), hp).actions
+    model = M.init(M.RankDims(), M.rank_params()).actions
     for q, a in pairs:
         model = M.learn_actions(model, jnp.asarray(query_vectors(q)), jnp.asarray(action_vectors(a)))
     query = jnp.asarray(query_vectors("how many cities are sorted here"))
     counting, sorting = action_vectors(["SELECT COUNT(*) FROM x WHERE y = 2", "SELECT z FROM x ORDER BY w"])
-    s = M.pair_scores(model, query, jnp.asarray(np.stack([counting, sorting])), hp)
+    s = M.pair_scores(model, query, jnp.asarray(np.stack([counting, sorting])))
     assert float(s[0]) > float(s[1])
 
 
@@ -72,17 +71,17 @@ def test_evidence_frees_a_feature_only_when_the_rewards_support_it(signal: bool)
     logits = (-2.0 * bump) if signal else np.zeros(n)
     y = np.where(rng.random(n) < 1 / (1 + np.exp(-logits)), 1.0, -1.0)
     psi = np.zeros((n, M.N_PAIR))
-    psi[:, 0], psi[:, 4] = 1.0, bump
+    psi[:, 0], psi[:, 3] = 1.0, bump
     lam = jnp.ones(M.N_PAIR)
-    adaptive = jnp.asarray([0, 0, 0, 0, 1, 1, 1, 1], jnp.float32)
+    adaptive = jnp.asarray([0, 0, 0, 1, 1, 1, 1], jnp.float32)
     grid = jnp.asarray([1.0, 3.0, 10.0, 30.0, 100.0])
     theta, chol = M.fit_by_evidence(*_ring(psi, y), jnp.zeros(M.N_PAIR), jnp.zeros(M.N_PAIR), lam, adaptive, grid)
     free, _ = M.newton_fit(*_ring(psi, y), jnp.zeros(M.N_PAIR), jnp.zeros(M.N_PAIR), lam)
     assert np.all(np.isfinite(np.asarray(chol)))
     if signal:  # a strong effect: the smallest ridge wins and the weight is learned
-        assert float(theta[4]) < -1.0 and abs(float(theta[4]) - float(free[4])) < 1e-3
+        assert float(theta[3]) < -1.0 and abs(float(theta[3]) - float(free[3])) < 1e-3
     else:  # no effect: shrunk harder than the plain ridge fit
-        assert abs(float(theta[4])) < abs(float(free[4]))
+        assert abs(float(theta[3])) < abs(float(free[3]))
 
 
 def _chooser(**overrides: Any) -> tuple[M.RankState, M.RankParams]:
@@ -91,20 +90,25 @@ def _chooser(**overrides: Any) -> tuple[M.RankState, M.RankParams]:
 
 
 def test_choose_prefers_the_higher_predicted_overlap_and_abstains_on_predicted_harm() -> None:
-    state, hp = _chooser(explore=0.0)
+    state, hp = _chooser()
     state = state._replace(actions=state.actions._replace(W=jnp.eye(8, 4)))  # â = the first 4 word dims
     x = jnp.asarray([1, 0, 0, 0, 0, 0, 0, 0], jnp.float32)
     key = jnp.zeros(8).at[0].set(1.0)
     acts = jnp.asarray([[0, 1, 0, 0], [1, 0, 0, 0], [0, 0, 1, 0]], jnp.float32)
     cos = jnp.asarray([0.5, 0.2, 0.9])
     valid = jnp.asarray([True, True, False])
-    _, choice = M.choose(state, hp, key, x, cos, acts, jnp.zeros(3), valid)
+    _, choice = M.choose(state, hp, key, x, cos, acts, valid)
     assert int(choice.index) == 1 and float(choice.gain[2]) == -np.inf  # ŝ beats cosine; invalid never chosen
-    harmful = state._replace(theta=jnp.asarray([-6.0, 1.0, 2.0, 0, 0, 0, 0, 0]))
-    _, choice = M.choose(harmful, hp, key, x, cos, acts, jnp.zeros(3), valid)
+    harmful = state._replace(theta=jnp.asarray([-6.0, 1.0, 2.0, 0, 0, 0, 0]), chol=jnp.eye(M.N_PAIR) * 0.01)
+    _, choice = M.choose(harmful, hp, key, x, cos, acts, valid)
     assert int(choice.index) == -1 and int(choice.best) == 1
-    _, choice = M.choose(harmful, hp._replace(abstain=jnp.asarray(0.0)), key, x, cos, acts, jnp.zeros(3), valid)
+    _, choice = M.choose(harmful, hp._replace(abstain=jnp.asarray(0.0)), key, x, cos, acts, valid)
     assert int(choice.index) == 1
+    unsure = harmful._replace(chol=jnp.eye(M.N_PAIR) * 10.0)  # the same mean, little evidence: optimism injects
+    _, choice = M.choose(unsure, hp, key, x, cos, acts, valid)
+    assert int(choice.index) == 1
+    _, choice = M.choose(unsure, hp._replace(optimism=jnp.asarray(0.0)), key, x, cos, acts, valid)
+    assert int(choice.index) == -1
 
 
 def test_rank_params_reject_unknown_names_and_bad_shapes() -> None:

@@ -33,22 +33,12 @@ from bench.controller import simdb
 from tokenworth_jax.rank import standalone as S
 from tokenworth_jax.rank.text import action_vectors, query_vectors
 
-# Named configurations: overrides of tokenworth_jax.rank.model.DEFAULTS (+ recall_all).
-F = dict(one=0, cos=1, s=2, adv=3)  # ψ indices; 4..7 are the cosine bumps
-BUMPS = (0, 0, 0, 0, 1, 1, 1, 1)
-
-
-def mask(*on: str, bumps: bool = False) -> tuple[int, ...]:
-    m = [0] * 8
-    for name in on:
-        m[F[name]] = 1
-    return tuple(max(a, b) for a, b in zip(m, BUMPS)) if bumps else tuple(m)
-
-
+# Named configurations: overrides of tokenworth_jax.rank.model.DEFAULTS. ψ = [1, cos, ŝ, 4 bumps].
 CONFIGS: dict[str, dict[str, Any]] = {
-    "no memory": dict(margin=1.0, abstain=1.0),
-    "cosine": dict(features=mask("one", "cos"), theta0=(0.5, 1, 0, 0, 0, 0, 0, 0), explore=0.0, abstain=0.0),
-    "s only": dict(features=mask("one", "s"), theta0=(0.5, 0, 2, 0, 0, 0, 0, 0), explore=0.0, abstain=0.0),
+    "no memory": dict(margin=1.0),
+    # the ranking by one fixed score: a ridge so large that θ stays at its prior
+    "cosine": dict(features=(1, 1, 0, 0, 0, 0, 0), theta0=(0.5, 1, 0, 0, 0, 0, 0), lam=1e6, abstain=0.0),
+    "s only": dict(features=(1, 0, 1, 0, 0, 0, 0), theta0=(0.5, 0, 2, 0, 0, 0, 0), lam=1e6, abstain=0.0),
     "default": {},
 }
 
@@ -146,7 +136,7 @@ class Lab:
         dims = self.dims
 
         @jax.jit
-        def go(hp: S.Params, stream: S.Stream, table: jax.Array, p0: jax.Array, v: jax.Array, fits: jax.Array,
+        def go(hp: Any, stream: S.Stream, table: jax.Array, p0: jax.Array, v: jax.Array, fits: jax.Array,
                gain: jax.Array, harm: jax.Array, thr: jax.Array) -> tuple[S.Selection, jax.Array, jax.Array]:
             def prob(t: jax.Array, m: jax.Array) -> tuple[jax.Array, jax.Array]:
                 """(success probability, whether a success fits the budget)."""
@@ -168,14 +158,14 @@ class Lab:
 
         return go
 
-    def run(self, seed: int, hp: S.Params) -> dict[str, Any]:
+    def run(self, seed: int, hp: Any) -> dict[str, Any]:
         sim = self.sims[seed]
         prm = sim.params
         sel, rewards, probs = self._runner(hp, self.stream, jnp.asarray(sim.skill_table), jnp.asarray(sim.p0, jnp.float32),
                                            jnp.asarray(sim.outcome_u, jnp.float32), jnp.asarray(self.fits), prm.gain, prm.harm, prm.harm_threshold)
         return self.measures(jax.device_get(sel), np.asarray(rewards), np.asarray(probs))
 
-    def measures(self, sel: S.Selection, rewards: np.ndarray, probs: np.ndarray, bank_ids: Any = None) -> dict[str, Any]:
+    def measures(self, sel: S.Selection, rewards: np.ndarray, probs: np.ndarray) -> dict[str, Any]:
         T = len(rewards)
         chosen = np.asarray(sel.memory_id)
         inj = chosen >= 0
@@ -262,7 +252,7 @@ class StreamLab:
         dims, kind = self.dims, self.kind
 
         @jax.jit
-        def go(hp: S.Params, q: jax.Array, topic: jax.Array, skill: jax.Array, p0: jax.Array,
+        def go(hp: Any, q: jax.Array, topic: jax.Array, skill: jax.Array, p0: jax.Array,
                v: jax.Array) -> tuple[S.Selection, jax.Array]:
             def reward(t: jax.Array, m: jax.Array) -> jax.Array:
                 j = jnp.maximum(m, 0)
@@ -275,7 +265,7 @@ class StreamLab:
 
         return go
 
-    def run(self, seed: int, hp: S.Params) -> dict[str, Any]:
+    def run(self, seed: int, hp: Any) -> dict[str, Any]:
         st = self.streams[seed]
         sel, rewards = self._runner(hp, jnp.asarray(st["query"]), jnp.asarray(st["topic"]), jnp.asarray(st["skill"]),
                                     jnp.asarray(st["p0"], jnp.float32), jnp.asarray(st["v"], jnp.float32))
@@ -343,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             print(fmt(name, results[name]["mean"]), flush=True)
     for name, overrides in configs.items():
         started = time.perf_counter()
-        rows = [lab.run(s, S.params(**{**overrides, "seed": s} if "seed" not in overrides else overrides)) for s in seeds]
+        rows = [lab.run(s, S.params(**{"seed": s, **overrides})) for s in seeds]
         results[name] = {"mean": average(rows), "seeds": rows, "overrides": {k: v for k, v in overrides.items()},
                          "seconds": time.perf_counter() - started}
         print(fmt(name, results[name]["mean"]) + f" {results[name]['seconds']:.0f}s", flush=True)

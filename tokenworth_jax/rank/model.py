@@ -1,6 +1,7 @@
 """The learned ranker: which memory of the recall set helps this query (issue 24).
 
-Two learners, both pure functions over NamedTuple states with traced hyperparameters:
+Two learners, both pure functions over NamedTuple states with traced hyperparameters
+(docs/ranking-research.md has the measurements behind every choice):
 
 1. **The action model** (self-supervised, from memory texts alone). Every successful task offers
    a memory whose text shows both its question and its actions. A ridge regression from the
@@ -9,26 +10,35 @@ Two learners, both pure functions over NamedTuple states with traced hyperparame
        W = (λ_a I + Σ_j x_j x_jᵀ)⁻¹ Σ_j x_j a_jᵀ,        â(q) = Wᵀ x(q),
 
    is kept exactly by recursive least squares (Sherman–Morrison; ``P`` is the inverse Gram).
-   The pair score ŝ(q, m) = â(q)·a_m is a learned bilinear form xᵀ W a_m between query words and
-   memory action tokens: it predicts how much of m's procedure the query will need. The
+   The pair score ŝ(q, m) = â(q)·a_m = x(q)ᵀ W a_m is a learned bilinear form between query words
+   and memory action tokens: it predicts how much of m's procedure the query will need. The
    paper's features cannot express it (element-wise products of one hashed space only match
-   words the two questions share).
+   words the two questions share), and rewards are too noisy to learn it (measured).
 
-2. **The lift model** (from rewards; TokenWorth+'s estimator with richer features). With the
+2. **The lift model** (from rewards; TokenWorth+'s estimator with other features). With the
    task's difficulty as a fixed offset o(q) = logit p̂₀(q) (the no-memory arm,
    :func:`tokenworth_jax.plus.abstain.null_probability`),
 
        P(y = 1 | q, m) = σ(o(q) + θᵀψ(q, m)),
-       ψ = [1, cos, ŝ, ā(m), κ(cos − c₁), …, κ(cos − c₄)] ⊙ features,
+       ψ = [1, cos, ŝ, κ(cos − 0.2), κ(cos − 0.4), κ(cos − 0.6), κ(cos − 0.8)] ⊙ features,
 
-   with ā(m) the memory's shrunk mean advantage (y − p̂₀ over its uses), κ(d) = exp(−d²/2w²)
-   bumps at c = 0.2/0.4/0.6/0.8 (w = 0.1) so that worth may be a non-monotone function of
-   similarity (near duplicates that mislead), and ``features`` a traced 0/1 mask. θ is the
-   ridge-regularised Newton fit towards θ₀ (:func:`tokenworth_jax.plus.lift.lift_fit`) over the
-   last ``window`` injected tasks; its Laplace posterior gives Thompson draws.
+   κ(d) = exp(−d²/2w²), w = 0.1: bumps that let worth be a non-monotone function of similarity
+   (near duplicates that mislead). θ is a Newton fit towards θ₀ under a ridge λ_i per feature
+   over the last ``window`` injected tasks. For the ``adaptive`` features (the bumps) λ is
+   chosen by empirical Bayes: the fit is made under λ·g for each g of ``lam_grid`` and the one
+   with the largest Laplace evidence kept, so the bumps stay near 0 when the rewards show no
+   such structure (simulated DB) and move freely when they do (relevance ≠ worth streams).
 
-Choice: Â(q, m) = σ(o + θ̃ᵀψ) − p̂₀(q), the predicted change in success probability; the
-candidate with the largest Â is injected if Â > ``margin`` (else nothing, when ``abstain``).
+Choice. Candidates are ranked by the posterior-mean advantage
+Â(q, m) = σ(o + θ̂ᵀψ) − p̂₀(q) (a draw would perturb the ranking with noise the DB rewards cannot
+pay for). The best one is injected unless
+
+    σ(o + θ̃ᵀψ + optimism · sd(ψ)) − p̂₀ ≤ margin,     θ̃ = θ̂ + explore · L ε,  sd(ψ) = ‖Lᵀψ‖,
+
+with L the Cholesky factor of the Laplace covariance: an upper confidence bound on the logit
+(``optimism``; default 1) and optionally a Thompson draw (``explore``; default 0). So "no
+memory" needs evidence of harm, and a run cannot talk itself into never injecting (greedy
+abstention did, on some seeds).
 """
 
 from __future__ import annotations
@@ -42,10 +52,11 @@ from ..plus.abstain import logit, null_probability
 from ..plus.lift import MAX_STEP, _grad_hess, thompson
 from ..ring import Ring, ring_init, ring_push, ring_valid
 
-N_PAIR = 8  # ψ = [1, cos, ŝ, ā, four cosine bumps]
+N_PAIR = 7  # ψ = [1, cos, ŝ, four cosine bumps]
 BUMP_CENTRES = (0.2, 0.4, 0.6, 0.8)
 BUMP_WIDTH = 0.1
 N_GRID = 5  # ridge multipliers tried by the evidence fit
+NEWTON_STEPS = 4  # warm-started from the last fit, which one more example barely moves
 
 
 class RankDims(NamedTuple):
@@ -62,51 +73,42 @@ class RankParams(NamedTuple):
     """Traced hyperparameters (arrays; stack them to vmap over configurations)."""
 
     action_lambda: jax.Array  # λ_a, ridge of the action model (enters P₀ = I/λ_a at init)
-    theta0: jax.Array  # (N_PAIR,) prior of the lift weights
-    lam: jax.Array  # (N_PAIR,) ridge of the lift model, per feature (a feature moves θ only on strong evidence)
+    theta0: jax.Array  # (N_PAIR,) prior mean of the lift weights
+    lam: jax.Array  # (N_PAIR,) ridge of the lift model per feature
     adaptive: jax.Array  # (N_PAIR,) 0/1: features whose ridge is chosen by evidence among lam · lam_grid
     lam_grid: jax.Array  # (N_GRID,) ridge multipliers tried for the adaptive features
-    listwise_rate: jax.Array  # step of the listwise (memory-text) ranking update of V; 0 = off
-    listwise_temp: jax.Array  # its softmax temperature
-    reward_rate: jax.Array  # step of the reward-driven logistic update of V; 0 = off
-    recall_s: jax.Array  # recall by cos + recall_s·ŝ (0: by cosine, the paper's recall)
-    adv_net: jax.Array  # 0/1: a memory's credit ā is y − p̂₀ (net of difficulty) or y − ½ (raw)
-    explore: jax.Array  # Thompson scale (0: greedy)
+    explore: jax.Array  # Thompson scale of the inject decision (0: none)
     optimism: jax.Array  # posterior sds added to the inject decision's logit (upper confidence bound)
-    explore_rank: jax.Array  # 0/1: rank by the posterior draw too (0: by the posterior mean; the draw decides only
-    #                          whether to inject)
-    margin: jax.Array  # inject only if Â > margin (probability units)
-    abstain: jax.Array  # 0/1: allow "no memory" when Â ≤ margin
+    margin: jax.Array  # inject only if the decision's Â > margin (probability units)
+    abstain: jax.Array  # 0/1: allow "no memory" at all
     features: jax.Array  # (N_PAIR,) 0/1 mask of ψ
     p0_prior: jax.Array  # Beta prior mean of the no-memory rate
     p0_strength: jax.Array  # its pseudo-count
     bandwidth: jax.Array  # p̂₀ kernel width on 1 − cos
-    seed: jax.Array  # int32, the Thompson key's seed
-    reliability: jax.Array  # 0/1: weight action buckets by how well they are predicted (prequential R²)
-    s_cosine: jax.Array  # 0/1: ŝ as the cosine of â and a_m instead of their dot product
+    seed: jax.Array  # int32, the PRNG key's seed
 
 
-DEFAULTS = dict(action_lambda=1.0, theta0=(0.5, 1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0), lam=1.0, adaptive=(0, 0, 0, 0, 1, 1, 1, 1),
-                lam_grid=(1.0, 3.0, 10.0, 30.0, 100.0), listwise_rate=0.0,
-                listwise_temp=0.1, reward_rate=0.0, recall_s=0.0, adv_net=1.0, explore=0.0, optimism=1.0, explore_rank=0.0,
-                margin=-0.05, abstain=1.0, features=(1, 1, 1, 0, 1, 1, 1, 1), p0_prior=0.5, p0_strength=2.0,
-                bandwidth=0.05, seed=0, reliability=0.0, s_cosine=0.0)
+DEFAULTS = dict(action_lambda=1.0, theta0=(0.5, 1.0, 2.0, 0.0, 0.0, 0.0, 0.0), lam=1.0,
+                adaptive=(0, 0, 0, 1, 1, 1, 1), lam_grid=(1.0, 3.0, 10.0, 30.0, 100.0), explore=0.0, optimism=1.0,
+                margin=-0.05, abstain=1.0, features=(1, 1, 1, 1, 1, 1, 1), p0_prior=0.5, p0_strength=2.0,
+                bandwidth=0.05, seed=0)
+VECTORS = {"theta0": (N_PAIR,), "lam": (N_PAIR,), "adaptive": (N_PAIR,), "features": (N_PAIR,),
+           "lam_grid": (N_GRID,)}
 
 
 def rank_params(**overrides: object) -> RankParams:
-    """:data:`DEFAULTS` with ``overrides``, as float32 arrays (``seed`` int32); unknown names raise."""
+    """:data:`DEFAULTS` with ``overrides`` as float32 arrays (``seed`` int32; a scalar ``lam`` is
+    one ridge for every feature); unknown names and wrong shapes raise ``ValueError``."""
     unknown = set(overrides) - set(RankParams._fields)
     if unknown:
         raise ValueError(f"unknown rank hyperparameter(s) {sorted(unknown)}; known: {', '.join(RankParams._fields)}")
     values = {**DEFAULTS, **overrides}
     out = {}
     for name in RankParams._fields:
-        dtype = jnp.int32 if name == "seed" else jnp.float32
-        arr = jnp.asarray(values[name], dtype)
+        arr = jnp.asarray(values[name], jnp.int32 if name == "seed" else jnp.float32)
         if name == "lam" and arr.shape == ():
-            arr = jnp.full((N_PAIR,), arr)  # one ridge for every feature
-        expected = ((N_PAIR,) if name in ("theta0", "features", "lam", "adaptive") else
-                    (N_GRID,) if name == "lam_grid" else ())
+            arr = jnp.full((N_PAIR,), arr)
+        expected = VECTORS.get(name, ())
         if arr.shape != expected:
             raise ValueError(f"rank hyperparameter {name} must have shape {expected}, got {arr.shape}")
         out[name] = arr
@@ -117,17 +119,13 @@ class ActionModel(NamedTuple):
     P: jax.Array  # (Dq, Dq) inverse of λ_a I + Σ x xᵀ
     W: jax.Array  # (Dq, Da) ridge solution
     n: jax.Array  # int32 pairs learned
-    V: jax.Array  # (Dq, Da) correction learned by ranking losses (listwise on memory texts, or rewards)
-    err: jax.Array  # (Da,) Σ squared prediction errors before each update (prequential)
-    tot: jax.Array  # (Da,) Σ squared targets
 
 
 class Pending(NamedTuple):
     """What the open task remembers between :func:`choose` and :func:`learn_reward`."""
 
     p0: jax.Array  # p̂₀(q)
-    psi: jax.Array  # (N_PAIR,) features of the chosen candidate
-    gain: jax.Array  # its Â (0 when there was no candidate)
+    psi: jax.Array  # (N_PAIR,) features of the injected candidate (zeros when none)
     injected: jax.Array  # bool
 
 
@@ -137,7 +135,7 @@ class RankState(NamedTuple):
     lift_ring: Ring  # (ψ (N, F), y (N,) in {−1, 1}, offset (N,))
     theta: jax.Array  # (N_PAIR,) posterior mean
     chol: jax.Array  # (N_PAIR, N_PAIR) Cholesky factor of the Laplace covariance
-    key: jax.Array  # PRNG key
+    key: jax.Array  # PRNG key (used when explore > 0)
     pending: Pending
 
 
@@ -145,26 +143,18 @@ def init(dims: RankDims, hp: RankParams) -> RankState:
     f = jnp.float32
     return RankState(
         actions=ActionModel(P=jnp.eye(dims.query_dim, dtype=f) / hp.action_lambda,
-                            W=jnp.zeros((dims.query_dim, dims.action_dim), f), n=jnp.zeros((), jnp.int32),
-                            V=jnp.zeros((dims.query_dim, dims.action_dim), f),
-                            err=jnp.zeros((dims.action_dim,), f), tot=jnp.zeros((dims.action_dim,), f)),
+                            W=jnp.zeros((dims.query_dim, dims.action_dim), f), n=jnp.zeros((), jnp.int32)),
         null_ring=ring_init((jnp.zeros((dims.null_window, dims.key_dim), f), jnp.zeros((dims.null_window,), f))),
         lift_ring=ring_init((jnp.zeros((dims.window, N_PAIR), f), jnp.zeros((dims.window,), f),
                              jnp.zeros((dims.window,), f))),
         theta=hp.theta0 * hp.features,
         chol=jnp.diag(1.0 / jnp.sqrt(2 * hp.lam)),
         key=jax.random.PRNGKey(hp.seed),
-        pending=Pending(p0=jnp.full((), 0.5, f), psi=jnp.zeros((N_PAIR,), f), gain=jnp.zeros((), f),
-                        injected=jnp.zeros((), bool)),
+        pending=Pending(p0=jnp.full((), 0.5, f), psi=jnp.zeros((N_PAIR,), f), injected=jnp.zeros((), bool)),
     )
 
 
 # ------------------------------------------------------------------ the action model
-def predict_actions(model: ActionModel, x: jax.Array) -> jax.Array:
-    """â(q) = Wᵀ x: the action vector the query is predicted to need, (Da,)."""
-    return x @ model.W
-
-
 def learn_actions(model: ActionModel, x: jax.Array, a: jax.Array, enabled: jax.Array | bool = True) -> ActionModel:
     """One exact recursive-least-squares step with the pair (x, a); a no-op when not ``enabled``
     (a ``lax.cond``, so a task without an offer skips the O(Dq²) work outside ``vmap``)."""
@@ -172,107 +162,64 @@ def learn_actions(model: ActionModel, x: jax.Array, a: jax.Array, enabled: jax.A
     def step(m: ActionModel) -> ActionModel:
         Px = m.P @ x
         k = Px / (1.0 + x @ Px)
-        e = a - x @ m.W  # the prediction error before this pair is learned (prequential)
-        return m._replace(P=m.P - jnp.outer(k, Px), W=m.W + jnp.outer(k, e), n=m.n + 1, err=m.err + e * e,
-                          tot=m.tot + a * a)
+        return ActionModel(P=m.P - jnp.outer(k, Px), W=m.W + jnp.outer(k, a - x @ m.W), n=m.n + 1)
 
     return jax.lax.cond(jnp.asarray(enabled, bool), step, lambda m: m, model)
 
 
-def listwise_update(model: ActionModel, x: jax.Array, a: jax.Array, acts: jax.Array, seen: jax.Array,
-                    hp: "RankParams") -> ActionModel:
-    """ListNet step on V inside a recall set, labelled by the memory texts alone: once the task's
-    own actions ``a`` are known (it succeeded), the candidates it saw (``acts``, mask ``seen``)
-    should have been ordered by their overlap a·a_m. Cross-entropy between softmax(overlap/τ)
-    and softmax(ŝ/τ); one gradient step of size ``listwise_rate``."""
-    tau = hp.listwise_temp
-    s = acts @ (x @ (model.W + model.V))
-    neg = jnp.full_like(s, -jnp.inf)
-    p = jax.nn.softmax(jnp.where(seen, s / tau, neg))
-    t = jax.nn.softmax(jnp.where(seen, (acts @ a) / tau, neg))
-    d = jnp.where(seen, p - t, 0.0)
-    grad = jnp.outer(x, d @ acts) / tau
-    on = jnp.any(seen) & (hp.listwise_rate > 0)
-    return model._replace(V=jnp.where(on, model.V - hp.listwise_rate * grad, model.V))
-
-
-def reward_update(model: ActionModel, x: jax.Array, a_m: jax.Array, y01: jax.Array, p_pred: jax.Array,
-                  theta_s: jax.Array, hp: "RankParams", enabled: jax.Array) -> ActionModel:
-    """Logistic SGD on V from a reward: the injected pair's logit has the term θ_s·xᵀ(W+V)a_m, so
-    its gradient in V is (y − p̂)·θ_s·x a_mᵀ (``reward_rate``; 0 = off)."""
-    step = hp.reward_rate * (y01 - p_pred) * theta_s
-    return model._replace(V=jnp.where(enabled, model.V + step * jnp.outer(x, a_m), model.V))
-
-
-def pair_scores(model: ActionModel, x: jax.Array, acts: jax.Array, hp: "RankParams") -> jax.Array:
-    """ŝ(q, m) for K memories' action vectors (K, Da): â(q)·a_m, optionally with each action
-    bucket weighted by its prequential R² (buckets the words never predict, such as hashed
-    identifiers, drop out) and optionally as a cosine."""
-    r = jnp.clip(1.0 - model.err / jnp.maximum(model.tot, 1e-6), 0.0, 1.0)
-    weight = jnp.where(hp.reliability > 0.5, r, jnp.ones_like(r))
-    a_hat = (x @ (model.W + model.V)) * weight
-    dot = acts @ a_hat
-    norms = jnp.linalg.norm(a_hat) * jnp.linalg.norm(acts * jnp.sqrt(weight)[None, :], axis=-1)
-    return jnp.where(hp.s_cosine > 0.5, dot / jnp.maximum(norms, 1e-6), dot)
+def pair_scores(model: ActionModel, x: jax.Array, acts: jax.Array) -> jax.Array:
+    """ŝ(q, m) = xᵀ W a_m for K memories' action vectors ``acts`` (K, Da)."""
+    return acts @ (x @ model.W)
 
 
 # ------------------------------------------------------------------ the lift model
-def pair_features(cos: jax.Array, s: jax.Array, adv: jax.Array, mask: jax.Array) -> jax.Array:
-    """ψ for K candidates, (K, N_PAIR); inputs (K,)."""
+def pair_features(cos: jax.Array, s: jax.Array, mask: jax.Array) -> jax.Array:
+    """ψ for K candidates, (K, N_PAIR); ``cos`` and ``s`` are (K,)."""
     centres = jnp.asarray(BUMP_CENTRES, cos.dtype)
     bumps = jnp.exp(-((cos[:, None] - centres[None, :]) ** 2) / (2 * BUMP_WIDTH ** 2))
-    psi = jnp.concatenate([jnp.stack([jnp.ones_like(cos), cos, s, adv], axis=-1), bumps], axis=-1)
+    psi = jnp.concatenate([jnp.stack([jnp.ones_like(cos), cos, s], axis=-1), bumps], axis=-1)
     return psi * mask[None, :]
 
 
 class Choice(NamedTuple):
     index: jax.Array  # int32 candidate index injected, −1 for none
     best: jax.Array  # int32 argmax of Â over the valid candidates (−1 if none)
-    gain: jax.Array  # (K,) Â per candidate (−inf where invalid)
+    gain: jax.Array  # (K,) posterior-mean Â per candidate (−inf where invalid)
     s: jax.Array  # (K,) ŝ per candidate
     p0: jax.Array  # p̂₀(q)
 
 
 def choose(state: RankState, hp: RankParams, key_vec: jax.Array, x: jax.Array, cos: jax.Array, acts: jax.Array,
-           adv: jax.Array, valid: jax.Array) -> tuple[RankState, Choice]:
-    """Score K candidates (cosines ``cos``, action vectors ``acts`` (K, Da), mean advantages ``adv``,
-    ``valid`` mask) for the query (recall vector ``key_vec``, word vector ``x``); pick one or none."""
+           valid: jax.Array) -> tuple[RankState, Choice]:
+    """Score K candidates (cosines ``cos`` (K,), action vectors ``acts`` (K, Da), ``valid`` mask) for
+    the query (recall vector ``key_vec``, word vector ``x``); pick one or none."""
     key, sub = jax.random.split(state.key)
-    s = pair_scores(state.actions, x, acts, hp)
-    psi = pair_features(cos, s, adv, hp.features)
+    s = pair_scores(state.actions, x, acts)
+    psi = pair_features(cos, s, hp.features)
     p0 = null_probability(key_vec[None, :], state.null_ring, hp.p0_prior, hp.p0_strength, hp.bandwidth)[0]
-    sampled = thompson(sub, state.theta, state.chol, hp.explore) * hp.features
-    theta = jnp.where(hp.explore_rank > 0.5, sampled, state.theta * hp.features)
-
-    def advantage(th: jax.Array) -> jax.Array:
-        return jnp.where(valid, jax.nn.sigmoid(logit(p0) + psi @ th) - p0, -jnp.inf)
-
-    gain = advantage(theta)
+    o = logit(p0)
+    gain = jnp.where(valid, jax.nn.sigmoid(o + psi @ (state.theta * hp.features)) - p0, -jnp.inf)
     any_valid = jnp.any(valid)
     best = jnp.where(any_valid, jnp.argmax(gain), -1).astype(jnp.int32)
-    chosen = jnp.maximum(best, 0)
-    # whether to inject: a posterior draw (Thompson, scale ``explore``) raised by ``optimism`` posterior
-    # standard deviations of the chosen pair's logit, so "no memory" needs confident evidence of harm
-    sd = jnp.linalg.norm(state.chol.T @ psi[chosen])
-    top = jax.nn.sigmoid(logit(p0) + psi[chosen] @ sampled + hp.optimism * sd) - p0
-    inject = any_valid & ((hp.abstain < 0.5) | (top > hp.margin))
+    chosen = psi[jnp.maximum(best, 0)]
+    drawn = thompson(sub, state.theta, state.chol, hp.explore) * hp.features
+    sd = jnp.linalg.norm(state.chol.T @ chosen)
+    decisive = jax.nn.sigmoid(o + chosen @ drawn + hp.optimism * sd) - p0
+    inject = any_valid & ((hp.abstain < 0.5) | (decisive > hp.margin))
     index = jnp.where(inject, best, -1).astype(jnp.int32)
-    pending = Pending(p0=p0, psi=jnp.where(inject, psi[chosen], jnp.zeros_like(psi[chosen])),
-                      gain=jnp.where(any_valid, top, 0.0), injected=inject)
+    pending = Pending(p0=p0, psi=jnp.where(inject, chosen, jnp.zeros_like(chosen)), injected=inject)
     return state._replace(key=key, pending=pending), Choice(index=index, best=best, gain=gain, s=s, p0=p0)
-
-
-NEWTON_STEPS = 4  # warm-started from the last fit, which one more example barely moves
 
 
 def newton_fit(psi: jax.Array, y: jax.Array, offset: jax.Array, valid: jax.Array, theta_start: jax.Array,
                theta0: jax.Array, lam: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """:func:`tokenworth_jax.plus.lift.lift_fit` with :data:`NEWTON_STEPS` capped Newton steps
-    instead of 12: the ranker refits after every injection from the previous optimum."""
+    """(θ̂, Cholesky factor of H⁻¹) of the offset logistic regression with a ridge ``lam`` (F,) per
+    feature: :func:`tokenworth_jax.plus.lift.lift_fit`'s capped Newton steps, :data:`NEWTON_STEPS`
+    of them from ``theta_start`` (the ranker refits after every injection from the last optimum)."""
 
     def grad_hess(theta: jax.Array) -> tuple[jax.Array, jax.Array]:
         g, H = _grad_hess(theta, psi, y, offset, valid, theta0, jnp.zeros((), theta.dtype))  # the likelihood's
-        return g + 2 * lam * (theta - theta0), H + jnp.diag(2 * lam)  # a ridge per feature
+        return g + 2 * lam * (theta - theta0), H + jnp.diag(2 * lam)
 
     def body(_: int, theta: jax.Array) -> jax.Array:
         g, H = grad_hess(theta)
@@ -287,7 +234,7 @@ def newton_fit(psi: jax.Array, y: jax.Array, offset: jax.Array, valid: jax.Array
 
 def laplace_evidence(theta: jax.Array, chol: jax.Array, psi: jax.Array, y: jax.Array, offset: jax.Array,
                      valid: jax.Array, theta0: jax.Array, lam: jax.Array) -> jax.Array:
-    """log p(data | λ) under the Laplace approximation at the fit θ̂ (chol = Cholesky factor of H⁻¹):
+    """log p(data | λ) under the Laplace approximation at θ̂ (``chol`` = Cholesky factor of H⁻¹):
     log-likelihood − Σ λ_i (θ̂_i − θ0_i)² + ½ Σ log 2λ_i − ½ log det H."""
     loglik = jnp.sum(jnp.where(valid, jax.nn.log_sigmoid(y * (offset + psi @ theta)), 0.0))
     return (loglik - jnp.sum(lam * (theta - theta0) ** 2) + 0.5 * jnp.sum(jnp.log(2 * lam))
@@ -297,10 +244,10 @@ def laplace_evidence(theta: jax.Array, chol: jax.Array, psi: jax.Array, y: jax.A
 def fit_by_evidence(psi: jax.Array, y: jax.Array, offset: jax.Array, valid: jax.Array, theta_start: jax.Array,
                     theta0: jax.Array, lam: jax.Array, adaptive: jax.Array,
                     grid: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """The lift fit under the ridge, among ``lam`` with the ``adaptive`` features' ridge multiplied by
-    each entry of ``grid``, that the data support best (largest Laplace evidence): empirical Bayes
-    for how much a feature group may move away from its prior. Noisy rewards keep it shrunk; a
-    strong, consistent effect frees it."""
+    """The fit, among ``lam`` with the ``adaptive`` features' ridge multiplied by each entry of
+    ``grid``, that the data support best (largest Laplace evidence): empirical Bayes for how far
+    a feature group may move from its prior. Noisy rewards keep it shrunk; a strong, consistent
+    effect frees it."""
     lams = lam[None, :] * jnp.where(adaptive[None, :] > 0.5, grid[:, None], 1.0)  # (G, F)
     thetas, chols = jax.vmap(lambda l: newton_fit(psi, y, offset, valid, theta_start, theta0, l))(lams)
     scores = jax.vmap(lambda t, c, l: laplace_evidence(t, c, psi, y, offset, valid, theta0, l))(thetas, chols, lams)
@@ -309,10 +256,9 @@ def fit_by_evidence(psi: jax.Array, y: jax.Array, offset: jax.Array, valid: jax.
 
 
 def learn_reward(state: RankState, hp: RankParams, key_vec: jax.Array, reward: jax.Array) -> RankState:
-    """After the grader: the no-memory ring (nothing injected) or the lift window and refit (injected)."""
+    """After the grader: the no-memory ring (nothing injected), or the lift window and its refit."""
     pend = state.pending
-    f = state.theta.dtype
-    r = jnp.asarray(reward, f)
+    r = jnp.asarray(reward, state.theta.dtype)
     null_ring = ring_push(state.null_ring, (key_vec, r), ~pend.injected)
     lift_ring = ring_push(state.lift_ring, (pend.psi, 2 * r - 1, logit(pend.p0)), pend.injected)
 
