@@ -24,7 +24,8 @@ methods, ``admission.memory_id`` for TokenWorth, ``offer.memory_id`` for tokenwo
         --out bench/results/ranking            # or: tokenworth-bench ranking ...
 
 Each experiment folder is a ``tokenworth run`` output (``seed<k>/<method>/records.jsonl``, or a
-single-seed ``<method>/records.jsonl``). Writes ``<name>.md``, ``<name>.json`` and ``<name>.png``.
+single-seed ``<method>/records.jsonl``); several folders of one env are merged into one table.
+Writes ``<name>.md``, ``<name>.json`` and ``<name>.png``.
 """
 
 from __future__ import annotations
@@ -285,7 +286,7 @@ def figure(results: dict[str, dict[str, Any]], block: int, path: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--experiment", action="append", required=True,
-                        help="ENV=FOLDER (a `tokenworth run` output); repeatable")
+                        help="ENV=FOLDER (a `tokenworth run` output); repeatable, also for one env")
     parser.add_argument("--methods", default=None, help="comma-separated (default: every method found)")
     parser.add_argument("--block", type=int, default=100)
     parser.add_argument("--out", default="bench/results/ranking")
@@ -294,13 +295,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.block < 1:
         parser.error(f"--block must be >= 1, got {args.block}")
     results: dict[str, Any] = {}
-    for item in args.experiment:
+    for item in args.experiment:  # several folders of one env add their methods to one table
         env, sep, folder = item.partition("=")
         if not sep or not Path(folder).is_dir():
             parser.error(f"--experiment wants ENV=FOLDER with an existing folder, got {item!r}")
-        results[env] = measure(Path(folder), args.methods.split(",") if args.methods else None, args.block)
-        if not results[env]:
+        found = measure(Path(folder), args.methods.split(",") if args.methods else None, args.block)
+        if not found:
             parser.error(f"no records.jsonl under {folder}")
+        results.setdefault(env, {}).update(found)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     text = markdown(results, args.block)
