@@ -254,3 +254,22 @@ def test_ranking_instrument_measures_j_harm_and_auc() -> None:
     assert rows[2]["j_top"] == 0.0 and rows[2]["j_best"] == 1.0  # recall order: memory 1 is the most similar
     summary = summarise(rows)
     assert summary["harmful"] == 0.25 and summary["j_chosen"] == 0.5 and summary["injected"] == 0.5
+
+
+# ------------------------------------------------------------------ the research lab
+def test_lab_runs_db_and_a_stream(data_dir) -> None:
+    """Smoke: the lab's DB run and a relevance ≠ worth stream produce sane measures; the lab's
+    reward is the simulator's own (bench.controller.simdb, checked against sim.decide elsewhere)."""
+    from pathlib import Path
+
+    from bench.rank import lab
+
+    if not (Path(data_dir) / "db_bench").exists():
+        pytest.skip(f"DB task data not found under {data_dir}")
+    db = lab.Lab("db", 40, [0])
+    none, ranked = (db.run(0, S.params(**lab.CONFIGS[name])) for name in ("no memory", "default"))
+    assert none["injected"] == 0 and ranked["injected"] > 0 and 0 <= ranked["harmful"] <= ranked["injected"]
+    assert 0 <= ranked["j"] <= 1 and ranked["j_best"] >= ranked["j_top"] - 1e-9
+    trap = lab.StreamLab("trap", 80, [0])
+    row = trap.run(0, S.params())
+    assert row["oracle"] > row["none"] and 0 <= row["injected"] <= 1

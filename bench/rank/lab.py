@@ -22,6 +22,7 @@ import argparse
 import functools
 import json
 import time
+import types
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -134,19 +135,16 @@ class Lab:
     @functools.cached_property
     def _runner(self) -> Any:
         dims = self.dims
+        params = next(iter(self.sims.values())).params  # SimParams: the same for every seed
 
         @jax.jit
-        def go(hp: Any, stream: S.Stream, table: jax.Array, p0: jax.Array, v: jax.Array, fits: jax.Array,
-               gain: jax.Array, harm: jax.Array, thr: jax.Array) -> tuple[S.Selection, jax.Array, jax.Array]:
+        def go(hp: Any, stream: S.Stream, table: jax.Array, p0: jax.Array, v: jax.Array,
+               fits: jax.Array) -> tuple[S.Selection, jax.Array, jax.Array]:
             def prob(t: jax.Array, m: jax.Array) -> tuple[jax.Array, jax.Array]:
                 """(success probability, whether a success fits the budget)."""
-                s_i, s_j = table[t], table[jnp.maximum(m, 0)]
-                inter = jnp.sum(s_i * s_j)
-                union = jnp.sum(s_i) + jnp.sum(s_j) - inter
-                j = jnp.where(union > 0, inter / jnp.maximum(union, 1.0), 0.0)
-                with_m = p0[t] + gain * j - jnp.where(j < thr, harm * (1 - j), 0.0)
-                kind = jnp.where(m < 0, 0, jnp.where(j < thr, 2, 1))
-                return jnp.clip(jnp.where(m >= 0, with_m, p0[t]), 0.02, 0.98), fits[t, kind]
+                j = simdb.overlap(table, t, m)
+                kind = jnp.where(m < 0, 0, jnp.where(j < params.harm_threshold, 2, 1))
+                return simdb.probability(params, p0[t], j, m >= 0), fits[t, kind]
 
             def reward(t: jax.Array, m: jax.Array) -> jax.Array:
                 p, fit = prob(t, m)
@@ -160,9 +158,8 @@ class Lab:
 
     def run(self, seed: int, hp: Any) -> dict[str, Any]:
         sim = self.sims[seed]
-        prm = sim.params
         sel, rewards, probs = self._runner(hp, self.stream, jnp.asarray(sim.skill_table), jnp.asarray(sim.p0, jnp.float32),
-                                           jnp.asarray(sim.outcome_u, jnp.float32), jnp.asarray(self.fits), prm.gain, prm.harm, prm.harm_threshold)
+                                           jnp.asarray(sim.outcome_u, jnp.float32), jnp.asarray(self.fits))
         return self.measures(jax.device_get(sel), np.asarray(rewards), np.asarray(probs))
 
     def measures(self, sel: S.Selection, rewards: np.ndarray, probs: np.ndarray) -> dict[str, Any]:
@@ -198,40 +195,32 @@ def oracle(lab: "Lab", seed: int, k: int | None) -> dict[str, Any]:
     included, or nothing when no candidate beats no memory. Reads J: a reference, not a method."""
     sim, prm = lab.sims[seed], lab.sims[seed].params
     keys = np.asarray(lab.stream.keys)
-    T, B = len(sim.p0), lab.dims.capacity
     bank: list[int] = []
-    wins = probs = injected = harmful = 0.0
-    js = []
-    for t in range(T):
-        def value(m: int) -> tuple[float, float]:
-            if m < 0:
-                return float(np.clip(sim.p0[t], 0.02, 0.98) * lab.fits[t, 0]), 0.0
-            j = lab.J[t, m]
-            harm = j < prm.harm_threshold
-            p = sim.p0[t] + prm.gain * j - (prm.harm * (1 - j) if harm else 0.0)
-            return float(np.clip(p, 0.02, 0.98) * lab.fits[t, 2 if harm else 1]), j
-        cands = bank
-        if bank and k is not None:
-            cos = keys[bank] @ keys[t]
-            cands = [bank[i] for i in np.argsort(-cos, kind="stable")[:k]]
-        best, arm = value(-1)[0], -1
-        for m in cands:
-            p, _ = value(m)
-            if p > best:
-                best, arm = p, m
-        p_arm = value(arm)[0]
-        raw = float(np.clip(sim.p0[t] + (0 if arm < 0 else prm.gain * lab.J[t, arm]), 0.02, 0.98))
-        success = sim.outcome_u[t] < raw and (lab.fits[t, 0 if arm < 0 else 1] > 0)
+    wins = expected = 0.0
+    chosen_j: list[float] = []
+    for t in range(len(sim.p0)):
+        cands = np.asarray(bank, int)
+        if len(bank) and k is not None:
+            cands = cands[np.argsort(-(keys[cands] @ keys[t]), kind="stable")[:k]]
+        j = lab.J[t, cands]
+        p = np.asarray(simdb.probability(prm, sim.p0[t], jnp.asarray(j), True))
+        kinds = np.where(j < prm.harm_threshold, 2, 1)
+        values = np.concatenate([[float(simdb.probability(prm, sim.p0[t], 0.0, False)) * lab.fits[t, 0]],
+                                 p * lab.fits[t, kinds]])
+        best = int(np.argmax(values))  # 0: no memory
+        p_arm = float(simdb.probability(prm, sim.p0[t], 0.0, False)) if best == 0 else float(p[best - 1])
+        fit = lab.fits[t, 0] if best == 0 else lab.fits[t, kinds[best - 1]]
+        success = bool(sim.outcome_u[t] < p_arm and fit > 0)
         wins += success
-        probs += p_arm
-        if arm >= 0:
-            injected += 1
-            js.append(lab.J[t, arm])
-            harmful += lab.J[t, arm] < prm.harm_threshold
+        expected += values[best]
+        if best:
+            chosen_j.append(float(j[best - 1]))
         if success:
-            bank = (bank + [t])[-B:]
-    return dict(p=probs / T, sr=100 * wins / T, injected=injected / T, j=float(np.mean(js)) if js else None,
-                j_top=None, j_best=None, harmful=harmful / T)
+            bank = (bank + [t])[-lab.dims.capacity:]
+    T = len(sim.p0)
+    return dict(p=expected / T, sr=100 * wins / T, injected=len(chosen_j) / T,
+                j=float(np.mean(chosen_j)) if chosen_j else None, j_top=None, j_best=None,
+                harmful=float(np.sum(np.asarray(chosen_j) < prm.harm_threshold)) / T)
 
 
 class StreamLab:
@@ -244,31 +233,23 @@ class StreamLab:
         self.kind, self.dims = kind, dims
         self.streams = {s: streams.make_stream(kind, s, n_tasks, dim=dims.rank.key_dim) for s in seeds}
         self.oracles = {s: streams.oracle(self.streams[s], dims.capacity) for s in seeds}
-
-    @functools.cached_property
-    def _runner(self) -> Any:
-        from bench.plus.streams import effect
-
-        dims, kind = self.dims, self.kind
-
-        @jax.jit
-        def go(hp: Any, q: jax.Array, topic: jax.Array, skill: jax.Array, p0: jax.Array,
-               v: jax.Array) -> tuple[S.Selection, jax.Array]:
-            def reward(t: jax.Array, m: jax.Array) -> jax.Array:
-                j = jnp.maximum(m, 0)
-                p = p0[t] + jnp.where(m >= 0, effect(kind, topic[t], skill[t], topic[j], skill[j], jnp), 0.0)
-                return (v[t] < jnp.clip(p, 0.02, 0.98)).astype(jnp.int32)
-
-            stream = S.Stream(keys=q, words=q, acts=jnp.zeros((q.shape[0], dims.rank.action_dim), q.dtype))
-            _, sel, rewards = S.run(S.init(dims, hp), stream, hp, dims, reward)
-            return sel, rewards
-
-        return go
+        self._compiled: dict[int, Any] = {}
 
     def run(self, seed: int, hp: Any) -> dict[str, Any]:
+        from bench.plus.streams import reward_fn
+
         st = self.streams[seed]
-        sel, rewards = self._runner(hp, jnp.asarray(st["query"]), jnp.asarray(st["topic"]), jnp.asarray(st["skill"]),
-                                    jnp.asarray(st["p0"], jnp.float32), jnp.asarray(st["v"], jnp.float32))
+        q = jnp.asarray(st["query"])
+        stream = S.Stream(keys=q, words=q, acts=jnp.zeros((q.shape[0], self.dims.rank.action_dim), q.dtype))
+        env = reward_fn(st)  # the stream's own reward: it reads only the two memory ids
+
+        def reward(t: jax.Array, m: jax.Array) -> jax.Array:
+            return env(types.SimpleNamespace(memory_id=t), types.SimpleNamespace(memory_id=m))
+
+        # the reward closes over this seed's stream: one compilation per seed, reused by every configuration
+        if seed not in self._compiled:
+            self._compiled[seed] = jax.jit(lambda h: S.run(S.init(self.dims, h), stream, h, self.dims, reward))
+        _, sel, rewards = self._compiled[seed](hp)
         sr = 100 * float(np.mean(rewards))
         none = 100 * float(np.mean(st["v"] < np.clip(st["p0"], 0.02, 0.98)))
         top = self.oracles[seed][0]

@@ -1,3 +1,6 @@
+# The research log of docs/ranking-research.md (bench/results/ranking/lab/). Run it at commit e796355,
+# where every idea is still a switch of tokenworth_jax.rank; the final component keeps only the default's
+# parts. --fits reads engine runs (tokenworth run ... --out runs/base-db etc., see the doc).
 set -e
 cd "$(dirname "$0")/../.."
 export TOKENWORTH_DATA_DIR=${TOKENWORTH_DATA_DIR:-../shared/data/lifelongagentbench}
