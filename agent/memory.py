@@ -43,8 +43,9 @@ When the text is over the limit, observations go first (compact), then the quest
 shortened, then whole steps are cut from the end with a note saying how many.
 
 The memory keeps the source task's ``skill_list`` (the simulated backbone reads it through
-``meta["memory_skills"]``) and a ``key_text`` — the source question — that similarity-based
-methods index.
+``meta["memory_skills"]``), a ``key_text`` — the source question — that similarity-based
+methods index, and an ``action_text``: the executable actions the text shows (SQL, scripts, tool
+calls), which the learned ranker of ``tokenworth-rank`` reads beside the question.
 """
 
 from __future__ import annotations
@@ -82,6 +83,9 @@ class Memory:
     skills: tuple[str, ...]
     source_task_id: str
     memory_id: int = -1
+    # The memory's executable actions alone (SQL statements, bash scripts, KG tool calls), one per
+    # line: the second text a learned ranker reads (tokenworth-rank). "" where none is known.
+    action_text: str = ""
 
     def with_id(self, memory_id: int) -> "Memory":
         return dataclasses.replace(self, memory_id=memory_id)
@@ -97,6 +101,7 @@ class Memory:
             skills=tuple(data["skills"]),
             source_task_id=data["source_task_id"],
             memory_id=int(data["memory_id"]),
+            action_text=str(data.get("action_text", "")),  # absent in checkpoints written before it existed
         )
 
 
@@ -261,6 +266,7 @@ class Step:
 
     action: str
     observation: str | None = None
+    code: str | None = None  # the executable part of ``action`` (SQL, script, tool call), if it has one
 
     def render(self, with_observation: bool) -> str:
         if with_observation and self.observation:
@@ -279,7 +285,7 @@ def _db_steps(turns: Sequence[Turn]) -> list[Step]:
             if not _looks_like_rows(turn.observation):
                 continue  # the operation failed: not part of the demonstration
             steps.append(Step(f"Action: Operation\n```sql\n{value}\n```",
-                              f"Observation: {_cut(turn.observation, OBSERVATION_CHARS)}"))
+                              f"Observation: {_cut(turn.observation, OBSERVATION_CHARS)}", code=value))
         else:
             steps.append(Step(f"Action: Answer\nFinal Answer: {value}"))
     return steps
@@ -294,7 +300,7 @@ def _os_steps(turns: Sequence[Turn], abstract: bool) -> tuple[list[Step], Any]:
 
     # Every script as the OS parser wants it, then the finishing action: the task was solved
     # after these scripts, so finishing is the right next reply even if the episode ran out.
-    steps = [Step(f"Act: bash\n```bash\n{shown(script)}\n```") for script in scripts]
+    steps = [Step(f"Act: bash\n```bash\n{shown(script)}\n```", code=shown(script)) for script in scripts]
     return steps + [Step("Act: finish")], shown
 
 
@@ -311,7 +317,8 @@ def _kg_steps(turns: Sequence[Turn]) -> list[Step]:
         if kind == "call":
             if _KG_SUCCESS not in turn.observation:
                 continue  # a failed call made no variable: leaving it out keeps the numbering
-            steps.append(Step(f"Action: {value}", f"Observation: {_cut(turn.observation, OBSERVATION_CHARS)}"))
+            steps.append(Step(f"Action: {value}", f"Observation: {_cut(turn.observation, OBSERVATION_CHARS)}",
+                              code=value))
         elif position == len(turns) - 1:  # only the answer that ended the task (an unknown #k did not)
             steps.append(Step(f"Final Answer: {value}"))
     return steps
@@ -408,4 +415,7 @@ def build_memory(env: str, task: Task, trajectory: Sequence[Turn], reward: int, 
     if not steps or (env == "os" and len(steps) == 1 and memory_format != "transcript"):
         return None  # only the question (OS: only the finish): the trajectory held no usable action
     text = fit(head, steps, memory_char_limit(budget), drop_observations=memory_format != "transcript")
-    return Memory(text=text, key_text=task.query_text, skills=tuple(task.skill_list), source_task_id=task.task_id)
+    # only the actions the fitted text still shows, so the second text says nothing the first hides
+    actions = "\n".join(s.code for s in steps if s.code and s.action in text)
+    return Memory(text=text, key_text=task.query_text, skills=tuple(task.skill_list), source_task_id=task.task_id,
+                  action_text=actions)

@@ -52,5 +52,13 @@ def bench_engine_projection(ctx: typer.Context) -> None:
     engine_projection_main(list(ctx.args))
 
 
+@app.command("ranking", context_settings=PASS_THROUGH, add_help_option=False)
+def bench_ranking(ctx: typer.Context) -> None:
+    """Which memory each method injects: J chosen / top-cos / best, rank AUC, harmful rate (sim runs)."""
+    from bench.ranking import main as ranking_main
+
+    ranking_main(list(ctx.args))
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -66,14 +66,14 @@ class SimStream:
 
 
 def load_stream(n_tasks: int | None = None, *, dim: int = 512, seed: int = 0,
-                directory: str | os.PathLike[str] | None = None) -> SimStream:
-    """The first ``n_tasks`` DB tasks (all 500 by default), featurised, with the sim's draws."""
+                directory: str | os.PathLike[str] | None = None, env: str = "db") -> SimStream:
+    """The first ``n_tasks`` tasks of ``env`` (DB: all 500 by default), featurised, with the sim's draws."""
     from agent.sim import SimParams, stable_rng
     from agent.data import load_tasks
 
-    tasks = load_tasks("db", directory or data_dir())[:n_tasks]
+    tasks = load_tasks(env, directory or data_dir())[:n_tasks]
     params = SimParams()
-    lo, hi = params.p0_range("db")
+    lo, hi = params.p0_range(env)
     names = sorted({s for t in tasks for s in t.skill_list})
     index = {s: k for k, s in enumerate(names)}
     table = np.zeros((len(tasks), len(names)), np.float32)
@@ -89,19 +89,25 @@ def load_stream(n_tasks: int | None = None, *, dim: int = 512, seed: int = 0,
                      seed=seed)
 
 
-def success_probability(stream: SimStream, task: jax.Array, memory: jax.Array) -> jax.Array:
-    """p for task index ``task`` with the memory of source task ``memory`` (-1: none)."""
-    prm = stream.params
-    table = jnp.asarray(stream.skill_table)
+def overlap(table: jax.Array, task: jax.Array, memory: jax.Array) -> jax.Array:
+    """J: the Jaccard overlap of two rows of a multi-hot skill table (0 when both are empty)."""
     s_i, s_j = table[task], table[jnp.maximum(memory, 0)]
     inter = jnp.sum(s_i * s_j)
     union = jnp.sum(s_i) + jnp.sum(s_j) - inter
-    overlap = jnp.where(union > 0, inter / jnp.maximum(union, 1.0), 0.0)
-    harmful = overlap < prm.harm_threshold
-    p0 = jnp.asarray(stream.p0, jnp.float32)[task]
-    with_memory = p0 + prm.gain * overlap - jnp.where(harmful, prm.harm * (1.0 - overlap), 0.0)
-    p = jnp.where(memory >= 0, with_memory, p0)
-    return jnp.clip(p, prm.p_floor, prm.p_ceil)
+    return jnp.where(union > 0, inter / jnp.maximum(union, 1.0), 0.0)
+
+
+def probability(params: Any, p0: jax.Array, j: jax.Array, injected: jax.Array) -> jax.Array:
+    """The sim's success probability from the task's ``p0`` and the injected memory's overlap ``j``."""
+    harmful = j < params.harm_threshold
+    with_memory = p0 + params.gain * j - jnp.where(harmful, params.harm * (1.0 - j), 0.0)
+    return jnp.clip(jnp.where(injected, with_memory, p0), params.p_floor, params.p_ceil)
+
+
+def success_probability(stream: SimStream, task: jax.Array, memory: jax.Array) -> jax.Array:
+    """p for task index ``task`` with the memory of source task ``memory`` (-1: none)."""
+    j = overlap(jnp.asarray(stream.skill_table), task, memory)
+    return probability(stream.params, jnp.asarray(stream.p0, jnp.float32)[task], j, memory >= 0)
 
 
 def reward_fn(stream: SimStream) -> Callable[[tw.Event, tw.Selection], jax.Array]:
