@@ -42,10 +42,10 @@ Formats (``memory_format``, :mod:`agent.harness`):
 When the text is over the limit, observations go first (compact), then the question is
 shortened, then whole steps are cut from the end with a note saying how many.
 
-The memory keeps the source task's ``skill_list`` (the simulated backbone reads it through
-``meta["memory_skills"]``), a ``key_text`` — the source question — that similarity-based
-methods index, and an ``action_text``: the executable actions the text shows (SQL, scripts, tool
-calls), which the learned ranker of ``tokenworth-rank`` reads beside the question.
+The memory keeps the source task's ``skill_list`` (only the simulated backbone reads it, through
+its request facts, :mod:`agent.sim.facts`), a ``key_text`` — the source question — that
+similarity-based methods index, and an ``action_text``: the executable actions the text shows
+(SQL, scripts, tool calls), which TokenWorth+'s learned ranker reads beside the question.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class Memory:
     source_task_id: str
     memory_id: int = -1
     # The memory's executable actions alone (SQL statements, bash scripts, KG tool calls), one per
-    # line: the second text a learned ranker reads (tokenworth-rank). "" where none is known.
+    # line: the second text a learned ranker reads (TokenWorth+). "" where none is known.
     action_text: str = ""
 
     def with_id(self, memory_id: int) -> "Memory":

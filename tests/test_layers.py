@@ -52,7 +52,7 @@ JAX_LAYERS: list[tuple[str, tuple[str, ...]]] = [
                "tokenworth_jax.scoring")),
     ("primitives", ("tokenworth_jax.config", "tokenworth_jax.features", "tokenworth_jax.krr", "tokenworth_jax.kernels",
                     "tokenworth_jax.agop", "tokenworth_jax.ring", "tokenworth_jax.pytree", "tokenworth_jax.batching",
-                    "tokenworth_jax.featurize", "tokenworth_jax.bookkeeping")),
+                    "tokenworth_jax.featurize", "tokenworth_jax.bookkeeping", "tokenworth_jax.inputs")),
     ("independent reference", ("tokenworth_jax.reference_numpy",)),
 ]
 TABLES = {"agent": LAYERS, "tokenworth_jax": JAX_LAYERS}

@@ -20,6 +20,7 @@ OWNED = {
     "residual.py": {"Residual"},
     "worth_cache.py": {"WorthCache", "Geometry"},
     "plus/mode.py": {"PlusState", "PlusPending"},
+    "plus/actions.py": {"ActionModel"},
     "controller.py": {"State", "Pending", "Clock"},
     "krr.py": {"Predictor"},
     "ring.py": {"Ring"},

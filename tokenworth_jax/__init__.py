@@ -47,8 +47,9 @@ from .controller import (
                          step,
                          worth,
 )
-from .featurize import featurize
+from .featurize import action_vectors, featurize, word_vectors
 from .host import Controller, HostDecision, HostSelection, ProtocolError
+from .inputs import MemoryText, Query
 from .krr import Predictor
 from .lifecycle import Admission, Decision, Worth
 from .modes import Mode
@@ -58,8 +59,8 @@ from .pytree import Empty, tree_where
 
 __all__ = [
     "Admission", "Bank", "Controller", "Decision", "Empty", "Event", "HParams", "HostDecision", "HostSelection",
-    "MemoryTable", "Mode", "Parts", "PlusHParams", "Predictor", "ProtocolError", "Selection", "Spec", "State",
-    "StepOutput", "Strategy", "Worth", "advance", "checked", "end_task", "featurize", "finish_task", "gated", "hparams",
-    "init", "observe", "offer", "paper_mode", "parts", "plus_mode", "preset", "presets", "run", "run_batched", "select",
-    "stack_hparams", "step", "tree_where", "worth",
+    "MemoryTable", "MemoryText", "Mode", "Parts", "PlusHParams", "Predictor", "ProtocolError", "Query", "Selection",
+    "Spec", "State", "StepOutput", "Strategy", "Worth", "action_vectors", "advance", "checked", "end_task", "featurize",
+    "finish_task", "gated", "hparams", "init", "observe", "offer", "paper_mode", "parts", "plus_mode", "preset",
+    "presets", "run", "run_batched", "select", "stack_hparams", "step", "tree_where", "word_vectors", "worth",
 ]

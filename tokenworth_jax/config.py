@@ -45,10 +45,12 @@ class _SpecFields(NamedTuple):
     # TokenWorth+ (opt-in, docs/tokenworth-plus.md): the plus mode and its state; False = the paper.
     plus: bool = False
     null_window: int = 128  # TokenWorth+: tasks with nothing injected kept for p̂₀(q)
+    word_dim: int = 512  # TokenWorth+: hashed question words and bigrams (featurize.word_vectors)
+    action_dim: int = 256  # TokenWorth+: hashed action tokens and bigrams (featurize.action_vectors)
 
 
 SPEC_MINIMUM = dict(dim=1, capacity=1, base_window=1, fast_window=1, slow_window=1, k_candidates=1, n_probes=1,
-                    worth_chunk=0, null_window=1)
+                    worth_chunk=0, null_window=1, word_dim=1, action_dim=1)
 DTYPES = ("float32", "float64")
 
 
@@ -108,19 +110,24 @@ def spec_from_dict(data: dict[str, Any]) -> Spec:
 # ----- TokenWorth+ hyperparameters: their own traced pytree, HParams.plus when Spec.plus -----------------
 # Outside this pytree they go by flat names, "plus_" + field ("plus_margin", "plus_lambda" for
 # lambda_, ...), which is how grids, checkpoints and error messages name them (docs/tokenworth-plus.md).
-N_LIFT_FEATURES = 3  # psi = [1, cos, mean advantage]
+N_LIFT_FEATURES = 7  # psi = [1, cos, action affinity s, four cosine bumps]
+N_RIDGE_GRID = 5  # ridge multipliers the evidence fit chooses from
 
 
 class PlusHParams(NamedTuple):
-    rank: ArrayLike  # 0/1: rank candidates by predicted advantage (else the paper's s)
-    abstain: ArrayLike  # 0/1: inject only when the predicted advantage beats margin
-    advantage: ArrayLike  # 0/1: residual target y - (2 p0(q) - 1) (else the paper's delta)
-    worth: ArrayLike  # 0/1: lifecycle worth = mean predicted advantage over probes
-    margin: ArrayLike  # abstention margin, in success-probability units
-    explore: ArrayLike  # Thompson scale on the Laplace posterior (0 = greedy)
-    lambda_: ArrayLike  # ridge of the lift model towards theta0
-    theta0: ArrayLike  # (3,) prior lift weights for [1, cos, mean advantage]
-    p0_prior: ArrayLike  # prior mean of p0
+    action_lambda: ArrayLike  # ridge of the action model (question words -> action tokens)
+    theta0: ArrayLike  # (7,) prior mean of the lift weights
+    lambda_: ArrayLike  # (7,) ridge of the lift model, per feature
+    adaptive: ArrayLike  # (7,) 0/1: features whose ridge the Laplace evidence chooses among lambda * lambda_grid
+    lambda_grid: ArrayLike  # (5,) those multipliers
+    refit_interval: ArrayLike  # int: the lift model refits after every this many injected tasks
+    features: ArrayLike  # (7,) 0/1 mask of psi
+    optimism: ArrayLike  # posterior sds added to the inject decision (an upper confidence bound)
+    explore: ArrayLike  # Thompson scale of the inject decision (0: none)
+    margin: ArrayLike  # inject unless the decision's predicted gain is <= margin (probability units)
+    abstain: ArrayLike  # 0/1: allow "no memory" at all
+    worth: ArrayLike  # the lifecycle's worth: 0 the paper's score, 1 the mean predicted gain, 2 recency (FIFO)
+    p0_prior: ArrayLike  # prior mean of the no-memory rate p0
     p0_strength: ArrayLike  # pseudo-count of that prior (and of the kernel shrinkage)
     bandwidth: ArrayLike  # kernel width of p0(q) on the cosine distance
     seed: ArrayLike  # int: PRNG seed of the exploration key
@@ -132,15 +139,20 @@ def flat_name(field: str) -> str:
 
 FLAT_TO_FIELD = {flat_name(f): f for f in PlusHParams._fields}
 
+# The defaults the research loop kept (docs/ranking-research.md; swept on DB seeds 0-2 only).
 PLUS_DEFAULTS: dict[str, Any] = dict(
-    plus_rank=0.0,  # rank by the paper score s; 1 = by predicted advantage (measured worse on sim DB)
-    plus_abstain=1.0,
-    plus_advantage=1.0,
-    plus_worth=1.0,
+    plus_action_lambda=1.0,
+    plus_theta0=(0.5, 1.0, 2.0, 0.0, 0.0, 0.0, 0.0),  # optimistic intercept; s weighs twice the cosine
+    plus_lambda=1.0,  # one ridge for every feature (a scalar is broadcast)
+    plus_adaptive=(0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0),  # the bumps' shrinkage is chosen by evidence
+    plus_lambda_grid=(1.0, 3.0, 10.0, 30.0, 100.0),
+    plus_refit_interval=1,
+    plus_features=(1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0),
+    plus_optimism=1.0,  # "no memory" needs evidence of harm
+    plus_explore=0.0,
     plus_margin=-0.05,
-    plus_explore=1.0,
-    plus_lambda=1.0,
-    plus_theta0=(0.5, 0.0, 0.0),  # optimistic intercept: without it a greedy start never injects
+    plus_abstain=1.0,
+    plus_worth=2,  # a FIFO bank: measured best on DB seeds 0-2 (docs/ranking-research.md)
     plus_p0_prior=0.5,
     plus_p0_strength=2.0,
     plus_bandwidth=0.05,
@@ -148,19 +160,24 @@ PLUS_DEFAULTS: dict[str, Any] = dict(
 )
 
 PLUS_RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = dict(
-    plus_rank=(0, 1, False, False),  # switches: 0 = off, 1 = on
-    plus_abstain=(0, 1, False, False),
-    plus_advantage=(0, 1, False, False),
-    plus_worth=(0, 1, False, False),
-    plus_margin=(-1, 1, False, False),  # a difference of two probabilities
-    plus_explore=(0, None, False, False),
-    plus_lambda=(0, None, True, False),
+    plus_action_lambda=(0, None, True, False),
     plus_theta0=(None, None, False, False),
+    plus_lambda=(0, None, True, False),
+    plus_adaptive=(0, 1, False, False),  # switches: 0 = off, 1 = on
+    plus_lambda_grid=(0, None, True, False),
+    plus_refit_interval=(1, None, False, False),
+    plus_features=(0, 1, False, False),
+    plus_optimism=(0, None, False, False),
+    plus_explore=(0, None, False, False),
+    plus_margin=(-1, 1, False, False),  # a difference of two probabilities
+    plus_abstain=(0, 1, False, False),
+    plus_worth=(0, 2, False, False),
     plus_p0_prior=(0, 1, True, True),
     plus_p0_strength=(0, None, True, False),
     plus_bandwidth=(0, None, True, False),
     plus_seed=(0, 2**31 - 1, False, False),  # an int32 PRNG seed
 )
+PLUS_BROADCAST = {"plus_lambda": N_LIFT_FEATURES}  # a scalar stands for that many equal entries
 
 
 class HParams(NamedTuple):
@@ -202,7 +219,8 @@ class HParams(NamedTuple):
 
 CORE_FIELDS = tuple(f for f in HParams._fields if f != "plus")
 PLUS_NAMES = tuple(FLAT_TO_FIELD)
-INT_FIELDS = frozenset({"base_interval", "krr_interval", "agop_interval", "warmup", "plus_seed"})
+INT_FIELDS = frozenset({"base_interval", "krr_interval", "agop_interval", "warmup", "plus_seed", "plus_worth",
+                        "plus_refit_interval"})
 
 COMMON: dict[str, Any] = dict(
     w0=(1.0, 0.10, 0.10, 0.02),
@@ -271,7 +289,8 @@ RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = dict(
     **PLUS_RANGES,
 )
 VECTOR_SIZES = {"w0": N_BASE_FEATURES, "w_min": N_BASE_FEATURES, "w_max": N_BASE_FEATURES,
-                "plus_theta0": N_LIFT_FEATURES}
+                "plus_theta0": N_LIFT_FEATURES, "plus_lambda": N_LIFT_FEATURES, "plus_adaptive": N_LIFT_FEATURES,
+                "plus_features": N_LIFT_FEATURES, "plus_lambda_grid": N_RIDGE_GRID}
 
 
 def names(*, plus: bool = True) -> tuple[str, ...]:
@@ -353,6 +372,9 @@ def hparams(preset: str = "db", *, plus: bool = False, dtype: DTypeLike = jnp.fl
     if unknown:
         raise ValueError(f"unknown hyperparameter(s) {sorted(unknown)}; known: {list(known)}")
     values = {**COMMON, **PRESETS[preset], **(PLUS_DEFAULTS if plus else {}), **overrides}
+    for name, size in PLUS_BROADCAST.items():
+        if name in values and np.ndim(values[name]) == 0:
+            values[name] = np.full((size,), values[name], np.float64)
     for name in known:  # before any cast: 2.5 must not become 2
         check_value(name, values[name])
     leaves = {name: jnp.asarray(values[name], dtype=jnp.int32 if name in INT_FIELDS else dtype) for name in known}

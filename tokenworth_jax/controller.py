@@ -33,13 +33,14 @@ from .base_scorer import BaseScorer
 from .batching import Strategy, gated, over_configs
 from .config import HParams, Spec, check_matches
 from .features import new_memory_stats
+from .inputs import MemoryText, Query, as_memory, as_query
 from .lifecycle import Decision, Worth
 from .modes import Candidates, Feedback, Mode, paper
 from .plus.mode import PlusState, plus
 from .pytree import Empty
 from .residual import Residual
 from .ring import Ring
-from .scorers import Scorer
+from .scorers import ProbeScores, Scorer
 from .scorers import from_spec as scorer_from_spec
 from .scoring import ScoreModel
 from .worth_cache import WorthCache
@@ -48,7 +49,7 @@ from .worth_cache import WorthCache
 class Pending(NamedTuple):
     """What the open task remembers between select, observe and offer."""
 
-    query: jax.Array  # (D,)
+    query: Query  # the open task's query
     retrieved: jax.Array  # bool: the bank was non-empty at select
     selected: jax.Array  # bool: a memory was chosen
     slot: jax.Array  # int32 chosen bank slot (-1 if none)
@@ -69,7 +70,7 @@ class State(NamedTuple):
     bank: Bank
     base: BaseScorer
     residual: Residual
-    probes: Ring  # data = q (P, D)
+    probes: Ring  # data = the last P probe queries (a stacked Query)
     scorer: WorthCache | Empty  # Spec.incremental
     mode: PlusState | Empty  # Spec.plus
     pending: Pending
@@ -86,16 +87,18 @@ class Selection(NamedTuple):
     slot: jax.Array  # int32 chosen bank slot, -1 if none
     memory_id: jax.Array  # int32 chosen memory id, -1 if none
     p0: jax.Array  # the mode's success probability without a memory (NaN in paper mode)
-    advantage: jax.Array  # its predicted gain of the chosen candidate (NaN in paper mode)
+    advantage: jax.Array  # its predicted gain of its best candidate (NaN in paper mode, or no candidate)
     abstained: jax.Array  # bool: candidates existed but the mode injected nothing
+    gains: jax.Array  # (K,) the mode's predicted gain of each candidate (NaN in paper mode)
+    affinity: jax.Array  # (K,) the mode's learned query-memory affinity of each candidate (NaN in paper mode)
 
 
 class Event(NamedTuple):
     """One task of a pre-featurised stream, for :func:`step` / :func:`run`."""
 
-    query: jax.Array  # (D,)
+    query: jax.Array | Query  # (D,), or a Query (TokenWorth+ reads its words too)
     reward: jax.Array  # int32 0/1 (ignored when a reward_fn is given)
-    memory: jax.Array  # (D,) the vector of the memory this task would offer on success
+    memory: jax.Array | MemoryText  # (D,) the memory this task would offer on success, or a MemoryText
     memory_id: jax.Array  # int32 id of that memory
 
 
@@ -133,7 +136,9 @@ def _model(state: State, hp: HParams) -> ScoreModel:
 
 def _no_pending(spec: Spec) -> Pending:
     f = spec.float_dtype
-    return Pending(query=jnp.zeros((spec.dim,), f), retrieved=jnp.zeros((), bool), selected=jnp.zeros((), bool),
+    words = jnp.zeros((spec.word_dim,), f) if spec.plus else Empty()
+    return Pending(query=Query(key=jnp.zeros((spec.dim,), f), words=words), retrieved=jnp.zeros((), bool),
+                   selected=jnp.zeros((), bool),
                    slot=jnp.full((), -1, jnp.int32), phi=jnp.zeros((4,), f), z=jnp.zeros((spec.feature_dim,), f),
                    s_base=jnp.zeros((), f), reward=jnp.full((), -1, jnp.int32))
 
@@ -146,19 +151,20 @@ def _init(spec: Spec, hp: HParams) -> State:
     return State(bank=bank_lib.init(spec.capacity, spec.dim, f),
                  base=base_scorer.init(spec.base_window, hp.w0, f),
                  residual=residual.init(spec.fast_window, spec.slow_window, spec.feature_dim, hp.lambda_krr, f),
-                 probes=probes.init(spec.n_probes, spec.dim, f),
+                 probes=probes.init(spec.n_probes, spec.dim, spec.word_dim if spec.plus else None, f),
                  scorer=p.scorer.init(spec), mode=p.mode.init(spec, hp), pending=_no_pending(spec),
                  clock=Clock(t=zero, n_feedback=zero))
 
 
-def _select(state: State, query: jax.Array, hp: HParams, spec: Spec) -> tuple[State, Selection]:
-    """Recall K candidates for ``query`` (D,), score them, and let the mode choose at most one."""
+def _select(state: State, query: ArrayLike | Query, hp: HParams, spec: Spec) -> tuple[State, Selection]:
+    """Recall K candidates for ``query`` ((D,) or a Query), score them, and let the mode choose at most one."""
     p = _parts(spec, hp)
+    query = as_query(query, spec)
     i32 = jnp.int32
     bank = state.bank
-    recall = bank_lib.recall(bank, query, min(spec.k_candidates, spec.capacity))
+    recall = bank_lib.recall(bank, query.key, min(spec.k_candidates, spec.capacity))
     stats = bank_lib.stats(bank, state.clock.t, hp.kappa)
-    scorer, cs = p.scorer.candidates(state.scorer, query, bank, recall, stats, _model(state, hp))
+    scorer, cs = p.scorer.candidates(state.scorer, query.key, bank, recall, stats, _model(state, hp))
     score = jnp.where(recall.valid, cs.score, -jnp.inf)
     mode, choice = p.mode.choose(state.mode, Candidates(query=query, slots=recall.slots, relevance=recall.relevance,
                                                         valid=recall.valid, score=score, base=cs.base), hp)
@@ -172,7 +178,8 @@ def _select(state: State, query: jax.Array, hp: HParams, spec: Spec) -> tuple[St
         candidate_ids=jnp.where(recall.valid, bank.ids[recall.slots], i32(-1)),
         scores=score, base_scores=jnp.where(recall.valid, cs.base, -jnp.inf), relevance=recall.relevance,
         chosen=choice.index, slot=slot, memory_id=jnp.where(selected, bank.ids[jnp.maximum(slot, 0)], i32(-1)),
-        p0=choice.p0, advantage=choice.advantage, abstained=choice.abstained)
+        p0=choice.p0, advantage=choice.advantage, abstained=choice.abstained, gains=choice.gains,
+        affinity=choice.affinity)
     return state._replace(scorer=scorer, mode=mode, pending=pending), selection
 
 
@@ -208,7 +215,7 @@ def _observe(state: State, reward: ArrayLike, hp: HParams, spec: Spec) -> State:
     run_agop = sel & due.agop & (res.n_fits > 0)  # AGOP needs a fitted KRR
     res = gated(run_agop, _agop, _unchanged, res, hp)
     queries, _ = probes.queries(state.probes, pend.query)
-    scorer = p.scorer.refit(state.scorer, (sel & due.krr) | run_agop, queries, state.bank.emb, res.predictor,
+    scorer = p.scorer.refit(state.scorer, (sel & due.krr) | run_agop, queries.key, state.bank.emb, res.predictor,
                             res.metric)
     return State(bank=bank_lib.credit(state.bank, pend.slot, sel, reward, state.clock.t, hp.u_success, hp.u_failure,
                                       hp.u_min, hp.u_max),
@@ -218,44 +225,63 @@ def _observe(state: State, reward: ArrayLike, hp: HParams, spec: Spec) -> State:
                  pending=pend._replace(reward=reward), clock=clock)
 
 
-def _probe_scores(state: State, memory: jax.Array, hp: HParams, spec: Spec) -> tuple[Worth, object]:
+def _probe_worth(state: State, memory: MemoryText, hp: HParams, spec: Spec) -> tuple[Worth, object]:
+    """The lifecycle's worth of every bank slot and ``memory``, and the scorer's column of ``memory``.
+
+    The paper's probe scores are handed to the mode as a function: a mode whose worth does not read
+    them (TokenWorth+'s recency) never computes them."""
     p = parts(spec)
     queries, valid = probes.queries(state.probes, state.pending.query)
-    scores, column = p.scorer.probes(state.scorer, queries, state.bank.emb, memory,
-                                     bank_lib.stats(state.bank, state.clock.t, hp.kappa),
-                                     new_memory_stats(hp.u_init, spec.float_dtype), _model(state, hp),
-                                     spec.worth_chunk)
-    return lifecycle.probe_worth(p.mode.worth(state.mode, queries, scores, hp), valid), column
+    model = _model(state, hp)
+    column = p.scorer.column(state.scorer, queries.key, memory.key, model)
+
+    def scores() -> ProbeScores:
+        return p.scorer.probes(state.scorer, queries.key, state.bank.emb, memory.key,
+                               bank_lib.stats(state.bank, state.clock.t, hp.kappa),
+                               new_memory_stats(hp.u_init, spec.float_dtype), model, spec.worth_chunk, column)
+
+    created = jnp.concatenate([state.bank.tau, state.clock.t[None]])  # (B+1,) the offered memory is created now
+    return lifecycle.probe_worth(p.mode.worth(state.mode, queries, scores, memory, created, hp), valid), column
 
 
-def _worth(state: State, memory: jax.Array, hp: HParams, spec: Spec) -> Worth:
-    """V(m) = mean over valid probes of the mode's per-probe worth, for the whole bank and ``memory`` (D,)."""
+def _worth(state: State, memory: ArrayLike | MemoryText, hp: HParams, spec: Spec) -> Worth:
+    """V(m) = mean over valid probes of the mode's per-probe worth, for the whole bank and ``memory``."""
     _parts(spec, hp)
-    return _probe_scores(state, memory, hp, spec)[0]
+    return _probe_worth(state, as_memory(memory, spec), hp, spec)[0]
 
 
-def _admit(state: State, memory: jax.Array, memory_id: jax.Array, hp: HParams, spec: Spec) -> tuple[State, Decision]:
-    p = parts(spec)
-    V, column = _probe_scores(state, memory, hp, spec)
-    dec = lifecycle.decide(state.bank, memory, V, hp.tau_nov, hp.delta_write, hp.tau_pos, hp.tau_util, hp.delta_rep)
-    writes = dec.slot >= 0
-    return state._replace(bank=bank_lib.write(state.bank, dec.slot, writes, memory, memory_id, state.clock.t, hp.u_init),
-                          scorer=p.scorer.write(state.scorer, dec.slot, column, writes),
-                          mode=p.mode.write(state.mode, dec.slot, writes)), dec
+def _assess(state: State, memory: MemoryText, hp: HParams, spec: Spec) -> tuple[Decision, object]:
+    """The admission decision for ``memory``, and what the scorer keeps of it: reads the state only."""
+    V, column = _probe_worth(state, memory, hp, spec)
+    return lifecycle.decide(state.bank, memory.key, V, hp.tau_nov, hp.delta_write, hp.tau_pos, hp.tau_util,
+                            hp.delta_rep), column
 
 
-def _offer_if(state: State, memory: jax.Array, memory_id: ArrayLike, offered: ArrayLike, hp: HParams,
+def _offer_if(state: State, memory: ArrayLike | MemoryText, memory_id: ArrayLike, offered: ArrayLike, hp: HParams,
               spec: Spec) -> tuple[State, Decision]:
-    """The admission runs only for a judged success that ``offered`` a memory (D,)."""
-    _parts(spec, hp)
+    """The admission runs only for a judged success that ``offered`` a memory ((D,) or a MemoryText).
+
+    Only the decision is computed under the condition (its inputs are read, its outputs small); each
+    part then writes what the decision says with masked updates, so the conditional never carries
+    the whole state in and out."""
+    p = _parts(spec, hp)
+    memory = as_memory(memory, spec)
     success = (state.pending.reward == 1) & jnp.asarray(offered, bool)
-    return gated(success, functools.partial(_admit, spec=spec),
-                 lambda s, m, i, h: (s, lifecycle.not_offered(spec.float_dtype)),
-                 state, memory, jnp.asarray(memory_id, jnp.int32), hp)
+    assess = functools.partial(_assess, spec=spec)
+    skipped = jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(assess, state, memory, hp)[1])
+    dec, column = gated(success, assess, lambda s, m, h: (lifecycle.not_offered(spec.float_dtype), skipped),
+                        state, memory, hp)
+    writes = dec.slot >= 0
+    memory_id = jnp.asarray(memory_id, jnp.int32)
+    return state._replace(bank=bank_lib.write(state.bank, dec.slot, writes, memory.key, memory_id, state.clock.t,
+                                              hp.u_init),
+                          scorer=p.scorer.write(state.scorer, dec.slot, column, writes),
+                          mode=p.mode.write(state.mode, dec.slot, writes, memory, success)), dec
 
 
-def _offer(state: State, memory: jax.Array, memory_id: ArrayLike, hp: HParams, spec: Spec) -> tuple[State, Decision]:
-    """Offer the memory (D,) of the current task. Only a judged success can write (else NOT_OFFERED)."""
+def _offer(state: State, memory: ArrayLike | MemoryText, memory_id: ArrayLike, hp: HParams,
+           spec: Spec) -> tuple[State, Decision]:
+    """Offer the memory of the current task. Only a judged success can write (else NOT_OFFERED)."""
     return _offer_if(state, memory, memory_id, True, hp, spec)
 
 
@@ -272,16 +298,17 @@ def _end_task(state: State, spec: Spec) -> State:
                               reward=i32(-1)))
 
 
-def _finish_task(state: State, reward: ArrayLike, memory: jax.Array, memory_id: ArrayLike, offered: ArrayLike,
-                 hp: HParams, spec: Spec) -> tuple[State, Decision]:
+def _finish_task(state: State, reward: ArrayLike, memory: ArrayLike | MemoryText, memory_id: ArrayLike,
+                 offered: ArrayLike, hp: HParams, spec: Spec) -> tuple[State, Decision]:
     """observe + offer (where ``offered``) + end_task: the rest of a task in one call."""
     state = _observe(state, reward, hp, spec)
     state, decision = _offer_if(state, memory, memory_id, offered, hp, spec)
     return _end_task(state, spec), decision
 
 
-def _advance(state: State, reward: ArrayLike, memory: jax.Array, memory_id: ArrayLike, offered: ArrayLike,
-             query: jax.Array, hp: HParams, spec: Spec) -> tuple[State, Decision, Selection]:
+def _advance(state: State, reward: ArrayLike, memory: ArrayLike | MemoryText, memory_id: ArrayLike,
+             offered: ArrayLike, query: ArrayLike | Query, hp: HParams,
+             spec: Spec) -> tuple[State, Decision, Selection]:
     """:func:`finish_task` of the open task, then :func:`select` for the next ``query``: one call."""
     state, decision = _finish_task(state, reward, memory, memory_id, offered, hp, spec)
     state, selection = _select(state, query, hp, spec)

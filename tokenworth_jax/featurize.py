@@ -14,6 +14,15 @@ Tokenisation, exactly:
 
 BLAKE2b is part of the standard library and independent of ``PYTHONHASHSEED``, so the same
 text gives the same vector in every process and on every machine.
+
+TokenWorth+'s learned ranker reads two more vectors (:func:`word_vectors`, :func:`action_vectors`):
+units that mean something on their own, not character n-grams, which suit near-duplicate recall.
+Tokenisation, exactly: :func:`normalise`; tokens are ``\\w+`` runs, and for actions also runs of
+other non-space characters (operators such as ``>=``, ``*``, ``(``); features are ``"w:" + token``
+and ``"b:" + t1 + " " + t2`` for each adjacent pair; each *distinct* feature adds its signed
+bucket as above (presence, not counts, so a long observation or a repeated column name does not
+outweigh the keywords); L2-normalised. Words beat character n-grams there by 2-3 points of the
+chosen memory's skill overlap (docs/ranking-research.md).
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 WORD = re.compile(r"\w+")
+ACTION_TOKEN = re.compile(r"\w+|[^\w\s]+")
 SPACES = re.compile(r"\s+")
 NGRAM_SIZES = (3, 4, 5)
 
@@ -51,8 +61,16 @@ def _hash(feature: str) -> int:
     return int.from_bytes(hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest(), "little")
 
 
-def _vector(text: str, dim: int) -> np.ndarray:
-    hashes = np.fromiter((_hash(f) for f in features(text)), dtype=np.uint64)
+def unit_features(text: str, *, actions: bool = False) -> list[str]:
+    """The distinct word (or action-token) and bigram features of ``text``, first-seen order."""
+    tokens = (ACTION_TOKEN if actions else WORD).findall(normalise(text))
+    feats = [f"w:{t}" for t in tokens] + [f"b:{a} {b}" for a, b in zip(tokens, tokens[1:])]
+    return list(dict.fromkeys(feats))
+
+
+def _vector(text: str, dim: int, kind: str = "recall") -> np.ndarray:
+    feats = features(text) if kind == "recall" else unit_features(text, actions=kind == "actions")
+    hashes = np.fromiter((_hash(f) for f in feats), dtype=np.uint64)
     vec = np.zeros(dim, dtype=np.float64)
     if hashes.size:
         buckets = (hashes % np.uint64(dim)).astype(np.int64)
@@ -64,17 +82,33 @@ def _vector(text: str, dim: int) -> np.ndarray:
     return vec
 
 
-def featurize(texts: str | Sequence[str] | Iterable[str], dim: int = 512, *, dtype: type = np.float32) -> np.ndarray:
-    """Hashed vectors for a batch of texts: ``(n, dim)`` (or ``(dim,)`` for one string)."""
+def _batch(texts: str | Sequence[str] | Iterable[str], dim: int, kind: str, dtype: type) -> np.ndarray:
     if dim < 1:
         raise ValueError(f"dim must be >= 1, got {dim}")
     if isinstance(texts, str):
-        return _vector(texts, dim).astype(dtype)
+        return _vector(texts, dim, kind).astype(dtype)
     rows = []
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise TypeError(f"texts[{i}] must be a str, got {type(text).__name__}")
-        rows.append(_vector(text, dim))
+        rows.append(_vector(text, dim, kind))
     if not rows:
         return np.zeros((0, dim), dtype=dtype)
     return np.stack(rows).astype(dtype)
+
+
+def featurize(texts: str | Sequence[str] | Iterable[str], dim: int = 512, *, dtype: type = np.float32) -> np.ndarray:
+    """Hashed recall vectors for a batch of texts: ``(n, dim)`` (or ``(dim,)`` for one string)."""
+    return _batch(texts, dim, "recall", dtype)
+
+
+def word_vectors(texts: str | Sequence[str] | Iterable[str], dim: int = 512, *,
+                 dtype: type = np.float32) -> np.ndarray:
+    """A question's words and word bigrams (TokenWorth+'s query side), ``(n, dim)`` or ``(dim,)``."""
+    return _batch(texts, dim, "words", dtype)
+
+
+def action_vectors(texts: str | Sequence[str] | Iterable[str], dim: int = 256, *,
+                   dtype: type = np.float32) -> np.ndarray:
+    """A memory's action tokens and bigrams (SQL, scripts, tool calls), ``(n, dim)`` or ``(dim,)``."""
+    return _batch(texts, dim, "actions", dtype)

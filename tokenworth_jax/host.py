@@ -11,7 +11,8 @@ unchanged)::
 
 ``key_text`` is the text whose hashed vector represents the memory (by default the memory
 text itself); the agent harness passes the source task's query, so recall compares like
-with like. ``payload`` (by default the memory text) is what :attr:`Controller.memories`
+with like. In TokenWorth+ mode (``Spec.plus``) the controller also hashes the question's words
+at ``select`` and the memory's ``action_text`` at ``offer`` (by default the memory text). ``payload`` (by default the memory text) is what :attr:`Controller.memories`
 keeps for the memory and what :attr:`HostSelection.memory` returns when it is selected.
 
 One device call per task, made of the public pure functions (jitted here with the state
@@ -36,9 +37,10 @@ from jax.typing import DTypeLike
 from .bookkeeping import MemoryTable
 from .config import HParams, Spec, check_matches, flatten, hparams_from_arrays, preset, spec_from_dict, validate_hparams
 from .controller import Selection, State, advance, finish_task, init, observe, select
-from .featurize import featurize
+from .featurize import action_vectors, featurize, word_vectors
+from .inputs import MemoryText, Query
 from .lifecycle import Admission, Decision
-from .pytree import from_numpy, to_numpy
+from .pytree import Empty, from_numpy, to_numpy
 
 # The checkpoint layout of :meth:`Controller.state_dict`; 2 = one state field per part (this release).
 LAYOUT = 2
@@ -66,11 +68,18 @@ class HostSelection:
     p0: float | None = None
     advantage: float | None = None
     abstained: bool = False
+    # per candidate (recall order), the mode's predicted gain and learned affinity (None in paper mode)
+    gains: list[float] | None = None
+    affinity: list[float] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """The selection as the paper's controller reports it (the mode's estimates are fields)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name not in ("memory_text", "memory", "p0", "advantage", "abstained")}
+        """The selection as a decision log keeps it: the candidates and their scores, and where the
+        mode scores them too, its scorers (``{"gain": [...], "action model": [...]}``)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name not in ("memory_text", "memory", "p0", "advantage", "abstained", "gains", "affinity")}
+        if self.gains is not None:
+            out["scorers"] = {"gain": self.gains, "action model": self.affinity}
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +119,8 @@ def _reward(value: Any) -> int:
 def _pack_selection(sel: Selection) -> tuple[jax.Array, jax.Array]:
     ints = jnp.concatenate([sel.candidate_ids, jnp.stack([sel.chosen, sel.slot, sel.memory_id,
                                                           sel.abstained.astype(jnp.int32)])])
-    return ints, jnp.concatenate([sel.scores, sel.base_scores, sel.relevance, jnp.stack([sel.p0, sel.advantage])])
+    return ints, jnp.concatenate([sel.scores, sel.base_scores, sel.relevance, sel.gains, sel.affinity,
+                                  jnp.stack([sel.p0, sel.advantage])])
 
 
 def _pack_decision(dec: Decision) -> tuple[jax.Array, jax.Array]:
@@ -118,24 +128,27 @@ def _pack_decision(dec: Decision) -> tuple[jax.Array, jax.Array]:
     return ints, jnp.stack([dec.novelty, dec.v_new, dec.v_max_bank, dec.v_near, dec.rho_pos])
 
 
-def _no_memory(spec: Spec) -> tuple[jax.Array, jax.Array, jax.Array]:
-    return jnp.zeros((spec.dim,), spec.float_dtype), jnp.int32(-1), jnp.zeros((), bool)
+def _no_memory(spec: Spec) -> tuple[MemoryText, jax.Array, jax.Array]:
+    f = spec.float_dtype
+    memory = MemoryText(key=jnp.zeros((spec.dim,), f),
+                        actions=jnp.zeros((spec.action_dim,), f) if spec.plus else Empty())
+    return memory, jnp.int32(-1), jnp.zeros((), bool)
 
 
 @functools.partial(jax.jit, static_argnames=("spec",), donate_argnames=("state",))
-def _select(state: State, query: jax.Array, hp: HParams, spec: Spec) -> tuple[State, Any]:
+def _select(state: State, query: Query, hp: HParams, spec: Spec) -> tuple[State, Any]:
     state, sel = select(state, query, hp, spec)
     return state, _pack_selection(sel)
 
 
 @functools.partial(jax.jit, static_argnames=("spec",), donate_argnames=("state",))
-def _advance(state: State, reward: jax.Array, query: jax.Array, hp: HParams, spec: Spec) -> tuple[State, Any]:
+def _advance(state: State, reward: jax.Array, query: Query, hp: HParams, spec: Spec) -> tuple[State, Any]:
     state, _, sel = advance(state, reward, *_no_memory(spec), query, hp, spec)
     return state, _pack_selection(sel)
 
 
 @functools.partial(jax.jit, static_argnames=("spec",), donate_argnames=("state",))
-def _finish(state: State, reward: jax.Array, memory: jax.Array, memory_id: jax.Array, hp: HParams,
+def _finish(state: State, reward: jax.Array, memory: MemoryText, memory_id: jax.Array, hp: HParams,
             spec: Spec) -> tuple[State, Any]:
     state, dec = finish_task(state, reward, memory, memory_id, jnp.ones((), bool), hp, spec)
     return state, _pack_decision(dec)
@@ -197,13 +210,23 @@ class Controller:
 
     # ----- inputs -------------------------------------------------------------------------
     def vector(self, text_or_vector: str | np.ndarray | Sequence[float], *, what: str = "query") -> np.ndarray:
-        """A validated (D,) vector of the spec's dtype: hashed from text, or a given vector L2-normalised."""
+        """A validated (D,) recall vector of the spec's dtype: hashed from text, or a given vector L2-normalised."""
+        return self._unit(text_or_vector, self.spec.dim, featurize, what)
+
+    # ----- protocol -----------------------------------------------------------------------
+    @property
+    def phase(self) -> str:
+        return self._phase
+
+    def _unit(self, text_or_vector: str | np.ndarray | Sequence[float] | None, dim: int, hashing: Any,
+              what: str) -> np.ndarray:
+        """A validated (dim,) vector: ``hashing(text, dim)``, or a given vector L2-normalised."""
         if isinstance(text_or_vector, str):
-            vec = featurize(text_or_vector, self.spec.dim, dtype=np.float64)
+            vec = hashing(text_or_vector, dim, dtype=np.float64)
         else:
             vec = np.asarray(text_or_vector, dtype=np.float64)
-            if vec.shape != (self.spec.dim,):
-                raise ValueError(f"{what} vector must have shape ({self.spec.dim},), got {vec.shape}")
+            if vec.shape != (dim,):
+                raise ValueError(f"{what} vector must have shape ({dim},), got {vec.shape}")
             if not np.all(np.isfinite(vec)):
                 raise ValueError(f"{what} vector has non-finite entries")
             norm = np.linalg.norm(vec)
@@ -211,15 +234,23 @@ class Controller:
                 vec = vec / norm
         return np.asarray(vec, self.spec.float_dtype)  # NumPy: the jitted call transfers it
 
-    # ----- protocol -----------------------------------------------------------------------
-    @property
-    def phase(self) -> str:
-        return self._phase
+    def query(self, query: str | np.ndarray, words: str | np.ndarray | None = None) -> Query:
+        """The device's view of a question: its recall vector, and in TokenWorth+ mode its words
+        (hashed from the question, or ``words``: a text or a vector)."""
+        key = self.vector(query)
+        if not self.spec.plus:
+            return Query(key=key)
+        if words is None:
+            if not isinstance(query, str):
+                raise ValueError("TokenWorth+ reads the question's words: give select() the question's text, or "
+                                 "words= (its text or its word vector)")
+            words = query
+        return Query(key=key, words=self._unit(words, self.spec.word_dim, word_vectors, "word"))
 
-    def select(self, query: str | np.ndarray) -> HostSelection:
+    def select(self, query: str | np.ndarray, *, words: str | np.ndarray | None = None) -> HostSelection:
         if self._phase == "selected":
             raise ProtocolError("a task is still open: call observe(reward) before the next select()")
-        q = self.vector(query)
+        q = self.query(query, words)
         if self._open:  # the previous task was judged and never offered: close it in this call
             self._state, packed = _advance(self._state, np.int32(self._reward), q, self.hp, self.spec)
         else:
@@ -235,11 +266,12 @@ class Controller:
         n = len(ids)
         mid = memory_id if chosen >= 0 else None
         payload = self.memories.get(mid)
-        scores, base, rel = (floats[i * k:i * k + n].tolist() for i in range(3))
-        p0, advantage = floats[3 * k:].tolist()
+        scores, base, rel, gains, affinity = (floats[i * k:i * k + n].tolist() for i in range(5))
+        p0, advantage = floats[5 * k:].tolist()
         return HostSelection(memory_id=mid, memory_text=_text_of(payload), candidate_ids=ids, scores=scores,
                              base_scores=base, relevance=rel, chosen=chosen, memory=payload, p0=_finite(p0),
-                             advantage=_finite(advantage) if n else None, abstained=bool(abstained))
+                             advantage=_finite(advantage) if n else None, abstained=bool(abstained),
+                             gains=gains if self.spec.plus else None, affinity=affinity if self.spec.plus else None)
 
     def observe(self, reward: int) -> None:
         if self._phase != "selected":
@@ -247,7 +279,8 @@ class Controller:
         self._reward = _reward(reward)  # the device observes lazily, fused with the next call
         self._phase = "judged"
 
-    def offer(self, memory_text: str, key_text: str | None = None, *, payload: Any = None) -> HostDecision:
+    def offer(self, memory_text: str, key_text: str | None = None, *, payload: Any = None,
+              action_text: str | np.ndarray | None = None) -> HostDecision:
         if self._phase != "judged":
             raise ProtocolError("offer() is only allowed after observe(reward) of the current task")
         if self._reward != 1:
@@ -256,7 +289,11 @@ class Controller:
             raise ProtocolError("this task already offered its memory")
         if not isinstance(memory_text, str) or not memory_text.strip():
             raise ValueError("memory_text must be a non-empty string")
-        vec = self.vector(key_text if key_text is not None else memory_text, what="memory")
+        key = self.vector(key_text if key_text is not None else memory_text, what="memory")
+        vec = MemoryText(key=key)
+        if self.spec.plus:  # the memory's actions: its action text (a text or a vector), else its whole text
+            source = action_text if action_text is not None else memory_text
+            vec = MemoryText(key=key, actions=self._unit(source, self.spec.action_dim, action_vectors, "action"))
         new_id = self.memories.next_id
         self._state, packed = _finish(self._state, np.int32(self._reward), vec, np.int32(new_id), self.hp, self.spec)
         self._open = False

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from .config import HParams, Spec
+from .inputs import MemoryText, Query
 from .pytree import Empty
 from .scorers import ProbeScores
 
@@ -22,7 +23,7 @@ from .scorers import ProbeScores
 class Candidates(NamedTuple):
     """The recall set at selection time (K candidates, recall order)."""
 
-    query: jax.Array  # (D,)
+    query: Query
     slots: jax.Array  # (K,) int32 bank slots
     relevance: jax.Array  # (K,) recall cosines
     valid: jax.Array  # (K,) bool
@@ -35,14 +36,16 @@ class Choice(NamedTuple):
 
     index: jax.Array  # int32 index into the candidates, -1 for nothing
     p0: jax.Array  # estimated success probability without a memory (NaN: the mode has none)
-    advantage: jax.Array  # predicted success-probability change of the chosen candidate (NaN: none)
+    advantage: jax.Array  # predicted success-probability change of the best candidate (NaN: none)
     abstained: jax.Array  # bool: candidates existed but nothing was injected
+    gains: jax.Array  # (K,) each candidate's predicted change (NaN: the mode has none, or invalid)
+    affinity: jax.Array  # (K,) each candidate's learned query-memory affinity (NaN: none)
 
 
 class Feedback(NamedTuple):
     """The judged task, as the mode sees it."""
 
-    query: jax.Array  # (D,)
+    query: Query
     selected: jax.Array  # bool: a memory was injected
     slot: jax.Array  # int32 its bank slot (-1 if none)
     reward: jax.Array  # int32 0/1
@@ -56,9 +59,12 @@ class Mode(NamedTuple, Generic[S]):
     choose: Callable[[S, Candidates, HParams], tuple[S, Choice]]
     target: Callable[[S, jax.Array, jax.Array, HParams], jax.Array]  # (state, y, s_base, hp) -> residual target
     update: Callable[[S, Feedback, HParams], S]
-    # (state, probes (P+1, D), ProbeScores, hp) -> the per-probe worth (P+1, B+1)
-    worth: Callable[[S, jax.Array, ProbeScores, HParams], jax.Array]
-    write: Callable[[S, jax.Array, jax.Array], S]  # (state, slot, writes): a new memory entered ``slot``
+    # (state, probes (P+1 stacked), the paper's probe scores (a function: computed only if called), the offered
+    #  memory, the creation step of every slot and of the offered memory (B+1,), hp) -> per-probe worth (P+1, B+1)
+    worth: Callable[[S, Query, Callable[[], ProbeScores], MemoryText, jax.Array, HParams], jax.Array]
+    # (state, slot, writes, memory, offered): where ``offered``, a judged success offered ``memory``; it
+    # entered ``slot`` where ``writes``
+    write: Callable[[S, jax.Array, jax.Array, MemoryText, jax.Array], S]
 
 
 def best(score: jax.Array, valid: jax.Array) -> jax.Array:
@@ -73,11 +79,13 @@ def paper_target(y: jax.Array, s_base: jax.Array) -> jax.Array:
 
 def _choose(state: Empty, cands: Candidates, hp: HParams) -> tuple[Empty, Choice]:
     nan = jnp.full((), jnp.nan, cands.score.dtype)
-    return state, Choice(index=best(cands.score, cands.valid), p0=nan, advantage=nan, abstained=jnp.zeros((), bool))
+    none = jnp.full(cands.score.shape, jnp.nan, cands.score.dtype)
+    return state, Choice(index=best(cands.score, cands.valid), p0=nan, advantage=nan, abstained=jnp.zeros((), bool),
+                         gains=none, affinity=none)
 
 
 def paper() -> Mode[Empty]:
     """The paper's mode: stateless."""
     return Mode(init=lambda spec, hp: Empty(), choose=_choose, target=lambda state, y, s_base, hp: paper_target(y, s_base),
-                update=lambda state, feedback, hp: state, worth=lambda state, probes, scores, hp: scores.score,
-                write=lambda state, slot, writes: state)
+                update=lambda state, feedback, hp: state, worth=lambda state, probes, scores, memory, created, hp: scores().score,
+                write=lambda state, slot, writes, memory, offered: state)

@@ -54,10 +54,11 @@ class Scorer(NamedTuple, Generic[S, C]):
     init: Callable[[Spec], S]
     # (state, query (D,), bank, recall, bank stats (B,), model) -> (state, CandidateScores)
     candidates: Callable[[S, jax.Array, Bank, Recall, MemoryStats, ScoreModel], tuple[S, CandidateScores]]
-    # (state, probes (P+1, D), bank emb (B, D), new emb (D,), bank stats (B,), new stats, model, chunk)
-    #   -> (ProbeScores, column): the column is what write() stores for the offered memory
-    probes: Callable[[S, jax.Array, jax.Array, jax.Array, MemoryStats, MemoryStats, ScoreModel, int],
-                     tuple[ProbeScores, C]]
+    # (state, probes (P+1, D), new emb (D,), model) -> what write() stores of the offered memory (its column)
+    column: Callable[[S, jax.Array, jax.Array, ScoreModel], C]
+    # (state, probes (P+1, D), bank emb (B, D), new emb (D,), bank stats (B,), new stats, model, chunk, column)
+    #   -> ProbeScores: every probe against every bank slot and the offered memory
+    probes: Callable[[S, jax.Array, jax.Array, jax.Array, MemoryStats, MemoryStats, ScoreModel, int, C], ProbeScores]
     write: Callable[[S, jax.Array, C, jax.Array], S]  # (state, slot, column, writes) -> state
     end_task: Callable[[S, jax.Array, jax.Array], S]  # (state, probe ring index, pushed) -> state
     # (state, fitted, probes (P+1, D), bank emb (B, D), predictor, metric) -> state
@@ -72,7 +73,7 @@ def _full_candidates(state: Empty, query: jax.Array, bank: Bank, recall: Recall,
 
 
 def _full_probes(state: Empty, queries: jax.Array, emb: jax.Array, e_new: jax.Array, stats: MemoryStats,
-                 new: MemoryStats, model: ScoreModel, chunk: int) -> tuple[ProbeScores, None]:
+                 new: MemoryStats, model: ScoreModel, chunk: int, column: None) -> ProbeScores:
     emb = jnp.concatenate([emb, e_new[None, :]], axis=0)
     stats = append(stats, new)
 
@@ -82,7 +83,7 @@ def _full_probes(state: Empty, queries: jax.Array, emb: jax.Array, e_new: jax.Ar
 
     n = emb.shape[0]
     if chunk <= 0 or n <= chunk:
-        return ProbeScores(*block(emb, stats)), None
+        return ProbeScores(*block(emb, stats))
     # ``chunk`` memories at a time (bounds the (P+1, chunk, F) temporaries for large banks)
     pad = (-n) % chunk
     emb_p = jnp.pad(emb, ((0, pad), (0, 0)))
@@ -90,12 +91,13 @@ def _full_probes(state: Empty, queries: jax.Array, emb: jax.Array, e_new: jax.Ar
     blocks = (emb_p.reshape(-1, chunk, emb.shape[1]), MemoryStats(*(s.reshape(-1, chunk) for s in stats_p)))
     out = jax.lax.map(lambda blk: block(*blk), blocks)  # each (n_blocks, P+1, chunk)
     Q = queries.shape[0]
-    return ProbeScores(*(jnp.moveaxis(x, 0, 1).reshape(Q, -1)[:, :n] for x in out)), None
+    return ProbeScores(*(jnp.moveaxis(x, 0, 1).reshape(Q, -1)[:, :n] for x in out))
 
 
 def full() -> Scorer[Empty, None]:
     """Every pair scored from scratch: stateless."""
-    return Scorer(init=lambda spec: Empty(), candidates=_full_candidates, probes=_full_probes,
+    return Scorer(init=lambda spec: Empty(), candidates=_full_candidates,
+                  column=lambda state, queries, e_new, model: None, probes=_full_probes,
                   write=lambda state, slot, column, writes: state, end_task=lambda state, idx, pushed: state,
                   refit=lambda state, fitted, probes, emb, predictor, metric: state)
 
@@ -125,16 +127,19 @@ def _inc_candidates(cache: WorthCache, query: jax.Array, bank: Bank, recall: Rec
     return cache, CandidateScores(score=score[0], base=base[0], phi=base_features(cos[top], stats_k), z=z)
 
 
+def _inc_column(cache: WorthCache, queries: jax.Array, e_new: jax.Array, model: ScoreModel) -> _Column:
+    return _Column(dpart=worth_cache.dpart(queries, e_new[None, :], cache.geometry, model.metric)[:, 0],
+                   cos=queries @ e_new)
+
+
 def _inc_probes(cache: WorthCache, queries: jax.Array, emb: jax.Array, e_new: jax.Array, stats: MemoryStats,
-                new: MemoryStats, model: ScoreModel, chunk: int) -> tuple[ProbeScores, _Column]:
-    del emb, chunk  # the bank's part is cached; chunking does not apply
-    col = _Column(dpart=worth_cache.dpart(queries, e_new[None, :], cache.geometry, model.metric)[:, 0],
-                  cos=queries @ e_new)
+                new: MemoryStats, model: ScoreModel, chunk: int, col: _Column) -> ProbeScores:
+    del emb, e_new, chunk  # the bank's part is cached, the offered memory's is the column; chunking does not apply
     s_bank, b_bank = worth_cache.scores(cache.dpart, cache.cos, stats, model, cache.geometry)  # (P+1, B)
     s_new, b_new = worth_cache.scores(col.dpart[:, None, :], col.cos[:, None], MemoryStats(*(x[None] for x in new)),
                                       model, cache.geometry)
     cat = lambda a, b: jnp.concatenate([a, b], axis=1)  # noqa: E731
-    return ProbeScores(score=cat(s_bank, s_new), base=cat(b_bank, b_new), cos=cat(cache.cos, col.cos[:, None])), col
+    return ProbeScores(score=cat(s_bank, s_new), base=cat(b_bank, b_new), cos=cat(cache.cos, col.cos[:, None]))
 
 
 def _inc_write(cache: WorthCache, slot: jax.Array, column: _Column, writes: jax.Array) -> WorthCache:
@@ -150,7 +155,7 @@ def _inc_refit(cache: WorthCache, fitted: jax.Array, queries: jax.Array, emb: ja
 
 def incremental() -> Scorer[WorthCache, _Column]:
     """The D part of the KRR distances cached and maintained (see :mod:`tokenworth_jax.worth_cache`)."""
-    return Scorer(init=_inc_init, candidates=_inc_candidates, probes=_inc_probes, write=_inc_write,
+    return Scorer(init=_inc_init, candidates=_inc_candidates, column=_inc_column, probes=_inc_probes, write=_inc_write,
                   end_task=worth_cache.push_query, refit=_inc_refit)
 
 

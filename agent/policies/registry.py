@@ -24,7 +24,6 @@ METHOD_NAMES = POLICIES.names  # the default run
 # Opt-in methods: known to `tokenworth run --methods`, not part of the default run.
 POLICIES.register("tokenworth+", "agent.policies.tokenworth_plus:TokenWorthPlusPolicy")  # docs/tokenworth-plus.md
 # Experimental: the learned ranker of issue 24 on a FIFO bank (docs/ranking-research.md).
-POLICIES.register("tokenworth-rank", "agent.policies.tokenworth_rank:TokenWorthRankPolicy")
 # The paper's other Table 1 baselines, which spend auxiliary model calls (docs/methods.md).
 POLICIES.register("mem0", "agent.policies.mem0:Mem0Policy")
 POLICIES.register("memskill", "agent.policies.memskill:MemSkillPolicy")

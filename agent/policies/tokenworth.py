@@ -5,7 +5,8 @@ budget's B_max (one ``Controller``, built once). Per task: ``select`` on the que
 controller recalls K_c = 12 candidates and its mode picks at most one, spec §3); ``observe`` the
 grader's reward (always, even when nothing was selected: it closes the judged phase); then, on
 success only, ``offer`` the constructed memory with the source question as its key text (so
-recall compares question with question, as the other similarity-based methods do). The decision
+recall compares question with question, as the other similarity-based methods do) and its
+executable actions as its action text (which TokenWorth+'s learned ranker reads). The decision
 log holds the selection (candidates and their scores) and the admission decision.
 
 Each memory's :class:`~agent.memory.Memory` is the payload the controller's
@@ -58,7 +59,8 @@ class TokenWorthPolicy(MemoryPolicy):
             self.note(admission=None)
         else:
             new_id = self.controller.memories.next_id
-            decision = self.controller.offer(memory.text, key_text=memory.key_text, payload=memory.with_id(new_id))
+            decision = self.controller.offer(memory.text, key_text=memory.key_text, payload=memory.with_id(new_id),
+                                             action_text=memory.action_text)
             self.note(admission=decision.as_dict())
         self.controller.end_task()
 

@@ -14,8 +14,8 @@ keyed by its own query vector (id i). Injecting memory j changes the success pro
 
 success iff v_i < clip(p, 0.02, 0.98) (common random numbers across methods).
 
-Methods: no memory; paper TokenWorth (DB preset); TokenWorth+ (DB preset, ``Spec(plus=True)``)
-with its default paper ranking and with ``plus_rank = 1``; and an **oracle** that knows every
+Methods: no memory; paper TokenWorth (DB preset); TokenWorth+ (DB preset, ``Spec(plus=True)``);
+and an **oracle** that knows every
 true probability and, at each task, takes the best arm among "no memory" and every memory
 of its bank (the last 64 successful tasks, the controller's B_max). Reported: SR (%) mean ±
 std over seeds, the fraction of tasks with an injection, and the gap closed,
@@ -104,11 +104,20 @@ def oracle(stream: dict[str, np.ndarray], capacity: int = 64) -> tuple[float, fl
 
 
 def run_controller(stream: dict[str, np.ndarray], plus: bool, **overrides: Any) -> tuple[float, float, float]:
-    """(SR, injection rate, abstention rate) of one controller over the stream."""
-    spec, hp = tw.preset("db", spec_overrides={"dim": stream["query"].shape[1], "plus": plus}, **overrides)
+    """(SR, injection rate, abstention rate) of one controller over the stream.
+
+    The stream has no text: in TokenWorth+ mode the query vector stands for the question's words
+    and every memory's action vector is zero (no action affinity), so only the lift model learns."""
+    dim = stream["query"].shape[1]
+    spec, hp = tw.preset("db", plus=plus, spec_overrides={"dim": dim, "word_dim": dim, "action_dim": 8}, **overrides)
     q = jnp.asarray(stream["query"])
     T = q.shape[0]
-    events = tw.Event(query=q, reward=jnp.zeros((T,), jnp.int32), memory=q, memory_id=jnp.arange(T, dtype=jnp.int32))
+    query, memory = q, q
+    if plus:
+        query = tw.Query(key=q, words=q)
+        memory = tw.MemoryText(key=q, actions=jnp.zeros((T, spec.action_dim), q.dtype))
+    events = tw.Event(query=query, reward=jnp.zeros((T,), jnp.int32), memory=memory,
+                      memory_id=jnp.arange(T, dtype=jnp.int32))
     _, out = tw.run(tw.init(spec, hp), events, hp, spec, reward_fn(stream))
     chosen = np.asarray(out.selection.chosen)
     has_candidates = np.asarray(out.selection.candidate_ids)[:, 0] >= 0
@@ -119,7 +128,6 @@ def run_controller(stream: dict[str, np.ndarray], plus: bool, **overrides: Any) 
 METHODS: dict[str, tuple[bool, dict[str, Any]]] = {
     "tokenworth": (False, {}),
     "tokenworth+": (True, {}),
-    "tokenworth+ (rank by advantage)": (True, {"plus_rank": 1.0}),
 }
 
 

@@ -6,7 +6,7 @@ pick (the sim's skill overlap, read here only) and the share of picks with J < 0
 
 * top cosine (the paper's relevance); best in the recall set (the oracle);
 * ŝ: the action model (ridge from question words to action tokens) refitted every 25 tasks on
-  all earlier tasks, as :mod:`tokenworth_jax.rank.model` learns it online;
+  all earlier tasks, as TokenWorth+ (:mod:`tokenworth_jax.plus.actions`) learns it online;
 * the query's *true* action vector a_q·a_m (hashed, as the ranker's), and exact-token cosine
   of the action texts: what the action representation could give if the words predicted the
   actions perfectly.
@@ -26,9 +26,9 @@ from bench.rank.lab import Lab
 
 
 def exact_token_similarity(texts: Sequence[str]) -> np.ndarray:
-    from tokenworth_jax.rank.text import text_features
+    from tokenworth_jax.featurize import unit_features
 
-    feats = [text_features(t, actions=True) for t in texts]
+    feats = [unit_features(t, actions=True) for t in texts]
     vocab = {f: i for i, f in enumerate(collections.Counter(f for fs in feats for f in fs))}
     V = np.zeros((len(texts), len(vocab)))
     for i, fs in enumerate(feats):
@@ -49,9 +49,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, tuple[float, float]]:
 
     lab = Lab(args.env, args.tasks, [0])
     tasks = load_tasks(args.env, simdb.data_dir())[: args.tasks]
-    X = np.asarray(lab.stream.words, np.float64)
-    A = np.asarray(lab.stream.acts, np.float64)
-    K = np.asarray(lab.stream.keys, np.float64)
+    events = lab.events[True]
+    X = np.asarray(events.query.words, np.float64)
+    A = np.asarray(events.memory.actions, np.float64)
+    K = np.asarray(events.query.key, np.float64)
     exact = exact_token_similarity([gold_action(t) for t in tasks])
     picks: dict[str, list[float]] = collections.defaultdict(list)
     W = np.zeros((X.shape[1], A.shape[1]))

@@ -1,11 +1,10 @@
-"""Per-task cost of the learned ranker against today's fused ``tw.run``, same stream, same process.
+"""Per-task cost of TokenWorth+ against the paper's fused ``tw.run``, same stream, same process.
 
-Both run one ``lax.scan`` over a synthetic DB-shaped stream (D = 512, B_max = 64, K_c = 12;
-:func:`bench.controller.common.synthetic_stream`), jitted once, timed as the median of
-``--repeats`` runs divided by the task count. The ranker's run includes its own FIFO bank,
-cosine recall, the action model's RLS update on every success and the lift's evidence refit on
-every injection (:mod:`tokenworth_jax.rank.standalone`). Interleaving the two timings keeps a
-shared machine's load out of their ratio.
+Both run one ``tw.run`` (a ``lax.scan`` of the controller's step) over a synthetic DB-shaped
+stream (D = 512, B_max = 64, K_c = 12; :func:`bench.controller.common.synthetic_stream`), jitted
+once, timed as the median of ``--repeats`` runs divided by the task count. TokenWorth+'s run adds
+the action model's RLS update on every success and the lift's evidence refit on every injection.
+Interleaving the two timings keeps a shared machine's load out of their ratio.
 
     python -m bench.rank.cost [--tasks 400] [--repeats 7] [--out bench/results/ranking/cost.json]
 """
@@ -24,7 +23,6 @@ import numpy as np
 
 import tokenworth_jax as tw
 from bench.controller.common import cpu_model, synthetic_stream
-from tokenworth_jax.rank import standalone as S
 
 
 def _median_ms(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
@@ -42,21 +40,24 @@ def _median_ms(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, flo
 def measure(T: int, repeats: int) -> dict[str, Any]:
     stream = synthetic_stream(T, 512)
     rng = np.random.default_rng(0)
-    acts = rng.normal(size=(T, 256))
-    acts /= np.linalg.norm(acts, axis=1, keepdims=True)
-    words = rng.normal(size=(T, 512))
-    words /= np.linalg.norm(words, axis=1, keepdims=True)
-    queries, rewards = jnp.asarray(stream.queries), jnp.asarray(stream.rewards)
     spec, hp = tw.preset("db")
-    events = tw.Event(query=queries, reward=rewards, memory=queries, memory_id=jnp.arange(T, dtype=jnp.int32))
-    dims, rhp = S.Dims(), S.params()
-    rstream = S.Stream(keys=queries, words=jnp.asarray(words, jnp.float32), acts=jnp.asarray(acts, jnp.float32))
-    paper = jax.jit(lambda: tw.run(tw.init(spec, hp), events, hp, spec))
-    ranker = jax.jit(lambda: S.run(S.init(dims, rhp), rstream, rhp, dims, lambda t, m: rewards[t]))
-    ms = _median_ms({"tw.run": paper, "rank": ranker}, repeats)
+    pspec, php = tw.preset("db", plus=True)
+
+    def units(n: int, d: int) -> jax.Array:
+        v = rng.normal(size=(n, d))
+        return jnp.asarray(v / np.linalg.norm(v, axis=1, keepdims=True), jnp.float32)
+
+    queries, rewards, ids = jnp.asarray(stream.queries), jnp.asarray(stream.rewards), jnp.arange(T, dtype=jnp.int32)
+    events = tw.Event(query=queries, reward=rewards, memory=queries, memory_id=ids)
+    plus_events = tw.Event(query=tw.Query(queries, units(T, pspec.word_dim)), reward=rewards,
+                           memory=tw.MemoryText(queries, units(T, pspec.action_dim)), memory_id=ids)
+    # hyperparameters and events are arguments (traced), as in a sweep or an agent run
+    paper = jax.jit(lambda h, e: tw.run(tw.init(spec, h), e, h, spec))
+    plus = jax.jit(lambda h, e: tw.run(tw.init(pspec, h), e, h, pspec))
+    ms = _median_ms({"tw.run": lambda: paper(hp, events), "tokenworth+": lambda: plus(php, plus_events)}, repeats)
     per_task = {k: v / T for k, v in ms.items()}
     return {"tasks": T, "repeats": repeats, "cpu": cpu_model(), "per_task_ms": per_task,
-            "rank_over_tw_run": per_task["rank"] / per_task["tw.run"]}
+            "plus_over_tw_run": per_task["tokenworth+"] / per_task["tw.run"]}
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -69,8 +70,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     p = result["per_task_ms"]
-    print(f"per task: tw.run {p['tw.run']:.3f} ms, ranker {p['rank']:.3f} ms "
-          f"({result['rank_over_tw_run']:.2f}x tw.run)")
+    print(f"per task: tw.run {p['tw.run']:.3f} ms, TokenWorth+ {p['tokenworth+']:.3f} ms "
+          f"({result['plus_over_tw_run']:.2f}x tw.run)")
     return result
 
 

@@ -1,76 +1,89 @@
-"""TokenWorth+ as a :class:`~tokenworth_jax.modes.Mode`: its state (the no-memory ring, the lift
-model's posterior, per-slot advantage statistics, the PRNG key, what the open task remembers)
-and its pure functions: choose (rank by predicted advantage, abstain below a margin), the
-residual target, the feedback update (no-memory ring, lift refit,
-per-memory advantage), the worth used by the lifecycle, and the reset of a written slot.
+"""TokenWorth+ as a :class:`~tokenworth_jax.modes.Mode`: a learned ranking of the recall set.
 
-Switches are traced 0/1 leaves of :class:`~tokenworth_jax.config.PlusHParams` (``rank``, ``abstain``,
-``advantage``, ``worth``; ``explore`` = 0 turns exploration off), so the plus mode with every
-switch at 0 makes exactly the paper's decisions (tests/test_plus.py checks it), and a sweep can
-turn each part on and off in one compiled program.
+Its state and its pure functions (docs/tokenworth-plus.md; the research behind every choice:
+docs/ranking-research.md):
+
+* **The action model** (:mod:`.actions`, self-supervised): every offered memory teaches which
+  action tokens a question's words call for; the affinity ŝ(q, m) = x(q)ᵀ M a_m of a candidate is
+  how much of its procedure the query will need.
+* **The no-memory arm** (:mod:`.abstain`): p̂₀(q), the success probability without injection,
+  learned on the tasks where nothing was injected.
+* **The lift model** (:mod:`.lift`, from rewards): P(y=1 | q, m) = σ(logit p̂₀(q) + θᵀψ) with
+  ψ = [1, cos, ŝ, κ(cos − 0.2), κ(cos − 0.4), κ(cos − 0.6), κ(cos − 0.8)] ⊙ ``features``,
+  κ(d) = exp(−d²/(2·0.1²)): bumps that let worth be a non-monotone function of similarity (near
+  duplicates that mislead), their shrinkage chosen by Laplace evidence. θ is refitted after every
+  injected task over the last ``base_window`` of them.
+* **Choose**: rank the recall set by the posterior-mean gain Â = σ(o + θ̂ᵀψ) − p̂₀ and inject
+  the best unless an upper confidence bound on its gain, σ(o + θ̃ᵀψ + ``optimism``·‖Lᵀψ‖) − p̂₀
+  with θ̃ = θ̂ + ``explore``·Lε, is at most ``margin``: "no memory" needs evidence of harm.
+* **Worth** (the lifecycle): the mean of Â over the probes, deterministic (posterior mean), when
+  ``worth`` is on; else the paper's score.
+
+The residual RFM and the base scorer keep learning as in the paper (``target`` is the paper's δ):
+the lifecycle reads them when ``worth`` is 0.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from ..batching import gated
-from ..config import N_LIFT_FEATURES as N_LIFT
-from ..config import HParams, PlusHParams, Spec
-from ..modes import Candidates, Choice, Feedback, Mode, best, paper_target
+from ..config import N_LIFT_FEATURES, HParams, Spec
+from ..inputs import MemoryText, Query
+from ..modes import Candidates, Choice, Feedback, Mode, paper_target
 from ..ring import Ring, ring_init, ring_push, ring_valid
 from ..scorers import ProbeScores
+from . import actions as action_model
 from .abstain import logit, null_probability
-from .lift import lift_features, lift_fit, mean_advantage, thompson
+from .actions import ActionModel
+from .lift import fit_by_evidence, thompson
 
-__all__ = ["PlusPending", "PlusState", "init", "plus", "predicted_gain"]
+BUMP_CENTRES = (0.2, 0.4, 0.6, 0.8)
+BUMP_WIDTH = 0.1
 
 
 class PlusPending(NamedTuple):
     p0: jax.Array  # p̂₀(q) at select time
-    psi: jax.Array  # (N_LIFT,) lift features of the chosen candidate
-    # predicted advantage Â of the chosen candidate; 0 when the bank was empty (finite, so that
-    # tw.checked accepts the state; the controller's pending.retrieved tells the two apart)
-    gain: jax.Array
-    abstained: jax.Array  # bool: a candidate existed but nothing was injected
+    psi: jax.Array  # (F,) lift features of the injected candidate (zeros when none)
+    injected: jax.Array  # bool
+    words: jax.Array  # (W,) the question's words: the key of the memory this task may offer
 
 
 class PlusState(NamedTuple):
-    key: jax.Array  # (2,) uint32 PRNG key, split once per select
+    actions: ActionModel
+    slot_actions: jax.Array  # (B, A) the action vector of the memory in each bank slot
     null_ring: Ring  # data = (q (N0, D), y (N0,) in {0, 1}): tasks with nothing injected
-    lift_ring: Ring  # data = (psi (Nb, N_LIFT), y (Nb,) in {-1, 1}, offset (Nb,) = logit p̂₀)
-    theta: jax.Array  # (N_LIFT,) posterior mean of the lift weights
-    chol: jax.Array  # (N_LIFT, N_LIFT) Cholesky factor of the Laplace covariance H⁻¹
-    adv_sum: jax.Array  # (B,) sum over uses of y - p̂₀(q) per bank slot
-    adv_n: jax.Array  # (B,) uses per bank slot
-    n_abstain: jax.Array  # int32 tasks abstained so far
+    lift_ring: Ring  # data = (psi (N, F), y (N,) in {-1, 1}, offset (N,) = logit p̂₀)
+    theta: jax.Array  # (F,) posterior mean of the lift weights
+    chol: jax.Array  # (F, F) Cholesky factor of the Laplace covariance H⁻¹
+    key: jax.Array  # (2,) uint32 PRNG key, split once per select
+    n_injected: jax.Array  # int32 tasks on which a memory was injected (the lift refits every refit_interval)
+    n_abstain: jax.Array  # int32 tasks on which candidates existed and nothing was injected
     pending: PlusPending
 
 
 def init(spec: Spec, hp: HParams) -> PlusState:
-    """A fresh TokenWorth+ state for a ``Spec`` and ``HParams`` (whose ``plus`` is set)."""
     f = spec.float_dtype
     php = hp.plus
-    theta0 = jnp.asarray(php.theta0, f) * jnp.ones((N_LIFT,), f)
-    lam = jnp.asarray(php.lambda_, f)
-    # Prior covariance (2 lambda)^-1 I: the Hessian of the ridge term alone.
-    chol = jnp.eye(N_LIFT, dtype=f) / jnp.sqrt(2 * lam)
+    F = N_LIFT_FEATURES
+    features = jnp.asarray(php.features, f)
     return PlusState(
-        key=jax.random.PRNGKey(jnp.asarray(php.seed, jnp.int32)),
+        actions=action_model.init(spec.word_dim, spec.action_dim, php.action_lambda, f),
+        slot_actions=jnp.zeros((spec.capacity, spec.action_dim), f),
         null_ring=ring_init((jnp.zeros((spec.null_window, spec.dim), f), jnp.zeros((spec.null_window,), f))),
-        lift_ring=ring_init((jnp.zeros((spec.base_window, N_LIFT), f), jnp.zeros((spec.base_window,), f),
+        lift_ring=ring_init((jnp.zeros((spec.base_window, F), f), jnp.zeros((spec.base_window,), f),
                              jnp.zeros((spec.base_window,), f))),
-        theta=theta0,
-        chol=chol,
-        adv_sum=jnp.zeros((spec.capacity,), f),
-        adv_n=jnp.zeros((spec.capacity,), f),
+        theta=jnp.asarray(php.theta0, f) * features,
+        chol=jnp.diag(1 / jnp.sqrt(2 * jnp.asarray(php.lambda_, f))),
+        key=jax.random.PRNGKey(jnp.asarray(php.seed, jnp.int32)),
+        n_injected=jnp.zeros((), jnp.int32),
         n_abstain=jnp.zeros((), jnp.int32),
-        pending=PlusPending(p0=jnp.full((), 0.5, f), psi=jnp.zeros((N_LIFT,), f), gain=jnp.zeros((), f),
-                            abstained=jnp.zeros((), bool)),
+        pending=PlusPending(p0=jnp.full((), 0.5, f), psi=jnp.zeros((F,), f), injected=jnp.zeros((), bool),
+                            words=jnp.zeros((spec.word_dim,), f)),
     )
 
 
@@ -78,91 +91,117 @@ def _on(flag: ArrayLike) -> jax.Array:
     return jnp.asarray(flag) > 0.5
 
 
-def _p0(state: PlusState, queries: jax.Array, php: PlusHParams) -> jax.Array:
-    return null_probability(queries, state.null_ring, php.p0_prior, php.p0_strength, php.bandwidth)
+def pair_features(cos: jax.Array, s: jax.Array, features: jax.Array) -> jax.Array:
+    """ψ = [1, cos, ŝ, four cosine bumps] ⊙ ``features`` (F,); ``cos`` and ``s`` broadcast, output adds an axis F."""
+    cos, s = jnp.broadcast_arrays(cos, s)
+    lead = (1,) * cos.ndim
+    centres = jnp.asarray(BUMP_CENTRES, cos.dtype).reshape(lead + (len(BUMP_CENTRES),))
+    bumps = jnp.exp(-((cos[..., None] - centres) ** 2) / (2 * BUMP_WIDTH ** 2))
+    psi = jnp.concatenate([jnp.stack([jnp.ones_like(cos), cos, s], axis=-1), bumps], axis=-1)
+    return psi * features.reshape(lead + features.shape)
 
 
-def predicted_gain(p0: jax.Array, psi: jax.Array, theta: jax.Array, eta_f: jax.Array) -> jax.Array:
-    """Â = σ(logit p̂₀ + θᵀψ) − p̂₀ + ηf/2: the predicted change of the success probability.
-
-    In plus mode the residual f is fitted to y − (2p̂₀ − 1) (±1 units), so ηf/2 is a
-    (damped) second estimate of the same advantage in probability units.
-    """
-    lift = jax.nn.sigmoid(logit(p0)[..., None] + psi @ theta) - p0[..., None]
-    return lift + eta_f / 2
+def _p0(state: PlusState, keys: jax.Array, hp: HParams) -> jax.Array:
+    php = hp.plus
+    return null_probability(keys, state.null_ring, php.p0_prior, php.p0_strength, php.bandwidth)
 
 
 def choose(state: PlusState, cands: Candidates, hp: HParams) -> tuple[PlusState, Choice]:
-    """The candidate to inject (or none) by predicted advantage, with a Thompson draw of θ."""
+    """Rank the K candidates by posterior-mean gain; inject the best unless its upper bound says it hurts."""
     php = hp.plus
-    score = cands.score
-    f = score.dtype
-    i32 = jnp.int32
+    f = state.theta.dtype
+    features = jnp.asarray(php.features, f)
     valid = cands.valid
-    retrieved = jnp.any(valid)
-    p0 = _p0(state, cands.query[None, :], php)[0]
+    any_valid = jnp.any(valid)
+    cos = jnp.where(valid, cands.relevance, jnp.zeros_like(cands.relevance))
+    s = action_model.affinity(state.actions, cands.query.words[None, :], state.slot_actions[cands.slots])[0]  # (K,)
+    psi = pair_features(cos, s, features)  # (K, F)
+    p0 = _p0(state, cands.query.key[None, :], hp)[0]
+    o = logit(p0)
+    gain = jnp.where(valid, jax.nn.sigmoid(o + psi @ (state.theta * features)) - p0, -jnp.inf)
+    best = jnp.where(any_valid, jnp.argmax(gain), -1).astype(jnp.int32)
+    chosen = psi[jnp.maximum(best, 0)]
     key, sub = jax.random.split(state.key)
-    theta = thompson(sub, state.theta, state.chol, php.explore)
-    adv = mean_advantage(state.adv_sum[cands.slots], state.adv_n[cands.slots])
-    psi = lift_features(jnp.where(valid, score, jnp.zeros_like(score)), adv)  # (K, N_LIFT)
-    eta_f = jnp.where(valid, score - cands.base, jnp.zeros_like(score))
-    gain = jnp.where(valid, predicted_gain(p0, psi, theta, eta_f), -jnp.inf)
-    idx = jnp.where(_on(php.rank), jnp.argmax(gain).astype(i32), jnp.maximum(best(score, valid), 0))
-    g = jnp.where(retrieved, gain[idx], jnp.zeros((), f))
-    inject = retrieved & (~_on(php.abstain) | (gain[idx] > php.margin))
-    abstained = retrieved & ~inject
-    pending = PlusPending(p0=p0, psi=psi[idx], gain=g, abstained=abstained)
-    state = state._replace(key=key, pending=pending, n_abstain=state.n_abstain + abstained.astype(i32))
-    return state, Choice(index=jnp.where(inject, idx, i32(-1)), p0=p0, advantage=g, abstained=abstained)
+    drawn = thompson(sub, state.theta, state.chol, php.explore) * features
+    upper = jax.nn.sigmoid(o + chosen @ drawn + php.optimism * jnp.linalg.norm(state.chol.T @ chosen)) - p0
+    inject = any_valid & (~_on(php.abstain) | (upper > php.margin))
+    abstained = any_valid & ~inject
+    state = state._replace(
+        key=key, n_abstain=state.n_abstain + abstained.astype(jnp.int32),
+        pending=PlusPending(p0=p0, psi=jnp.where(inject, chosen, jnp.zeros_like(chosen)), injected=inject,
+                            words=cands.query.words))
+    nan = jnp.full((), jnp.nan, f)
+    return state, Choice(index=jnp.where(inject, best, -1).astype(jnp.int32), p0=p0,
+                         advantage=jnp.where(any_valid, gain[jnp.maximum(best, 0)], nan), abstained=abstained,
+                         gains=jnp.where(valid, gain, nan), affinity=jnp.where(valid, s, nan))
 
 
 def target(state: PlusState, y: jax.Array, s_base: jax.Array, hp: HParams) -> jax.Array:
-    """The KRR target: y − (2p̂₀(q) − 1) when ``advantage`` is on, else the paper's δ."""
-    return jnp.where(_on(hp.plus.advantage), y - (2 * state.pending.p0 - 1), paper_target(y, s_base))
+    """The residual's target: the paper's δ (the paper's learners serve the lifecycle when ``worth`` is 0)."""
+    return paper_target(y, s_base)
 
 
-def _refit_lift(state: PlusState, theta0: jax.Array, lam: jax.Array) -> PlusState:
-    psi, y, off = state.lift_ring.data
-    theta, chol = lift_fit(psi, y, off, ring_valid(state.lift_ring), state.theta, theta0, lam)
-    return state._replace(theta=theta, chol=chol)
+def _refit(posterior: tuple[jax.Array, jax.Array], ring: Ring, hp: HParams) -> tuple[jax.Array, jax.Array]:
+    """(θ̂, L) refitted on the lift window (only the posterior goes through the conditional: it is small)."""
+    php = hp.plus
+    theta = posterior[0]
+    f = theta.dtype
+    features = jnp.asarray(php.features, f)
+    psi, y, offset = ring.data
+    return fit_by_evidence(psi * features[None, :], y, offset, ring_valid(ring), theta, jnp.asarray(php.theta0, f) * features,
+                           jnp.asarray(php.lambda_, f), jnp.asarray(php.adaptive, f), jnp.asarray(php.lambda_grid, f))
 
 
 def update(state: PlusState, fb: Feedback, hp: HParams) -> PlusState:
-    """The judged task: train p̂₀ on a task with nothing injected; otherwise add (ψ, y, logit p̂₀)
-    to the lift window, refit the lift posterior and credit the memory with y − p̂₀."""
+    """The judged task: the no-memory ring when nothing was injected; else the lift window and its refit."""
     f = state.theta.dtype
     r = (fb.reward == 1).astype(f)
-    sel = fb.selected
-    slot = jnp.maximum(fb.slot, 0)
-    state = state._replace(
-        null_ring=ring_push(state.null_ring, (fb.query, r), ~sel),
-        lift_ring=ring_push(state.lift_ring, (state.pending.psi, 2 * r - 1, logit(state.pending.p0)), sel),
-        adv_sum=state.adv_sum.at[slot].add(jnp.where(sel, r - state.pending.p0, jnp.zeros((), f))),
-        adv_n=state.adv_n.at[slot].add(sel.astype(f)))
-    return gated(sel, _refit_lift, lambda s, t0, lam: s, state, jnp.asarray(hp.plus.theta0, f),
-                 jnp.asarray(hp.plus.lambda_, f))
+    pend = state.pending
+    n = state.n_injected + fb.selected.astype(jnp.int32)
+    state = state._replace(null_ring=ring_push(state.null_ring, (fb.query.key, r), ~fb.selected),
+                           lift_ring=ring_push(state.lift_ring, (pend.psi, 2 * r - 1, logit(pend.p0)), fb.selected),
+                           n_injected=n)
+    due = fb.selected & (n % hp.plus.refit_interval == 0)
+    theta, chol = gated(due, _refit, lambda post, ring, h: post, (state.theta, state.chol), state.lift_ring, hp)
+    return state._replace(theta=theta, chol=chol)
 
 
-def worth(state: PlusState, probes: jax.Array, scores: ProbeScores, hp: HParams) -> jax.Array:
-    """(P+1, B+1) per-probe worth: the predicted advantage Â(q_p, m) with the posterior mean θ̂
-    (no sampling: the lifecycle stays deterministic) when ``worth`` is on, else the paper's s.
-    The last column is the offered memory, whose advantage statistics are zero."""
-    P, N = scores.score.shape
-    eta_f = scores.score - scores.base
-    adv = jnp.concatenate([mean_advantage(state.adv_sum, state.adv_n), jnp.zeros((1,), scores.score.dtype)])
-    psi = lift_features(scores.score, jnp.broadcast_to(adv[None, :], (P, N)))
-    gain = predicted_gain(_p0(state, probes, hp.plus), psi, state.theta, eta_f)
-    return jnp.where(_on(hp.plus.worth), gain, scores.score)
+def worth(state: PlusState, probes: Query, scores: Callable[[], ProbeScores], memory: MemoryText,
+          created: jax.Array, hp: HParams) -> jax.Array:
+    """(P+1, B+1) per-probe worth, by ``worth``: 0, the paper's score; 1, the predicted gain Â(q_p, m)
+    with the posterior mean θ̂ (deterministic); 2, recency, the creation step (so the lifecycle
+    admits every offered memory and evicts the oldest: a FIFO bank). The last column is ``memory``.
+    Only the chosen one is computed (a ``lax.switch``; vmapped with per-configuration choices, all)."""
+    php = hp.plus
+    f = state.theta.dtype
+
+    def paper() -> jax.Array:
+        return scores().score
+
+    def gain() -> jax.Array:
+        features = jnp.asarray(php.features, f)
+        acts = jnp.concatenate([state.slot_actions, memory.actions[None, :]], axis=0)  # (B+1, A)
+        psi = pair_features(scores().cos, action_model.affinity(state.actions, probes.words, acts), features)
+        p0 = _p0(state, probes.key, hp)  # (P+1,)
+        return jax.nn.sigmoid(logit(p0)[:, None] + psi @ (state.theta * features)) - p0[:, None]
+
+    def recency() -> jax.Array:  # > 0, so the offered memory passes the rho_pos gate
+        return jnp.broadcast_to(created.astype(f) + 1, (probes.key.shape[0], created.shape[0]))
+
+    return jax.lax.switch(jnp.clip(jnp.asarray(php.worth, jnp.int32), 0, 2), [paper, gain, recency])
 
 
-def write(state: PlusState, slot: jax.Array, writes: jax.Array) -> PlusState:
-    """A new memory in ``slot``: its advantage statistics start from zero."""
+def write(state: PlusState, slot: jax.Array, writes: jax.Array, memory: MemoryText, offered: jax.Array) -> PlusState:
+    """An offered memory (a judged success): the action model learns (question words → its actions),
+    whether or not it is admitted; where it is written, its slot takes its action vector. A memory
+    without actions teaches nothing."""
+    learns = offered & jnp.any(memory.actions != 0)
     s = jnp.maximum(slot, 0)
-    zero = jnp.zeros((), state.adv_sum.dtype)
-    return state._replace(adv_sum=state.adv_sum.at[s].set(jnp.where(writes, zero, state.adv_sum[s])),
-                          adv_n=state.adv_n.at[s].set(jnp.where(writes, zero, state.adv_n[s])))
+    return state._replace(actions=action_model.learn(state.actions, state.pending.words, memory.actions, learns),
+                          slot_actions=state.slot_actions.at[s].set(
+                              jnp.where(writes, memory.actions, state.slot_actions[s])))
 
 
-def plus() -> Mode:
+def plus() -> Mode[PlusState]:
     """The TokenWorth+ mode."""
     return Mode(init=init, choose=choose, target=target, update=update, worth=worth, write=write)
