@@ -58,7 +58,7 @@ t_axis = [int(s.clock.t) for s, _ in chunks]
 block_mean = [float(np.asarray(s.residual.metric)[:D].mean()) for s, _ in chunks]
 tails = np.array([np.asarray(s.residual.metric)[D:] for s, _ in chunks])
 eta = [float(hp.eta_max) * min(1.0, int(s.residual.n_fits) / 3) for s, _ in chunks]
-M_final = np.asarray(chunks[-1][0].metric)
+M_final = np.asarray(chunks[-1][0].residual.metric)
 top = np.argsort(-M_final[:D])[:5]
 print("final M tail", dict(zip(tail_names, np.round(M_final[D:], 3))))
 print("|e_q-e_m| block: mean", round(float(M_final[:D].mean()), 3), "max", round(float(M_final[:D].max()), 3),
