@@ -316,7 +316,7 @@ def test_incremental_equals_full_over_a_long_stream_and_the_cache_stays_exact():
             np.testing.assert_array_equal(np.asarray(a.selection.slot), np.asarray(b.selection.slot))
             np.testing.assert_array_equal(np.asarray(a.decision.code), np.asarray(b.decision.code))
             np.testing.assert_array_equal(np.asarray(a.decision.evicted_id), np.asarray(b.decision.evicted_id))
-            fresh = worth_cache.refresh(probes.queries(inc_state.probes, inc_state.pending.query)[0],
+            fresh = worth_cache.refresh(probes.queries(inc_state.probes, inc_state.pending.query)[0].key,
                                         inc_state.bank.emb, inc_state.residual.predictor, inc_state.residual.metric)
             valid_rows = np.r_[False, np.asarray(ring_valid(inc_state.probes))]  # row 0 is stale after end_task
             valid = np.asarray(inc_state.bank.valid)

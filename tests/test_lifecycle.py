@@ -28,7 +28,7 @@ def _state(us, embs, query, f, capacity=3):
         emb=jnp.asarray(emb, f), valid=jnp.asarray(valid), ids=jnp.asarray(np.where(valid, 100 + np.arange(capacity), -1), jnp.int32),
         u=jnp.asarray(np.r_[us, np.zeros(capacity - n)], f),
         last=jnp.full((capacity,), 5, jnp.int32), tau=jnp.zeros((capacity,), jnp.int32))
-    pending = s.pending._replace(query=jnp.asarray(query, f), reward=jnp.int32(1), retrieved=jnp.asarray(n > 0))
+    pending = s.pending._replace(query=tw.Query(jnp.asarray(query, f)), reward=jnp.int32(1), retrieved=jnp.asarray(n > 0))
     return spec, hp, s._replace(bank=bank, pending=pending, clock=s.clock._replace(t=jnp.int32(5)))
 
 

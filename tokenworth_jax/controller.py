@@ -268,9 +268,13 @@ def _offer_if(state: State, memory: ArrayLike | MemoryText, memory_id: ArrayLike
     memory = as_memory(memory, spec)
     success = (state.pending.reward == 1) & jnp.asarray(offered, bool)
     assess = functools.partial(_assess, spec=spec)
-    skipped = jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(assess, state, memory, hp)[1])
-    dec, column = gated(success, assess, lambda s, m, h: (lifecycle.not_offered(spec.float_dtype), skipped),
-                        state, memory, hp)
+    shapes = jax.eval_shape(assess, state, memory, hp)[1]  # static: the branches close over no tracer
+
+    def skipped(s: State, m: MemoryText, h: HParams) -> tuple[Decision, object]:
+        return (lifecycle.not_offered(spec.float_dtype),
+                jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), shapes))
+
+    dec, column = gated(success, assess, skipped, state, memory, hp)
     writes = dec.slot >= 0
     memory_id = jnp.asarray(memory_id, jnp.int32)
     return state._replace(bank=bank_lib.write(state.bank, dec.slot, writes, memory.key, memory_id, state.clock.t,

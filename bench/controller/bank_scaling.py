@@ -72,7 +72,7 @@ def child(capacity: int, chunk: int, repeats: int, spec_overrides: dict[str, int
         u=jnp.asarray(rng.uniform(-1, 3, B), jnp.float32), h=jnp.asarray(rng.integers(0, 5, B), jnp.float32),
         d=jnp.asarray(rng.integers(0, 5, B), jnp.float32), c=jnp.asarray(rng.integers(0, 10, B), jnp.float32),
         last=jnp.asarray(rng.integers(0, t, B), jnp.int32), tau=jnp.asarray(rng.integers(0, t, B), jnp.int32))
-    probe_ring = state.probes._replace(data=jnp.asarray(unit(spec.n_probes)), is_full=jnp.ones((), bool))
+    probe_ring = state.probes._replace(data=tw.Query(jnp.asarray(unit(spec.n_probes))), is_full=jnp.ones((), bool))
     # A realistic support set: z of random (query, memory) pairs with plausible statistics.
     qa, ma = unit(spec.fast_window), unit(spec.fast_window)
     tail = np.stack([np.sum(qa * ma, 1), rng.uniform(-1, 3, spec.fast_window), rng.uniform(0, 1, spec.fast_window),
@@ -85,10 +85,10 @@ def child(capacity: int, chunk: int, repeats: int, spec_overrides: dict[str, int
         bank=bank, probes=probe_ring, residual=state.residual._replace(fast=fast_ring, predictor=predictor,
                                                                        n_fits=jnp.int32(3)),
         clock=state.clock._replace(t=jnp.int32(t)),
-        pending=state.pending._replace(query=jnp.asarray(unit(1)[0]), retrieved=jnp.ones((), bool),
+        pending=state.pending._replace(query=tw.Query(jnp.asarray(unit(1)[0])), retrieved=jnp.ones((), bool),
                                        reward=jnp.int32(1)))
     e_new = jnp.asarray(unit(1)[0])
-    refresh = jax.jit(lambda s: s._replace(scorer=worth_cache.refresh(probes.queries(s.probes, s.pending.query)[0],
+    refresh = jax.jit(lambda s: s._replace(scorer=worth_cache.refresh(probes.queries(s.probes, s.pending.query)[0].key,
                                                                       s.bank.emb, s.residual.predictor,
                                                                       s.residual.metric)))
     if incremental:
