@@ -32,25 +32,28 @@ class MemoryText(NamedTuple):
 def as_query(query: ArrayLike | Query, spec: Spec) -> Query:
     """A :class:`Query`, with the shapes ``spec`` needs (checked while tracing: free under jit)."""
     q = query if isinstance(query, Query) else Query(key=jnp.asarray(query))
-    _check(q.key, (spec.dim,), "query key vector")
-    if spec.plus:
-        if isinstance(q.words, Empty):
-            raise ValueError("TokenWorth+ (Spec.plus) reads the question's words: pass tw.Query(key, words) with "
-                             "words = tokenworth_jax.featurize.word_vectors(question, spec.word_dim)")
-        _check(q.words, (spec.word_dim,), "query word vector")
+    _complete(q, spec, "query", "words", spec.word_dim, "the question's words",
+              "tw.Query(key, words) with words = tokenworth_jax.featurize.word_vectors(question, spec.word_dim)")
     return q
 
 
 def as_memory(memory: ArrayLike | MemoryText, spec: Spec) -> MemoryText:
     """A :class:`MemoryText`, with the shapes ``spec`` needs (checked while tracing: free under jit)."""
     m = memory if isinstance(memory, MemoryText) else MemoryText(key=jnp.asarray(memory))
-    _check(m.key, (spec.dim,), "memory key vector")
-    if spec.plus:
-        if isinstance(m.actions, Empty):
-            raise ValueError("TokenWorth+ (Spec.plus) reads the memory's actions: pass tw.MemoryText(key, actions) "
-                             "with actions = tokenworth_jax.featurize.action_vectors(actions, spec.action_dim)")
-        _check(m.actions, (spec.action_dim,), "memory action vector")
+    _complete(m, spec, "memory", "actions", spec.action_dim, "the memory's actions",
+              "tw.MemoryText(key, actions) with actions = tokenworth_jax.featurize.action_vectors(actions, "
+              "spec.action_dim)")
     return m
+
+
+def _complete(value: Query | MemoryText, spec: Spec, what: str, field: str, dim: int, reads: str, how: str) -> None:
+    """The key vector's shape; in TokenWorth+ mode also the second vector's presence and shape."""
+    _check(value.key, (spec.dim,), f"{what} key vector")
+    if spec.plus:
+        second = getattr(value, field)
+        if isinstance(second, Empty):
+            raise ValueError(f"TokenWorth+ (Spec.plus) reads {reads}: pass {how}")
+        _check(second, (dim,), f"{what} {field.rstrip('s')} vector")
 
 
 def _check(x: jax.Array, shape: tuple[int, ...], what: str) -> None:
