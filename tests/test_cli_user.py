@@ -137,13 +137,18 @@ def test_only_vllms_cpu_build_runs_without_a_gpu(build, refused, monkeypatch) ->
     import agent.backbones.vllm_api as vllm_api
     from agent.cli import engine_settings
 
+    import agent.backbones.engine_options as engine_options
+
+    reached = object()  # what the next step (the engine flags and the split) would return
     monkeypatch.setattr(colocation, "gpu_total_bytes", lambda: None)
     monkeypatch.setattr(vllm_api, "installed_build", lambda: build)
+    # the split itself is not this test's concern (and refuses once JAX has started in this process)
+    monkeypatch.setattr(engine_options, "engine_for_run", lambda *args, **kwargs: (reached, None))
     if refused:
         with pytest.raises(typer.Exit):
             engine_settings("vllm", None, model="m", env="db", controller_streams=1)
     else:
-        assert engine_settings("vllm", None, model="m", env="db", controller_streams=1).enable_prefix_caching
+        assert engine_settings("vllm", None, model="m", env="db", controller_streams=1) is reached
 
 
 def test_a_run_refused_for_other_settings_creates_no_stream_folder(place, data_dir) -> None:
