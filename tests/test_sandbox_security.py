@@ -404,7 +404,9 @@ for i in $(seq 60); do bash -c 'x=$(printf "%2000000s" ""); y=$x; sleep 300' & d
 def test_memory_pressure_from_small_tasks_kills_tasks_not_pid1():
     with Sandbox(SandboxLimits(memory_bytes=160 << 20, tmpfs_bytes=48 << 20)) as box:
         result = box.run(_SMALL_TASKS_FILL_MEMORY, timeout=60)
-        assert "Killed" in result.output and "started" in result.output  # the OOM killer did act
+        # the OOM killer did act: on some of the small tasks, and sometimes also on the shell that
+        # started them (then "started" is never printed and the command ends with 137)
+        assert "Killed" in result.output and ("started" in result.output or result.exit_code == 137), result
         assert box.alive
         # Memory is still at the limit, so a new shell may itself be chosen by the OOM
         # killer; PID 1 answers either way, and once the files are gone all is well.
