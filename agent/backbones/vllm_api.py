@@ -144,14 +144,8 @@ def installed_version() -> str | None:
     found = version_in(package) if package is not None else None
     if found:
         return found
-    if package is None:
-        return None
-    for name in DISTRIBUTIONS:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
+    build = installed_build() if package is not None else None
+    return importlib.metadata.version(build) if build is not None else None
 
 
 def installed_build() -> str | None:
