@@ -260,7 +260,9 @@ def test_a_dead_server_costs_one_retry_window_for_all_streams(tmp_path, data_dir
 
     from agent.cli import app
 
-    retry_for = 4.0
+    # long enough that a loaded machine's start-up (imports, JAX) cannot blur one window (~8 s)
+    # against the six the old code waited (~48 s)
+    retry_for = 8.0
     dead = f"http://127.0.0.1:{free_port()}/v1"
     args = ["run", "--methods", "standard", "--seeds", "0,1,2,3,4", "--backbone", "openai", "--model", "served",
             "--base-url", dead, "--retry-for", f"{retry_for:g}", "--limit", "3", "--out", str(tmp_path),
