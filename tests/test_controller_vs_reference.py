@@ -250,7 +250,7 @@ def _pure_decisions(path, spec, hp, q, m, rewards, f):
 
 
 def _host_decisions(spec, hp, q, m, rewards):
-    """The host Controller: one fused device call per task (observe + offer + end_task, close + select)."""
+    """The host Controller: one pure call per protocol step (a judged task not ended is ended by the next select)."""
     ctl = tw.Controller(spec, hp)
     chosen, codes, slots = [], [], []
     for t in range(len(rewards)):
@@ -278,7 +278,7 @@ def test_every_path_makes_the_reference_decisions_float64(path, incremental):
     """A long stream with refits, AGOP updates, evictions and replacements: identical decisions."""
     with precision("float64") as f:
         spec, hp = small_setup(f)
-        spec = spec._replace(incremental=incremental)
+        spec = spec._replace(scorer=tw.scorers.incremental() if incremental else tw.scorers.full())
         q, m, rewards = clustered_stream(seed=11, T=PATH_T, dim=spec.dim)
         want_chosen, want_ids, want_codes, want_slots, reference = _reference_decisions(spec, hp, q, m, rewards)
         if path == "host":  # the host reports memory ids (here: source task indices), not slots
@@ -305,7 +305,7 @@ def test_incremental_equals_full_over_a_long_stream_and_the_cache_stays_exact():
 
     with precision("float64") as f:
         spec, hp = small_setup(f)
-        inc = spec._replace(incremental=True)
+        inc = spec._replace(scorer=tw.scorers.incremental())
         q, m, rewards = clustered_stream(seed=21, T=600, dim=spec.dim, n_clusters=9)
         events = tw.Event(jnp.asarray(q), jnp.asarray(rewards, jnp.int32), jnp.asarray(m), jnp.arange(600, dtype=jnp.int32))
         full_state, inc_state = tw.init(spec, hp), tw.init(inc, hp)
@@ -316,7 +316,7 @@ def test_incremental_equals_full_over_a_long_stream_and_the_cache_stays_exact():
             np.testing.assert_array_equal(np.asarray(a.selection.slot), np.asarray(b.selection.slot))
             np.testing.assert_array_equal(np.asarray(a.decision.code), np.asarray(b.decision.code))
             np.testing.assert_array_equal(np.asarray(a.decision.evicted_id), np.asarray(b.decision.evicted_id))
-            fresh = worth_cache.refresh(probes.queries(inc_state.probes, inc_state.pending.query)[0].key,
+            fresh = worth_cache.refresh(probes.queries(inc_state.probes, inc_state.task.query)[0].key,
                                         inc_state.bank.emb, inc_state.residual.predictor, inc_state.residual.metric)
             valid_rows = np.r_[False, np.asarray(ring_valid(inc_state.probes))]  # row 0 is stale after end_task
             valid = np.asarray(inc_state.bank.valid)

@@ -30,6 +30,11 @@ def tree_where(mask: jax.Array, new: Any, old: Any) -> Any:
     return jax.tree_util.tree_map(pick, new, old)
 
 
+def fetch(tree: Any) -> Any:
+    """A pytree of device arrays as the same pytree of NumPy arrays: what crosses to the host, typed."""
+    return jax.device_get(tree)
+
+
 def to_numpy(tree: Any) -> dict[str, np.ndarray]:
     """Flatten to ``{key path: array}`` (see :func:`from_numpy`)."""
     return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
