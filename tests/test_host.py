@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 
@@ -114,35 +115,80 @@ def test_checkpoint_shape_mismatch_is_rejected(ctl):
 
 
 def test_checkpoint_of_an_older_layout_is_refused_naming_it(ctl):
-    """Checkpoints written before the state had one field per part (layout 1) are refused in one line."""
+    """Checkpoints of earlier layouts (1: before one state field per part; 2: the host's protocol flags)
+    are refused in one line that says what to do."""
     data = ctl.state_dict()
     old = {k: v for k, v in data.items() if k != "layout"}
-    with pytest.raises(ValueError, match="layout 1; this version reads layout 2"):
+    with pytest.raises(ValueError, match="layout 1; this version reads layout 3.*--overwrite"):
         tw.Controller.from_state_dict(old)
+    with pytest.raises(ValueError, match="layout 2; this version reads layout 3"):
+        tw.Controller.from_state_dict(dict(data, layout=2))
     renamed = dict(data, state={k.replace(".base.w", ".w"): v for k, v in data["state"].items()})
     with pytest.raises(ValueError, match="does not know"):
         tw.Controller.from_state_dict(renamed)
 
 
-def test_read_state_is_a_view_the_live_state_catches_up_to(ctl):
-    """Reading .state after observe shows the observed state; the next fused call makes the same one."""
-    n = int(ctl.state.clock.n_feedback)
-    ctl.select("find rows where value is 1")
-    ctl.observe(0)
-    seen = ctl.state
-    assert int(seen.pending.reward) == 0 and int(seen.clock.n_feedback) == n + 1
+def test_each_protocol_step_is_one_pure_call_and_state_is_the_live_state(ctl):
+    """The open task's progress is in the device state: each step moves it, and .state (a copy, nothing
+    recomputed) equals what the pure functions make from the same start."""
+    assert ctl.phase == "judged"  # the fixture offered and did not end its last task
     ctl.end_task()
-    closed = ctl.state
-    assert int(closed.clock.t) == 4 and int(closed.pending.reward) == -1
+    start = ctl.state
+    assert ctl.phase == "idle" and int(start.task.progress.phase) == tw.protocol.IDLE
+    q = ctl.query("find rows where value is 1")
+    want, want_sel = tw.select(start, q, ctl.hp, ctl.spec)
+    sel = ctl.select("find rows where value is 1")
+    assert ctl.phase == "selected" and sel.memory_id == int(want_sel.memory_id)
+    chex_equal(ctl.state, want)
+    ctl.observe(0)
+    want = tw.observe(want, 0, ctl.hp, ctl.spec)
+    chex_equal(ctl.state, want)
+    assert tw.protocol.on_host(ctl.state.task.progress) == tw.protocol.Progress(tw.protocol.JUDGED, 0, False)
+    ctl.end_task()
+    chex_equal(ctl.state, tw.end_task(want, ctl.spec))
+    assert int(ctl.state.clock.t) == 4 and ctl.phase == "idle"
     twin = tw.Controller.from_state_dict(ctl.state_dict())
     assert ctl.select("q").as_dict() == twin.select("q").as_dict()
     _same(_snapshot(ctl), _snapshot(twin))
 
 
-def test_plus_selection_reports_the_modes_estimates_and_paper_reports_none(ctl):
+def chex_equal(a, b):
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.mark.parametrize("phase", ["selected", "judged"])
+def test_a_checkpoint_mid_task_resumes_the_protocol(ctl, phase):
+    """The progress travels in the state: a controller restored mid-task enforces the same next step."""
+    ctl.select("find rows where value is 0")
+    if phase == "judged":
+        ctl.observe(1)
+    twin = tw.Controller.from_state_dict(ctl.state_dict())
+    assert twin.phase == phase
+    if phase == "selected":
+        with pytest.raises(tw.ProtocolError, match="still open"):
+            twin.select("again")
+        twin.observe(1), ctl.observe(1)
+    for c in (ctl, twin):
+        c.offer("a memory", key_text="find rows where value is 0")
+        with pytest.raises(tw.ProtocolError, match="already offered"):
+            c.offer("again")
+    _same(_snapshot(ctl), _snapshot(twin))
+
+
+def test_a_checkpoint_with_an_unreachable_progress_is_refused(ctl):
+    ctl.select("a")
+    data = ctl.state_dict()
+    key = next(k for k in data["state"] if k.endswith("progress.reward"))
+    with pytest.raises(ValueError, match="phase 'selected' has reward 1"):
+        tw.Controller.from_state_dict(dict(data, state={**data["state"], key: np.int32(1)}))
+
+
+def test_the_modes_estimates_are_reported_and_the_papers_are_none(ctl):
     sel = ctl.select("find rows where value is 1")
-    assert sel.p0 is None and sel.advantage is None and sel.abstained is False
-    plus = tw.Controller.from_preset("db", plus=True, spec_overrides=dict(dim=64, capacity=4))
+    assert sel.p0 is None and sel.advantage is None and sel.abstained is False and sel.scorers is None
+    assert "scorers" not in sel.as_dict()
+    plus = tw.Controller.from_preset("db", method="tokenworth+", spec_overrides=dict(dim=64, capacity=4))
     first = plus.select("a question")
     assert 0 < first.p0 < 1 and first.advantage is None  # empty bank: nothing to predict a gain for
     plus.observe(1)

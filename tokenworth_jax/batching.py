@@ -18,9 +18,13 @@ What :func:`gated` guarantees, and where it stops (``tests/test_batching.py`` ch
   both branches. Same answer; only the innermost level saves work. Batch configurations on one
   axis (``stack_hparams``), not on two.
 * **Differentiation.** ``custom_vmap`` has no transpose rule, so ``gated`` carries its own JVP
-  (``jax.custom_jvp``): the JVP of the plain ``lax.cond``. Forward and reverse mode
-  (``jax.jvp``, ``jax.grad``) give the cond's derivative; under ``vmap`` of a derivative the
-  branches run for every configuration (no gating), as for any differentiated ``lax.cond``.
+  (``jax.custom_jvp``): the JVP of the plain ``lax.cond``, or, when the derivative is taken of a
+  vmapped function (``jax.grad(lambda x: f(jax.vmap(g)(x)))``), the gated rule applied to the
+  primal and, apart, to the tangent. So ``jax.grad``, ``jax.jvp``, grad of vmap and vmap of grad
+  all give the cond's derivative (vmap of grad batches the derived cond into a ``select``: no
+  gating there). A derivative of a function vmapped twice is refused with a message: the outer
+  vmap turns the inner rule's cond into a ``select`` whose transpose JAX lacks; differentiate
+  inside the vmaps instead.
 * **An all-unbatched predicate** (vmapped, but the same for every configuration) is broadcast:
   one ``lax.cond``, the answer of the single-configuration call for each.
 * **Closed-over traced values.** ``custom_vmap`` cannot batch a value that ``fn`` or ``otherwise``

@@ -66,7 +66,7 @@ def _compiled(name: str, statics: tuple[Any, ...]) -> Callable[..., Any]:
         for arg_name, arg in zip(arrays, args):
             if arg_name in STATE_ARGS:
                 _check_finite(arg, f"{name}: incoming state")
-        out = public(*args, **dict(zip(static_names, statics)))
+        out = public(**dict(zip(arrays, args)), **dict(zip(static_names, statics)))
         new_state = out if isinstance(out, State) else out[0] if isinstance(out, tuple) else None
         if isinstance(new_state, State):
             _check_finite(new_state, f"{name}: outgoing state")

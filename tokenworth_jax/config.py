@@ -90,7 +90,7 @@ class Schema:
     """A pytree of traced hyperparameters, declared once: the core's (:data:`CORE`), a scorer's or a mode's.
 
     ``fields`` are the leaves of ``cls`` (a NamedTuple) in order; outside the pytree each goes by
-    its flat name, ``prefix + field.rstrip("_")`` (``plus_lambda`` for ``lambda_``). Integers are
+    its flat name, ``prefix + field.rstrip("_")`` (``x_lambda`` for ``lambda_`` under prefix ``x_``). Integers are
     int32 leaves, everything else of the configuration's float dtype.
     """
 

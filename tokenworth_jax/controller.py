@@ -3,8 +3,7 @@
 :func:`controller` takes a scorer (:mod:`~tokenworth_jax.scorers`) and a mode
 (:mod:`~tokenworth_jax.modes`) and returns :class:`ControllerFunctions`, a NamedTuple of pure,
 jit-compiled functions, as optax builds a transformation from its parts. The paper's method is
-the pair (``full``, ``paper``), TokenWorth+ another pair; the preset table names them
-(``tw.preset``). This module only composes the parts: the bank, the base scorer, the residual RFM,
+the pair (``full``, ``paper``); the preset table names it and the other pairs (``tw.preset``). This module only composes the parts: the bank, the base scorer, the residual RFM,
 the probes, and the scorer and the mode, each owning its state and its pure functions. The phase
 order of a task is written once, in ``_step``::
 
@@ -70,7 +69,7 @@ class _SpecFields(NamedTuple):
     # rounding (XLA blocks the smaller matmuls differently; tests/test_transforms.py).
     worth_chunk: int = 0
     scorer: Scorer = full()  # how pairs are scored: full() or incremental() (tokenworth_jax.scorers)
-    mode: Mode = paper()  # how a memory is chosen and credited: the paper's, TokenWorth+'s, yours
+    mode: Mode = paper()  # how a memory is chosen and credited (tokenworth_jax.modes; any Mode value)
 
 
 class Spec(_SpecFields):
@@ -299,7 +298,7 @@ def _probe_worth(p: Parts, state: State, memory: MemoryText, hp: HParams, spec: 
     """The lifecycle's worth of every bank slot and ``memory``, and the scorer's column of ``memory``.
 
     The paper's probe scores are handed to the mode as a function: a mode whose worth does not read
-    them (TokenWorth+'s recency) never computes them."""
+    them (a recency-based worth) never computes them."""
     queries, valid = probes.queries(state.probes, state.task.query)
     model = _model(state, hp)
     column = p.scorer.column(state.scorer, queries.key, memory.key, model)

@@ -18,9 +18,9 @@ typed :class:`~tokenworth_jax.Selection` / :class:`~tokenworth_jax.Decision`, fe
 
 ``key_text`` is the text whose hashed vector represents the memory (by default the memory text
 itself); the agent harness passes the source task's query, so recall compares like with like.
-A part that reads more (a :class:`~tokenworth_jax.inputs.Feature`, e.g. TokenWorth+'s question
-words and memory actions) gets it hashed from the question at ``select`` and from the memory text
-at ``offer``, or from a keyword of the feature's name (``actions=...``: a text or a vector); a
+A part that reads more declares it (a :class:`~tokenworth_jax.inputs.Feature`): the host hashes it
+from the question at ``select`` and from the memory text at ``offer``, or from a keyword of the
+feature's name (``select(question, <name>=...)``, ``offer(text, <name>=...)``: a text or a vector); a
 keyword no part of this controller reads is ignored, so one caller serves every mode.
 ``payload`` (by default the memory text) is what :attr:`Controller.memories` keeps for the memory
 and what :attr:`HostSelection.memory` returns when it is selected.
@@ -189,7 +189,7 @@ class Controller:
         for f in features:
             value = given.get(f.name, text)
             if value is None:
-                raise ValueError(f"this controller reads {f.what}: give {call} the text, or {f.name}= (a text or a "
+                raise ValueError(f"this controller reads {f.what}: give {call} text, or {f.name}= (a text or a "
                                  "vector)")
             out[f.name] = self._unit(value, f.size, f.featurize, f.name)
         return out
