@@ -129,24 +129,40 @@ def test_checkpoint_of_an_older_layout_is_refused_naming_it(ctl):
 
 
 def test_each_protocol_step_is_one_pure_call_and_state_is_the_live_state(ctl):
-    """The open task's progress is in the device state: each step moves it, and .state (a copy, nothing
-    recomputed) equals what the pure functions make from the same start."""
-    assert ctl.phase == "judged"  # the fixture offered and did not end its last task
-    ctl.end_task()
-    start = ctl.state
-    assert ctl.phase == "idle" and int(start.task.progress.phase) == tw.protocol.IDLE
-    q = ctl.query("find rows where value is 1")
-    want, want_sel = tw.select(start, q, ctl.hp, ctl.spec)
+    """The open task's progress is in the device state: each step is one pure call, and .state (a copy,
+    nothing recomputed) equals what the pure functions make from the same start. A task ends at its last
+    possible step: a failed one at observe(0), an offering one at offer."""
+    assert ctl.phase == "idle"  # the fixture's last task offered: that ended it
+    hp, spec = ctl.hp, ctl.spec
+    want = ctl.state
+    # a success that offers: select, observe (tw.observe), offer (tw.close_task: offer + end_task)
+    want, want_sel = tw.select(want, ctl.query("find rows where value is 1"), hp, spec)
     sel = ctl.select("find rows where value is 1")
     assert ctl.phase == "selected" and sel.memory_id == int(want_sel.memory_id)
     chex_equal(ctl.state, want)
-    ctl.observe(0)
-    want = tw.observe(want, 0, ctl.hp, ctl.spec)
+    ctl.observe(1)
+    want = tw.observe(want, 1, hp, spec)
     chex_equal(ctl.state, want)
-    assert tw.protocol.on_host(ctl.state.task.progress) == tw.protocol.Progress(tw.protocol.JUDGED, 0, False)
+    assert tw.protocol.on_host(ctl.state.task.progress) == tw.protocol.Progress(tw.protocol.JUDGED, 1, False)
+    dec = ctl.offer("a memory", key_text="find rows where value is 1")
+    want, want_dec = tw.close_task(want, ctl.memory("a memory", "find rows where value is 1"), 3, True, hp, spec)
+    chex_equal(ctl.state, want)
+    assert dec.code == tw.Admission(int(want_dec.code)).name and ctl.phase == "idle"
+    ctl.end_task()  # nothing left to end
+    chex_equal(ctl.state, want)
+    # a failure: observe(0) ends it (tw.finish_task with nothing offered)
+    want, _ = tw.select(want, ctl.query("q"), hp, spec)
+    ctl.select("q")
+    ctl.observe(0)
+    want, _ = tw.finish_task(want, 0, ctl.memory("unused"), -1, False, hp, spec)
+    chex_equal(ctl.state, want)
+    assert ctl.phase == "idle" and int(ctl.state.clock.t) == 5
+    # a success that offers nothing: end_task ends it
+    ctl.select("q2")
+    ctl.observe(1)
+    assert ctl.phase == "judged"
     ctl.end_task()
-    chex_equal(ctl.state, tw.end_task(want, ctl.spec))
-    assert int(ctl.state.clock.t) == 4 and ctl.phase == "idle"
+    assert ctl.phase == "idle" and int(ctl.state.clock.t) == 6
     twin = tw.Controller.from_state_dict(ctl.state_dict())
     assert ctl.select("q").as_dict() == twin.select("q").as_dict()
     _same(_snapshot(ctl), _snapshot(twin))
@@ -171,7 +187,7 @@ def test_a_checkpoint_mid_task_resumes_the_protocol(ctl, phase):
         twin.observe(1), ctl.observe(1)
     for c in (ctl, twin):
         c.offer("a memory", key_text="find rows where value is 0")
-        with pytest.raises(tw.ProtocolError, match="already offered"):
+        with pytest.raises(tw.ProtocolError, match="an offer end"):
             c.offer("again")
     _same(_snapshot(ctl), _snapshot(twin))
 

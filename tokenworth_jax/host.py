@@ -5,8 +5,14 @@ and makes one pure call per protocol step::
 
     sel = ctl.select(question)            # tw.select (not while a task is open: selected, not judged)
     ctl.observe(reward)                   # tw.observe, exactly once, after the environment's grader; 0 or 1
-    dec = ctl.offer(memory_text, key_text=...)   # tw.offer, optional, only after observe(1), once
-    ctl.end_task()                        # tw.end_task (optional: the next select() ends the task first)
+    dec = ctl.offer(memory_text, key_text=...)   # tw.close_task: offer + end, only after observe(1)
+    ctl.end_task()                        # tw.end_task, where the task is still open (optional)
+
+A task ends on the device at its last possible step: a failed one at ``observe(0)`` (nothing more
+can happen in it: its call is ``tw.finish_task`` with nothing offered), an offering one at
+``offer`` (``tw.close_task``); ``end_task`` ends a success that offered nothing and does nothing
+otherwise, and a ``select`` after such an open success ends it first. The decisions and the state
+are those of the four separate calls, with fewer compiled programs run per task.
 
 The open task's progress (phase, judged reward, offered) lives in the device state, which each
 call advances (:mod:`tokenworth_jax.protocol`). The host validates every call against its own
@@ -36,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
-from . import protocol
+from . import inputs, protocol
 from .bookkeeping import MemoryTable
 from .config import HParams, flatten, hparams_from_arrays, validate_hparams
 from .controller import Spec, State, controller
@@ -137,6 +143,7 @@ class Controller:
         self._state: State = self.functions.init(spec, self.hp)
         self._progress = protocol.START  # the host's copy of state.task.progress
         self._features = {side: declared(spec.parts.values(), side) for side in ("query", "memory")}
+        self._nothing = inputs.zeros(spec.dim, self._features["memory"], spec.float_dtype, MemoryText)
         self.memories: MemoryTable[Any] = MemoryTable()
 
     @classmethod
@@ -232,16 +239,23 @@ class Controller:
     def observe(self, reward: int) -> None:
         protocol.check(self._progress, "observe")
         r = _reward(reward)
-        self._state = self._calls.observe(self._state, np.int32(r), self.hp, self.spec)
-        self._progress = protocol.after(self._progress, "observe", r)
+        if r == 1:
+            self._state = self._calls.observe(self._state, np.int32(r), self.hp, self.spec)
+            self._progress = protocol.after(self._progress, "observe", r)
+            return
+        # a failed task can offer nothing: it ends here, in the same call (tw.finish_task, nothing offered)
+        self._state, _ = self._calls.finish_task(self._state, np.int32(r), self._nothing, np.int32(-1),
+                                                 np.bool_(False), self.hp, self.spec)
+        self._progress = protocol.after(protocol.after(self._progress, "observe", r), "end_task")
 
     def offer(self, memory_text: str, key_text: str | np.ndarray | None = None, *, payload: Any = None,
               **features: Any) -> HostDecision:
         protocol.check(self._progress, "offer")
         m = self.memory(memory_text, key_text, **features)
         new_id = self.memories.next_id
-        self._state, dec = self._calls.offer(self._state, m, np.int32(new_id), self.hp, self.spec)
-        self._progress = protocol.after(self._progress, "offer")
+        self._state, dec = self._calls.close_task(self._state, m, np.int32(new_id), np.bool_(True), self.hp,
+                                                  self.spec)  # offer + end_task: nothing more can happen in it
+        self._progress = protocol.after(protocol.after(self._progress, "offer"), "end_task")
         dec: Decision = fetch(dec)
         slot, evicted = int(dec.slot), int(dec.evicted_id)
         written = slot >= 0

@@ -69,7 +69,8 @@ def check(progress: Progress, step: Step) -> None:
         raise ProtocolError("observe() needs an open task: call select() first (and observe only once)")
     if step == "offer":
         if phase != JUDGED:
-            raise ProtocolError("offer() is only allowed after observe(reward) of the current task")
+            raise ProtocolError("offer() is only allowed after observe(1) of the current task, once (a failed task "
+                                "and an offer end their task)")
         if progress.reward != 1:
             raise ProtocolError("a failed task never creates a memory: offer() needs observe(1)")
         if progress.offered:
