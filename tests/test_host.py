@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import tokenworth_jax as tw
+from tokenworth_jax.controller import with_progress
 from tokenworth_jax.pytree import to_numpy
 
 
@@ -79,6 +80,10 @@ def test_selection_returns_texts_and_candidates(ctl):
     assert sel.memory_id == sel.candidate_ids[sel.chosen]
     assert len(sel.scores) == len(sel.candidate_ids) == 3
     ctl.observe(0)
+    ctl.end_task()
+    bank = {m["id"]: m for m in ctl.bank()}
+    assert bank[sel.memory_id]["d"] == 0 and ctl.phase == "ended"  # the feedback is pending: the state says so
+    ctl.select("another question")  # closes the failed task first: its credit lands
     bank = {m["id"]: m for m in ctl.bank()}
     assert bank[sel.memory_id]["d"] == 1 and bank[sel.memory_id]["u"] == pytest.approx(1.0 - 0.45)
 
@@ -129,42 +134,45 @@ def test_checkpoint_of_an_older_layout_is_refused_naming_it(ctl):
 
 
 def test_each_protocol_step_is_one_pure_call_and_state_is_the_live_state(ctl):
-    """The open task's progress is in the device state: each step is one pure call, and .state (a copy,
-    nothing recomputed) equals what the pure functions make from the same start. A task ends at its last
-    possible step: a failed one at observe(0), an offering one at offer."""
-    assert ctl.phase == "idle"  # the fixture's last task offered: that ended it
+    """The open task's progress is in the device state and each step is one pure call: observe and
+    end_task record (protocol.judge / protocol.end), the call that closes the task applies its
+    feedback (offer: tw.finish_task; the next select: tw.advance). .state is a copy of the live state,
+    nothing recomputed, and equals what those pure functions make from the same start."""
+    P = tw.protocol.Progress
     hp, spec = ctl.hp, ctl.spec
+    assert ctl.phase == "idle"  # the fixture's last task offered: that closed it
     want = ctl.state
-    # a success that offers: select, observe (tw.observe), offer (tw.close_task: offer + end_task)
+    # a success that offers
     want, want_sel = tw.select(want, ctl.query("find rows where value is 1"), hp, spec)
     sel = ctl.select("find rows where value is 1")
     assert ctl.phase == "selected" and sel.memory_id == int(want_sel.memory_id)
     chex_equal(ctl.state, want)
     ctl.observe(1)
-    want = tw.observe(want, 1, hp, spec)
-    chex_equal(ctl.state, want)
-    assert tw.protocol.on_host(ctl.state.task.progress) == tw.protocol.Progress(tw.protocol.JUDGED, 1, False)
+    want = with_progress(want, tw.protocol.judge(want.task.progress, 1))
+    chex_equal(ctl.state, want)  # the reward recorded, the feedback pending
+    assert tw.protocol.on_host(ctl.state.task.progress) == P(tw.protocol.JUDGED, 1, False)
     dec = ctl.offer("a memory", key_text="find rows where value is 1")
-    want, want_dec = tw.close_task(want, ctl.memory("a memory", "find rows where value is 1"), 3, True, hp, spec)
+    want, want_dec = tw.finish_task(want, 1, ctl.memory("a memory", "find rows where value is 1"), 3, True, hp, spec)
     chex_equal(ctl.state, want)
     assert dec.code == tw.Admission(int(want_dec.code)).name and ctl.phase == "idle"
     ctl.end_task()  # nothing left to end
     chex_equal(ctl.state, want)
-    # a failure: observe(0) ends it (tw.finish_task with nothing offered)
+    # a failure, ended: its feedback and its end run with the next select
     want, _ = tw.select(want, ctl.query("q"), hp, spec)
     ctl.select("q")
     ctl.observe(0)
-    want, _ = tw.finish_task(want, 0, ctl.memory("unused"), -1, False, hp, spec)
-    chex_equal(ctl.state, want)
-    assert ctl.phase == "idle" and int(ctl.state.clock.t) == 5
-    # a success that offers nothing: end_task ends it
-    ctl.select("q2")
-    ctl.observe(1)
-    assert ctl.phase == "judged"
     ctl.end_task()
-    assert ctl.phase == "idle" and int(ctl.state.clock.t) == 6
+    assert ctl.phase == "ended" and tw.protocol.on_host(ctl.state.task.progress) == P(tw.protocol.ENDED, 0, False)
+    assert int(ctl.state.clock.t) == int(want.clock.t)  # not applied yet: the progress says so
+    want = with_progress(want, tw.protocol.end(tw.protocol.judge(want.task.progress, 0)))
+    chex_equal(ctl.state, want)
+    ctl.select("q2")
+    want, _, _ = tw.advance(want, 0, ctl.memory("unused"), -1, False, ctl.query("q2"), hp, spec)
+    chex_equal(ctl.state, want)
+    assert int(ctl.state.clock.t) == 5 and ctl.phase == "selected"
+    # a checkpoint carries it all
     twin = tw.Controller.from_state_dict(ctl.state_dict())
-    assert ctl.select("q").as_dict() == twin.select("q").as_dict()
+    assert twin.phase == "selected"
     _same(_snapshot(ctl), _snapshot(twin))
 
 
@@ -173,12 +181,19 @@ def chex_equal(a, b):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
-@pytest.mark.parametrize("phase", ["selected", "judged"])
+@pytest.mark.parametrize("phase", ["selected", "judged", "ended"])
 def test_a_checkpoint_mid_task_resumes_the_protocol(ctl, phase):
     """The progress travels in the state: a controller restored mid-task enforces the same next step."""
     ctl.select("find rows where value is 0")
-    if phase == "judged":
+    if phase != "selected":
         ctl.observe(1)
+    if phase == "ended":  # its feedback is pending in the checkpoint: the next select applies it
+        ctl.end_task()
+        twin = tw.Controller.from_state_dict(ctl.state_dict())
+        assert twin.phase == "ended"
+        assert ctl.select("next").as_dict() == twin.select("next").as_dict()
+        _same(_snapshot(ctl), _snapshot(twin))
+        return
     twin = tw.Controller.from_state_dict(ctl.state_dict())
     assert twin.phase == phase
     if phase == "selected":
@@ -187,7 +202,7 @@ def test_a_checkpoint_mid_task_resumes_the_protocol(ctl, phase):
         twin.observe(1), ctl.observe(1)
     for c in (ctl, twin):
         c.offer("a memory", key_text="find rows where value is 0")
-        with pytest.raises(tw.ProtocolError, match="an offer end"):
+        with pytest.raises(tw.ProtocolError, match="only allowed after observe"):
             c.offer("again")
     _same(_snapshot(ctl), _snapshot(twin))
 

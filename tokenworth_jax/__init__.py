@@ -8,7 +8,6 @@ Pure API (state in, state out; ``spec`` static, ``hp`` traced)::
     state = tokenworth_jax.observe(state, reward, hp, spec)
     state, dec = tokenworth_jax.offer(state, m_vec, memory_id, hp, spec)   # after a success
     state = tokenworth_jax.end_task(state, spec)
-    state, dec = tokenworth_jax.close_task(state, m_vec, memory_id, offered, hp, spec)       # offer + end_task
     state, dec = tokenworth_jax.finish_task(state, reward, m_vec, memory_id, offered, hp, spec)  # the last three fused
     state, out = tokenworth_jax.run(state, events, hp, spec)              # lax.scan of step
 
@@ -39,7 +38,6 @@ from .controller import (
     State,
     StepOutput,
     advance,
-    close_task,
     controller,
     end_task,
     finish_task,
@@ -71,7 +69,7 @@ __all__ = [
     "Admission", "Bank", "Controller", "ControllerFunctions", "Decision", "Empty", "Event", "Feature", "HParams",
     "HostDecision", "HostSelection", "MemoryTable", "MemoryText", "Mode", "OpenTask", "PlusHParams", "Predictor",
     "ProtocolError", "Query", "Schema", "Scorer", "Selection", "Spec", "State", "StepOutput", "Strategy", "Worth",
-    "action_vectors", "advance", "checked", "close_task", "controller", "end_task", "featurize", "finish_task", "gated", "hparams",
+    "action_vectors", "advance", "checked", "controller", "end_task", "featurize", "finish_task", "gated", "hparams",
     "init", "modes", "observe", "offer", "paper_mode", "plus_mode", "preset", "presets", "protocol", "run",
     "run_batched", "scorers", "select", "stack_hparams", "step", "tree_where", "word_vectors", "worth",
 ]

@@ -10,7 +10,7 @@ order of a task is written once, in ``_step``::
     select -> observe -> offer (only after a success) -> end_task
 
 ``finish_task`` fuses the last three, ``advance`` closes one task and selects the next, ``run``
-scans ``step`` over a pre-featurised stream; ``close_task`` is offer + end_task. The open task's :class:`~tokenworth_jax.protocol.Progress`
+scans ``step`` over a pre-featurised stream. The open task's :class:`~tokenworth_jax.protocol.Progress`
 (phase, judged reward, offered) is part of the state; each function advances it.
 
 :class:`Spec` is the static configuration: the shape fields and the two parts. It is a static
@@ -181,6 +181,12 @@ class Parts(NamedTuple):
 
     scorer: Scorer
     mode: Mode
+
+
+def with_progress(state: State, progress: Progress) -> State:
+    """``state`` with the open task's progress replaced (the host's deferred protocol steps,
+    ``protocol.judge`` and ``protocol.end``, compute only the progress)."""
+    return state._replace(task=state.task._replace(progress=progress))
 
 
 # ----- the composition (each function takes its parts first; controller() binds them) ----------
@@ -372,17 +378,12 @@ def _end_task(p: Parts, state: State, spec: Spec) -> State:
                            retrieved=jnp.zeros((), bool), selected=jnp.zeros((), bool), slot=i32(-1)))
 
 
-def _close_task(p: Parts, state: State, memory: ArrayLike | MemoryText, memory_id: ArrayLike, offered: ArrayLike,
-                hp: HParams, spec: Spec) -> tuple[State, Decision]:
-    """offer (where ``offered``) + end_task: the last step of a judged task, in one call."""
-    state, decision = _offer_if(p, state, memory, memory_id, offered, hp, spec)
-    return _end_task(p, state, spec), decision
-
-
 def _finish_task(p: Parts, state: State, reward: ArrayLike, memory: ArrayLike | MemoryText, memory_id: ArrayLike,
                  offered: ArrayLike, hp: HParams, spec: Spec) -> tuple[State, Decision]:
     """observe + offer (where ``offered``) + end_task: the rest of a task in one call."""
-    return _close_task(p, _observe(p, state, reward, hp, spec), memory, memory_id, offered, hp, spec)
+    state = _observe(p, state, reward, hp, spec)
+    state, decision = _offer_if(p, state, memory, memory_id, offered, hp, spec)
+    return _end_task(p, state, spec), decision
 
 
 def _advance(p: Parts, state: State, reward: ArrayLike, memory: ArrayLike | MemoryText, memory_id: ArrayLike,
@@ -425,7 +426,6 @@ class ControllerFunctions(NamedTuple):
     observe: Callable[..., State]  # (state, reward, hp, spec)
     offer: Callable[..., tuple[State, Decision]]  # (state, memory, memory_id, hp, spec)
     end_task: Callable[..., State]  # (state, spec)
-    close_task: Callable[..., tuple[State, Decision]]  # (state, memory, memory_id, offered, hp, spec)
     finish_task: Callable[..., tuple[State, Decision]]  # (state, reward, memory, memory_id, offered, hp, spec)
     advance: Callable[..., tuple[State, Decision, Selection]]  # (..., offered, next query, hp, spec)
     step: Callable[..., tuple[State, StepOutput]]  # (state, event, hp, spec, reward_fn=None)
@@ -441,7 +441,6 @@ COMPOSED: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
     "observe": (_observe, ("spec",)),
     "offer": (_offer, ("spec",)),
     "end_task": (_end_task, ("spec",)),
-    "close_task": (_close_task, ("spec",)),
     "finish_task": (_finish_task, ("spec",)),
     "advance": (_advance, ("spec",)),
     "step": (_step, ("spec", "reward_fn")),
@@ -501,12 +500,6 @@ def offer(state: State, memory: ArrayLike | MemoryText, memory_id: ArrayLike, hp
 def end_task(state: State, spec: Spec) -> State:
     """Close the task: its query joins the probes (if the bank was non-empty), the clock ticks."""
     return controller(spec.scorer, spec.mode).end_task(state, spec)
-
-
-def close_task(state: State, memory: ArrayLike | MemoryText, memory_id: ArrayLike, offered: ArrayLike, hp: HParams,
-               spec: Spec) -> tuple[State, Decision]:
-    """offer (where ``offered``) + end_task: the last step of a judged task, in one call."""
-    return controller(spec.scorer, spec.mode).close_task(state, memory, memory_id, offered, hp, spec)
 
 
 def finish_task(state: State, reward: ArrayLike, memory: ArrayLike | MemoryText, memory_id: ArrayLike,

@@ -1,26 +1,24 @@
 """The host :class:`Controller`: a thin stateful wrapper for agent loops.
 
 It holds the device state and the memories' payloads, turns texts into the vectors the parts read,
-and makes one pure call per protocol step::
+and makes one pure call per protocol step, the protocol's deferred walk
+(:mod:`tokenworth_jax.protocol`)::
 
-    sel = ctl.select(question)            # tw.select (not while a task is open: selected, not judged)
-    ctl.observe(reward)                   # tw.observe, exactly once, after the environment's grader; 0 or 1
-    dec = ctl.offer(memory_text, key_text=...)   # tw.close_task: offer + end, only after observe(1)
-    ctl.end_task()                        # tw.end_task, where the task is still open (optional)
+    sel = ctl.select(question)            # tw.select, or tw.advance if the last task's feedback is pending
+    ctl.observe(reward)                   # protocol.judge: the reward recorded; 0 or 1, once, after the grader
+    dec = ctl.offer(memory_text, key_text=...)   # tw.finish_task: feedback + admission + end; after observe(1)
+    ctl.end_task()                        # protocol.end: the task marked ended (optional)
 
-A task ends on the device at its last possible step: a failed one at ``observe(0)`` (nothing more
-can happen in it: its call is ``tw.finish_task`` with nothing offered), an offering one at
-``offer`` (``tw.close_task``); ``end_task`` ends a success that offered nothing and does nothing
-otherwise, and a ``select`` after such an open success ends it first. The decisions and the state
-are those of the four separate calls, with fewer compiled programs run per task.
-
-The open task's progress (phase, judged reward, offered) lives in the device state, which each
-call advances (:mod:`tokenworth_jax.protocol`). The host validates every call against its own
-copy of that progress and every input (vector shape and finiteness, reward in {0, 1}, non-empty
-memory text) before touching anything, so a violation raises (:class:`ProtocolError`,
-``ValueError``) and leaves everything unchanged. The calls donate the state (XLA updates it in
-place); :attr:`Controller.state` is a copy of it, nothing recomputed. What crosses back is the
-typed :class:`~tokenworth_jax.Selection` / :class:`~tokenworth_jax.Decision`, fetched once per call.
+The open task's progress (phase, judged reward, offered) lives in the device state, which each call
+advances; a judged task's feedback (credit, windows, refits) and its end run in the call that
+closes it (``offer``, or the next ``select``), so a task runs the compiled programs of the fused
+calls, and ``observe``/``end_task`` touch the progress's three leaves only. The host validates every
+call against its own copy of that progress and every input (vector shape and finiteness, reward in
+{0, 1}, non-empty memory text) before touching anything, so a violation raises
+(:class:`ProtocolError`, ``ValueError``) and leaves everything unchanged. The calls donate the state
+(XLA updates it in place); :attr:`Controller.state` is a copy of it, nothing recomputed (its
+progress says whether a task's feedback is still pending). What crosses back is the typed
+:class:`~tokenworth_jax.Selection` / :class:`~tokenworth_jax.Decision`, fetched once per call.
 
 ``key_text`` is the text whose hashed vector represents the memory (by default the memory text
 itself); the agent harness passes the source task's query, so recall compares like with like.
@@ -45,7 +43,7 @@ from jax.typing import DTypeLike
 from . import inputs, protocol
 from .bookkeeping import MemoryTable
 from .config import HParams, flatten, hparams_from_arrays, validate_hparams
-from .controller import Spec, State, controller
+from .controller import Spec, State, controller, with_progress
 from .featurize import featurize
 from .inputs import Feature, MemoryText, Query, declared
 from .lifecycle import Admission, Decision
@@ -218,10 +216,11 @@ class Controller:
     def select(self, query: str | np.ndarray, **features: Any) -> HostSelection:
         protocol.check(self._progress, "select")
         q = self.query(query, **features)
-        if self._progress.phase == protocol.JUDGED:  # the judged task was never ended: end it first
-            self._state = self._calls.end_task(self._state, self.spec)
-            self._progress = protocol.after(self._progress, "end_task")
-        self._state, sel = self._calls.select(self._state, q, self.hp, self.spec)
+        if protocol.pending(self._progress):  # the last task's feedback and end run first, in the same call
+            self._state, _, sel = self._calls.advance(self._state, np.int32(self._progress.reward), self._nothing,
+                                                      np.int32(-1), np.bool_(False), q, self.hp, self.spec)
+        else:
+            self._state, sel = self._calls.select(self._state, q, self.hp, self.spec)
         self._progress = protocol.after(self._progress, "select")
         sel = fetch(sel)
         ids = sel.candidate_ids
@@ -239,23 +238,17 @@ class Controller:
     def observe(self, reward: int) -> None:
         protocol.check(self._progress, "observe")
         r = _reward(reward)
-        if r == 1:
-            self._state = self._calls.observe(self._state, np.int32(r), self.hp, self.spec)
-            self._progress = protocol.after(self._progress, "observe", r)
-            return
-        # a failed task can offer nothing: it ends here, in the same call (tw.finish_task, nothing offered)
-        self._state, _ = self._calls.finish_task(self._state, np.int32(r), self._nothing, np.int32(-1),
-                                                 np.bool_(False), self.hp, self.spec)
-        self._progress = protocol.after(protocol.after(self._progress, "observe", r), "end_task")
+        self._set_progress(protocol.judge(self._state.task.progress, np.int32(r)))
+        self._progress = protocol.after(self._progress, "observe", r)
 
     def offer(self, memory_text: str, key_text: str | np.ndarray | None = None, *, payload: Any = None,
               **features: Any) -> HostDecision:
         protocol.check(self._progress, "offer")
         m = self.memory(memory_text, key_text, **features)
         new_id = self.memories.next_id
-        self._state, dec = self._calls.close_task(self._state, m, np.int32(new_id), np.bool_(True), self.hp,
-                                                  self.spec)  # offer + end_task: nothing more can happen in it
-        self._progress = protocol.after(protocol.after(self._progress, "offer"), "end_task")
+        self._state, dec = self._calls.finish_task(self._state, np.int32(self._progress.reward), m, np.int32(new_id),
+                                                   np.bool_(True), self.hp, self.spec)  # feedback + admission + end
+        self._progress = protocol.START
         dec: Decision = fetch(dec)
         slot, evicted = int(dec.slot), int(dec.evicted_id)
         written = slot >= 0
@@ -268,8 +261,11 @@ class Controller:
     def end_task(self) -> None:
         protocol.check(self._progress, "end_task")
         if self._progress.phase == protocol.JUDGED:
-            self._state = self._calls.end_task(self._state, self.spec)
-            self._progress = protocol.after(self._progress, "end_task")
+            self._set_progress(protocol.end(self._state.task.progress))
+            self._progress = protocol.deferred_end(self._progress)
+
+    def _set_progress(self, progress: protocol.Progress) -> None:
+        self._state = with_progress(self._state, progress)
 
     # ----- inspection and checkpoints -----------------------------------------------------
     def bank(self) -> list[dict[str, Any]]:

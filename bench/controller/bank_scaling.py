@@ -14,7 +14,7 @@ computation needed. Banks above ``Size.worth_chunk`` memories use
 ``Spec(worth_chunk=...)``, which bounds the score temporaries to
 P x chunk x (D + 5) floats.
 
-Incremental worth (``Spec.incremental``, one more child per size): the per-task cost is a
+Incremental worth (the ``incremental`` scorer, one more child per size): the per-task cost is a
 whole task inside ``tw.run`` (the new query's row at select, B N D; the offer's candidate
 column, statistics part and decision; the cache updated in place), over a few all-success
 tasks with no refit due, plus the full cache refresh of each KRR fit amortised over the DB
