@@ -298,6 +298,22 @@ def test_every_path_makes_the_reference_decisions_float64(path, incremental):
             assert np.any(codes == int(code)), code.name
 
 
+def test_the_app_c_warm_up_rule_matches_the_reference():
+    """fit_at_warmup = 0 (App. C: the first KRR fit at the first interval once warm-up examples exist):
+    the jitted controller and the reference make the same decisions and the same fits."""
+    with precision("float64") as f:
+        spec, hp = small_setup(f, fit_at_warmup=0, warmup=4, krr_interval=3)
+        q, m, rewards = clustered_stream(seed=12, T=90, dim=spec.dim)
+        want_chosen, _, want_codes, want_slots, reference = _reference_decisions(spec, hp, q, m, rewards)
+        chosen, codes, slots, state = _pure_decisions("single", spec, hp, q, m, rewards, f)
+        np.testing.assert_array_equal(chosen, want_chosen)
+        np.testing.assert_array_equal(codes, want_codes)
+        assert int(state.residual.n_fits) == reference.n_krr_fits > 0
+        _compare_states(state, reference, f)
+        eager = small_setup(f, warmup=4, krr_interval=3)[1]  # the Table A1 rule fits once more (at 4)
+        assert int(_pure_decisions("single", spec, eager, q, m, rewards, f)[3].residual.n_fits) > reference.n_krr_fits
+
+
 def test_incremental_equals_full_over_a_long_stream_and_the_cache_stays_exact():
     """600 tasks, float64: incremental worth makes the full path's decisions; at every checkpoint the
     maintained cache equals one recomputed from scratch (rows, columns and probe-ring copies)."""
