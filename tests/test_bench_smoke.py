@@ -128,7 +128,7 @@ def test_simulated_db_reward_matches_the_simulator(data_dir):
     import jax.numpy as jnp
 
     from agent.sim import decide
-    from agent.data import load_tasks
+    from agent.tasks import load_tasks
     from bench.controller import simdb
 
     stream = simdb.load_stream(40, seed=3, directory=data_dir)

@@ -32,10 +32,8 @@ import itertools
 import json
 from typing import Any, Mapping, Sequence
 
-from agent.budget import Budget
+from agent.core.budget import BUDGET_AXES, Budget
 
-BUDGET_AXES: dict[str, str] = {"o_max": "max_output_tokens", "j_max": "max_rounds", "b_max": "bank_capacity",
-                               "k_max": "max_memories", "l_max": "max_injected_chars"}
 ALIASES = {"eta": "eta_max", "lambda": "lambda_w", "beta": "beta_w"}
 CONTROLLER_METHODS = frozenset({"tokenworth", "tokenworth+"})  # methods whose policy takes HParams overrides
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
-from agent.budget import Budget
-from agent.data import Task
-from agent.harness import DEFAULT_HARNESS, HarnessOptions
+from agent.core.budget import Budget
+from agent.tasks import Task
+from agent.core.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.memory import Memory, Turn
 from agent.policies.base import MemoryPolicy, Outcome
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agent.budget import Budget
+from agent.core.budget import Budget
 from agent.policies.tokenworth import TokenWorthPolicy
 
 if TYPE_CHECKING:

@@ -43,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, tuple[float, float]]:
     parser.add_argument("--tasks", type=int, default=None)
     parser.add_argument("--start", type=int, default=100)
     args = parser.parse_args(argv)
-    from agent.data import load_tasks
+    from agent.tasks import load_tasks
     from bench.controller import simdb
     from bench.rank.lab import gold_action
 

@@ -99,6 +99,11 @@ LIMITS: dict[str, dict[str, int]] = {  # Table A1, but B_max (tokenworth_jax.pre
 }
 
 
+# The short names of the budget's fields, as grids (``--grid o_max=64,128``), stream folders and figures write them.
+BUDGET_AXES: dict[str, str] = {"o_max": "max_output_tokens", "j_max": "max_rounds", "b_max": "bank_capacity",
+                               "k_max": "max_memories", "l_max": "max_injected_chars"}
+
+
 class BudgetExceeded(RuntimeError):
     """A backbone reported more output tokens than the call was allowed."""
 
