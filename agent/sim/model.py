@@ -33,6 +33,9 @@ class SimParams:
     p0_range_db: tuple[float, float] = (0.25, 0.90)
     p0_range_os: tuple[float, float] = (0.40, 0.95)
     p0_range_kg: tuple[float, float] = (0.05, 0.60)
+    # BigCodeBench: mean p0 about 0.41 (2.76 libraries a task), so that without memory about 40% pass end to end
+    # (the paper's local anchor: TokenWorth 43.1); measured in docs/bigcodebench.md, "The simulated backbone"
+    p0_range_bigcodebench: tuple[float, float] = (0.10, 0.78)
     skill_penalty: float = 0.015  # per skill beyond the first
     gain: float = 0.30  # "a": success bonus per unit of skill overlap J
     harm: float = 0.25  # "b": penalty for a memory whose skills barely overlap
