@@ -27,12 +27,14 @@ Before its first judgement the judge checks the canary and a known-wrong solutio
 
 **Cost.** Judgements run at most :data:`JudgeSettings.slots` at a time per process (sandboxes of
 the streams of one run share them), and a :class:`~agent.envs.bigcodebench_verdicts.VerdictCache`
-returns the verdict of a reply already judged for the same task.
+returns the verdict of a reply already judged for the same task, and skips the tests of a solution
+already tested (the reply is still sanitised in a sandbox to know that).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import secrets
@@ -47,12 +49,13 @@ from typing import Any, Literal
 from agent.core.bigcodebench_venv import EvalVenv
 from agent.core.harness import BCB_TIME_LIMIT
 from agent.envs.base import InfrastructureError
-from agent.envs.bigcodebench_verdicts import VerdictCache, verdict_key
+from agent.envs.bigcodebench_verdicts import VerdictCache, digest
 from agent.sandbox import DEFAULT_PATH, Sandbox, SandboxError, SandboxLimits
 from agent.tasks import BCBTask
 
 Status = Literal["pass", "fail", "timeout"]
 RUNNER = resources.files(__package__).joinpath("bigcodebench_runner.py").read_text()
+RUNNER_DIGEST = hashlib.sha256(RUNNER.encode()).hexdigest()[:16]
 MPLCONFIG = "share/bigcodebench-mplconfig"  # matplotlib's font cache, built with the venv
 
 
@@ -90,7 +93,7 @@ class Verdict:
     reason: str = ""  # "" | "sanitize-error" | "evaluator-error" | "evaluator-died" | "oom" | "wall-cap"
     seconds: float = 0.0  # the judgement's wall time, sandbox included
     memory_peak_bytes: int | None = None
-    cached: bool = False  # taken from the verdict cache (seconds: those of the judgement it repeats)
+    cached: bool = False  # an earlier verdict on the same reply or solution (seconds: that judgement's)
 
     @property
     def passed(self) -> bool:
@@ -136,8 +139,8 @@ class BigCodeBenchJudge:
                     "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp/mplconfig", "LC_ALL": "C.UTF-8"}
 
     def identity(self) -> dict[str, Any]:
-        """What a verdict depends on besides the task and the reply."""
-        return {**self.venv.identity(), **self.settings.identity()}
+        """What a verdict depends on besides the task and the reply (the runner's text included)."""
+        return {**self.venv.identity(), **self.settings.identity(), "runner": RUNNER_DIGEST}
 
     # ------------------------------------------------------------------ public
     def judge(self, task: BCBTask, reply: str) -> Verdict:
@@ -147,9 +150,20 @@ class BigCodeBenchJudge:
                   "entry_point": task.entry_point}
         if self.cache is None:
             return self._checked(fields, reply)
-        data, cached = self.cache.judged(verdict_key(self.identity(), fields, reply),
-                                         lambda: self._checked(fields, reply).as_dict())
-        return Verdict.from_dict(data, cached=cached)
+        cache = self.cache
+        task_key = digest(self.identity(), fields)
+
+        def reached() -> dict[str, Any]:
+            known = cache.solutions(task_key)
+            verdict = self._checked(fields, reply, known)
+            if verdict.cached:
+                cache.count("solution")
+                return verdict.as_dict()
+            cache.count("tested")
+            return cache.add_solution(task_key, verdict.solution, verdict.as_dict())
+
+        data, known_reply = cache.judged(digest(task_key, reply), reached)
+        return Verdict.from_dict(data, cached=known_reply or bool(data.get("cached")))
 
     def preflight(self) -> None:
         """Once per process and judge identity: the canary passes and a wrong solution fails."""
@@ -165,9 +179,9 @@ class BigCodeBenchJudge:
             _PREFLIGHT[key] = True
 
     # ------------------------------------------------------------------ internals
-    def _checked(self, fields: dict[str, str], reply: str) -> Verdict:
-        verdict = self._run(fields, reply)
-        if verdict.reason in ("evaluator-died", "evaluator-error", "oom", "wall-cap"):
+    def _checked(self, fields: dict[str, str], reply: str, known: dict[str, dict[str, Any]] | None = None) -> Verdict:
+        verdict = self._run(fields, reply, known or {})
+        if not verdict.cached and verdict.reason in ("evaluator-died", "evaluator-error", "oom", "wall-cap"):
             self._canary()  # a solution may take the evaluator down, never the run; a broken evaluator must
         return verdict
 
@@ -178,9 +192,12 @@ class BigCodeBenchJudge:
                              f"{', ' + verdict.reason if verdict.reason else ''}: "
                              f"{json.dumps(verdict.details)[:1500]}); check the venv {self.venv.root}")
 
-    def _run(self, fields: dict[str, str], reply: str) -> Verdict:
+    def _run(self, fields: dict[str, str], reply: str, known: dict[str, dict[str, Any]] | None = None) -> Verdict:
+        """One judgement in a fresh sandbox; a solution among ``known`` (digest -> verdict) is not tested again."""
+        known = known or {}
         nonce = secrets.token_hex(8)
-        request = {**fields, "reply": reply, "time_limit": self.settings.time_limit, "nonce": nonce}
+        request = {**fields, "reply": reply, "time_limit": self.settings.time_limit, "nonce": nonce,
+                   "known": sorted(known)}
         with self._slots, tempfile.TemporaryDirectory(prefix="tokenworth-bcb-") as folder:
             request_dir = os.path.realpath(folder)
             Path(request_dir, "runner.py").write_text(RUNNER, encoding="utf-8")
@@ -199,7 +216,7 @@ class BigCodeBenchJudge:
             teardown = _close(box)
             seconds = round(time.monotonic() - started, 3)
         return _verdict(result.output, result.timed_out, result.exit_code, nonce, seconds, usage.memory_peak_bytes,
-                        bool(usage.oom_kills), teardown)
+                        bool(usage.oom_kills), teardown, known)
 
     def _script(self, request_dir: str) -> str:
         fonts = self.venv.root / MPLCONFIG
@@ -231,7 +248,7 @@ def _markers(output: str, nonce: str) -> dict[str, dict[str, Any]]:
 
 
 def _verdict(output: str, timed_out: bool, exit_code: int | None, nonce: str, seconds: float,
-             peak: int | None, oom: bool, teardown: str) -> Verdict:
+             peak: int | None, oom: bool, teardown: str, known: dict[str, dict[str, Any]]) -> Verdict:
     marks = _markers(output, nonce)
     extra = {"teardown": teardown} if teardown else {}
     if "INFRA" in marks:
@@ -239,6 +256,8 @@ def _verdict(output: str, timed_out: bool, exit_code: int | None, nonce: str, se
     if "READY" not in marks:
         raise JudgeError(f"the BigCodeBench evaluator never started (exit {exit_code}"
                          f"{', wall cap' if timed_out else ''}): {output.strip()[-1500:]}")
+    if "RESULT" in marks and marks["RESULT"].get("known") in known:
+        return Verdict.from_dict(known[marks["RESULT"]["known"]], cached=True)
     if "RESULT" in marks:
         r = marks["RESULT"]
         return Verdict(status=r["status"] if r["status"] in ("pass", "fail", "timeout") else "fail",

@@ -2,7 +2,8 @@
 
 Run by :mod:`agent.envs.bigcodebench_judge` as ``<eval venv>/bin/python -I RUNNER REQUEST`` inside a
 fresh sandbox (never imported by the harness). ``REQUEST`` is a JSON file: ``reply`` (the model's
-whole reply), ``code_prompt``, ``test``, ``entry_point``, ``time_limit`` (seconds), ``nonce``.
+whole reply), ``code_prompt``, ``test``, ``entry_point``, ``time_limit`` (seconds), ``nonce`` and
+``known``: the sha256 digests of sanitised solutions of this task the judge has already tested.
 
 It does what ``bigcodebench generate`` + ``bigcodebench evaluate`` (0.2.5) do to one reply, in their
 order and with their defaults:
@@ -14,6 +15,9 @@ order and with their defaults:
    process under one timer of ``max(TIMEOUT_LIMIT, 20) + 1`` seconds. ``TIMEOUT_LIMIT`` (240 s
    upstream) is set to ``time_limit`` as a module constant: its environment override,
    ``BIGCODEBENCH_TIMEOUT_PER_TASK``, raises a TypeError in 0.2.5 (``max`` of a str and a float).
+
+When the sanitised solution is a ``known`` one, step 3 is skipped: the report names the digest
+instead (:mod:`agent.envs.bigcodebench_verdicts`; nothing of the reply has run at that point).
 
 It reports on its own descriptor (the solution's output goes to /dev/null, so a solution that prints
 cannot bury or forge-by-accident the report), one line per marker, tagged with the request's nonce:
@@ -29,6 +33,7 @@ Nothing of the ``bigcodebench`` package is changed.
 """
 
 import ast
+import hashlib
 import json
 import os
 import sys
@@ -105,6 +110,10 @@ def main(request_path):
                           "details": {"sanitize": "%s: %s" % (type(exc).__name__, exc)}, "seconds": 0.0})
         return 0
     has_code = defines(solution, request["entry_point"])
+    digest = hashlib.sha256(solution.encode("utf-8")).hexdigest()
+    if digest in set(request.get("known", ())):
+        report("RESULT", {"known": digest, "solution": solution, "defines_entry_point": has_code})
+        return 0
     calibrated = request["code_prompt"] + "\n    pass\n" + solution
     try:
         status, details = untrusted_check(calibrated, request["test"], request["entry_point"],
