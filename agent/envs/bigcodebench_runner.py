@@ -93,9 +93,7 @@ def main(request_path):
         import bigcodebench.eval
         from bigcodebench.eval import untrusted_check
         from bigcodebench.sanitize import sanitize
-        import matplotlib
 
-        matplotlib.use("Agg")
         bigcodebench.eval.TIMEOUT_LIMIT = float(request["time_limit"])
     except BaseException as exc:  # noqa: BLE001 - nothing of the reply has run: the evaluator is broken
         report("INFRA", {"error": "%s: %s" % (type(exc).__name__, exc)})
