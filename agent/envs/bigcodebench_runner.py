@@ -15,6 +15,8 @@ order and with their defaults:
    process under one timer of ``max(TIMEOUT_LIMIT, 20) + 1`` seconds. ``TIMEOUT_LIMIT`` (240 s
    upstream) is set to ``time_limit`` as a module constant: its environment override,
    ``BIGCODEBENCH_TIMEOUT_PER_TASK``, raises a TypeError in 0.2.5 (``max`` of a str and a float).
+   (20 s is what upstream passes when it has no ground-truth time; a ``time_limit`` below 20 s, which
+   only tests use, lowers it too, so that the limit is the one asked for.)
 
 When the sanitised solution is a ``known`` one, step 3 is skipped: the report names the digest
 instead (:mod:`agent.envs.bigcodebench_verdicts`; nothing of the reply has run at that point).
@@ -115,7 +117,7 @@ def main(request_path):
     calibrated = request["code_prompt"] + "\n    pass\n" + solution
     try:
         status, details = untrusted_check(calibrated, request["test"], request["entry_point"],
-                                          30 * 1024, 30 * 1024, 10, 1, 20)
+                                          30 * 1024, 30 * 1024, 10, 1, min(20.0, float(request["time_limit"])))
     except BaseException as exc:  # noqa: BLE001 - e.g. the solution killed the evaluator's helper processes
         report("RESULT", {"status": "fail", "solution": solution, "reason": "evaluator-error",
                           "defines_entry_point": has_code, "details": {"evaluator": "%s: %s" % (type(exc).__name__, exc)},
