@@ -81,6 +81,29 @@ def summary(rows: Sequence[dict[str, Any]], total: int, seconds: float, venv: di
             "wall_seconds_this_call": round(seconds, 1), "evaluator": venv}
 
 
+def read_prior(path: Path) -> dict[str, str]:
+    """task id -> status of an earlier replay's log (a torn last line is skipped)."""
+    out = {}
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if row.get("kind", "gold") == "gold":
+            out[row["task_id"]] = row["status"]
+    return out
+
+
+def union(rows: Sequence[dict[str, Any]], prior: dict[str, str], source: str) -> dict[str, Any]:
+    """Coverage of this replay and an earlier one together; where both judged a task, this replay's verdict."""
+    status = dict(prior) | {r["task_id"]: r["status"] for r in rows if r["kind"] == "gold"}
+    both = [r["task_id"] for r in rows if r["kind"] == "gold" and r["task_id"] in prior]
+    return {"source": source, "judged": len(status), "passed": sum(s == "pass" for s in status.values()),
+            "from_prior": len(status) - sum(r["kind"] == "gold" for r in rows), "both": len(both),
+            "disagree": sorted(t for t in both if prior[t] != status[t]),
+            "failing": sorted((t for t, s in status.items() if s != "pass"), key=lambda t: int(t.split("/")[1]))}
+
+
 def markdown(s: dict[str, Any]) -> str:
     lines = ["# BigCodeBench gold replay", "",
              f"Evaluator {s['evaluator'].get('evaluator')} (libraries {s['evaluator'].get('libraries')}), "
@@ -99,6 +122,11 @@ def markdown(s: dict[str, Any]) -> str:
         verdict = f["status"] + (f" ({f['reason']})" if f["reason"] else "")
         lines.append(f"| {f['task_id']} | {'✓' if f['hard'] else ''} | {verdict} | {f['cause']} | "
                      f"{f['error'].replace('|', '/')} |")
+    if "union" in s:
+        u = s["union"]
+        lines += ["", f"**With the earlier replay** `{u['source']}` ({u['from_prior']} tasks judged only there; "
+                      f"{u['both']} judged by both, disagreeing on {', '.join(u['disagree']) or 'none'}): "
+                      f"**{u['passed']} / {u['judged']}** pass. Not passing: {', '.join(u['failing']) or 'none'}."]
     lines += ["", f"Judge time (sandbox included, cached verdicts not counted): {s['judge_seconds']:.0f} s.", ""]
     return "\n".join(lines)
 
@@ -118,6 +146,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--mutants", action="store_true", help="Also judge each task's mutant (it must fail).")
     parser.add_argument("--limit", type=int, default=None, help="Only the first N tasks of the stream.")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--prior", type=Path, default=None,
+                        help="A JSONL of an earlier replay (objects with task_id, status): the tasks it holds are "
+                             "judged last, so a partial run adds coverage, and gold.md also reports the union.")
     parser.add_argument("--verdicts", type=Path, default=None, help="The verdict file [default: OUT/runs/verdicts.jsonl].")
     args = parser.parse_args(argv)
 
@@ -132,6 +163,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     done = {(r["task_id"], r["kind"]) for r in rows}
     work = [(t, kind) for kind in (("gold", "mutant") if args.mutants else ("gold",)) for t in tasks
             if (t.task_id, kind) not in done]
+    prior = read_prior(args.prior) if args.prior else {}
+    work.sort(key=lambda item: item[0].task_id in prior)  # stable: stream order within each group
     print(f"{len(work)} judgements to make ({len(done)} in {log})", flush=True)
 
     def one(item: tuple[Any, str]) -> dict[str, Any]:
@@ -156,6 +189,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     finally:
         pool.shutdown(wait=True, cancel_futures=True)  # an error or Ctrl-C drops the queue, ends what runs
         result = summary(rows, len(tasks), time.monotonic() - started, judge.identity())
+        if args.prior:
+            result["union"] = union(rows, prior, str(args.prior))
         atomic_write_json(args.out / "gold.json", result)
         atomic_write_text(args.out / "gold.md", markdown(result))
     print(markdown(result))

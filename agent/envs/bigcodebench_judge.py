@@ -114,6 +114,9 @@ CANARY = {"task_id": "canary", "code_prompt": "def task_func(values):\n", "entry
                    "    def test_empty(self):\n        self.assertEqual(task_func([]), 0)\n")}
 CANARY_RIGHT = "```python\ndef task_func(values):\n    return sum(values)\n```"
 CANARY_WRONG = "```python\ndef task_func(values):\n    return len(values)\n```"
+# The canary's own floor: with a short --bcb-time-limit on a loaded host, starting the evaluator alone can take
+# seconds, and a slow host is not a broken evaluator.
+CANARY_TIME_LIMIT = 60.0
 
 _PREFLIGHT: dict[str, bool] = {}  # judge identity digest -> checked, per process
 _PREFLIGHT_LOCK = threading.Lock()
@@ -172,7 +175,7 @@ class BigCodeBenchJudge:
             if _PREFLIGHT.get(key):
                 return
             self._canary()
-            wrong = self._run(CANARY, CANARY_WRONG)
+            wrong = self._run(CANARY, CANARY_WRONG, time_limit=max(self.settings.time_limit, CANARY_TIME_LIMIT))
             if wrong.passed:
                 raise JudgeError("the BigCodeBench evaluator passes a wrong solution of its canary task; it cannot "
                                  f"be trusted (venv {self.venv.root})")
@@ -186,17 +189,19 @@ class BigCodeBenchJudge:
         return verdict
 
     def _canary(self) -> None:
-        verdict = self._run(CANARY, CANARY_RIGHT)
+        verdict = self._run(CANARY, CANARY_RIGHT, time_limit=max(self.settings.time_limit, CANARY_TIME_LIMIT))
         if not verdict.passed:
             raise JudgeError(f"the BigCodeBench evaluator fails its canary task ({verdict.status}"
                              f"{', ' + verdict.reason if verdict.reason else ''}: "
                              f"{json.dumps(verdict.details)[:1500]}); check the venv {self.venv.root}")
 
-    def _run(self, fields: dict[str, str], reply: str, known: dict[str, dict[str, Any]] | None = None) -> Verdict:
+    def _run(self, fields: dict[str, str], reply: str, known: dict[str, dict[str, Any]] | None = None, *,
+             time_limit: float | None = None) -> Verdict:
         """One judgement in a fresh sandbox; a solution among ``known`` (digest -> verdict) is not tested again."""
         known = known or {}
         nonce = secrets.token_hex(8)
-        request = {**fields, "reply": reply, "time_limit": self.settings.time_limit, "nonce": nonce,
+        time_limit = self.settings.time_limit if time_limit is None else time_limit
+        request = {**fields, "reply": reply, "time_limit": time_limit, "nonce": nonce,
                    "known": sorted(known)}
         with self._slots, tempfile.TemporaryDirectory(prefix="tokenworth-bcb-") as folder:
             request_dir = os.path.realpath(folder)
@@ -207,7 +212,7 @@ class BigCodeBenchJudge:
             box = Sandbox(self.settings.limits(), read_only_binds=(*self.venv.binds, request_dir))
             try:
                 box.start()
-                result = box.run(self._script(request_dir), timeout=self.settings.time_limit + self.settings.wall_slack,
+                result = box.run(self._script(request_dir), timeout=time_limit + self.settings.wall_slack,
                                  env=self.env)
                 usage = box.usage()
             except SandboxError as exc:
