@@ -70,7 +70,7 @@ run: setup
 test: setup vllm-setup bcb-ci-setup
 	TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_BCB_VENV=$(abspath $(BCB_CI_VENV)) $(PY) -m pytest -q
 	TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_VLLM_MODEL=$(abspath $(VLLM_MODEL)) TOKENWORTH_REAL_VLLM=required \
-		$(VLLM_PY) -m pytest -q -m real_vllm tests/test_vllm_engine.py
+		TOKENWORTH_BCB_VENV=$(abspath $(BCB_CI_VENV)) $(VLLM_PY) -m pytest -q -m real_vllm tests/test_vllm_engine.py
 
 bench: setup
 	TOKENWORTH_DATA_DIR=$(DATA) $(PY) -m bench controller

@@ -149,9 +149,11 @@ def test_a_hostile_solution_is_contained_and_the_next_task_runs(attack, venv, ca
     # room for a loaded host
     hangs = attack in ("fork bomb", "memory exhaustion", "sleep forever", "fill the disk")
     judge = small_judge(venv, time_limit=5.0 if hangs else 30.0, wall_slack=25.0)
-    code = ATTACKS[attack].replace("CANARY", str(canary)).replace("VENV", str(venv.root)).replace(
-        "BASE", venv.binds[-1]).replace("REPO", str(Path(__file__).resolve().parents[1])).replace("MARKER", MARKER).replace(
-        "DATA", str(Path(data_dir).resolve()))
+    code = ATTACKS[attack]
+    for name, value in [("CANARY", str(canary)), ("VENV", str(venv.root)), ("BASE", venv.binds[-1]),
+                        ("REPO", str(Path(__file__).resolve().parents[1])), ("MARKER", MARKER),
+                        ("DATA", str(Path(data_dir).resolve()))]:
+        code = code.replace(name, value)
     before = host_state(canary, venv)
     verdict: Verdict = judge.judge(TASK, solution_reply(PROMPT + code.strip("\n")))
     assert host_state(canary, venv) == before
