@@ -61,7 +61,7 @@ def test_reference_solutions_pass_and_wrong_ones_fail_on_the_ci_subset(tasks, ve
 def test_verdicts_are_reused_by_reply_and_by_sanitised_solution(tasks, venv, tmp_path):
     task = ci_subset(tasks)[1]
     cache = VerdictCache(tmp_path / "verdicts.jsonl")
-    judge = BigCodeBenchJudge(venv, small_judge(venv).settings, cache=cache)
+    judge = BigCodeBenchJudge(venv, small_judge(venv, time_limit=60.0).settings, cache=cache)  # room for a loaded host
     first = judge.judge(task, gold(task))
     started = time.monotonic()
     again = judge.judge(task, gold(task))
