@@ -57,6 +57,7 @@ from typing import Any
 from agent.core.alfworld_venv import open_venv
 from agent.envs.base import Environment, Judgement, StepResult
 from agent.tasks import Task
+from agent.tasks.alfworld import repair_prompt
 
 INSTRUCTIONS = """You are an agent in a text-based household. You will be placed in a room and given a household task, such as putting an object somewhere, heating, cooling or cleaning an object first, or examining an object under a lamp. You act by issuing one text command per reply; the next message tells you what happened.
 
@@ -81,11 +82,6 @@ Commands (use the exact object and receptacle names you have seen, numbers inclu
 A command that cannot be carried out does not change anything. If your command is not one of the commands possible at that moment, you will be shown the list of possible commands once and asked to choose again. You have at most 50 commands per task. The task ends as soon as it is done."""
 
 NOTHING_HAPPENS = "Nothing happens."
-REPAIR_NO_ACTION = 'Your reply has no "Action:" line.'
-REPAIR_INADMISSIBLE = '"{command}" is not a command you can use now.'
-REPAIR_TAIL = ('The commands you can use now are:\n{commands}\n\n'
-               'Reply with one line of the form "Action: <command>", choosing exactly one command from this list.')
-REPAIR_MARK = "The commands you can use now are:"  # how a repair turn is told from an observation
 WORKERS_VARIABLE = "TOKENWORTH_ALFWORLD_WORKERS"
 ANSWER_TIMEOUT_S = 300.0  # a worker silent this long is killed (a game load takes ~1.5 s CPU)
 
@@ -103,16 +99,6 @@ def parse_action(reply: str) -> str | None:
     """The reply's command, normalised; None when it has no (non-empty) ``Action:`` line."""
     match = _ACTION.search(reply)
     return (normalise(match.group(1)) or None) if match else None
-
-
-def repair_prompt(command: str | None, admissible: list[str]) -> str:
-    head = REPAIR_NO_ACTION if command is None else REPAIR_INADMISSIBLE.format(command=command)
-    return head + "\n" + REPAIR_TAIL.format(commands="\n".join(admissible))
-
-
-def is_repair_turn(text: str) -> bool:
-    return REPAIR_MARK in text and (text.startswith(REPAIR_NO_ACTION) or text.endswith(
-        "choosing exactly one command from this list."))
 
 
 # ------------------------------------------------------------------ the worker pool
@@ -327,4 +313,4 @@ class ALFWorldEnvironment(Environment):
 
 
 __all__ = ["ALFWorldEnvironment", "EngineError", "EnginePool", "INSTRUCTIONS", "RemoteEngine", "normalise",
-           "parse_action", "repair_prompt", "is_repair_turn", "pool"]
+           "parse_action", "pool"]

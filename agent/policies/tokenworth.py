@@ -28,6 +28,13 @@ if TYPE_CHECKING:
     from tokenworth_jax import HostSelection
 
 
+def _preset(env: str) -> str:
+    """The controller preset of ``env``: its own name."""
+    # TEMPORARY FALLBACK (until house-core's tw.preset("alfworld") is on main): App. C's online-learning settings,
+    # which ALFWorld shares with BigCodeBench, are the "appc" preset there (capacity comes from the budget's B_max).
+    return {"alfworld": "appc"}.get(env, env)
+
+
 class TokenWorthPolicy(MemoryPolicy):
     name = "tokenworth"
     first_task_note = "compiling the controller…"  # the first select/offer compile (~13 s on CPU)
@@ -38,8 +45,8 @@ class TokenWorthPolicy(MemoryPolicy):
         super().__init__(env, budget, seed, harness=harness)
         from tokenworth_jax import Controller
 
-        self.controller = Controller.from_preset(env, plus=self.plus, spec_overrides={"capacity": budget.bank_capacity},
-                                                 **overrides)
+        self.controller = Controller.from_preset(_preset(env), plus=self.plus,
+                                                 spec_overrides={"capacity": budget.bank_capacity}, **overrides)
 
     def retrieve(self, task: Task) -> list[Memory]:
         selection = self.controller.select(task.query_text)

@@ -234,6 +234,25 @@ def read_manifest(path: Path) -> list[dict[str, Any]]:
         raise DataError(f"{path}: not a readable manifest ({exc})") from exc
 
 
+# ------------------------------------------------------------------ the repair turn
+# The environment writes it (agent/envs/alfworld.py); the simulator, like a model, reads it from the
+# conversation. Kept here, below both, so there is one copy.
+REPAIR_NO_ACTION = 'Your reply has no "Action:" line.'
+REPAIR_INADMISSIBLE = '"{command}" is not a command you can use now.'
+REPAIR_LIST = "The commands you can use now are:"
+REPAIR_END = 'Reply with one line of the form "Action: <command>", choosing exactly one command from this list.'
+
+
+def repair_prompt(command: str | None, admissible: Sequence[str]) -> str:
+    """The repair turn: what was wrong, the admissible commands, the format asked for."""
+    head = REPAIR_NO_ACTION if command is None else REPAIR_INADMISSIBLE.format(command=command)
+    return f"{head}\n{REPAIR_LIST}\n" + "\n".join(admissible) + f"\n\n{REPAIR_END}"
+
+
+def is_repair_turn(text: str) -> bool:
+    return text.endswith(REPAIR_END) and f"\n{REPAIR_LIST}\n" in text
+
+
 # ------------------------------------------------------------------ the record
 @dataclasses.dataclass(frozen=True)
 class ALFWorldTask:
@@ -318,7 +337,8 @@ class ALFWorldSource:
 
 SOURCE = ALFWorldSource()
 
-__all__ = ["ALFWorldTask", "ALFWORLD", "ENV", "EPISODES", "MANIFEST_NAME", "PHASES", "SOURCE", "TASK_TYPES",
+__all__ = ["REPAIR_END", "REPAIR_INADMISSIBLE", "REPAIR_LIST", "REPAIR_NO_ACTION", "is_repair_turn",
+           "repair_prompt", "ALFWorldTask", "ALFWORLD", "ENV", "EPISODES", "MANIFEST_NAME", "PHASES", "SOURCE", "TASK_TYPES",
            "GameRef", "build_manifest", "check_follows", "discover", "file_sha256", "goal_of", "make_task",
            "manifest", "manifest_text", "parse_relpath", "phase_order", "read_game", "read_manifest",
            "release_root", "unpack_release"]
