@@ -316,3 +316,28 @@ def test_one_game_per_type_through_the_cli_run(data_dir: str, tmp_path: Path, ep
             if name == "standard":  # the simulator played what it decided, and the engine agreed
                 assert sim.episode(task, None, 0).success == bool(record.reward), task.game
     assert "| standard | 6 |" in result.summary.table
+
+
+@needs_engine
+def test_a_run_folder_with_another_manifest_is_refused(data_dir: str, tmp_path: Path) -> None:
+    from agent.experiment import DataConfig, LaunchError, OutputConfig, RunConfig, Streams, make_plan
+
+    out = tmp_path / "run"
+    config = RunConfig(Streams(envs=("alfworld",), methods=("standard",)),
+                       data=DataConfig(data_dir=Path(data_dir), limit=2), output=OutputConfig(out=out, progress=False))
+    plan = make_plan(config)
+    assert list(plan.run_files) == [alf.MANIFEST_NAME] and len(plan.tasks["alfworld"]) == 2
+    assert plan.settings["harness"]["alfworld_engine"]["textworld"] == "1.7.0"
+    import contextlib
+
+    from agent.experiment.launch import prepare
+
+    with contextlib.ExitStack() as held:
+        prepare(plan, held)  # the folder as a run makes it: config.json and the manifest
+    assert (out / alf.MANIFEST_NAME).read_text() == plan.run_files[alf.MANIFEST_NAME]
+    lines = plan.run_files[alf.MANIFEST_NAME].splitlines(keepends=True)
+    (out / alf.MANIFEST_NAME).write_text("".join([lines[1], lines[0], *lines[2:]]))
+    with pytest.raises(LaunchError, match="differs from the alfworld_manifest.jsonl the data gives"):
+        make_plan(config)
+    (out / alf.MANIFEST_NAME).write_text("".join(lines))
+    assert make_plan(config).run_files == plan.run_files  # the same manifest: resumable
