@@ -140,6 +140,7 @@ class _Worker:
         with self.lock:
             proc = self._ensure()
             assert proc.stdin is not None and proc.stdout is not None
+            ready: list[Any] = [proc.stdout]
             try:
                 proc.stdin.write((json.dumps(request) + "\n").encode("utf-8"))
                 proc.stdin.flush()
