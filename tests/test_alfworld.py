@@ -341,3 +341,39 @@ def test_a_run_folder_with_another_manifest_is_refused(data_dir: str, tmp_path: 
         make_plan(config)
     (out / alf.MANIFEST_NAME).write_text("".join(lines))
     assert make_plan(config).run_files == plan.run_files  # the same manifest: resumable
+
+
+# ------------------------------------------------------------------ the simulator's moves (no engine)
+def test_sim_moves_success_replays_the_walkthrough_failure_cannot_win(tasks: list) -> None:
+    from agent.sim.model import SimParams
+    from agent.sim.replies.alfworld import plan, receptacles, reply
+
+    params = SimParams()
+    opening = "You are in the middle of a room. Looking quickly around you, you see a bed 1, a desk 1, and a shelf 2.\n\n" \
+              "Your task is to: examine the keychain with the desklamp."
+    assert receptacles(opening) == ["bed 1", "desk 1", "shelf 2"]
+    for task in tasks[:60]:
+        for p0 in (0.3, 0.7):
+            moves = plan(task, True, False, p0, opening, params)
+            executed = [m.repair or m.action for m in moves if m.kind in ("gold", "format_slip")]
+            assert executed == list(task.walkthrough)  # every walkthrough command, in order, the slips repaired
+            failed = plan(task, False, False, p0, opening, params)
+            first_wander = next(i for i, m in enumerate(failed) if m.kind == "wander")
+            played = [m.repair or m.action for m in failed[:first_wander] if m.kind in ("gold", "format_slip")]
+            assert played == list(task.walkthrough[: len(played)]) and len(played) < len(task.walkthrough)
+            # after the cut, nothing that could change the world: go to, look, near misses repaired to a go to
+            assert all((m.repair or m.action).startswith(("go to ", "look")) for m in failed[first_wander:])
+            assert len(failed) >= 50
+    task = tasks[0]
+    from agent.sim.model import Episode
+
+    episode = Episode(p0=0.5, p=0.9, overlap=None, harmful=False, success=True)
+    moves = plan(task, True, False, 0.5, opening, params)
+    base = [{"role": "system", "content": ""}, {"role": "user", "content": "instructions"},
+            {"role": "assistant", "content": "OK."}, {"role": "user", "content": opening}]
+    assert reply(task, episode, 0, base, params) == f"Action: {moves[0].action}"
+    repair = alf.repair_prompt("walk to x", ["go to desk 1"])
+    after_repair = base + [{"role": "assistant", "content": "Action: walk to x"}, {"role": "user", "content": repair}]
+    assert reply(task, episode, 1, after_repair, params) == f"Action: {moves[0].repair or moves[0].action}"
+    stepped = after_repair + [{"role": "assistant", "content": "Action: go"}, {"role": "user", "content": "You arrive."}]
+    assert reply(task, episode, 2, stepped, params) == f"Action: {moves[1].action}"

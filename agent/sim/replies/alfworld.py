@@ -46,7 +46,7 @@ TASK_TURN = 3  # the conversation's index of the game's opening (system, instruc
 class Move:
     action: str  # what the action call answers
     repair: str | None = None  # what the repair call answers (when ``action`` is a format slip)
-    kind: str = "gold"  # gold | format_slip | detour | return | wander
+    kind: str = "gold"  # gold | format_slip | detour | return (a success's) | wander (after a failure's cut)
 
 
 def receptacles(opening: str) -> list[str]:
@@ -132,7 +132,7 @@ def plan(task: ALFWorldTask, success: bool, harmful: bool, p0: float, opening: s
                     moves.append(Move("look", kind="wander"))
                 else:
                     place = order[i % len(order)] if order else "room"
-                    moves.append(Move(f"walk to {place}", repair=f"go to {place}", kind="format_slip"))
+                    moves.append(Move(f"walk to {place}", repair=f"go to {place}", kind="wander"))
                     i += 1
                     here = place
                 continue
