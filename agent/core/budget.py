@@ -73,10 +73,13 @@ class Budget:
     def for_env(cls, env: str, accounting: str | None = None) -> "Budget":
         """The preset of ``env`` (Table A1 for "db", "os", "kg"; App. C for "alfworld"), with ``accounting``
         if given."""
+        from tokenworth_jax.presets import capacity  # B_max has one definition: the controller's preset table
+
         try:
-            preset = PRESETS[env]
+            limits = LIMITS[env]
         except KeyError:
-            raise ValueError(f"no budget preset for environment {env!r}; expected one of {sorted(PRESETS)}") from None
+            raise ValueError(f"no budget preset for environment {env!r}; expected one of {sorted(LIMITS)}") from None
+        preset = Budget(env, bank_capacity=capacity(env), **limits)
         return preset if accounting is None else preset.replace(accounting=accounting)
 
     def replace(self, **changes: int | str) -> "Budget":
@@ -95,15 +98,15 @@ class Budget:
         return all(t <= min(self.per_call_cap, self.max_output_tokens) for t in call_tokens)
 
 
-PRESETS: dict[str, Budget] = {
-    "db": Budget("db", max_output_tokens=128, max_rounds=3, bank_capacity=64, max_memories=1, max_injected_chars=900),
-    "os": Budget("os", max_output_tokens=512, max_rounds=5, bank_capacity=64, max_memories=1, max_injected_chars=800),
-    "kg": Budget("kg", max_output_tokens=128, max_rounds=15, bank_capacity=64, max_memories=1, max_injected_chars=4096),
+LIMITS: dict[str, dict[str, int]] = {  # Table A1 / App. C, but B_max (tokenworth_jax.presets.capacity)
+    "db": dict(max_output_tokens=128, max_rounds=3, max_memories=1, max_injected_chars=900),
+    "os": dict(max_output_tokens=512, max_rounds=5, max_memories=1, max_injected_chars=800),
+    "kg": dict(max_output_tokens=128, max_rounds=15, max_memories=1, max_injected_chars=4096),
     # App. C: 50 environment steps, 128 tokens per action call (and per repair call), auxiliary calls 512 each
     # (docs/alfworld.md). Accounted per call: App. C states per-call limits, and a shared 128 would end a
-    # failed episode after ~15 commands.
-    "alfworld": Budget("alfworld", max_output_tokens=128, max_rounds=50, bank_capacity=128, max_memories=1,
-                       max_injected_chars=4200, per_call_cap=128, aux_call_cap=512),
+    # failed episode after ~15 commands. B_max = 128 (the controller's alfworld preset).
+    "alfworld": dict(max_output_tokens=128, max_rounds=50, max_memories=1, max_injected_chars=4200, per_call_cap=128,
+                     aux_call_cap=512),
 }
 
 
