@@ -302,7 +302,7 @@ def main(ctx: typer.Context,
 @app.command()
 @with_experiment_flags
 def run(
-    env: Annotated[str, _option(EXPERIMENT, "Task stream(s): db, os, kg, or a comma-separated list (one "
+    env: Annotated[str, _option(EXPERIMENT, "Task stream(s): db, os, kg, alfworld, or a comma-separated list (one "
                                             "experiment).")] = ",".join(Streams().envs),
     methods: Annotated[str, _option(EXPERIMENT, "Comma-separated methods; known: " + ", ".join(POLICIES.names) + ".",
                                     show_default=", ".join(Streams().methods))] = ",".join(Streams().methods),

@@ -60,5 +60,13 @@ def bench_ranking(ctx: typer.Context) -> None:
     ranking_main(list(ctx.args))
 
 
+@app.command("alfworld-replay", context_settings=PASS_THROUGH, add_help_option=False)
+def bench_alfworld_replay(ctx: typer.Context) -> None:
+    """ALFWorld gold replay: every manifest walkthrough wins in the real engine; truncated/reversed plans do not."""
+    from bench.alfworld_replay import main as replay_main
+
+    replay_main(list(ctx.args))
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

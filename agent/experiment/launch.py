@@ -31,6 +31,7 @@ from agent.experiment.progress import ProgressBars
 from agent.experiment.summary import Summary, write_summary, write_sweep_table
 from agent.policies.registry import POLICIES
 from agent.storage import runfolder
+from agent.storage.checkpoint import atomic_write_text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +90,8 @@ def prepare(plan: Plan, held: contextlib.ExitStack) -> None:
             held.enter_context(runfolder.locked(*runfolder.method_lock(out_dir, name)))
         runfolder.prepare(out_dir, dict(plan.settings), owned, [*POLICIES.names, *plan.names],
                           overwrite=plan.config.output.overwrite)
+        for name, text in plan.run_files.items():  # e.g. ALFWorld's manifest, checked against the folder's in the plan
+            atomic_write_text(out_dir / name, text)
 
 
 def merged(plan: Plan, results: list[ExperimentResult] | tuple[ExperimentResult, ...], seconds: float

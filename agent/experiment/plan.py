@@ -28,6 +28,7 @@ from agent.experiment.streams import GridError, StreamSpec, digest, expand, grid
 from agent.policies.registry import POLICIES
 from agent.storage import runfolder
 from agent.tasks import Task, data_folder, load_tasks
+from agent.tasks.registry import TASK_SOURCES, benchmarks
 
 GRID_NAME_MAX = 80  # characters of grid in a folder name; a longer grid is cut and told apart by a digest
 
@@ -80,6 +81,8 @@ class Plan:
     title: str
     sweep_configs: tuple[Mapping[str, float | int], ...] | None  # a sweep's configurations, one per stream
     backbone: Any = dataclasses.field(default=None, compare=False, repr=False)  # the driver's, nothing loaded
+    # files the run folder keeps beside the records, by name (ALFWorld's whole manifest, whatever --limit says)
+    run_files: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def envs(self) -> tuple[str, ...]:
@@ -248,6 +251,22 @@ def effective_schedule(schedule: str, backbone: Any, name: str) -> str:
     return schedule
 
 
+def task_run_files(envs: Sequence[str], data_dir: Any, out_dir: Path) -> dict[str, str]:
+    """The files the environments' task sources keep in the run folder (``run_files``), checked against what
+    the folder already holds: a resumed run whose data gives another manifest is refused."""
+    files: dict[str, str] = {}
+    for env in envs:
+        source = TASK_SOURCES.factory(env)
+        if hasattr(source, "run_files"):
+            files.update(source.run_files(data_dir, benchmarks()))
+    for name, text in files.items():
+        path = out_dir / name
+        if path.is_file() and path.read_text(encoding="utf-8") != text:
+            raise LaunchError(f"{path} differs from the {name} the data gives now: this folder's records follow "
+                              f"another episode list (other data, or another release); use another --out")
+    return files
+
+
 def make_plan(config: RunConfig) -> Plan:
     """Check everything and plan the run; writes nothing (see the module docstring)."""
     what = config.what
@@ -261,6 +280,7 @@ def make_plan(config: RunConfig) -> Plan:
     out_dir = shape.out_dir
     runfolder.check_run_folder(out_dir)
     tasks = {e: load_tasks(e, config.data.data_dir, limit=config.data.limit) for e in envs}
+    run_files = task_run_files(envs, config.data.data_dir, out_dir)
     controllers = sum(s.method.startswith("tokenworth") for s in shape.streams)  # the GPU split, before JAX starts
     engine = engine_settings(config, env=envs[0], controller_streams=controllers)
     spec = backbone_spec(config, engine)
@@ -284,7 +304,8 @@ def make_plan(config: RunConfig) -> Plan:
     runfolder.check_settings(out_dir, settings, replaced, [*POLICIES.names, *names], overwrite=config.output.overwrite)
     return Plan(config=config, out_dir=out_dir, streams=tuple(shape.streams), names=tuple(names), tasks=tasks,
                 harness=harness, kg_endpoint=endpoint, backbone_spec=spec, schedule=schedule, settings=settings,
-                replaced=tuple(replaced), title=shape.title, sweep_configs=shape.sweep_configs, backbone=backbone)
+                replaced=tuple(replaced), title=shape.title, sweep_configs=shape.sweep_configs, backbone=backbone,
+                run_files=run_files)
 
 
 __all__ = ["Plan", "BackboneSpec", "LaunchError", "make_plan", "note", "default_out", "experiment_folder",
