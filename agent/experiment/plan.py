@@ -280,7 +280,8 @@ def make_plan(config: RunConfig, *, engine_here: bool = True) -> Plan:
     controllers = sum(s.method.startswith("tokenworth") for s in shape.streams)  # the GPU split, before JAX starts
     engine = engine_settings(config, env=envs[0], controller_streams=controllers, here=engine_here)
     spec = backbone_spec(config, engine)
-    backbone = spec.make()  # loads nothing: a vllm engine loads in open()
+    # loads nothing (a vllm engine loads in open()); a driver whose workers run vLLM need not have it installed
+    backbone = spec.make() if engine_here or config.backbone.name != "vllm" else None
     schedule = effective_schedule(config.schedule, backbone, config.backbone.name)
     try:
         names = stream_names(shape.streams)

@@ -44,6 +44,7 @@ class StreamLeases:
         self.expected, self.barrier_s = workers, barrier_s
         self.not_before: dict[str, float] = {}
         self.first_hello: float | None = None
+        self._dealing = False
         self._clock = clock
 
     def hello(self, worker: str) -> None:
@@ -54,9 +55,10 @@ class StreamLeases:
 
     @property
     def dealing(self) -> bool:
-        """Past the start barrier: every expected worker is up, or the first waited ``barrier_s``."""
-        return self.first_hello is not None and (
-            len(self.live) >= self.expected or self._clock() - self.first_hello >= self.barrier_s)
+        """Past the start barrier: every expected worker was up, or the first waited ``barrier_s`` (once past, for good)."""
+        if not self._dealing and self.first_hello is not None:
+            self._dealing = len(self.live) >= self.expected or self._clock() - self.first_hello >= self.barrier_s
+        return self._dealing
 
     def share(self, worker: str) -> int:
         """How many more streams ``worker`` may hold now (its fair share less what it holds)."""
