@@ -3,8 +3,10 @@
 ``RayNodes(cpus=(1, 1))`` starts ``python tests/ray_nodes.py`` which starts a head and one node
 per further entry with :class:`ray.cluster_utils.Cluster` (each a real raylet with its own node
 id, object store and workers), prints the address and node ids, and then obeys lines on stdin
-(``remove I``: take node I away at once, as a crash would; the head is node 0). When stdin
-closes (``close()``, or the test process dying), it shuts the cluster down.
+(``add CPUS``: one more node; ``remove I``: take node I away at once, as a crash would; the head
+is node 0). When stdin closes (``close()``, or the test process dying), it shuts the cluster down.
+The constructor returns at once; :meth:`RayNodes.ready` waits for the cluster (so a test can do
+other work while it starts).
 
 Why a helper process: it makes itself a child subreaper, so the processes a removed node leaves
 behind (Ray's agents survive their raylet) are re-parented to it rather than to PID 1, and it
@@ -30,23 +32,35 @@ REPO = Path(__file__).resolve().parents[1]
 class RayNodes:
     """The test's handle on a helper-owned cluster (see the module docstring)."""
 
-    def __init__(self, cpus: Sequence[int] = (1, 1), timeout_s: float = 180.0) -> None:
+    def __init__(self, cpus: Sequence[int] = (1, 1)) -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(
             os.pathsep), "RAY_USAGE_STATS_ENABLED": "0"}  # every worker imports this checkout
         self.proc = subprocess.Popen([sys.executable, __file__, ",".join(map(str, cpus))], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env, text=True, cwd=REPO)
-        line = _readline(self.proc, timeout_s)
-        info: dict[str, Any] = json.loads(line)
-        self.address: str = info["address"]
-        self.node_ids: list[str] = info["node_ids"]
-        self.tmp: str = info["tmp"]
-        self.started_s: float = info["seconds"]
+        self.address = ""
+        self.node_ids: list[str] = []
+
+    def ready(self, timeout_s: float = 180.0) -> "RayNodes":
+        """Wait until every node is up (once)."""
+        if not self.address:
+            info: dict[str, Any] = json.loads(_readline(self.proc, timeout_s))
+            self.address, self.node_ids, self.started_s = info["address"], info["node_ids"], info["seconds"]
+        return self
+
+    def _say(self, line: str) -> str:
+        assert self.proc.stdin is not None
+        self.ready()
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        return _readline(self.proc, 120).strip()
+
+    def add(self, cpus: int = 1) -> int:
+        """One more node; its index."""
+        self.node_ids.append(self._say(f"add {cpus}"))
+        return len(self.node_ids) - 1
 
     def remove(self, index: int) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(f"remove {index}\n")
-        self.proc.stdin.flush()
-        assert _readline(self.proc, 120).strip() == "removed"
+        assert self._say(f"remove {index}") == "removed"
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -127,7 +141,11 @@ def _serve(cpus: list[int]) -> None:
                           "seconds": round(time.perf_counter() - started, 1)}), flush=True)
         for line in sys.stdin:
             command, _, argument = line.strip().partition(" ")
-            if command == "remove":
+            if command == "add":
+                nodes.append(cluster.add_node(num_cpus=int(argument)))
+                cluster.wait_for_nodes()
+                print(nodes[-1].node_id, flush=True)
+            elif command == "remove":
                 cluster.remove_node(nodes[int(argument)], allow_graceful=False)
                 print("removed", flush=True)
         try:

@@ -170,6 +170,9 @@ class RayExecutor:
             with runfolder.locked(out / DRIVER_LOCK, f"{out} (the driver of a distributed run)"):
                 check_storage(out, out / DRIVER_LOCK, self.nodes)
                 batch_sizes = self._drive(plan, hooks, on_resume)
+        except RayError as exc:  # Ray's own failure anywhere on the way (a worker's error arrives as its cause)
+            raise ExecutorLost(f"the Ray cluster failed ({type(exc).__name__}: {_first_line(exc)}); every finished "
+                               "task is kept: rerun the same command on a healthy cluster to resume") from None
         finally:
             ray.shutdown()
         records = {name: read_records(out / name / runfolder.RECORDS) for name in plan.names}
@@ -243,13 +246,17 @@ class RayExecutor:
         return batch_sizes
 
     @staticmethod
-    def _status(leases: Any) -> dict[str, Any]:
+    def _ask(call: Any) -> Any:
+        """The queue's answer; a queue that cannot answer (it lives on this driver's node) means the cluster is gone."""
         try:
-            return ray.get(leases.status.remote(), timeout=HEAD_TIMEOUT_S)
-        except (GetTimeoutError, RayActorError, RayError) as exc:
+            return ray.get(call, timeout=HEAD_TIMEOUT_S)
+        except (GetTimeoutError, RayError) as exc:
             raise ExecutorLost(f"lost the Ray cluster (the head, or this driver's node, is gone: "
                                f"{type(exc).__name__}); every finished task is kept: rerun the same command on a "
                                "healthy cluster to resume") from None
+
+    def _status(self, leases: Any) -> dict[str, Any]:
+        return self._ask(leases.status.remote())
 
     @staticmethod
     def _events(leases: Any) -> list[tuple[str, str, Any]]:
@@ -258,14 +265,17 @@ class RayExecutor:
         except (GetTimeoutError, RayError):
             return []  # the next status call says whether the cluster is gone
 
-    @staticmethod
-    def _lost(leases: Any, key: str, why: BaseException) -> float:
+    def _lost(self, leases: Any, key: str, why: BaseException) -> float:
         """A worker died: its streams go back to the queue; when to call it again (Ray restarts it)."""
-        back = ray.get(leases.release.remote(key), timeout=HEAD_TIMEOUT_S)
-        reason = str(why).strip().splitlines()[0] if str(why).strip() else type(why).__name__
-        note(f"worker {key} died ({type(why).__name__}: {reason[:160]}); "
+        back = self._ask(leases.release.remote(key))
+        note(f"worker {key} died ({type(why).__name__}: {_first_line(why)}); "
              f"{len(back)} of its streams go back to the queue")
         return time.monotonic() + RETRY_S
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:160]
 
 
 __all__ = ["RayExecutor", "StreamWorker", "LeaseActor", "RayLease", "DRIVER_LOCK"]
