@@ -32,9 +32,10 @@ REPO = Path(__file__).resolve().parents[1]
 class RayNodes:
     """The test's handle on a helper-owned cluster (see the module docstring)."""
 
-    def __init__(self, cpus: Sequence[int] = (1, 1)) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(
-            os.pathsep), "RAY_USAGE_STATS_ENABLED": "0"}  # every worker imports this checkout
+    def __init__(self, cpus: Sequence[int] = (1, 1), env: dict[str, str] | None = None) -> None:
+        env = {**(os.environ if env is None else env), "RAY_USAGE_STATS_ENABLED": "0",
+               "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+        # the nodes' workers inherit ``env`` (they import this checkout)
         self.proc = subprocess.Popen([sys.executable, __file__, ",".join(map(str, cpus))], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env, text=True, cwd=REPO)
         self.address = ""
