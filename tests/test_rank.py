@@ -72,11 +72,12 @@ def test_policy_reads_only_question_and_memory_texts(monkeypatch: pytest.MonkeyP
     from agent.policies import tokenworth_plus
     from agent.policies.registry import make_policy
     from tokenworth_jax import host
+    from tokenworth_jax.plus import mode
 
     seen: list[str] = []
-    for name in ("featurize", "word_vectors", "action_vectors"):
-        original = getattr(host, name)
-        monkeypatch.setattr(host, name, lambda text, *a, _f=original, **k: (seen.append(text), _f(text, *a, **k))[1])
+    for module, name in ((host, "featurize"), (mode, "word_vector"), (mode, "action_vector")):
+        original = getattr(module, name)  # the recall hashing, and the two features TokenWorth+ declares
+        monkeypatch.setattr(module, name, lambda text, *a, _f=original, **k: (seen.append(text), _f(text, *a, **k))[1])
     policy = make_policy("tokenworth+", "db", DB, seed=0)
     allowed = set()
     for i in range(10):

@@ -97,8 +97,9 @@ class Sweep:
 # ------------------------------------------------------------------------- how it runs
 @dataclasses.dataclass(frozen=True)
 class BudgetConfig:
-    """The budget C of every env is its Table A1 preset (:data:`agent.core.budget.PRESETS`); only how O_max
-    is spent is chosen per run."""
+    """The budget C of every env is its Table A1 preset (:meth:`agent.core.budget.Budget.for_env`: B_max from
+    the controller's preset table, the rest from :data:`agent.core.budget.LIMITS`); only how O_max is spent
+    is chosen per run."""
 
     accounting: str = DEFAULT_ACCOUNTING
 

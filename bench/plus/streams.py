@@ -14,7 +14,7 @@ keyed by its own query vector (id i). Injecting memory j changes the success pro
 
 success iff v_i < clip(p, 0.02, 0.98) (common random numbers across methods).
 
-Methods: no memory; paper TokenWorth (DB preset); TokenWorth+ (DB preset, ``Spec(plus=True)``);
+Methods: no memory; paper TokenWorth (DB preset); TokenWorth+ (DB preset, ``method="tokenworth+"``);
 and an **oracle** that knows every
 true probability and, at each task, takes the best arm among "no memory" and every memory
 of its bank (the last 64 successful tasks, the controller's B_max). Reported: SR (%) mean ±
@@ -109,13 +109,14 @@ def run_controller(stream: dict[str, np.ndarray], plus: bool, **overrides: Any) 
     The stream has no text: in TokenWorth+ mode the query vector stands for the question's words
     and every memory's action vector is zero (no action affinity), so only the lift model learns."""
     dim = stream["query"].shape[1]
-    spec, hp = tw.preset("db", plus=plus, spec_overrides={"dim": dim, "word_dim": dim, "action_dim": 8}, **overrides)
+    spec, hp = tw.preset("db", method="tokenworth+" if plus else "tokenworth",
+                         spec_overrides={"dim": dim, **({"word_dim": dim, "action_dim": 8} if plus else {})}, **overrides)
     q = jnp.asarray(stream["query"])
     T = q.shape[0]
     query, memory = q, q
     if plus:
-        query = tw.Query(key=q, words=q)
-        memory = tw.MemoryText(key=q, actions=jnp.zeros((T, spec.action_dim), q.dtype))
+        query = tw.Query(key=q, features={"words": q})
+        memory = tw.MemoryText(key=q, features={"actions": jnp.zeros((T, spec.mode.shapes.action_dim), q.dtype)})
     events = tw.Event(query=query, reward=jnp.zeros((T,), jnp.int32), memory=memory,
                       memory_id=jnp.arange(T, dtype=jnp.int32))
     _, out = tw.run(tw.init(spec, hp), events, hp, spec, reward_fn(stream))

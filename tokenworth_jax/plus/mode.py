@@ -25,22 +25,24 @@ the lifecycle reads them when ``worth`` is 0.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from ..batching import gated
-from ..config import N_LIFT_FEATURES, HParams, Spec
-from ..inputs import MemoryText, Query
+from ..config import HParams
+from ..inputs import Feature, MemoryText, Query
 from ..modes import Candidates, Choice, Feedback, Mode, paper_target
 from ..ring import Ring, ring_init, ring_push, ring_valid
 from ..scorers import ProbeScores
 from . import actions as action_model
 from .abstain import logit, null_probability
 from .actions import ActionModel
+from .config import N_LIFT_FEATURES, SCHEMA, PlusShapes
 from .lift import fit_by_evidence, thompson
+from .text import action_vector, word_vector
 
 BUMP_CENTRES = (0.2, 0.4, 0.6, 0.8)
 BUMP_WIDTH = 0.1
@@ -66,15 +68,16 @@ class PlusState(NamedTuple):
     pending: PlusPending
 
 
-def init(spec: Spec, hp: HParams) -> PlusState:
+def init(spec: Any, hp: HParams) -> PlusState:
     f = spec.float_dtype
-    php = hp.plus
+    php = hp.mode
+    own: PlusShapes = spec.mode.shapes
     F = N_LIFT_FEATURES
     features = jnp.asarray(php.features, f)
     return PlusState(
-        actions=action_model.init(spec.word_dim, spec.action_dim, php.action_lambda, f),
-        slot_actions=jnp.zeros((spec.capacity, spec.action_dim), f),
-        null_ring=ring_init((jnp.zeros((spec.null_window, spec.dim), f), jnp.zeros((spec.null_window,), f))),
+        actions=action_model.init(own.word_dim, own.action_dim, php.action_lambda, f),
+        slot_actions=jnp.zeros((spec.capacity, own.action_dim), f),
+        null_ring=ring_init((jnp.zeros((own.null_window, spec.dim), f), jnp.zeros((own.null_window,), f))),
         lift_ring=ring_init((jnp.zeros((spec.base_window, F), f), jnp.zeros((spec.base_window,), f),
                              jnp.zeros((spec.base_window,), f))),
         theta=jnp.asarray(php.theta0, f) * features,
@@ -83,7 +86,7 @@ def init(spec: Spec, hp: HParams) -> PlusState:
         n_injected=jnp.zeros((), jnp.int32),
         n_abstain=jnp.zeros((), jnp.int32),
         pending=PlusPending(p0=jnp.full((), 0.5, f), psi=jnp.zeros((F,), f), injected=jnp.zeros((), bool),
-                            words=jnp.zeros((spec.word_dim,), f)),
+                            words=jnp.zeros((own.word_dim,), f)),
     )
 
 
@@ -102,19 +105,20 @@ def pair_features(cos: jax.Array, s: jax.Array, features: jax.Array) -> jax.Arra
 
 
 def _p0(state: PlusState, keys: jax.Array, hp: HParams) -> jax.Array:
-    php = hp.plus
+    php = hp.mode
     return null_probability(keys, state.null_ring, php.p0_prior, php.p0_strength, php.bandwidth)
 
 
 def choose(state: PlusState, cands: Candidates, hp: HParams) -> tuple[PlusState, Choice]:
     """Rank the K candidates by posterior-mean gain; inject the best unless its upper bound says it hurts."""
-    php = hp.plus
+    php = hp.mode
     f = state.theta.dtype
     features = jnp.asarray(php.features, f)
     valid = cands.valid
     any_valid = jnp.any(valid)
     cos = jnp.where(valid, cands.relevance, jnp.zeros_like(cands.relevance))
-    s = action_model.affinity(state.actions, cands.query.words[None, :], state.slot_actions[cands.slots])[0]  # (K,)
+    words = cands.query.features["words"]
+    s = action_model.affinity(state.actions, words[None, :], state.slot_actions[cands.slots])[0]  # (K,)
     psi = pair_features(cos, s, features)  # (K, F)
     p0 = _p0(state, cands.query.key[None, :], hp)[0]
     o = logit(p0)
@@ -129,11 +133,11 @@ def choose(state: PlusState, cands: Candidates, hp: HParams) -> tuple[PlusState,
     state = state._replace(
         key=key, n_abstain=state.n_abstain + abstained.astype(jnp.int32),
         pending=PlusPending(p0=p0, psi=jnp.where(inject, chosen, jnp.zeros_like(chosen)), injected=inject,
-                            words=cands.query.words))
+                            words=words))
     nan = jnp.full((), jnp.nan, f)
     return state, Choice(index=jnp.where(inject, best, -1).astype(jnp.int32), p0=p0,
                          advantage=jnp.where(any_valid, gain[jnp.maximum(best, 0)], nan), abstained=abstained,
-                         gains=jnp.where(valid, gain, nan), affinity=jnp.where(valid, s, nan))
+                         scores={"gain": jnp.where(valid, gain, nan), "action model": jnp.where(valid, s, nan)})
 
 
 def target(state: PlusState, y: jax.Array, s_base: jax.Array, hp: HParams) -> jax.Array:
@@ -143,7 +147,7 @@ def target(state: PlusState, y: jax.Array, s_base: jax.Array, hp: HParams) -> ja
 
 def _refit(posterior: tuple[jax.Array, jax.Array], ring: Ring, hp: HParams) -> tuple[jax.Array, jax.Array]:
     """(θ̂, L) refitted on the lift window (only the posterior goes through the conditional: it is small)."""
-    php = hp.plus
+    php = hp.mode
     theta = posterior[0]
     f = theta.dtype
     features = jnp.asarray(php.features, f)
@@ -161,7 +165,7 @@ def update(state: PlusState, fb: Feedback, hp: HParams) -> PlusState:
     state = state._replace(null_ring=ring_push(state.null_ring, (fb.query.key, r), ~fb.selected),
                            lift_ring=ring_push(state.lift_ring, (pend.psi, 2 * r - 1, logit(pend.p0)), fb.selected),
                            n_injected=n)
-    due = fb.selected & (n % hp.plus.refit_interval == 0)
+    due = fb.selected & (n % hp.mode.refit_interval == 0)
     theta, chol = gated(due, _refit, lambda post, ring, h: post, (state.theta, state.chol), state.lift_ring, hp)
     return state._replace(theta=theta, chol=chol)
 
@@ -172,7 +176,7 @@ def worth(state: PlusState, probes: Query, scores: Callable[[], ProbeScores], me
     with the posterior mean θ̂ (deterministic); 2, recency, the creation step (so the lifecycle
     admits every offered memory and evicts the oldest: a FIFO bank). The last column is ``memory``.
     Only the chosen one is computed (a ``lax.switch``; vmapped with per-configuration choices, all)."""
-    php = hp.plus
+    php = hp.mode
     f = state.theta.dtype
 
     def paper() -> jax.Array:
@@ -180,8 +184,9 @@ def worth(state: PlusState, probes: Query, scores: Callable[[], ProbeScores], me
 
     def gain() -> jax.Array:
         features = jnp.asarray(php.features, f)
-        acts = jnp.concatenate([state.slot_actions, memory.actions[None, :]], axis=0)  # (B+1, A)
-        psi = pair_features(scores().cos, action_model.affinity(state.actions, probes.words, acts), features)
+        acts = jnp.concatenate([state.slot_actions, memory.features["actions"][None, :]], axis=0)  # (B+1, A)
+        psi = pair_features(scores().cos, action_model.affinity(state.actions, probes.features["words"], acts),
+                            features)
         p0 = _p0(state, probes.key, hp)  # (P+1,)
         return jax.nn.sigmoid(logit(p0)[:, None] + psi @ (state.theta * features)) - p0[:, None]
 
@@ -195,13 +200,21 @@ def write(state: PlusState, slot: jax.Array, writes: jax.Array, memory: MemoryTe
     """An offered memory (a judged success): the action model learns (question words → its actions),
     whether or not it is admitted; where it is written, its slot takes its action vector. A memory
     without actions teaches nothing."""
-    learns = offered & jnp.any(memory.actions != 0)
+    actions = memory.features["actions"]
+    learns = offered & jnp.any(actions != 0)
     s = jnp.maximum(slot, 0)
-    return state._replace(actions=action_model.learn(state.actions, state.pending.words, memory.actions, learns),
-                          slot_actions=state.slot_actions.at[s].set(
-                              jnp.where(writes, memory.actions, state.slot_actions[s])))
+    return state._replace(actions=action_model.learn(state.actions, state.pending.words, actions, learns),
+                          slot_actions=state.slot_actions.at[s].set(jnp.where(writes, actions, state.slot_actions[s])))
 
 
-def plus() -> Mode[PlusState]:
-    """The TokenWorth+ mode."""
-    return Mode(init=init, choose=choose, target=target, update=update, worth=worth, write=write)
+NAME = "tokenworth+"
+
+
+def plus(**shapes: int) -> Mode[PlusState]:
+    """The TokenWorth+ mode, with its shape fields (:class:`PlusShapes`: ``null_window``, ``word_dim``,
+    ``action_dim``) where given. It reads the question's words and the memory's actions."""
+    own = PlusShapes(**shapes)
+    return Mode(name=NAME, init=init, choose=choose, target=target, update=update, worth=worth, write=write,
+                shapes=own, hparams=SCHEMA,
+                features=(Feature("words", "query", own.word_dim, word_vector, "the question's words"),
+                          Feature("actions", "memory", own.action_dim, action_vector, "the memory's actions")))
