@@ -126,6 +126,16 @@ class PlusHParams(NamedTuple):
     explore: ArrayLike  # Thompson scale of the inject decision (0: none)
     margin: ArrayLike  # inject unless the decision's predicted gain is <= margin (probability units)
     abstain: ArrayLike  # 0/1: allow "no memory" at all
+    # issue 30: "no memory" as a real arm, its posterior learned from its own outcomes (plus/abstain.py)
+    null_explore: ArrayLike  # Thompson scale of the no-memory arm's log-odds (0: its posterior mean)
+    null_optimism: ArrayLike  # posterior sds added to the no-memory arm (an upper confidence bound)
+    null_first: ArrayLike  # no-memory outcomes gathered before the first injection (an abstention floor)
+    null_all: ArrayLike  # 0/1: the global no-memory rate from every no-memory outcome (1) or the ring's (0)
+    reoffset: ArrayLike  # 0/1: refit the lift against the current no-memory rate (1) or the one at select time (0)
+    guard: ArrayLike  # 0/1: the no-harm guard (plus/guard.py): explore an injection only within the allowance
+    guard_sds: ArrayLike  # posterior sds of the guard's lower bound on the total gain
+    guard_budget: ArrayLike  # the allowance at the start, in expected successes
+    guard_rate: ArrayLike  # the allowance added per task (0.01 = one SR point)
     worth: ArrayLike  # the lifecycle's worth: 0 the paper's score, 1 the mean predicted gain, 2 recency (FIFO)
     p0_prior: ArrayLike  # prior mean of the no-memory rate p0
     p0_strength: ArrayLike  # pseudo-count of that prior (and of the kernel shrinkage)
@@ -152,6 +162,15 @@ PLUS_DEFAULTS: dict[str, Any] = dict(
     plus_explore=0.0,
     plus_margin=-0.05,
     plus_abstain=1.0,
+    plus_null_explore=0.0,
+    plus_null_optimism=0.0,
+    plus_null_first=0.0,
+    plus_null_all=0.0,
+    plus_reoffset=0.0,
+    plus_guard=0.0,
+    plus_guard_sds=1.0,
+    plus_guard_budget=2.0,
+    plus_guard_rate=0.005,
     plus_worth=2,  # a FIFO bank: measured best on DB seeds 0-2 (docs/ranking-research.md)
     plus_p0_prior=0.5,
     plus_p0_strength=2.0,
@@ -171,6 +190,15 @@ PLUS_RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = dict(
     plus_explore=(0, None, False, False),
     plus_margin=(-1, 1, False, False),  # a difference of two probabilities
     plus_abstain=(0, 1, False, False),
+    plus_null_explore=(0, None, False, False),
+    plus_null_optimism=(0, None, False, False),
+    plus_null_first=(0, None, False, False),
+    plus_null_all=(0, 1, False, False),
+    plus_reoffset=(0, 1, False, False),
+    plus_guard=(0, 1, False, False),
+    plus_guard_sds=(0, None, False, False),
+    plus_guard_budget=(0, None, False, False),
+    plus_guard_rate=(0, None, False, False),
     plus_worth=(0, 2, False, False),
     plus_p0_prior=(0, 1, True, True),
     plus_p0_strength=(0, None, True, False),
