@@ -158,19 +158,22 @@ PLUS_DEFAULTS: dict[str, Any] = dict(
     plus_lambda_grid=(1.0, 3.0, 10.0, 30.0, 100.0),
     plus_refit_interval=1,
     plus_features=(1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0),
-    plus_optimism=1.0,  # "no memory" needs evidence of harm
-    plus_explore=0.0,
-    plus_margin=-0.05,
+    # The inject decision of issue 30 (docs/tokenworth-plus.md, "No harm"): Thompson sampling over
+    # {no memory} and the best candidate, each arm drawn from its own posterior, under the no-harm
+    # guard; swept on the development streams (seeds 10-12) and simulated DB (seeds 0-2) only.
+    plus_optimism=0.0,
+    plus_explore=1.0,  # the best candidate's arm: a Thompson draw of the lift
+    plus_margin=0.0,  # inject when the drawn candidate beats the drawn "no memory"
     plus_abstain=1.0,
-    plus_null_explore=0.0,
+    plus_null_explore=1.0,  # the no-memory arm: a Thompson draw of its own posterior
     plus_null_optimism=0.0,
-    plus_null_first=0.0,
-    plus_null_all=0.0,
-    plus_reoffset=0.0,
-    plus_guard=0.0,
+    plus_null_first=50.0,  # measure "no memory" on 50 tasks before the first injection
+    plus_null_all=1.0,  # its global rate from every no-memory outcome so far
+    plus_reoffset=1.0,  # the lift's offsets against the current no-memory rate
+    plus_guard=1.0,  # the no-harm guard (plus/guard.py)
     plus_guard_sds=1.0,
-    plus_guard_budget=2.0,
-    plus_guard_rate=0.005,
+    plus_guard_budget=4.0,  # the guard's allowance: 4 expected successes ...
+    plus_guard_rate=0.002,  # ... + 0.2 SR points of the tasks so far
     plus_worth=2,  # a FIFO bank: measured best on DB seeds 0-2 (docs/ranking-research.md)
     plus_p0_prior=0.5,
     plus_p0_strength=2.0,
