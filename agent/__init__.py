@@ -1,8 +1,9 @@
 """The LifelongAgentBench harness around the TokenWorth controller.
 
-Layers, top first: ``cli``; the front ends ``runner``, ``sweep``, ``report``, ``show``;
-``experiment``; ``episode``; ``policies``; ``auxiliary``; the backbone registry; ``envs``;
-``sim`` (the simulated backbone); ``backbones``; the foundations (``data``, ``harness``,
-``budget``, ``memory``, ...). A module imports only from layers below its own (docs/layout.md,
-checked by tests/test_layers.py).
+One package per layer, top first (docs/layout.md, checked by tests/test_layers.py): ``cli``;
+``experiment`` (the application: ``RunConfig``, ``launch``, executors, the engine); ``results``
+(the per-task record, summaries, ``show``); ``policies``; the backbone registry; ``envs``; ``sim``
+(the simulated backbone); ``backbones``; ``memory``; ``tasks``; ``storage``; ``core``; and two
+standalone products, ``sandbox`` and ``sqlite_mysql``. A module imports only from layers below
+its own.
 """

@@ -5,7 +5,9 @@ Runs every (environment, seed, method) as the streams of one lockstep experiment
 the mean ± std over seeds of SR, OutputTok and ΔTok per method to ``agent.md`` / ``agent.json``
 and a bar plot to ``agent.png``. It takes ``tokenworth run``'s flags (the budget, data and
 harness, backbone, OpenAI-server and vLLM ones, ``--limit``, ``--overwrite``, ``--no-progress``),
-read from the same declaration (:class:`agent.cli.ExperimentFlags`), so the two never drift.
+read from the same declaration (:class:`agent.cli.ExperimentFlags`), so the two never drift, and
+runs them as ``tokenworth run`` does: a :class:`~agent.experiment.config.RunConfig` given to
+:func:`agent.experiment.launch.launch`.
 
 Where it writes (decision: nothing lands in the repository unless asked):
 
@@ -32,9 +34,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from agent.checkpoint import atomic_write_json, atomic_write_text
+from agent.policies.registry import METHOD_NAMES
+from agent.storage.checkpoint import atomic_write_json, atomic_write_text
 
-METHODS = "standard,rag,memrl,memp,tokenworth"
+METHODS = ",".join(METHOD_NAMES)  # the default run's methods
 
 
 KEYS = ("sr", "output_tok", "delta_tok", "auxiliary_tok")
@@ -59,9 +62,9 @@ def aggregate(per_seed: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, An
 def seed_summaries(run_dir: Path, envs: Sequence[str], methods: Sequence[str], seeds: Sequence[int],
                    accounting: str) -> dict[str, list[list[dict[str, Any]]]]:
     """Per env, one summary per seed (a row per finished method) from an experiment's stream records."""
-    from agent.budget import Budget
+    from agent.core.budget import Budget
     from agent.experiment import expand, stream_names
-    from agent.report import finished_records, summarize
+    from agent.results.report import finished_records, summarize
 
     streams = expand(envs, methods, seeds, {e: Budget.for_env(e, accounting) for e in envs})
     names = dict(zip([(s.env, s.seed, s.method) for s in streams], stream_names(streams)))
@@ -159,12 +162,12 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parser().parse_args(argv)
     from agent.backbones.vllm_backbone import close_engines
-    from agent.cli import fail, run_benchmark
+    from agent.cli import fail
 
     if args.publish and args.out is not None:
         fail("use either --out or --publish, not both")
     try:
-        return _run_all(args, run_benchmark)
+        return _run_all(args)
     finally:
         close_engines()  # one engine per process, shut down explicitly
 
@@ -181,11 +184,12 @@ def folders(args: argparse.Namespace) -> tuple[Path, Path]:
     return run, run
 
 
-def _run_all(args: argparse.Namespace, run_benchmark: Any) -> dict[str, Any]:
+def _run_all(args: argparse.Namespace) -> dict[str, Any]:
     """Every (env, seed, method) as streams of ONE lockstep experiment, then mean ± std over seeds."""
     import dataclasses
 
-    from agent.cli import ExperimentFlags
+    from agent.cli import ExperimentFlags, expected_failures, parse_list, present
+    from agent.experiment import Streams, launch
 
     flags = ExperimentFlags(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ExperimentFlags)})
     accounting = args.budget_accounting
@@ -193,7 +197,14 @@ def _run_all(args: argparse.Namespace, run_benchmark: Any) -> dict[str, Any]:
     seeds = [int(s) for s in args.seeds.split(",")]
     methods = args.methods.split(",")
     run_dir, out = folders(args)
-    run_benchmark(env=args.envs, methods=args.methods, seeds=args.seeds, out=run_dir, **flags.common())
+
+    @expected_failures
+    def run() -> None:
+        what = Streams(envs=parse_list("--envs", args.envs), methods=parse_list("--methods", args.methods),
+                       seeds=tuple(seeds), grid=())
+        present(launch(flags.config(what, out=run_dir)))
+
+    run()
     results = {env: aggregate(per_seed)
                for env, per_seed in seed_summaries(run_dir, envs, methods, seeds, accounting).items()}
     out.mkdir(parents=True, exist_ok=True)

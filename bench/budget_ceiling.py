@@ -28,12 +28,12 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from agent.budget import ACCOUNTINGS, EMPTY_BLOCK, Budget
-from agent.checkpoint import atomic_write_json, atomic_write_text
-from agent.data import kg_gold_replies
-from agent.episode import answer
+from agent.core.budget import ACCOUNTINGS, EMPTY_BLOCK, Budget
+from agent.storage.checkpoint import atomic_write_json, atomic_write_text
+from agent.tasks import kg_gold_replies
+from agent.experiment.episode import answer
 from agent.sim import SimBackbone, SimParams, decide
-from agent.sim.replies import os_reply
+from agent.sim.replies.os_env import reply as os_reply
 from agent.sim.tokens import token_counter
 
 PERFECT = SimParams(p_floor=1.0, p_ceil=1.0, thought_sentences_base=0, thought_sentences_helpful=0,
@@ -52,7 +52,7 @@ def db_episodes(tasks: Sequence[Any], accounting: str | None, budget: Budget) ->
 
     ``accounting=None`` runs uncapped (512 tokens a call), for the fit analysis.
     """
-    from agent.runner import Episode, make_environment
+    from agent.experiment.runner import Episode, make_environment
 
     run_budget = budget.replace(max_output_tokens=budget.per_call_cap, accounting="per-call",
                                 max_rounds=max(budget.max_rounds, 3)) if accounting is None \
@@ -79,7 +79,7 @@ def token_only(env: str, tasks: Sequence[Any]) -> list[list[int]]:
     for task in tasks:
         if env == "os":
             episode = decide(PERFECT, 0, task, None)
-            replies = [os_reply(task, episode, 0, PERFECT), os_reply(task, episode, 1, PERFECT)]
+            replies = [os_reply(task, episode, 0, [], PERFECT), os_reply(task, episode, 1, [], PERFECT)]
         else:
             replies = kg_gold_replies(task)
         out.append([counter.count(r) for r in replies])
@@ -132,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args(argv)
-    from agent.data import load_tasks
+    from agent.tasks import load_tasks
 
     rows = []
     for env in args.envs.split(","):

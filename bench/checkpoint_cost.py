@@ -6,7 +6,7 @@
 * ``sync_every_task``: the record, the checkpoint and its durable copy fsynced after every task
   (the old commit synced the record and the checkpoint);
 * ``group_commit``: the record and checkpoint replaced every task, fsynced every 5 s and at the
-  end (:class:`agent.checkpoint.CheckpointWriter`, the default);
+  end (:class:`agent.storage.checkpoint.CheckpointWriter`, the default);
 * ``no_checkpoint``: checkpoint only at the end (the floor: the cost of the tasks themselves).
 
 It reports ms per task and the commit's share, and the checkpoint's size, to
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from agent.checkpoint import atomic_write_json, atomic_write_text
+from agent.storage.checkpoint import atomic_write_json, atomic_write_text
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -35,11 +35,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     args = parser.parse_args(argv)
 
-    import agent.checkpoint as checkpoint
+    import agent.storage.checkpoint as checkpoint
     from agent.backbones.registry import make_backbone
-    from agent.budget import Budget
-    from agent.data import load_tasks
-    from agent.runner import run_stream
+    from agent.core.budget import Budget
+    from agent.tasks import load_tasks
+    from agent.experiment.runner import run_stream
 
     tasks = load_tasks("db", args.data_dir, limit=args.tasks)
     budget = Budget.for_env("db")

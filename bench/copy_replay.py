@@ -36,11 +36,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from agent.backbones.base import Generation
-from agent.budget import EMPTY_BLOCK, Budget, build_injection_block
-from agent.data import load_tasks
+from agent.core.budget import EMPTY_BLOCK, Budget, build_injection_block
+from agent.tasks import load_tasks
 from agent.envs.registry import make_environment
-from agent.episode import Episode, answer
-from agent.harness import HarnessOptions
+from agent.experiment.episode import Episode, answer
+from agent.core.harness import HarnessOptions
 from agent.memory import build_memory
 from tests.copy_backbone import CopyingBackbone
 
@@ -57,7 +57,7 @@ def gold_replies(env: str, task: Any, observation: str | None) -> list[str]:
         answer = None if observation is None else ("done" if task.is_write else observation)
         return db_gold(task, answer)
     if env == "kg":
-        from agent.data import kg_gold_replies
+        from agent.tasks import kg_gold_replies
 
         return kg_gold_replies(task)
     return [f"Act: bash\n```bash\n{task.ground_truth.script}\n```", "Act: finish"]

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from agent.data import DBTask, load_tasks
+from agent.tasks import DBTask, load_tasks
 from agent.envs.db import DBEnvironment, answer_matches, replay_gold
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "db_fidelity.json"

@@ -20,7 +20,7 @@ Only ``steps`` depends on the schedule:
   critical path (harness time aside).
 
 Token counts per call are measured with the simulated backbone: DB from full sim runs of all five
-methods on the real DB environment (:func:`agent.runner.run_stream`, per-call accounting, the
+methods on the real DB environment (:func:`agent.experiment.runner.run_stream`, per-call accounting, the
 Table A1 budget); OS and KG from the sim's own replies without memory (the KG environment needs a
 Freebase endpoint this machine does not have; memory moves OS/DB token totals by about ±3 %,
 bench/results/agent_*), one episode per (seed, task), the same for every method. The worst case
@@ -37,7 +37,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from agent.checkpoint import atomic_write_json, atomic_write_text
+from agent.storage.checkpoint import atomic_write_json, atomic_write_text
 from bench.gpu_model_server import DecodeCost
 
 METHODS = ("standard", "rag", "memrl", "memp", "tokenworth")
@@ -53,8 +53,8 @@ Calls = list[list[int]]  # one stream: per task, the output tokens of each model
 
 def db_calls_from_sim_runs(tasks: Sequence[Any], methods: Sequence[str], seeds: Sequence[int]) -> dict[str, Calls]:
     """Every (method, seed) stream of the sim on the real DB environment: its per-call tokens."""
-    from agent.budget import Budget
-    from agent.runner import run_stream
+    from agent.core.budget import Budget
+    from agent.experiment.runner import run_stream
     from agent.sim import SimBackbone
 
     streams = {}
@@ -65,8 +65,8 @@ def db_calls_from_sim_runs(tasks: Sequence[Any], methods: Sequence[str], seeds: 
                 records = run_stream(method, "db", tasks, backbone, Budget.for_env("db"), seed,
                                      Path(scratch) / f"seed{seed}")
                 streams[f"{method}/seed{seed}"] = [
-                    [int(e["tokens"]) for e in r["trajectory"]] +
-                    [int(c["tokens"]) for c in r.get("aux_calls", ()) if "skipped" not in c] for r in records]
+                    [int(e["tokens"]) for e in r.trajectory or ()] +
+                    [int(c["tokens"]) for c in r.aux_calls if "skipped" not in c] for r in records]
     return streams
 
 
@@ -82,7 +82,7 @@ def _ends_episode(env: str, reply: str) -> bool:
 
 def offline_calls(env: str, tasks: Sequence[Any], seed: int) -> Calls:
     """Per task, the tokens of the sim's replies without memory, round by round until the episode ends."""
-    from agent.budget import Budget
+    from agent.core.budget import Budget
     from agent.sim import Facts
     from agent.sim.backbone import SimBackbone, _apply_stop
 
@@ -164,8 +164,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--db-tasks", type=int, default=None, help="DB tasks per stream [all 500]")
     parser.add_argument("--db-context", type=float, default=DEFAULT_CONTEXT["db"])
     args = parser.parse_args(argv)
-    from agent.budget import Budget
-    from agent.data import load_tasks
+    from agent.core.budget import Budget
+    from agent.tasks import load_tasks
 
     cost = DecodeCost.qwen25_14b_a100()
     rows = []

@@ -14,7 +14,7 @@ HTTP by the ``openai`` backbone with ``concurrency`` = the number of streams:
   child process. Reports wall time and the harness share: the fraction of the run's wall time in
   which no request was in flight, as the server saw it (``/stats``).
 
-``--schedule sequential`` is today's path: :func:`agent.runner.run_stream` for one stream after
+``--schedule sequential`` is today's path: :func:`agent.experiment.runner.run_stream` for one stream after
 another, every generate call carrying one conversation. ``--schedule lockstep`` is the
 experiment engine (:func:`agent.experiment.run_experiment`), one batched generate per tick over
 every stream's pending request.
@@ -48,7 +48,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from agent.checkpoint import atomic_write_json, atomic_write_text
+from agent.results.record import TaskRecord
+from agent.storage.checkpoint import atomic_write_json, atomic_write_text
 
 METHODS = ("standard", "rag", "memrl", "memp", "tokenworth")
 SEEDS = (0, 1, 2)
@@ -65,7 +66,7 @@ class ScheduleRun:
 
     schedule: str
     seconds: float
-    records: dict[str, list[dict[str, Any]]]
+    records: dict[str, list[TaskRecord]]
     batch_sizes: list[int]
 
 
@@ -76,8 +77,8 @@ def stream_key(method: str, seed: int) -> str:
 def run_sequential(methods: Sequence[str], seeds: Sequence[int], tasks: Sequence[Any], backbone: Any,
                    out_dir: Path) -> ScheduleRun:
     """Today's path: each stream alone, one after another, one conversation per generate call."""
-    from agent.budget import Budget
-    from agent.runner import run_stream
+    from agent.core.budget import Budget
+    from agent.experiment.runner import run_stream
 
     started = time.perf_counter()
     records = {stream_key(m, s): run_stream(m, ENV, tasks, backbone, Budget.for_env(ENV), s, out_dir / f"seed{s}")
@@ -95,7 +96,7 @@ def run_lockstep(methods: Sequence[str], seeds: Sequence[int], tasks: Sequence[A
         from agent.experiment import StreamSpec, run_experiment
     except ImportError as exc:
         raise SystemExit(f"error: the lockstep schedule needs the experiment engine (agent.experiment): {exc}") from None
-    from agent.budget import Budget
+    from agent.core.budget import Budget
 
     streams = [StreamSpec(env=ENV, method=m, seed=s, budget=Budget.for_env(ENV)) for s in seeds for m in methods]
     started = time.perf_counter()
@@ -124,21 +125,21 @@ SCHEDULE_RUNNERS: dict[str, Callable[..., ScheduleRun]] = {
     "continuous": lambda *args: run_lockstep(*args, schedule="continuous")}
 
 
-def calls_of(record: dict[str, Any]) -> int:
+def calls_of(record: TaskRecord) -> int:
     """Model calls a task made: its rounds plus the auxiliary calls that reached the model."""
-    aux = sum(1 for call in record.get("aux_calls", ()) if "skipped" not in call)
-    return int(record["rounds"]) + aux
+    aux = sum(1 for call in record.aux_calls if "skipped" not in call)
+    return record.rounds + aux
 
 
 def totals(run: ScheduleRun) -> dict[str, Any]:
     """Counts over every stream: tasks, model calls, generated tokens, successes."""
     records = [r for stream in run.records.values() for r in stream]
-    tokens = sum(int(r["output_tokens"]) for r in records)
+    tokens = sum(r.output_tokens for r in records)
     batches = run.batch_sizes
     return {"streams": len(run.records), "tasks": len(records), "model_calls": sum(calls_of(r) for r in records),
             "generate_calls": len(batches), "mean_batch": sum(batches) / len(batches) if batches else 0.0,
             "max_batch": max(batches, default=0), "output_tokens": tokens,
-            "successes": sum(int(r["reward"]) for r in records),
+            "successes": sum(r.reward for r in records),
             "wall_s": run.seconds, "tokens_per_s": tokens / run.seconds if run.seconds > 0 else 0.0}
 
 
@@ -238,9 +239,9 @@ def machine() -> dict[str, Any]:
 def record_digest(run: ScheduleRun) -> dict[str, list[tuple[Any, ...]]]:
     """Per stream, what each task did: (task_id, reward, output tokens, rounds, tokens of each round,
     tokens of each auxiliary call). For checking that schedules agree, and for projections."""
-    return {key: [(r["task_id"], r["reward"], r["output_tokens"], r["rounds"],
-                   [int(e["tokens"]) for e in r.get("trajectory", ())],
-                   [int(c.get("tokens", 0)) for c in r.get("aux_calls", ()) if "skipped" not in c]) for r in stream]
+    return {key: [(r.task_id, r.reward, r.output_tokens, r.rounds,
+                   [int(e["tokens"]) for e in r.trajectory or ()],
+                   [int(c.get("tokens", 0)) for c in r.aux_calls if "skipped" not in c]) for r in stream]
             for key, stream in sorted(run.records.items())}
 
 
@@ -405,7 +406,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         print(write_report(args.out))
         return None
     from agent.backbones.openai_backbone import OpenAIBackbone
-    from agent.data import load_tasks
+    from agent.tasks import load_tasks
 
     code_commit = commit()  # the code that runs, whatever HEAD is when the run ends
     load_at_start = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None

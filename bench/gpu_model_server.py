@@ -281,7 +281,7 @@ class SimReplies:
     """Replies from the simulated backbone, with the task, round and memory read from the text."""
 
     def __init__(self, env_name: str, tasks: Sequence[Any], seed: int = 0) -> None:
-        from agent.budget import Budget
+        from agent.core.budget import Budget
         from agent.envs.registry import make_environment
         from agent.sim import SimBackbone
 
@@ -306,7 +306,7 @@ class SimReplies:
 
     def memory_skills(self, messages: Sequence[Mapping[str, str]]) -> tuple[str, ...] | None:
         """The skills of the tasks whose questions the memory block quotes (None: no memory found)."""
-        from agent.budget import BLOCK_HEADER
+        from agent.core.budget import BLOCK_HEADER
 
         first = str(messages[1].get("content", ""))
         at = first.find(BLOCK_HEADER.strip())
@@ -498,7 +498,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--prefill-per-token-s", type=float, default=0.0,
                         help="GPU seconds per uncached prompt token [0: decode only]")
     args = parser.parse_args(argv)
-    from agent.data import load_tasks
+    from agent.tasks import load_tasks
 
     try:
         cost = DecodeCost.qwen25_14b_a100(args.prefill_per_token_s)

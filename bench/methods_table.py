@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from agent.checkpoint import atomic_write_json, atomic_write_text
+from agent.storage.checkpoint import atomic_write_json, atomic_write_text
 from bench.agent import aggregate, seed_summaries
 
 METHODS = "standard,rag,memrl,memp,tokenworth,tokenworth+,mem0,memskill,reflexion,evosc,evoskill"

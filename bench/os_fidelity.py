@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from agent.data import OSTask, load_tasks
+from agent.tasks import OSTask, load_tasks
 from agent.envs.os_env import OSEnvironment, TaskInitError
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "os_fidelity.json"

@@ -39,7 +39,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from agent.sim import SimParams, decide, skill_overlap
-from agent.checkpoint import read_records
+from agent.results.record import TaskRecord, read_records
 
 SCORER_NAMES = {"relevance": "cosine", "base_scores": "base", "scores": "score", "sims": "cosine"}
 
@@ -85,31 +85,30 @@ def pair_auc(scores: Sequence[float], positive: Sequence[bool]) -> float | None:
     return float(np.mean((diff > 0) + 0.5 * (diff == 0)))
 
 
-def _task(record: dict[str, Any]) -> Any:
+def _task(record: TaskRecord) -> Any:
     """What ``sim.decide`` reads of a task (env, sample index, skills), rebuilt from its record."""
-    env, _, index = str(record["task_id"]).rpartition("-")
-    return types.SimpleNamespace(env=record["env"] if "env" in record else env, sample_index=int(index),
-                                 skill_list=tuple(record["skill_list"]))
+    _, _, index = record.task_id.rpartition("-")
+    return types.SimpleNamespace(env=record.env, sample_index=int(index), skill_list=tuple(record.skill_list))
 
 
-def task_rows(records: Sequence[dict[str, Any]], params: SimParams = SimParams(),
+def task_rows(records: Sequence[TaskRecord], params: SimParams = SimParams(),
               seed: int | None = None) -> list[dict[str, Any]]:
     """One row per task: reward, injection, J measures, harmful flag, per-scorer AUC."""
     skills_of: dict[int, tuple[str, ...]] = {}
     rows = []
     for r in records:
-        decision = r.get("decision") or {}
-        run_seed = int(seed if seed is not None else (r.get("stream") or {}).get("seed", 0))
+        decision = r.decision
+        run_seed = int(seed if seed is not None else (r.stream or {}).get("seed", 0))
         task = _task(r)
-        mid = r.get("injected_memory_id")
-        row: dict[str, Any] = {"index": int(r["index"]), "reward": int(r["reward"]), "injected": mid is not None,
+        mid = r.injected_memory_id
+        row: dict[str, Any] = {"index": r.index, "reward": r.reward, "injected": mid is not None,
                                "j": None, "harmful": False, "j_top": None, "j_best": None, "auc": {},
                                "consistent": True}
         if mid is not None and int(mid) in skills_of:
             j = skill_overlap(skills_of[int(mid)], task.skill_list)
             row["j"], row["harmful"] = j, j < params.harm_threshold
         episode = decide(params, run_seed, task, skills_of.get(int(mid)) if mid is not None else None)
-        row["consistent"] = not (r["reward"] and not episode.success)  # a sim success is necessary
+        row["consistent"] = not (r.reward and not episode.success)  # a sim success is necessary
         recall = recall_set(decision)
         if recall is not None:
             ids, scorers = recall

@@ -20,7 +20,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from agent.backbones.base import Generation
-from agent.budget import BLOCK_HEADER
+from agent.core.budget import BLOCK_HEADER
 from agent.sim.facts import Facts
 
 _ACTIONS = {

@@ -5,11 +5,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from agent.backbones.base import Generation
 from agent.envs.base import Environment, Judgement, StepResult
 from agent.sim.facts import Facts
+
+if TYPE_CHECKING:
+    from agent.results.record import TaskRecord
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,3 +123,16 @@ class FakeBackbone:
         if len(words) > cap:
             return Generation(" ".join(words[:cap]), cap, "length")
         return Generation(text, len(words), "stop")
+
+
+def task_record(index: int, reward: int, **fields: Any) -> "TaskRecord":
+    """A made-up per-task record (summaries and figures under test read only a few of its fields)."""
+    from agent.results.record import TaskRecord
+
+    base: dict[str, Any] = dict(method="standard", index=index, task_id=f"db-{index}", env="db", reward=reward,
+                                status="completed", rounds=1, output_tokens=10, execution_tokens=10,
+                                auxiliary_tokens=0, aux_calls=[], injected_memory_id=None, injected_memory_ids=[],
+                                injected_length=0, injection={}, skill_list=["select"], decision={}, bank_size=0,
+                                finish_reasons=["stop"], error=None, accounting="per-call", instructions_sha256=None,
+                                task_prompt=None, injection_text="", trajectory=[], judge={}, time_s=0.0)
+    return TaskRecord(**{**base, **fields})

@@ -6,7 +6,7 @@ import pytest
 
 from agent.backbones.engine_options import EngineOptionError, engine_for_run, engine_options_from_flags
 from agent.backbones.options import parse_extra_body, split_options
-from agent.runner import write_run_config
+from agent.experiment.runner import write_run_config
 
 
 def test_identity_and_connection_are_split():

@@ -12,10 +12,10 @@ import pytest
 
 from agent.backbones.base import BackboneError
 from agent.backbones.registry import make_backbone
-from agent.data import kg_gold_calls as kg_calls
-from agent.data import load_tasks
+from agent.tasks import kg_gold_calls as kg_calls
+from agent.tasks import load_tasks
 from agent.sim import Facts, SimBackbone, SimParams, decide, skill_overlap
-from agent.sim.replies import wrong_sql
+from agent.sim.replies.db import wrong_sql
 from agent.sim.tokens import token_counter
 
 USER = [{"role": "system", "content": "sys"}, {"role": "user", "content": "the task"}]
@@ -249,7 +249,7 @@ def test_batches_and_bad_input(streams, sim):
         Facts(tasks[0], round=0, aux="reflection")
     with pytest.raises(ValueError, match="round must be >= 0"):
         Facts(tasks[0], round=-1)
-    with pytest.raises(BackboneError, match="must be a DBTask"):
+    with pytest.raises(BackboneError, match="must be a task record of one of db, os, kg"):
         sim.generate([USER], [10], facts=[Facts("not a task", round=0)])  # type: ignore[arg-type]
     with pytest.raises(BackboneError, match="end with a user turn"):
         db_task = streams["db"][1]

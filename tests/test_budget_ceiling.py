@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from agent.budget import Budget
+from agent.core.budget import Budget
 from bench.budget_ceiling import analyse, fits
 
 
@@ -20,7 +20,7 @@ def test_fits_under_each_accounting():
 
 
 def test_perfect_agent_on_real_db_tasks_matches_a_capped_run(data_dir):
-    from agent.data import load_tasks
+    from agent.tasks import load_tasks
 
     row = analyse("db", load_tasks("db", data_dir, limit=20))
     # per-call can only admit more tasks than per-task; the measured run agrees with the fit analysis
@@ -30,7 +30,7 @@ def test_perfect_agent_on_real_db_tasks_matches_a_capped_run(data_dir):
 
 
 def test_kg_and_os_ceilings_need_no_endpoint_or_sandbox(data_dir):
-    from agent.data import load_tasks
+    from agent.tasks import load_tasks
 
     for env in ("kg", "os"):
         row = analyse(env, load_tasks(env, data_dir, limit=10))

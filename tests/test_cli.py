@@ -53,12 +53,12 @@ def test_sweep_command_writes_tables(tmp_path, data_dir) -> None:
 
 
 def test_data_fetch_reports_failure_clearly(tmp_path, monkeypatch) -> None:
-    import agent.data
+    import agent.tasks
 
     def offline(data_dir=None, envs=("db", "os", "kg")):
         raise ConnectionError("no route to host")
 
-    monkeypatch.setattr(agent.data, "fetch", offline)
+    monkeypatch.setattr(agent.tasks, "fetch", offline)
     result = runner.invoke(app, ["data", "fetch", "--data-dir", str(tmp_path)])
     assert result.exit_code == 2 and "download failed" in result.output and "no route" in result.output
 

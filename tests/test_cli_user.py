@@ -13,9 +13,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-import agent.report as report
+import agent.results.report as report
 from agent.cli import app
 from bench.cli import app as bench_app
+from tests.fakes import task_record
 
 runner = CliRunner()
 
@@ -131,24 +132,23 @@ def test_a_refused_run_leaves_the_file_system_exactly_as_it_was(case, place, dat
 def test_only_vllms_cpu_build_runs_without_a_gpu(build, refused, monkeypatch) -> None:
     """The GPU check refuses the CUDA build (or none) on a machine without a GPU; the CPU build,
     which .venv-vllm's real-engine tests run, goes on to the engine settings."""
-    import typer
-
     import agent.backbones.colocation as colocation
-    import agent.backbones.vllm_api as vllm_api
-    from agent.cli import engine_settings
-
     import agent.backbones.engine_options as engine_options
+    import agent.backbones.vllm_api as vllm_api
+    from agent.experiment import BackboneConfig, LaunchError, RunConfig
+    from agent.experiment.plan import engine_settings
 
     reached = object()  # what the next step (the engine flags and the split) would return
     monkeypatch.setattr(colocation, "gpu_total_bytes", lambda: None)
     monkeypatch.setattr(vllm_api, "installed_build", lambda: build)
     # the split itself is not this test's concern (and refuses once JAX has started in this process)
     monkeypatch.setattr(engine_options, "engine_for_run", lambda *args, **kwargs: (reached, None))
+    config = RunConfig(backbone=BackboneConfig(name="vllm", model="m"))
     if refused:
-        with pytest.raises(typer.Exit):
-            engine_settings("vllm", None, model="m", env="db", controller_streams=1)
+        with pytest.raises(LaunchError, match="nvidia-smi finds none"):
+            engine_settings(config, env="db", controller_streams=1)
     else:
-        assert engine_settings("vllm", None, model="m", env="db", controller_streams=1) is reached
+        assert engine_settings(config, env="db", controller_streams=1) is reached
 
 
 def test_a_run_refused_for_other_settings_creates_no_stream_folder(place, data_dir) -> None:
@@ -210,7 +210,7 @@ def test_sweep_prints_its_table_once(tmp_path, data_dir) -> None:
 
 
 def test_grid_folders_read_as_the_grid_and_old_ones_still_resume(place, data_dir) -> None:
-    from agent.cli import experiment_folder
+    from agent.experiment.plan import experiment_folder
     from agent.experiment.streams import digest
 
     args = ["run", "--methods", "standard", "--grid", "o_max=64,128", "--limit", "2", "--data-dir", data_dir,
@@ -244,14 +244,13 @@ def figures(monkeypatch):
 
 
 def test_cumulative_sr_of_many_streams_groups_by_method_with_seeds_as_a_band(figures) -> None:
-    from agent.budget import Budget
+    from agent.core.budget import Budget
     from agent.experiment.streams import expand, grid_points
 
     methods = ["standard", "rag", "memrl", "memp", "tokenworth"]
     streams = expand(["db"], methods, [0, 1, 2], {"db": Budget.for_env("db")}, grid_points(["o_max=64,128"]))
     rng = np.random.default_rng(0)
-    finished = [(s, [{"index": i, "reward": int(rng.random() < 0.4), "output_tokens": 10, "auxiliary_tokens": 0}
-                     for i in range(60)]) for s in streams]
+    finished = [(s, [task_record(i, int(rng.random() < 0.4)) for i in range(60)]) for s in streams]
     rows = report.experiment_rows(finished)
     report.plot_experiment_sr(rows, "unused.png", "DB", streams=len(streams))
     [fig] = figures
@@ -266,8 +265,7 @@ def test_cumulative_sr_of_many_streams_groups_by_method_with_seeds_as_a_band(fig
 
 
 def test_the_cumulative_panel_says_what_it_shows(figures) -> None:
-    records = [{"index": i, "reward": i % 2} for i in range(200)]
-    report.plot_cumulative_sr({"standard": records}, "unused.png", "DB")
+    report.plot_cumulative_sr({"standard": [i % 2 for i in range(200)]}, "unused.png", "DB")
     top = figures[0].axes[0]
     assert "y axis fitted to tasks 21 on" in top.get_title() and "first 20" in top.get_title()
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from agent.backbones.base import Generation
-from agent.budget import EMPTY_BLOCK, Budget, build_injection_block
-from agent.data import kg_gold_replies as gold_replies
-from agent.data import load_tasks
+from agent.core.budget import EMPTY_BLOCK, Budget, build_injection_block
+from agent.tasks import kg_gold_replies as gold_replies
+from agent.tasks import load_tasks
 from agent.envs.kg import KGEnvironment
-from agent.envs.sandbox import sandbox_unavailable_reason
+from agent.sandbox import sandbox_unavailable_reason
 from agent.envs.sparql import OxigraphEndpoint
-from agent.episode import Episode, answer
+from agent.experiment.episode import Episode, answer
 from agent.memory import build_memory, instance_names, memory_char_limit
 from agent.sim.facts import Facts
 from bench.copy_replay import replay_task

@@ -9,7 +9,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from agent.data import ENV_SUBDIR, EXPECTED_ROWS, PARQUET_NAME, DataError, DBTask, KGTask, OSTask, load_tasks, resolve_data_dir
+from agent.tasks import LAB, Benchmark, data_folder
+from agent.tasks.base import benchmark_dir
+
+from agent.tasks import ENV_SUBDIR, EXPECTED_ROWS, PARQUET_NAME, DataError, DBTask, KGTask, OSTask, load_tasks, resolve_data_root
 
 
 @pytest.mark.parametrize("env,cls", [("db", DBTask), ("os", OSTask), ("kg", KGTask)])
@@ -28,12 +31,29 @@ def test_db_records_are_decoded(data_dir):
     assert {c.type for t in tasks for c in t.table.columns} <= {"INT", "TEXT"}
 
 
-def test_data_dir_resolution_order(monkeypatch, tmp_path):
+def test_data_root_resolution_order(monkeypatch, tmp_path):
     monkeypatch.setenv("TOKENWORTH_DATA_DIR", str(tmp_path / "env"))
-    assert resolve_data_dir(tmp_path / "arg") == tmp_path / "arg"
-    assert resolve_data_dir(None) == tmp_path / "env"
+    assert resolve_data_root(tmp_path / "arg") == tmp_path / "arg"
+    assert resolve_data_root(None) == tmp_path / "env"
     monkeypatch.delenv("TOKENWORTH_DATA_DIR")
-    assert resolve_data_dir(None).name == "lifelongagentbench"
+    assert resolve_data_root(None).name == "tokenworth"
+    assert data_folder("db", None) == resolve_data_root(None) / "lifelongagentbench"
+
+
+def test_the_data_root_or_a_benchmark_folder_named_directly(data_dir, tmp_path):
+    """--data-dir names the root holding one folder per benchmark; LAB's own folder, named as before
+    the root existed, still works, and stands for its parent when another benchmark is asked for."""
+    lab = Path(data_dir)
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / "lifelongagentbench").symlink_to(lab, target_is_directory=True)
+    assert data_folder("db", root) == root / "lifelongagentbench"
+    assert data_folder("db", lab) == lab
+    assert [t.task_id for t in load_tasks("db", root, limit=3)] == [t.task_id for t in load_tasks("db", lab, limit=3)]
+    named = Benchmark("bigcodebench")
+    assert benchmark_dir(named, lab, [LAB]) == lab.parent / "bigcodebench"
+    assert benchmark_dir(named, root / "bigcodebench", [LAB]) == root / "bigcodebench"
+    assert benchmark_dir(named, root, [LAB]) == root / "bigcodebench"
 
 
 def test_missing_data_says_how_to_get_it(tmp_path):

@@ -13,14 +13,14 @@ import time
 
 import pytest
 
-from agent.data import load_tasks
+from agent.tasks import load_tasks
 from agent.envs import db as db_module
 from agent.envs.db import DBEnvironment, answer_matches, replay_gold
-from agent.envs.sqlite_mysql import Deadline, Limits, MySQLError, MySQLOnSQLite
-from agent.envs.sqlite_mysql.database import mysql_filesort
-from agent.envs.sqlite_mysql.transpile import SortPlan
+from agent.sqlite_mysql import Deadline, Limits, MySQLError, MySQLOnSQLite
+from agent.sqlite_mysql.database import mysql_filesort
+from agent.sqlite_mysql.transpile import SortPlan
 from tests.test_db_env import COLUMNS, ROWS, make_task, op
-from agent.envs.sqlite_mysql.mysql_sort import std_sort
+from agent.sqlite_mysql.mysql_sort import std_sort
 
 @pytest.fixture()
 def db():

@@ -16,6 +16,7 @@ import pytest
 from bench.engine_speed import ScheduleRun, compare, record_digest, render, totals
 from bench.gpu_model_server import (QWEN_TOKENS_PER_S_INPUT_1, QWEN_TOKENS_PER_S_INPUT_6144, BusyClock, DecodeCost,
                                     DecodeLoop, GPUModel, PrefixCache, SimReplies, handler_for)
+from tests.fakes import task_record
 
 A, B = 0.020, 0.001  # a round fixed and per-sequence cost, context term off: counts are easy to check
 
@@ -145,7 +146,7 @@ def test_prefix_cache_counts_only_new_leading_messages() -> None:
 
 @pytest.fixture(scope="module")
 def server(data_dir):
-    from agent.data import load_tasks
+    from agent.tasks import load_tasks
 
     tasks = load_tasks("db", data_dir, limit=5)
     model = GPUModel(SimReplies("db", tasks), DecodeCost(A, B, 0.0), scale=1e-3)
@@ -163,7 +164,7 @@ def post(url: str, path: str, body: dict) -> dict:
 
 
 def test_the_server_replies_as_the_sim_would_and_reports_its_tokens(server) -> None:
-    from agent.budget import Budget
+    from agent.core.budget import Budget
     from agent.envs.base import conversation
     from agent.envs.registry import make_environment
     from agent.sim import Facts, SimBackbone
@@ -196,7 +197,7 @@ def test_the_server_replies_as_the_sim_would_and_reports_its_tokens(server) -> N
 
 
 def test_memory_skills_come_from_the_quoted_questions(server) -> None:
-    from agent.budget import BLOCK_HEADER
+    from agent.core.budget import BLOCK_HEADER
 
     _, model, tasks = server
     block = f"{BLOCK_HEADER}\n\nExperience 1:\nQuestion: {tasks[1].query_text}\nSQL: SELECT 1;"
@@ -206,8 +207,8 @@ def test_memory_skills_come_from_the_quoted_questions(server) -> None:
 
 
 def test_the_report_pairs_runs_of_one_scale_and_judges_the_targets() -> None:
-    records = {"standard/seed0": [{"task_id": "db-0", "reward": 1, "output_tokens": 9, "rounds": 2,
-                                   "trajectory": [{"tokens": 5}, {"tokens": 4}], "aux_calls": []}]}
+    records = {"standard/seed0": [task_record(0, 1, output_tokens=9, rounds=2,
+                                              trajectory=[{"tokens": 5}, {"tokens": 4}])]}
     seq = ScheduleRun("sequential", 30.0, records, [1, 1])
     assert totals(seq)["model_calls"] == 2 and totals(seq)["tokens_per_s"] == pytest.approx(9 / 30)
 

@@ -10,17 +10,18 @@ from typing import Any, Sequence
 
 import pytest
 
-from agent.auxiliary import AuxRequest
+from agent.policies.auxiliary import AuxRequest
 from agent.backbones.base import BackboneError
-from agent.budget import Budget
-from agent.checkpoint import load_checkpoint, read_records
+from agent.core.budget import Budget
+from agent.results.record import read_records
+from agent.storage.checkpoint import load_checkpoint
 from agent.envs.base import StepResult
 from agent.experiment import GridError, StreamSpec, comparable, expand, grid_points, run_experiment, stream_names
 from agent.experiment.engine import StreamHook
-from agent.harness import DEFAULT_HARNESS, HarnessOptions
+from agent.core.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.policies.base import MemoryPolicy
 from agent.policies.registry import POLICIES
-from agent.runner import run_stream
+from agent.experiment.runner import run_stream
 from tests.killing import kill_at
 from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks
 
@@ -53,7 +54,7 @@ def test_one_batched_call_per_tick_and_every_stream_equals_its_solo_run(tmp_path
     # the fake takes 2 rounds per task: 2 ticks per task, each carrying all 15 streams
     assert result.batch_sizes == [15] * (2 * len(tasks)) == backbone.batch_sizes
     for spec, name, records in result.by_stream():
-        assert records[0]["stream"] == spec.describe() and records[0]["stream"]["seed"] == spec.seed
+        assert records[0].stream == spec.describe() and records[0].stream["seed"] == spec.seed
         assert comparable(records) == comparable(solo(tmp_path, spec, tasks)), name
 
 
@@ -90,10 +91,10 @@ def test_records_name_their_stream_and_budget_points_change_the_budget(tmp_path)
     result = run_fake(tmp_path, streams, tasks)
     assert result.names == ["standard@o_max=8", "standard@o_max=128"]
     small, large = (result.records[n] for n in result.names)
-    assert small[0]["stream"]["budget"]["max_output_tokens"] == 8 and large[0]["stream"]["budget"][
+    assert small[0].stream["budget"]["max_output_tokens"] == 8 and large[0].stream["budget"][
         "max_output_tokens"] == 128
-    assert max(t["max_tokens"] for r in small for t in r["trajectory"]) == 8
-    assert sum(r["output_tokens"] for r in small) < sum(r["output_tokens"] for r in large)
+    assert max(t["max_tokens"] for r in small for t in r.trajectory) == 8
+    assert sum(r.output_tokens for r in small) < sum(r.output_tokens for r in large)
 
 
 # ------------------------------------------------------------------------- auxiliary calls
@@ -144,11 +145,11 @@ def test_auxiliary_calls_share_ticks_with_other_streams_rounds_and_count_in_the_
     assert shared >= 1  # the aux call of task 0 went out beside the standard stream's round of task 1
     assert backbone.batch_sizes == [2] * len(tasks) + [1] * len(tasks)  # the aux stream needs 2 ticks a task
     for record in result.records[f"{aux_method}@j_max=1"]:
-        [call] = record["aux_calls"]
+        [call] = record.aux_calls
         assert call["purpose"] == "reflection" and call["phase"] == "update" and call["max_tokens"] == 5
-        assert 0 < call["tokens"] <= 5 and record["auxiliary_tokens"] == call["tokens"]
-        assert record["output_tokens"] == record["execution_tokens"] + record["auxiliary_tokens"]
-        assert record["decision"] == {"reflected": True}
+        assert 0 < call["tokens"] <= 5 and record.auxiliary_tokens == call["tokens"]
+        assert record.output_tokens == record.execution_tokens + record.auxiliary_tokens
+        assert record.decision == {"reflected": True}
 
 
 def test_an_auxiliary_call_the_budget_no_longer_allows_is_skipped_and_recorded(tmp_path, aux_method) -> None:
@@ -158,9 +159,9 @@ def test_an_auxiliary_call_the_budget_no_longer_allows_is_skipped_and_recorded(t
     backbone = FakeBackbone(verbose_words=30)
     result = run_experiment([spec], backbone, tmp_path, tasks={"db": tasks}, environments={aux_method: FakeDBEnv()})
     for record in result.records[aux_method]:
-        assert record["output_tokens"] == 12 and record["auxiliary_tokens"] == 0
-        assert record["aux_calls"][0]["skipped"] and record["aux_calls"][0]["tokens"] == 0
-        assert record["decision"] == {"reflected": False}
+        assert record.output_tokens == 12 and record.auxiliary_tokens == 0
+        assert record.aux_calls[0]["skipped"] and record.aux_calls[0]["tokens"] == 0
+        assert record.decision == {"reflected": False}
     assert all(c["round"] is not None for c in backbone.calls)  # no auxiliary request ever reached the backbone
 
 
@@ -191,8 +192,8 @@ def test_an_environment_failure_fails_that_task_only(tmp_path) -> None:
     names = stream_names(streams)
     result = run_fake(tmp_path, streams, tasks, envs={names[0]: FailingStepEnv(), names[1]: FakeDBEnv()})
     broken = result.records["rag"][2]
-    assert broken["status"] == "env_error" and "sandbox died" in broken["error"] and broken["reward"] == 0
-    assert [r["index"] for r in result.records["rag"]] == list(range(5))
+    assert broken.status == "env_error" and "sandbox died" in broken.error and broken.reward == 0
+    assert [r.index for r in result.records["rag"]] == list(range(5))
     assert comparable(result.records["standard"]) == comparable(solo(tmp_path, streams[1], tasks))
 
 
@@ -201,11 +202,11 @@ def test_a_backbone_failure_for_one_request_fails_that_task_and_the_others_go_on
     streams = streams_of(["standard"], [0, 1])
     result = run_fake(tmp_path, streams, tasks, FailsOneRequest(target=(1, 3)))
     failed = result.records["seed1/standard"][3]
-    assert failed["status"] == "backbone_error" and "context length" in failed["error"] and failed["reward"] == 0
-    assert failed["judge"]["skipped"]
+    assert failed.status == "backbone_error" and "context length" in failed.error and failed.reward == 0
+    assert failed.judge["skipped"]
     assert comparable(result.records["seed0/standard"]) == comparable(solo(tmp_path, streams[0], tasks))
-    others = [r for r in result.records["seed1/standard"] if r["index"] != 3]
-    reference = [r for r in solo(tmp_path, streams[1], tasks) if r["index"] != 3]
+    others = [r for r in result.records["seed1/standard"] if r.index != 3]
+    reference = [r for r in solo(tmp_path, streams[1], tasks) if r.index != 3]
     assert comparable(others) == comparable(reference)  # standard is stateless: the failure changed nothing else
 
 
@@ -275,7 +276,7 @@ def test_cli_refuses_bad_grids_in_one_line_before_any_model_loads(tmp_path, data
 # ------------------------------------------------------------------------- real env, CLI, kill -9
 def test_real_db_streams_in_lockstep_equal_their_solo_runs(tmp_path, data_dir) -> None:
     from agent.backbones.registry import make_backbone
-    from agent.data import load_tasks
+    from agent.tasks import load_tasks
 
     tasks = load_tasks("db", data_dir, limit=10)
     streams = streams_of(["rag", "tokenworth+"], [0, 1])
@@ -298,13 +299,13 @@ def test_sweep_plus_at_the_preset_equals_run_tokenworth_plus(tmp_path, data_dir)
     sweep_records = read_records(tmp_path / "sweep" / "tokenworth+" / "records.jsonl")
     assert len(sweep_records) == 8
     assert comparable(sweep_records) == comparable(read_records(tmp_path / "run" / "tokenworth+" / "records.jsonl"))
-    assert any(r["decision"]["plus"]["abstained"] is not None for r in sweep_records)
+    assert any(r.decision["plus"]["abstained"] is not None for r in sweep_records)
 
 
 @pytest.mark.slow
 def test_kill_9_at_several_points_then_the_same_command_resumes_every_stream_exactly(tmp_path, data_dir) -> None:
     from agent.backbones.registry import make_backbone
-    from agent.data import load_tasks
+    from agent.tasks import load_tasks
 
     limit, out = 12, tmp_path / "killed"
     cmd = [sys.executable, "-m", "agent.cli", "run", "--methods", "standard,memrl,tokenworth", "--seeds", "0,1",
@@ -399,7 +400,7 @@ def test_continuous_schedule_lets_a_stream_run_ahead_of_a_slow_one_with_the_same
             self.name = name
 
         def __call__(self, record: dict[str, Any]) -> None:
-            if self.name == "seed0/standard" and record["index"] == len(tasks) - 1:
+            if self.name == "seed0/standard" and record.index == len(tasks) - 1:
                 backbone.released.set()  # the seed-1 streams get their replies only now
 
     result = run_fake(tmp_path / "continuous", streams, tasks, backbone, schedule="continuous",
@@ -414,7 +415,7 @@ def test_continuous_schedule_fails_one_task_for_one_failing_request(tmp_path) ->
     tasks = make_tasks(4)
     streams = streams_of(["standard"], [0, 1])
     result = run_fake(tmp_path, streams, tasks, SubmittingBackbone(fail=(1, 2)), schedule="continuous")
-    assert result.records["seed1/standard"][2]["status"] == "backbone_error"
+    assert result.records["seed1/standard"][2].status == "backbone_error"
     assert comparable(result.records["seed0/standard"]) == comparable(solo(tmp_path, streams[0], tasks))
 
 

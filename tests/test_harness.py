@@ -8,10 +8,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from agent.budget import Budget
+from agent.core.budget import Budget
 from agent.envs.base import conversation, instructions_digest
 from agent.envs.registry import make_environment
-from agent.harness import DEFAULT_HARNESS, HarnessError, HarnessOptions, harness_from_cli, load_kg_vocabulary
+from agent.core.harness import DEFAULT_HARNESS, HarnessError, HarnessOptions, harness_from_cli, load_kg_vocabulary
 
 
 def test_defaults_are_labs_rules() -> None:
@@ -46,7 +46,7 @@ def test_instructions_file_is_read_hashed_and_used(tmp_path) -> None:
 
 
 def _first_db_task():
-    from agent.data import load_tasks
+    from agent.tasks import load_tasks
     from tests.conftest import DATA_DIR
 
     return load_tasks("db", DATA_DIR, limit=1)[0]
@@ -95,7 +95,7 @@ def test_kg_vocabulary_errors_name_the_file(tmp_path, damage, message) -> None:
 
 
 def test_kg_vocabulary_filters_listings_and_sets_types(tmp_path) -> None:
-    from agent.data import load_tasks
+    from agent.tasks import load_tasks
     from agent.envs.kg import KGEnvironment
     from agent.envs.sparql import FreebaseQueries, OxigraphEndpoint
     from tests.conftest import DATA_DIR

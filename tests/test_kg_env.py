@@ -12,9 +12,9 @@ from typing import Iterator
 import pyoxigraph as ox
 import pytest
 
-from agent.data import KG_VARIABLE_TOOLS as VARIABLE_TOOLS
-from agent.data import KGTask, load_tasks
-from agent.data import kg_gold_replies as gold_replies
+from agent.tasks import KG_VARIABLE_TOOLS as VARIABLE_TOOLS
+from agent.tasks import KGTask, load_tasks
+from agent.tasks import kg_gold_replies as gold_replies
 from agent.envs.base import conversation
 from agent.envs.kg import (
     ENDPOINT_ENV_VAR,
@@ -35,7 +35,7 @@ from agent.envs.sparql import (
     iri,
     to_sexpr,
 )
-from agent.harness import load_fb_roles
+from agent.core.harness import load_fb_roles
 from tests.kg_fixture import REPLAYED_RECORDS, build_fixture_store
 
 # ----------------------------------------------------------------------------- fixtures

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyoxigraph as ox
 import pytest
 
-from agent.data import KGTask, load_tasks
+from agent.tasks import KGTask, load_tasks
 from agent.envs.kg import KGEnvironment
 from agent.envs.kg_parsers import LENIENT, STRICT, reply_parser, split_strict, variable_strict
 from agent.envs.sparql import OxigraphEndpoint

@@ -2,8 +2,8 @@
 
 Every import statement counts, wherever it stands: at module level, inside a function, under
 ``if TYPE_CHECKING``; so do the registries' lazy ``"module:attribute"`` entries
-(:class:`agent.registry.Registry`), which import their module on first use. A module may import
-only modules of lower layers, or of its own layer (except across the independent front ends),
+(:class:`agent.core.registry.Registry`), which import their module on first use. A module may import
+only modules of lower layers, or of its own layer (except across the independent standalone products),
 and the import graph has no loop at all.
 
 Decision: an AST test rather than import-linter. import-linter reads ``import`` statements only,
@@ -22,25 +22,27 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("agent", "tokenworth_jax", "bench")
 
-# Top layer first. A module belongs to the first entry that is it or one of its packages; the
-# package root ``agent`` (its __init__) matches only itself. Members of an INDEPENDENT layer may
-# not import each other.
+# Top layer first: one package per layer (docs/layout.md). A module belongs to the first entry that is it
+# or one of its packages; the package root ``agent`` (its __init__) matches only itself. Members of an
+# INDEPENDENT layer may not import each other.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("cli", ("agent.cli",)),
-    ("front ends", ("agent.runner", "agent.sweep", "agent.report", "agent.show")),
-    ("experiment", ("agent.experiment",)),
-    ("episode", ("agent.episode",)),
+    ("application", ("agent.experiment",)),
+    ("results", ("agent.results",)),
     ("policies", ("agent.policies",)),
-    ("auxiliary calls", ("agent.auxiliary",)),
     ("backbone registry", ("agent.backbones.registry",)),
     ("environments", ("agent.envs",)),
     ("simulator", ("agent.sim",)),
     ("backbones", ("agent.backbones",)),
-    ("foundations", ("agent.data", "agent.harness", "agent.budget", "agent.memory", "agent.aux_grammar",
-                     "agent.registry", "agent.interrupt", "agent.checkpoint", "agent.runfolder", "agent")),
+    ("memory", ("agent.memory",)),
+    ("tasks", ("agent.tasks",)),
+    ("storage", ("agent.storage",)),
+    ("core", ("agent.core", "agent")),
+    ("standalone products", ("agent.sandbox", "agent.sqlite_mysql")),
 ]
 # The controller library, top first: each part (bank, base scorer, residual, probes, worth cache)
-# sits below the scorers and modes that use it, and the controller composes them all.
+# sits below the scorers and modes that use it, the controller composes a scorer and a mode it is
+# given, and only the preset table (and the root's exports) names TokenWorth+ (tests below).
 JAX_LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("library root", ("tokenworth_jax",)),
     ("host wrappers", ("tokenworth_jax.host", "tokenworth_jax.checked", "tokenworth_jax.presets")),
@@ -52,11 +54,12 @@ JAX_LAYERS: list[tuple[str, tuple[str, ...]]] = [
                "tokenworth_jax.scoring")),
     ("primitives", ("tokenworth_jax.config", "tokenworth_jax.features", "tokenworth_jax.krr", "tokenworth_jax.kernels",
                     "tokenworth_jax.agop", "tokenworth_jax.ring", "tokenworth_jax.pytree", "tokenworth_jax.batching",
-                    "tokenworth_jax.featurize", "tokenworth_jax.bookkeeping", "tokenworth_jax.inputs")),
+                    "tokenworth_jax.featurize", "tokenworth_jax.bookkeeping", "tokenworth_jax.inputs",
+                    "tokenworth_jax.protocol")),
     ("independent reference", ("tokenworth_jax.reference_numpy",)),
 ]
 TABLES = {"agent": LAYERS, "tokenworth_jax": JAX_LAYERS}
-INDEPENDENT = frozenset({"front ends"})
+INDEPENDENT = frozenset({"standalone products"})
 REGISTRY_ENTRY = re.compile(r"^((?:agent|tokenworth_jax|bench)(?:\.\w+)+):\w+$")
 
 Edge = tuple[str, int, str]  # (imported module, line, how: "import", "local import", "registry entry")
@@ -235,7 +238,7 @@ def test_every_harness_and_library_module_has_a_layer(graph) -> None:
 
 def test_the_reader_sees_local_imports_and_registry_entries(graph) -> None:
     """The edges the contract relies on are read: a function-local import and a lazy registry entry."""
-    assert any(t == "agent.sweep" and how == "local import" for t, _, how in graph["agent.cli"])
+    assert any(t == "agent.experiment.sweep" and how == "local import" for t, _, how in graph["agent.experiment.plan"])
     assert ("agent.sim", "registry entry") in {(t, how) for t, _, how in graph["agent.backbones.registry"]}
     assert any(t == "agent.envs.db" and how == "local import" for t, _, how in graph["agent.envs.registry"])
 
@@ -243,24 +246,25 @@ def test_the_reader_sees_local_imports_and_registry_entries(graph) -> None:
 def test_the_rules_catch_what_they_forbid() -> None:
     """Hand-made graphs: each breach is reported, and a loop behind a local import is a loop."""
     modules = {m: Path(m) for m in ("agent.sim.aux", "agent.sim.backbone", "agent.policies.aux_text",
-                                    "agent.runner", "agent.sweep", "agent.newthing", "bench.x", "tokenworth_jax.y",
-                                    "agent.data")}
+                                    "agent.experiment.runner", "agent.experiment.sweep", "agent.newthing", "bench.x",
+                                    "tokenworth_jax.y", "agent.tasks", "agent.sandbox.box", "agent.sqlite_mysql")}
     upward = module_imports("agent.sim.aux", "from agent.policies import aux_text\n", modules, False)
     local_loop = module_imports("agent.sim.aux", "def f():\n    from agent.sim.backbone import g\n", modules, False)
     back = module_imports("agent.sim.backbone", "from . import aux\n", modules, False)
-    registry = module_imports("agent.data", 'X = {"a": "agent.runner:Thing"}\n', modules, False)
-    graph = {"agent.sim.aux": upward | local_loop, "agent.sim.backbone": back, "agent.data": registry,
-             "agent.runner": module_imports("agent.runner", "import agent.sweep\n", modules, False),
+    registry = module_imports("agent.tasks", 'X = {"a": "agent.experiment.runner:Thing"}\n', modules, False)
+    graph = {"agent.sim.aux": upward | local_loop, "agent.sim.backbone": back, "agent.tasks": registry,
+             "agent.sandbox.box": module_imports("agent.sandbox.box", "import agent.sqlite_mysql\n", modules, False),
              "agent.newthing": set(),
-             "tokenworth_jax.y": module_imports("tokenworth_jax.y", "import agent.data\n", modules, False),
-             "agent.sweep": module_imports("agent.sweep", "import bench.x\n", modules, False)}
+             "tokenworth_jax.y": module_imports("tokenworth_jax.y", "import agent.tasks\n", modules, False),
+             "agent.experiment.sweep": module_imports("agent.experiment.sweep", "import bench.x\n", modules, False)}
     found = "\n".join(violations(graph))
     assert "agent.sim.aux -> agent.policies.aux_text (import, line 1): simulator may not import policies" in found
-    assert "agent.data -> agent.runner (registry entry, line 1): foundations may not import front ends" in found
-    assert "agent.runner -> agent.sweep (import, line 1): the front ends are independent" in found
+    assert "agent.tasks -> agent.experiment.runner (registry entry, line 1): tasks may not import application" in found
+    assert ("agent.sandbox.box -> agent.sqlite_mysql (import, line 1): the standalone products are independent"
+            in found)
     assert "agent.newthing: in no layer" in found
-    assert "tokenworth_jax.y -> agent.data (line 1): tokenworth_jax imports nothing" in found
-    assert "agent.sweep -> bench.x (import, line 1): agent never imports bench" in found
+    assert "tokenworth_jax.y -> agent.tasks (line 1): tokenworth_jax imports nothing" in found
+    assert "agent.experiment.sweep -> bench.x (import, line 1): agent never imports bench" in found
     lib = {m: Path(m) for m in ("tokenworth_jax.bank", "tokenworth_jax.controller")}
     upward_lib = {"tokenworth_jax.bank": module_imports("tokenworth_jax.bank", "from .controller import State\n",
                                                         lib, False)}
@@ -268,3 +272,49 @@ def test_the_rules_catch_what_they_forbid() -> None:
             "a higher layer") in violations(upward_lib)
     assert ("agent.sim.backbone", 2, "local import") in local_loop
     assert cycles(graph) == [["agent.sim.aux", "agent.sim.backbone"]]
+
+
+# ------------------------------------------------------------------------- the core knows no extension
+# Only these modules may import tokenworth_jax.plus: the preset table (which names TokenWorth+ as a
+# method) and the root (its public exports). Everything else sees TokenWorth+ as a Mode value.
+NAMES_EXTENSIONS = frozenset({"tokenworth_jax", "tokenworth_jax.presets"})
+
+
+def extension_imports(graph: dict[str, set[Edge]]) -> list[str]:
+    """Every core module that imports the TokenWorth+ package, as a readable line."""
+    return [f"{module} -> {target} (line {line}): only {sorted(NAMES_EXTENSIONS)} may name TokenWorth+"
+            for module, edges in sorted(graph.items())
+            if module.startswith("tokenworth_jax") and not module.startswith("tokenworth_jax.plus")
+            and module not in NAMES_EXTENSIONS
+            for target, line, _ in sorted(edges) if target.startswith("tokenworth_jax.plus")]
+
+
+def test_no_core_module_imports_the_extension(graph) -> None:
+    assert extension_imports(graph) == []
+
+
+def test_no_core_module_mentions_the_extension() -> None:
+    """Beyond imports: no core source names TokenWorth+, its fields or its inputs (comments included)."""
+    words = re.compile(r"TokenWorth\+|tokenworth\+|\.plus\b|\bplus[=_(]|PlusHParams|PlusState|PlusShapes|"
+                       r"word_dim|action_dim|word_vectors|action_vectors|ranking-research")
+    root = REPO / "tokenworth_jax"
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(REPO)
+        name = ".".join(rel.with_suffix("").parts).removesuffix(".__init__")
+        if name.startswith("tokenworth_jax.plus") or name in NAMES_EXTENSIONS or name.endswith("reference_numpy"):
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if words.search(line):
+                found.append(f"{rel}:{number}: {line.strip()}")
+    assert found == []
+
+
+def test_the_extension_rules_catch_what_they_forbid() -> None:
+    modules = {m: Path(m) for m in ("tokenworth_jax.controller", "tokenworth_jax.plus.mode", "tokenworth_jax.presets")}
+    graph = {"tokenworth_jax.controller": module_imports("tokenworth_jax.controller",
+                                                         "from .plus.mode import PlusState\n", modules, False),
+             "tokenworth_jax.presets": module_imports("tokenworth_jax.presets", "from .plus.mode import plus\n",
+                                                     modules, False)}
+    assert extension_imports(graph) == ["tokenworth_jax.controller -> tokenworth_jax.plus.mode (line 1): only "
+                                        "['tokenworth_jax', 'tokenworth_jax.presets'] may name TokenWorth+"]

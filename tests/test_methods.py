@@ -13,9 +13,9 @@ from typing import Any, Sequence
 
 import pytest
 
-from agent.auxiliary import AuxRequest, drive
+from agent.policies.auxiliary import AuxRequest, drive
 from agent.backbones.base import Generation
-from agent.budget import Budget
+from agent.core.budget import Budget
 from agent.memory import Memory
 from agent.policies import aux_text
 from agent.policies.base import Outcome
@@ -257,7 +257,7 @@ def test_memskill_controller_is_seeded_and_malformed_executor_reply_writes_nothi
 
 # ------------------------------------------------------------------ through the runner: budget, resume
 def _tasks(data_dir: str, n: int):
-    from agent.data import load_tasks
+    from agent.tasks import load_tasks
 
     return load_tasks("db", data_dir, limit=n)
 
@@ -266,7 +266,7 @@ def _tasks(data_dir: str, n: int):
 def test_the_budget_skips_auxiliary_calls_when_o_max_is_spent(method, data_dir) -> None:
     """Per-task accounting with O_max = 16: the first round spends it all, so every auxiliary call is skipped."""
     from agent.envs.registry import make_environment
-    from agent.runner import run_task
+    from agent.experiment.runner import run_task
     from agent.sim import SimBackbone
 
     budget = Budget.for_env("db", "per-task").replace(max_output_tokens=16)
@@ -281,27 +281,27 @@ def test_the_budget_skips_auxiliary_calls_when_o_max_is_spent(method, data_dir) 
                    for i, t in enumerate(_tasks(data_dir, 3))]
     finally:
         env.close()
-    calls = [c for r in records for c in r["aux_calls"]]
+    calls = [c for r in records for c in r.aux_calls]
     assert calls, "the method asked for no auxiliary call"
     for record in records:
-        assert record["reward"] == 0 and record["output_tokens"] == record["execution_tokens"] == 16
-        assert record["auxiliary_tokens"] == 0
+        assert record.reward == 0 and record.output_tokens == record.execution_tokens == 16
+        assert record.auxiliary_tokens == 0
     for call in calls:
         assert call["skipped"] and call["tokens"] == 0 and call["max_tokens"] == 0 and call["reply"] is None
-        assert records[0]["decision"]["aux"].get(call["purpose"], "skipped") == "skipped"
+        assert records[0].decision["aux"].get(call["purpose"], "skipped") == "skipped"
     assert policy.bank_size() == 0
 
 
 @pytest.mark.parametrize("method", NEW_METHODS)
 def test_state_round_trip_and_stopped_stream_resume_exactly(method, tmp_path, data_dir) -> None:
-    from agent.checkpoint import load_checkpoint
-    from agent.runner import comparable, run_stream
+    from agent.storage.checkpoint import load_checkpoint
+    from agent.experiment.runner import comparable, run_stream
     from agent.sim import SimBackbone
 
     tasks = _tasks(data_dir, 24)
     budget = Budget.for_env("db")
     reference = run_stream(method, "db", tasks, SimBackbone(seed=2), budget, 2, tmp_path / "ref")
-    assert sum(r["auxiliary_tokens"] for r in reference) > 0
+    assert sum(r.auxiliary_tokens for r in reference) > 0
     out = tmp_path / "stopped"
     for stop in (7, 9):  # two stops, then the rest
         run_stream(method, "db", tasks, SimBackbone(seed=2), budget, 2, out, stop_after=stop)
@@ -317,8 +317,8 @@ def test_state_round_trip_and_stopped_stream_resume_exactly(method, tmp_path, da
 def test_sigkill_then_resume_matches_uninterrupted(tmp_path, data_dir) -> None:
     import subprocess
 
-    from agent.checkpoint import read_records
-    from agent.runner import comparable, run_stream
+    from agent.results.record import read_records
+    from agent.experiment.runner import comparable, run_stream
     from agent.sim import SimBackbone
     from tests.test_resume import run_and_kill
 
@@ -334,7 +334,7 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path, data_dir) -> None:
     for method in NEW_METHODS:
         reference = run_stream(method, "db", tasks, SimBackbone(seed=3), Budget.for_env("db"), 3, tmp_path / "ref")
         resumed = read_records(tmp_path / "killed" / method / "records.jsonl")
-        assert [r["task_id"] for r in resumed] == [t.task_id for t in tasks]
+        assert [r.task_id for r in resumed] == [t.task_id for t in tasks]
         assert comparable(resumed) == comparable(reference), method
 
 

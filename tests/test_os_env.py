@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from agent.data import CommandItem, OSTask, load_tasks
+from agent.tasks import CommandItem, OSTask, load_tasks
 from agent.envs.base import conversation
 from agent.envs.os_env import (
     INSTRUCTIONS,
@@ -18,7 +18,7 @@ from agent.envs.os_env import (
     format_observation,
     parse_action,
 )
-from agent.envs.sandbox import CommandResult, sandbox_unavailable_reason
+from agent.sandbox import CommandResult, sandbox_unavailable_reason
 from tests.sandbox_fakes import ManualClock
 
 needs_sandbox = pytest.mark.skipif(

@@ -2,9 +2,9 @@
 
 import pytest
 
-from agent.budget import Budget
-from agent.runner import comparable, make_policy, run_stream
-from agent.sweep import SweepError, sweep_streams
+from agent.core.budget import Budget
+from agent.experiment.runner import comparable, make_policy, run_stream
+from agent.experiment.sweep import SweepError, sweep_streams
 from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks
 from tests.test_sweep import run_sweep
 
@@ -12,11 +12,11 @@ DB = Budget.for_env("db")
 
 
 def test_policy_is_registered_and_opt_in() -> None:
-    from agent.runner import METHOD_NAMES
+    from agent.experiment.runner import METHOD_NAMES
 
     policy = make_policy("tokenworth+", "db", DB, seed=4)
     assert "tokenworth+" not in METHOD_NAMES  # not part of the default run
-    assert policy.controller.spec.plus and int(policy.controller.hp.plus.seed) == 4
+    assert policy.controller.spec.mode.name == "tokenworth+" and int(policy.controller.hp.mode.seed) == 4
 
 
 def test_resume_equals_uninterrupted(tmp_path) -> None:
@@ -26,7 +26,7 @@ def test_resume_equals_uninterrupted(tmp_path) -> None:
     run_stream("tokenworth+", "db", tasks, FakeBackbone(), DB, 1, out, env=FakeDBEnv(), stop_after=6)
     resumed = run_stream("tokenworth+", "db", tasks, FakeBackbone(), DB, 1, out, env=FakeDBEnv())
     assert comparable(resumed) == comparable(reference)
-    assert all("plus" in r["decision"] for r in reference if r["decision"].get("selection"))
+    assert all("plus" in r.decision for r in reference if r.decision.get("selection"))
 
 
 def test_sweep_plus_stream_matches_the_policy_run(tmp_path) -> None:
@@ -34,9 +34,9 @@ def test_sweep_plus_stream_matches_the_policy_run(tmp_path) -> None:
     configs = [{}, {"plus_margin": 0.05}, {"plus_abstain": 0.0}]
     result = run_sweep(tasks, FakeBackbone(), configs, tmp_path / "sweep", envs=[FakeDBEnv() for _ in configs], plus=True)
     single = run_stream("tokenworth+", "db", tasks, FakeBackbone(), DB, 0, tmp_path / "single", env=FakeDBEnv())
-    assert [r["reward"] for r in single] == result.streams[0].rewards
-    assert [r["output_tokens"] for r in single] == result.streams[0].tokens
-    assert result.streams[0].injected == sum(bool(r["injected_memory_ids"]) for r in single)
+    assert [r.reward for r in single] == result.streams[0].rewards
+    assert [r.output_tokens for r in single] == result.streams[0].tokens
+    assert result.streams[0].injected == sum(bool(r.injected_memory_ids) for r in single)
 
 
 def test_sweep_refuses_plus_grid_without_plus() -> None:

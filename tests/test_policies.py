@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from agent.budget import Budget
+from agent.core.budget import Budget
 from agent.memory import Turn, abstract_bash, build_memory, instance_names, memory_char_limit
 from agent.policies.base import Outcome
 from agent.policies.memp import MemPPolicy
@@ -136,7 +136,7 @@ def test_memory_needs_a_completed_episode_unless_memory_from_reward(status, memo
 
 
 def test_policy_candidate_applies_the_runs_harness_options() -> None:
-    from agent.harness import HarnessOptions
+    from agent.core.harness import HarnessOptions
 
     policy = RAGPolicy("db", DB)
     assert policy.candidate(task(0, "q?"), Outcome(1, "round_limit"), db_trajectory()) is None  # LAB's rule by default

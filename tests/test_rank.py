@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agent.budget import Budget
+from agent.core.budget import Budget
 from agent.memory import Memory, Turn, build_memory
 from agent.policies.base import Outcome
 
@@ -72,11 +72,12 @@ def test_policy_reads_only_question_and_memory_texts(monkeypatch: pytest.MonkeyP
     from agent.policies import tokenworth_plus
     from agent.policies.registry import make_policy
     from tokenworth_jax import host
+    from tokenworth_jax.plus import mode
 
     seen: list[str] = []
-    for name in ("featurize", "word_vectors", "action_vectors"):
-        original = getattr(host, name)
-        monkeypatch.setattr(host, name, lambda text, *a, _f=original, **k: (seen.append(text), _f(text, *a, **k))[1])
+    for module, name in ((host, "featurize"), (mode, "word_vector"), (mode, "action_vector")):
+        original = getattr(module, name)  # the recall hashing, and the two features TokenWorth+ declares
+        monkeypatch.setattr(module, name, lambda text, *a, _f=original, **k: (seen.append(text), _f(text, *a, **k))[1])
     policy = make_policy("tokenworth+", "db", DB, seed=0)
     allowed = set()
     for i in range(10):
@@ -102,18 +103,18 @@ def test_memory_action_text_holds_the_actions_the_text_shows() -> None:
 # ------------------------------------------------------------------ the instrument
 def test_ranking_instrument_measures_j_harm_and_auc() -> None:
     from bench.ranking import pair_auc, summarise, task_rows
+    from tests.fakes import task_record
 
     assert pair_auc([0.9, 0.1, 0.5], [True, False, False]) == 1.0
     assert pair_auc([0.1, 0.9], [True, False]) == 0.0
     assert pair_auc([0.5, 0.5], [True, False]) == 0.5
     assert pair_auc([1.0, 2.0], [True, True]) is None
 
-    def record(i: int, skills: list[str], injected: int | None, wrote: int | None, cands: list[int]) -> dict:
+    def record(i: int, skills: list[str], injected: int | None, wrote: int | None, cands: list[int]):
         sel = {"candidate_ids": cands, "relevance": [1.0 - 0.1 * k for k in range(len(cands))],
                "scores": [0.1 * k for k in range(len(cands))], "memory_id": injected}
-        return {"index": i, "task_id": f"db-{i}", "env": "db", "reward": 0, "skill_list": skills,
-                "injected_memory_id": injected, "stream": {"seed": 0},
-                "decision": {"selection": sel, "admission": None if wrote is None else {"memory_id": wrote}}}
+        return task_record(i, 0, skill_list=skills, injected_memory_id=injected, stream={"seed": 0},
+                           decision={"selection": sel, "admission": None if wrote is None else {"memory_id": wrote}})
 
     recs = [record(0, ["a", "b"], None, 0, []), record(1, ["c"], None, 1, [0]),
             record(2, ["a", "b"], 0, None, [1, 0]), record(3, ["a", "b"], 1, None, [1, 0])]

@@ -11,7 +11,6 @@ installs it, a missing extra is a failure instead.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -22,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from agent.backbones.local_server import unavailable_reason
-from agent.budget import Budget
+from agent.core.budget import Budget
+from agent.results.record import TaskRecord, read_records
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
@@ -57,50 +57,50 @@ def predicted_total(url: str) -> int:
     return int(float(re.search(r"^llamacpp:tokens_predicted_total (\S+)$", text, re.M).group(1)))
 
 
-def run(url: str, out: Path, env: str, limit: int) -> list[dict]:
+def run(url: str, out: Path, env: str, limit: int) -> list[TaskRecord]:
     command = [sys.executable, "-m", "agent.cli", "run", "--env", env, "--methods", "standard", "--backbone", "openai",
                "--model", "smollm2", "--base-url", url, "--limit", str(limit), "--out", str(out), "--no-progress",
                "--retry-for", "60"]
     done = subprocess.run(command, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    return [json.loads(line) for line in (out / "standard" / "records.jsonl").read_text().splitlines()]
+    return read_records(out / "standard" / "records.jsonl")
 
 
-def check(records: list[dict], env: str, tokens_before: int, tokens_after: int) -> None:
+def check(records: list[TaskRecord], env: str, tokens_before: int, tokens_after: int) -> None:
     budget = Budget.for_env(env)
     for record in records:
-        rounds = record["trajectory"]
-        assert rounds and len(rounds) == record["rounds"] <= budget.max_rounds
+        rounds = record.trajectory
+        assert rounds and len(rounds) == record.rounds <= budget.max_rounds
         for entry in rounds:
             assert isinstance(entry["reply"], str) and 0 < entry["tokens"] <= entry["max_tokens"]
             assert entry["max_tokens"] == min(budget.per_call_cap, budget.max_output_tokens)  # per-call default
         assert budget.allows([e["tokens"] for e in rounds])
-        assert record["output_tokens"] == record["execution_tokens"] == sum(e["tokens"] for e in rounds)
-        assert record["status"] != "over_max_tokens"
-    assert any(e["reply"].strip() for r in records for e in r["trajectory"])
+        assert record.output_tokens == record.execution_tokens == sum(e["tokens"] for e in rounds)
+        assert record.status != "over_max_tokens"
+    assert any(e["reply"].strip() for r in records for e in r.trajectory)
     # every generated token the server counted is in the records, and no other
-    assert sum(r["output_tokens"] for r in records) == tokens_after - tokens_before
+    assert sum(r.output_tokens for r in records) == tokens_after - tokens_before
 
 
 def test_three_db_tasks_through_a_real_server(server, tmp_path, data_dir):
     before = predicted_total(server)
     records = run(server, tmp_path, "db", 3)
-    assert [r["index"] for r in records] == [0, 1, 2]
+    assert [r.index for r in records] == [0, 1, 2]
     check(records, "db", before, predicted_total(server))
     shown = subprocess.run([sys.executable, "-m", "agent.cli", "show", str(tmp_path), "--task", "1"], cwd=REPO,
                            env=ENV, capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr
-    assert records[1]["trajectory"][0]["reply"].strip() in shown.stdout and "verdict: reward" in shown.stdout
+    assert records[1].trajectory[0]["reply"].strip() in shown.stdout and "verdict: reward" in shown.stdout
 
 
 def test_one_os_task_through_a_real_server(server, tmp_path, data_dir):
-    from agent.envs.sandbox import sandbox_unavailable_reason
+    from agent.sandbox import sandbox_unavailable_reason
 
     if sandbox_unavailable_reason() is not None:
         pytest.skip(f"OS sandbox unavailable: {sandbox_unavailable_reason()}")
     before = predicted_total(server)
     records = run(server, tmp_path, "os", 1)
-    assert [r["index"] for r in records] == [0]
+    assert [r.index for r in records] == [0]
     check(records, "os", before, predicted_total(server))
 
 
@@ -108,15 +108,15 @@ def test_one_os_task_through_a_real_server(server, tmp_path, data_dir):
 AUX_METHODS = ("mem0", "memskill", "reflexion", "evoskill")  # EvoSC needs a success to contrast with: below
 
 
-def check_aux(records: list[dict], budget: Budget) -> int:
+def check_aux(records: list[TaskRecord], budget: Budget) -> int:
     """Every auxiliary call is recorded with its reply and its server-reported tokens; returns how many were made."""
     made = 0
     for record in records:
-        calls = record["aux_calls"]
-        assert record["auxiliary_tokens"] == sum(c["tokens"] for c in calls)
-        assert record["output_tokens"] == record["execution_tokens"] + record["auxiliary_tokens"]
+        calls = record.aux_calls
+        assert record.auxiliary_tokens == sum(c["tokens"] for c in calls)
+        assert record.output_tokens == record.execution_tokens + record.auxiliary_tokens
         for call in calls:
-            assert call["purpose"].split(".")[0] == record["method"]
+            assert call["purpose"].split(".")[0] == record.method
             if call.get("skipped"):
                 continue
             made += 1
@@ -135,10 +135,10 @@ def test_methods_with_auxiliary_calls_through_a_real_server(server, tmp_path, da
     assert done.returncode == 0, done.stderr[-3000:]
     total = 0
     for method in AUX_METHODS:
-        records = [json.loads(line) for line in (tmp_path / method / "records.jsonl").read_text().splitlines()]
-        assert [r["index"] for r in records] == [0, 1, 2]
+        records = read_records(tmp_path / method / "records.jsonl")
+        assert [r.index for r in records] == [0, 1, 2]
         assert check_aux(records, budget) >= 1, f"{method} made no auxiliary call"
-        total += sum(r["output_tokens"] for r in records)
+        total += sum(r.output_tokens for r in records)
     # every generated token the server counted, rounds and auxiliary calls alike, is in the records
     assert total == predicted_total(server) - before
 
@@ -146,11 +146,11 @@ def test_methods_with_auxiliary_calls_through_a_real_server(server, tmp_path, da
 def test_evosc_contrast_through_a_real_server(server, data_dir):
     """EvoSC contrasts a failure with a pooled success; SmolLM2 never succeeds, so the pool is given one."""
     from agent.backbones.registry import make_backbone
-    from agent.data import load_tasks
+    from agent.tasks import load_tasks
     from agent.envs.registry import make_environment
     from agent.memory import Memory
     from agent.policies.registry import make_policy
-    from agent.runner import run_task
+    from agent.experiment.runner import run_task
 
     budget = Budget.for_env("db")
     tasks = load_tasks("db", data_dir, limit=3)
@@ -167,6 +167,6 @@ def test_evosc_contrast_through_a_real_server(server, data_dir):
         env.close()
     assert check_aux(records, budget) == len(records)  # a partner every time: one call per task, none skipped
     for record in records:
-        purposes = [c["purpose"] for c in record["aux_calls"]]
-        assert purposes == ["evosc.contrast" if record["reward"] == 0 else "evosc.success"]
-    assert sum(r["output_tokens"] for r in records) == predicted_total(server) - before
+        purposes = [c["purpose"] for c in record.aux_calls]
+        assert purposes == ["evosc.contrast" if record.reward == 0 else "evosc.success"]
+    assert sum(r.output_tokens for r in records) == predicted_total(server) - before

@@ -6,10 +6,10 @@ import sys
 import pytest
 
 from agent.backbones.registry import BACKBONES, make_backbone
-from agent.budget import Budget
+from agent.core.budget import Budget
 from agent.envs.registry import ENVIRONMENTS, make_environment
 from agent.policies.registry import METHOD_NAMES, POLICIES, make_policy
-from agent.registry import Registry
+from agent.core.registry import Registry
 
 
 def test_all_three_kinds_use_the_same_registry() -> None:

@@ -2,11 +2,11 @@
 
 import numpy as np
 
-from agent.report import cumulative_sr, rolling_sr, rolling_window
+from agent.results.report import cumulative_sr, rolling_sr, rolling_window
 
 
 def test_rolling_sr_is_the_mean_of_the_last_window_tasks() -> None:
-    records = [{"reward": r} for r in [1, 0, 0, 1, 1, 1, 0, 0]]
+    records = [1, 0, 0, 1, 1, 1, 0, 0]
     np.testing.assert_allclose(rolling_sr(records, 4), [50.0, 50.0, 75.0, 75.0, 50.0])
     assert rolling_sr(records[:3], 4).size == 0
     np.testing.assert_allclose(cumulative_sr(records)[-1], 50.0)

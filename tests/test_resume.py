@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.budget import Budget
-from agent.checkpoint import RecordLog, load_checkpoint, read_records
-from agent.runner import comparable, run_stream
+from agent.core.budget import Budget
+from agent.storage.checkpoint import RecordLog, load_checkpoint, read_records
+from agent.experiment.runner import comparable, run_stream
 from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks
 
 LIMIT = 30
@@ -49,7 +49,7 @@ def run_and_kill(cmd: list[str], watch: Path, at_lines: int, timeout: float = 12
 @pytest.mark.slow
 def test_sigkill_at_several_points_then_resume_matches_uninterrupted(tmp_path, data_dir) -> None:
     from agent.backbones.registry import make_backbone
-    from agent.data import load_tasks
+    from agent.tasks import load_tasks
 
     out = tmp_path / "killed"
     cmd = cli(out, data_dir)
@@ -95,7 +95,7 @@ def test_a_first_record_that_no_checkpoint_covers_is_dropped_and_remade(tmp_path
     reference = run_stream("memp", "db", tasks, FakeBackbone(), budget, 0, tmp_path / "ref", env=FakeDBEnv())
 
     out = tmp_path / "crash"
-    import agent.checkpoint as checkpoint
+    import agent.storage.checkpoint as checkpoint
 
     class Killed(BaseException):
         pass
@@ -142,7 +142,7 @@ def test_finished_stream_is_not_rerun(tmp_path) -> None:
 
 
 def test_checkpoint_is_synced_on_the_injected_clock_and_when_the_stream_stops(tmp_path, monkeypatch) -> None:
-    import agent.checkpoint as checkpoint
+    import agent.storage.checkpoint as checkpoint
 
     now = {"t": 0.0}
     made: list[checkpoint.CheckpointWriter] = []
@@ -179,7 +179,7 @@ def test_power_loss_falls_back_to_the_durable_checkpoint(tmp_path) -> None:
     """A power cut can leave the newest (unsynced) checkpoint torn or ahead of the records."""
     import shutil
 
-    from agent.checkpoint import durable_path
+    from agent.storage.checkpoint import durable_path
 
     tasks = make_tasks(10)
     budget = Budget.for_env("db")

@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agent.budget import Budget
-from agent.checkpoint import CheckpointError, load_checkpoint, read_records
-from agent.cli import app, default_out
-from agent.report import ReportError, summarize
-from agent.runfolder import FolderLocked, locked
-from agent.runner import comparable, run_stream
-from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks
+from agent.core.budget import Budget
+from agent.storage.checkpoint import CheckpointError, load_checkpoint, read_records
+from agent.cli import app
+from agent.experiment.plan import default_out
+from agent.results.report import ReportError, summarize
+from agent.storage.runfolder import FolderLocked, locked
+from agent.experiment.runner import comparable, run_stream
+from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks, task_record
 
 runner = CliRunner()
 DB = Budget.for_env("db")
@@ -79,7 +80,7 @@ def test_overwrite_with_other_settings_keeps_other_methods(tmp_path, data_dir) -
 
 # ------------------------------------------------------------------------- 2. locks and the summary
 def hold_lock(path: Path) -> subprocess.Popen:
-    code = ("import sys; from pathlib import Path; from agent.runfolder import locked\n"
+    code = ("import sys; from pathlib import Path; from agent.storage.runfolder import locked\n"
             f"with locked(Path({str(path)!r}), 'x'):\n    print('held', flush=True); sys.stdin.read()")
     proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -121,8 +122,7 @@ def test_lock_is_exclusive_across_processes_and_reentrant_within_one(tmp_path) -
 
 def test_summary_refuses_duplicated_or_missing_tasks() -> None:
     def records(indices):
-        return [{"index": i, "reward": 1, "output_tokens": 3, "execution_tokens": 3, "auxiliary_tokens": 0,
-                 "status": "completed", "skill_list": ["select"]} for i in indices]
+        return [task_record(i, 1, output_tokens=3, execution_tokens=3) for i in indices]
 
     assert summarize({"memp": records(range(4))})[0].tasks == 4
     with pytest.raises(ReportError, match="1 duplicated"):
@@ -138,7 +138,7 @@ def test_cli_refuses_to_summarise_duplicated_records(tmp_path, data_dir) -> None
     lines = path.read_text().splitlines(keepends=True)
     path.write_text("".join(lines[:2] + lines[1:]))  # what two writers produced before the lock
     state = load_checkpoint(out / "standard" / "checkpoint.pkl")
-    from agent.checkpoint import save_checkpoint
+    from agent.storage.checkpoint import save_checkpoint
     save_checkpoint(out / "standard" / "checkpoint.pkl", {**state, "jsonl_offset": path.stat().st_size})
     result = runner.invoke(app, run_args(out, data_dir, "standard", 3))
     assert result.exit_code == 2 and "duplicated" in one_error_line(result.output)
@@ -200,7 +200,7 @@ def test_garbage_config_is_one_error_line_naming_the_file(tmp_path, data_dir) ->
 
 
 def test_disk_full_is_one_error_line_and_the_run_resumes(tmp_path, data_dir, monkeypatch) -> None:
-    from agent import checkpoint
+    from agent.storage import checkpoint
 
     out = tmp_path / "run"
     real_append = checkpoint.RecordLog.append
@@ -268,7 +268,7 @@ def test_bench_help_lists_the_benchmarks_options(command, option) -> None:
 
 
 def test_agent_does_not_import_bench() -> None:
-    code = "import sys, agent.cli, agent.runner, agent.sweep; print([m for m in sys.modules if m.split('.')[0] == 'bench'])"
+    code = "import sys, agent.cli, agent.experiment.runner, agent.experiment.sweep; print([m for m in sys.modules if m.split('.')[0] == 'bench'])"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
     assert result.stdout.strip() == "[]", result.stdout + result.stderr

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.envs.sandbox import Sandbox, SandboxLimits, sandbox_unavailable_reason
-from agent.envs.sandbox import leftovers
-from agent.envs.sandbox.cgroups import _GROUP_DIR, Cgroup, _cgroup_mounts
+from agent.sandbox import Sandbox, SandboxLimits, sandbox_unavailable_reason
+from agent.sandbox import leftovers
+from agent.sandbox.cgroups import _GROUP_DIR, Cgroup, _cgroup_mounts
 
 needs_sandbox = pytest.mark.skipif(
     sandbox_unavailable_reason() is not None, reason=f"OS sandbox unavailable: {sandbox_unavailable_reason()}"
@@ -58,7 +58,7 @@ def test_owner_of_a_finished_process_is_dead():
 
 _HARNESS = """
 import json, sys, time
-from agent.envs.sandbox import Sandbox
+from agent.sandbox import Sandbox
 box = Sandbox().start()
 print(json.dumps({"mount": box._mount_point, "cgroups": [str(d) for d in box._cgroup.dirs]}), flush=True)
 time.sleep(600)

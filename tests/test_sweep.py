@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from agent.budget import Budget
+from agent.core.budget import Budget
 from agent.experiment import run_experiment, stream_names
-from agent.runner import run_stream
-from agent.sweep import SweepError, SweepResult, configs_from_grid, sweep_streams, table_a3_configs, write_sweep_results
+from agent.experiment.runner import run_stream
+from agent.experiment.sweep import SweepError, SweepResult, configs_from_grid, sweep_streams, table_a3_configs, write_sweep_results
 from tests.killing import kill_at
 from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks
 
@@ -54,8 +54,8 @@ def test_sixteen_streams_one_batched_call_per_round_and_match_single_runs(tmp_pa
     assert backbone.batch_sizes == [16] * (2 * len(tasks))
     preset_index = configs.index({"eta_max": 0.15, "gamma": 1.0})
     single = run_stream("tokenworth", "db", tasks, FakeBackbone(), DB, 0, tmp_path / "preset", env=FakeDBEnv())
-    assert [r["reward"] for r in single] == result.streams[preset_index].rewards
-    assert [r["output_tokens"] for r in single] == result.streams[preset_index].tokens
+    assert [r.reward for r in single] == result.streams[preset_index].rewards
+    assert [r.output_tokens for r in single] == result.streams[preset_index].tokens
     table = write_sweep_results(result, tmp_path / "out")
     assert table.count("\n| eta_max=") == 16
     data = json.loads((tmp_path / "out" / "sweep.json").read_text())
@@ -64,14 +64,14 @@ def test_sixteen_streams_one_batched_call_per_round_and_match_single_runs(tmp_pa
 
 def test_sweep_on_real_db_env_matches_tokenworth_run(tmp_path, data_dir) -> None:
     from agent.backbones.registry import make_backbone
-    from agent.data import load_tasks
+    from agent.tasks import load_tasks
 
     tasks = load_tasks("db", data_dir, limit=20)
     backbone = make_backbone("sim", seed=0)
     result = run_sweep(tasks, backbone, [{}, {"eta_max": 0.3}], tmp_path / "sweep")
     single = run_stream("tokenworth", "db", tasks, backbone, DB, 0, tmp_path / "single")
-    assert [r["reward"] for r in single] == result.streams[0].rewards
-    assert [r["output_tokens"] for r in single] == result.streams[0].tokens
+    assert [r.reward for r in single] == result.streams[0].rewards
+    assert [r.output_tokens for r in single] == result.streams[0].tokens
 
 
 # ------------------------------------------------------------------------- resumable sweep folders
@@ -80,7 +80,7 @@ def comparable_sweep(result) -> list[dict]:
 
 
 def test_sweep_checkpoints_every_task_and_resumes_exactly(tmp_path) -> None:
-    from agent.checkpoint import load_checkpoint
+    from agent.storage.checkpoint import load_checkpoint
 
     tasks = make_tasks(10)
     configs = configs_from_grid(["eta=0.05,0.3", "gamma=0.5,2"])
@@ -124,7 +124,7 @@ def test_sweep_refuses_a_folder_holding_another_sweep(tmp_path, data_dir) -> Non
 
 
 def test_sweep_interrupt_commits_nothing_of_the_task_in_flight(tmp_path) -> None:
-    from agent.checkpoint import load_checkpoint
+    from agent.storage.checkpoint import load_checkpoint
     from tests.test_interrupt import AT_TASK, InterruptedEnv
 
     tasks = make_tasks(7)
@@ -145,7 +145,7 @@ def test_sweep_sigkill_at_several_points_then_resume_matches_uninterrupted(tmp_p
     import sys
 
     from agent.backbones.registry import make_backbone
-    from agent.data import load_tasks
+    from agent.tasks import load_tasks
 
     limit = 14
     out = tmp_path / "killed"

@@ -4,10 +4,10 @@ records and never charged."""
 
 from __future__ import annotations
 
-from agent.auxiliary import AuxRequest, book
+from agent.policies.auxiliary import AuxRequest, book
 from agent.backbones.base import Generation
-from agent.budget import Budget, TokenLedger
-from agent.episode import round_entry
+from agent.core.budget import Budget, TokenLedger
+from agent.experiment.episode import round_entry
 
 
 def test_round_entries_keep_prompt_and_cached_tokens_where_the_engine_reports_them():

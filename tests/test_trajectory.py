@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import json
 
 import pytest
 from typer.testing import CliRunner
 
 from agent.backbones.base import Generation
-from agent.budget import Budget
+from agent.core.budget import Budget
 from agent.envs.base import StepResult
 from agent.experiment.engine import StreamHook
 from agent.policies.standard import StandardPolicy
-from agent.runner import OBSERVATION_CAP, OVER_MAX_TOKENS, run_stream, run_task
-from agent.show import ShowError, find_record, render
-from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks
+from agent.experiment.runner import OBSERVATION_CAP, OVER_MAX_TOKENS, run_stream, run_task
+from agent.results.record import read_records
+from agent.results.show import ShowError, find_record, render
+from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks, task_record
 
 DB = Budget.for_env("db")
 
@@ -37,18 +37,18 @@ def one(backbone, env=None, budget=DB):
 
 def test_rounds_hold_reply_parsed_action_observation_and_finish():
     record = one(Scripted(["Action: Operation\n```sql\nSELECT 1\n```", "Action: Answer\nFinal Answer: ok"]))
-    first, second = record["trajectory"]
+    first, second = record.trajectory
     assert first["reply"].startswith("Action: Operation") and first["action"] == {"kind": "sql", "sql": "SELECT 1"}
     assert first["observation"] == "[(0,)]" and first["observation_chars"] == 6 and first["invalid"] is None
     assert first["finish_reason"] == "stop" and first["max_tokens"] == 128 and first["tokens"] == 6
     assert second["action"] == {"kind": "answer", "answer": "ok"}
-    assert record["judge"]["reward"] == 1 and record["error"] is None
-    assert record["task_prompt"] == make_tasks(1)[0].query_text and record["injection_text"] == ""
-    assert record["instructions_sha256"] and record["accounting"] == "per-call"
+    assert record.judge["reward"] == 1 and record.error is None
+    assert record.task_prompt == make_tasks(1)[0].query_text and record.injection_text == ""
+    assert record.instructions_sha256 and record.accounting == "per-call"
 
 
 def test_an_invalid_action_records_the_parsers_reason_and_fills_error(data_dir):
-    from agent.data import load_tasks
+    from agent.tasks import load_tasks
     from agent.envs.db import DBEnvironment
 
     task = load_tasks("db", data_dir, limit=1)[0]
@@ -57,10 +57,10 @@ def test_an_invalid_action_records_the_parsers_reason_and_fills_error(data_dir):
         record = run_task(StandardPolicy("db", DB), env, Scripted(["I think the answer is five."]), task, 0, DB, 0)
     finally:
         env.close()
-    assert record["status"] == "invalid_action" and record["reward"] == 0
-    [entry] = record["trajectory"]
+    assert record.status == "invalid_action" and record.reward == 0
+    [entry] = record.trajectory
     assert entry["invalid"] and entry["action"] is None
-    assert record["error"] == f"invalid action: {entry['invalid']}"
+    assert record.error == f"invalid action: {entry['invalid']}"
 
 
 def test_long_observations_are_cut_to_the_cap_with_the_full_length_kept():
@@ -70,7 +70,7 @@ def test_long_observations_are_cut_to_the_cap_with_the_full_length_kept():
             return StepResult("x" * 5000, result.done, result.status, result.action) if not result.done else result
 
     record = one(Scripted(["Action: Operation\n```sql\nSELECT 1\n```", "Action: Answer\nFinal Answer: ok"]), Verbose())
-    entry = record["trajectory"][0]
+    entry = record.trajectory[0]
     assert entry["observation_chars"] == 5000 and entry["observation"].startswith("x" * OBSERVATION_CAP)
     assert len(entry["observation"]) < 5000
 
@@ -78,26 +78,26 @@ def test_long_observations_are_cut_to_the_cap_with_the_full_length_kept():
 def test_a_reply_over_max_tokens_fails_the_task_instead_of_raising():
     backbone = Scripted(["Action: Answer\nFinal Answer: ok"], tokens=500)  # over the 128 allowed
     record = one(backbone)
-    assert record["status"] == OVER_MAX_TOKENS and record["reward"] == 0
-    assert "500" in record["error"] and "128" in record["error"]
-    assert record["output_tokens"] == 500  # booked as reported, never hidden
-    assert record["judge"]["reward"] == 0 and "skipped" in record["judge"]
+    assert record.status == OVER_MAX_TOKENS and record.reward == 0
+    assert "500" in record.error and "128" in record.error
+    assert record.output_tokens == 500  # booked as reported, never hidden
+    assert record.judge["reward"] == 0 and "skipped" in record.judge
 
 
 def test_show_renders_the_conversation_as_sent_and_the_verdict(tmp_path):
     tasks = make_tasks(6)
     run_stream("rag", "db", tasks, FakeBackbone(), DB, 0, tmp_path, env=FakeDBEnv())
-    records = [json.loads(line) for line in (tmp_path / "rag" / "records.jsonl").read_text().splitlines()]
-    injected = next(r for r in records if r["injection_text"])
+    records = read_records(tmp_path / "rag" / "records.jsonl")
+    injected = next(r for r in records if r.injection_text)
     # show() takes its instructions from the environment module: the fake's records name env "db"
-    text = render(tmp_path, "rag", injected["index"])
-    assert injected["injection_text"] in text and "Experience 1:" in text
-    assert tasks[injected["index"]].query_text in text
-    for entry in injected["trajectory"]:
+    text = render(tmp_path, "rag", injected.index)
+    assert injected.injection_text in text and "Experience 1:" in text
+    assert tasks[injected.index].query_text in text
+    for entry in injected.trajectory:
         assert entry["reply"] in text
-    assert f"verdict: reward {injected['reward']}" in text
+    assert f"verdict: reward {injected.reward}" in text
     assert "instructions changed" in text  # the fake env's instructions are not the real DB env's
-    assert text.index("── system") < text.index("Experience 1:") < text.index(injected["trajectory"][0]["reply"])
+    assert text.index("── system") < text.index("Experience 1:") < text.index(injected.trajectory[0]["reply"])
 
 
 def test_show_errors_name_the_problem(tmp_path):
@@ -128,7 +128,7 @@ def test_real_db_run_shown_through_the_cli(tmp_path, data_dir):
 
     assert INSTRUCTIONS.splitlines()[0] in shown.output and "instructions changed" not in shown.output
     record = find_record(tmp_path, "standard", 1)
-    assert record["trajectory"][0]["reply"] in shown.output and "verdict: reward" in shown.output
+    assert record.trajectory[0]["reply"] in shown.output and "verdict: reward" in shown.output
 
 
 def test_resumed_records_are_counted_as_done_not_as_new_work(tmp_path):
@@ -140,20 +140,20 @@ def test_resumed_records_are_counted_as_done_not_as_new_work(tmp_path):
             self.resumed_with, self.new = None, []
 
         def resumed(self, records):
-            self.resumed_with = [r["index"] for r in records]
+            self.resumed_with = [r.index for r in records]
 
         def __call__(self, record):
-            self.new.append(record["index"])
+            self.new.append(record.index)
 
     hook = Hook()
     run_stream("standard", "db", tasks, FakeBackbone(), DB, 0, tmp_path, env=FakeDBEnv(), hook=hook)
     assert hook.resumed_with == [0, 1, 2] and hook.new == [3, 4]
 
-    from agent.cli import Progress
+    from agent.experiment.progress import Progress
 
     import io
 
     bar = Progress("standard", 5, enabled=True, file=io.StringIO(), terminal=True)  # the bar a terminal shows
-    bar.resumed([{"reward": 1, "output_tokens": 10}] * 3)
-    bar({"reward": 0, "output_tokens": 20})
+    bar.resumed([task_record(i, 1) for i in range(3)])
+    bar(task_record(3, 0, output_tokens=20))
     assert (bar.bar.initial, bar.bar.n, bar.n, bar.successes) == (3, 4, 4, 3)

@@ -7,7 +7,7 @@
 - ``"openai"``: :class:`~agent.backbones.openai_backbone.OpenAIBackbone` (options: ``model``,
   ``base_url``, ``api_key``, ``concurrency``, ``timeout``, ``retry_for``, …).
 
-Entries live in :data:`BACKBONES`, an :class:`agent.registry.Registry` (the same pattern as
+Entries live in :data:`BACKBONES`, an :class:`agent.core.registry.Registry` (the same pattern as
 policies and environments). Imports are lazy, so asking for "sim" never imports vLLM or the OpenAI client.
 This is the one module that names both the real backbones and the simulator (``agent.sim``, its own
 package): it stands above both in the layering (docs/layout.md).
@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.backbones.base import Backbone
-from agent.registry import Registry
+from agent.core.registry import Registry
 
 BACKBONES: Registry[Backbone] = Registry("backbone", {
     "sim": "agent.sim:SimBackbone",

@@ -1,1 +1,1 @@
-"""The three LifelongAgentBench environments behind one interface (see ``base``)."""
+"""The environments behind one interface (``base``), by name (``registry``): LifelongAgentBench's DB, OS and KG."""

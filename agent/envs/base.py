@@ -21,7 +21,7 @@ import dataclasses
 import hashlib
 from typing import Any, Literal
 
-from agent.data import Task
+from agent.tasks import Task
 
 Status = Literal["completed", "round_limit", "budget_exhausted", "invalid_action", "env_error"]
 

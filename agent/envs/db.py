@@ -3,7 +3,7 @@
 Per task a fresh in-memory database holds the task's table, built the way the original
 builds its MySQL table (no primary key, every value inserted as a quoted string, so INT
 columns hold what MySQL converts those strings to). Agent SQL runs through
-:mod:`agent.envs.sqlite_mysql` (sqlglot transpiling, MySQL functions, row-order rules,
+:mod:`agent.sqlite_mysql` (sqlglot transpiling, MySQL functions, row-order rules,
 MySQL error texts, authorizer and time limit).
 
 Protocol, as the original harness (see ``docs/db-fidelity.md``):
@@ -31,10 +31,10 @@ import time
 from decimal import Decimal, InvalidOperation
 from typing import Any, Sequence
 
-from agent.data import DBTask
+from agent.tasks import DBTask
 from agent.envs.base import Environment, Judgement, StepResult
-from agent.envs.sqlite_mysql import Limits, MySQLError, MySQLOnSQLite
-from agent.envs.sqlite_mysql.limits import Clock
+from agent.sqlite_mysql import Limits, MySQLError, MySQLOnSQLite
+from agent.sqlite_mysql.limits import Clock
 
 ACTION_PATTERN = re.compile(r"Action: (Operation|Answer)")
 SQL_PATTERN = re.compile(r"```sql\n([\s\S]*?)\n```")

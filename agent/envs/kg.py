@@ -41,7 +41,7 @@ import dataclasses
 import os
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from agent.data import KGTask
+from agent.tasks import KGTask
 from agent.envs.base import Environment, Judgement, StepResult
 from agent.envs.kg_parsers import STRICT, ParsedReply, ReplyParser, reply_parser
 from agent.envs.kg_parsers import parse_lenient as parse_reply  # noqa: F401 - the lenient reading, by its old name
@@ -62,13 +62,13 @@ from agent.envs.sparql import (
 )
 
 if TYPE_CHECKING:
-    from agent.harness import KGVocabulary
+    from agent.core.harness import KGVocabulary
 
 MAX_ROUNDS = 15
 ENDPOINT_ENV_VAR = "TOKENWORTH_KG_ENDPOINT"
 TOOLS: tuple[str, ...] = ("get_relations", "get_neighbors", "intersection", "get_attributes", "argmax", "argmin", "count")
 _ARITY = {"get_relations": 1, "get_neighbors": 2, "intersection": 2, "get_attributes": 1, "argmax": 2, "argmin": 2, "count": 1}
-# Which calls make a new variable, and the gold replay, are agent.data's (KG_VARIABLE_TOOLS,
+# Which calls make a new variable, and the gold replay, are agent.tasks's (KG_VARIABLE_TOOLS,
 # kg_gold_replies): the simulated backbone replays gold answers too, and sits below the environments.
 
 INSTRUCTIONS = """You answer questions with the knowledge stored in a knowledge base (Freebase). You query it with these tools:
@@ -386,7 +386,7 @@ def make_kg_environment(endpoint_url: str | None, timeout: float = 60.0, max_rou
                         instructions: str | None = None) -> KGEnvironment:
     """The KG environment on a remote Freebase endpoint (``TOKENWORTH_KG_ENDPOINT`` if no URL).
 
-    ``vocabulary`` (LAB's ontology files, :func:`agent.harness.load_kg_vocabulary`) filters
+    ``vocabulary`` (LAB's ontology files, :func:`agent.core.harness.load_kg_vocabulary`) filters
     relation and attribute listings and gives each relation its range, as LAB does.
     Raises :class:`KGEndpointRequired` when neither names one: there is no offline Freebase.
     """

@@ -2,7 +2,7 @@
 
 Behaviour reproduced from the original harness (a fresh Ubuntu container per task):
 
-* **Per task.** :meth:`OSEnvironment.reset` builds a new :class:`~agent.envs.sandbox.Sandbox`
+* **Per task.** :meth:`OSEnvironment.reset` builds a new :class:`~agent.sandbox.Sandbox`
   and runs the task's initialisation script. If that script fails (non-zero exit or
   timeout), the task cannot start: ``reset`` raises :class:`TaskInitError`, as the
   original raises its environment exception.
@@ -33,9 +33,9 @@ import re
 import time
 from typing import Any, Callable, Literal
 
-from agent.data import CommandItem, OSTask
+from agent.tasks import CommandItem, OSTask
 from agent.envs.base import Environment, Judgement, StepResult
-from agent.envs.sandbox import CommandResult, Sandbox, SandboxError, SandboxLimits
+from agent.sandbox import CommandResult, Sandbox, SandboxError, SandboxLimits
 
 INSTRUCTIONS = """You are an assistant that will act like a person who works in a Linux (Ubuntu) terminal. You will be given a task to do in this operating system, and you solve it by running Bash commands as root. Each of your replies is one round; you have at most 5 rounds per task.
 

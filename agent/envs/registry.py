@@ -1,8 +1,8 @@
 """``make_environment(name, budget, kg_endpoint=..., harness=...)``: the environment registry.
 
-Every factory takes the run's :class:`~agent.budget.Budget` (its round limit J_max becomes the
+Every factory takes the run's :class:`~agent.core.budget.Budget` (its round limit J_max becomes the
 environment's), the KG endpoint (ignored by DB and OS) and the run's
-:class:`~agent.harness.HarnessOptions`: the instruction text from ``--instructions DIR``
+:class:`~agent.core.harness.HarnessOptions`: the instruction text from ``--instructions DIR``
 (``DIR/<env>.txt``, read now), and for KG the reply parser and LAB's vocabulary files.
 Imports are lazy: asking for "db" never imports the OS sandbox or the SPARQL client. KG needs
 an endpoint; without one its factory raises ``KGEndpointRequired``.
@@ -10,10 +10,10 @@ an endpoint; without one its factory raises ``KGEndpointRequired``.
 
 from __future__ import annotations
 
-from agent.budget import Budget
+from agent.core.budget import Budget
 from agent.envs.base import Environment
-from agent.harness import DEFAULT_HARNESS, HarnessOptions
-from agent.registry import Registry
+from agent.core.harness import DEFAULT_HARNESS, HarnessOptions
+from agent.core.registry import Registry
 
 
 def _db(budget: Budget, *, kg_endpoint: str | None = None, harness: HarnessOptions = DEFAULT_HARNESS) -> Environment:
@@ -37,6 +37,12 @@ def _kg(budget: Budget, *, kg_endpoint: str | None = None, harness: HarnessOptio
 
 ENVIRONMENTS: Registry[Environment] = Registry("environment", {"db": _db, "os": _os, "kg": _kg})
 ENV_NAMES = ENVIRONMENTS.names
+# Each environment's own instruction text (user turn 0), read without starting the environment (``tokenworth show``).
+INSTRUCTIONS: Registry[str] = Registry("environment", {
+    "db": "agent.envs.db:INSTRUCTIONS",
+    "os": "agent.envs.os_env:INSTRUCTIONS",
+    "kg": "agent.envs.kg:INSTRUCTIONS",
+})
 
 
 def make_environment(env: str, budget: Budget, *, kg_endpoint: str | None = None,

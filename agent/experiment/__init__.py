@@ -1,16 +1,34 @@
-"""Experiments: one lockstep engine for every stream of a run or a sweep.
+"""The application layer: a run as a typed config, its launch, and the lockstep engine it runs on.
 
+* :mod:`agent.experiment.config` — :class:`RunConfig` and its parts (every run default, once);
+* :mod:`agent.experiment.plan` — the checks and the plan of a run (nothing written);
+* :mod:`agent.experiment.executor` — who runs the planned streams (:class:`LocalExecutor`: this process);
+* :mod:`agent.experiment.launch` — :func:`launch`: plan → executor → the driver's summary
+  (:mod:`agent.experiment.summary`), with progress lines (:mod:`agent.experiment.progress`);
 * :mod:`agent.experiment.streams` — what a stream is, grids, folder names;
+* :mod:`agent.experiment.sweep` — the sweep's grids (Table A3) and its table;
 * :mod:`agent.experiment.task` — the per-task procedure as a coroutine (the only copy);
+* :mod:`agent.experiment.episode` — one task's rounds as a state machine;
 * :mod:`agent.experiment.engine` — the tick loop: one batched model call per tick, per-stream
-  records, checkpoints and resume.
+  records, checkpoints and resume;
+* :mod:`agent.experiment.runner` — one method over one stream (tests and benches).
 
-``tokenworth run`` and ``tokenworth sweep`` are two front ends of :func:`run_experiment`.
+``tokenworth run`` and ``tokenworth sweep`` parse their flags into a :class:`RunConfig` and call
+:func:`launch`; so does ``tokenworth-bench agent``.
 """
 
-from agent.experiment.engine import SCHEDULES, ExperimentResult, comparable, run_experiment
+from agent.experiment.config import (BackboneConfig, BudgetConfig, ConfigError, ConnectionConfig, DataConfig,
+                                     EngineConfig, HarnessConfig, OutputConfig, RunConfig, Streams, Sweep)
+from agent.experiment.engine import SCHEDULES, ExperimentResult, run_experiment
+from agent.experiment.executor import Executor, LocalExecutor, Shard, run_shard, shards
+from agent.experiment.launch import LaunchResult, launch
+from agent.experiment.plan import LaunchError, Plan, make_plan
 from agent.experiment.streams import GridError, StreamSpec, expand, grid_points, parse_grid_item, stream_names
 from agent.experiment.task import RequestFailed, run_task, task_steps
+from agent.results.record import comparable
 
-__all__ = ["run_experiment", "ExperimentResult", "comparable", "SCHEDULES", "StreamSpec", "GridError", "expand",
-           "grid_points", "parse_grid_item", "stream_names", "RequestFailed", "run_task", "task_steps"]
+__all__ = ["RunConfig", "Streams", "Sweep", "BudgetConfig", "DataConfig", "HarnessConfig", "ConnectionConfig",
+           "EngineConfig", "BackboneConfig", "OutputConfig", "ConfigError", "launch", "LaunchResult", "LaunchError",
+           "Plan", "make_plan", "Executor", "LocalExecutor", "Shard", "shards", "run_shard", "run_experiment",
+           "ExperimentResult", "comparable", "SCHEDULES", "StreamSpec", "GridError", "expand", "grid_points",
+           "parse_grid_item", "stream_names", "RequestFailed", "run_task", "task_steps"]

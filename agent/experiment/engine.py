@@ -22,7 +22,7 @@ streams one after another with one conversation per call (what the harness did b
 for comparisons). The schedule never changes a stream's records (streams are independent).
 
 Failures stay in their stream. An environment that fails a task fails that task
-(``env_error``, in :class:`~agent.episode.Episode`). When a batched ``generate`` raises
+(``env_error``, in :class:`~agent.experiment.episode.Episode`). When a batched ``generate`` raises
 :class:`~agent.backbones.base.BackboneError`, the tick's requests are retried one by one:
 a request that fails again fails its task (``backbone_error``, the error recorded), the
 others go on. Only when every request of the tick fails (the model is wrong) does the
@@ -33,7 +33,7 @@ streams, and no task records the outage as its own failure.
 
 Resume: each stream has its own folder, lock, JSONL records and checkpoint (policy state incl.
 bank, controller and RNG state, JSONL offset, next task index), committed together after
-every task (:mod:`agent.checkpoint`). A stream's decisions depend only on its own history,
+every task (:mod:`agent.storage.checkpoint`). A stream's decisions depend only on its own history,
 so after ``kill -9`` anywhere the same command resumes every stream exactly, and a stream's
 records equal the records of that stream run alone, field for field except ``time_s``.
 """
@@ -48,19 +48,21 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterator, Literal, Mapping, Protocol, Sequence
 
-from agent import interrupt, runfolder
+from agent.core import interrupt
+from agent.storage import runfolder
 from agent.backbones.base import BackboneError, Generation, ServerUnreachable, Submitting
-from agent.checkpoint import (DURABLE_EVERY_S, CheckpointError, CheckpointWriter, RecordLog, load_checkpoint,
-                              read_records, records_reach)
-from agent.data import Task
+from agent.storage.checkpoint import (DURABLE_EVERY_S, CheckpointError, CheckpointWriter, RecordLog, load_checkpoint,
+                                      records_reach)
+from agent.tasks import Task
 from agent.envs.base import Environment
 from agent.envs.registry import make_environment
-from agent.episode import Request, answer
+from agent.experiment.episode import Request, answer
 from agent.experiment.streams import StreamSpec, digest, stream_names
 from agent.experiment.task import Reply, RequestFailed, task_steps
-from agent.harness import DEFAULT_HARNESS, HarnessOptions
+from agent.core.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.policies.base import MemoryPolicy
 from agent.policies.registry import make_policy
+from agent.results.record import TaskRecord, read_records
 from agent.sim import facts as sim_facts
 from agent.sim.facts import AnyBackbone
 
@@ -69,7 +71,6 @@ Schedule = Literal["lockstep", "continuous", "sequential"]
 # the kernel). Measured on 2 cores, 5 OS streams x 10 tasks: see docs/performance.md.
 ENV_THREADS = 8
 SCHEDULES: tuple[str, ...] = ("lockstep", "continuous", "sequential")
-NONDETERMINISTIC_FIELDS = frozenset({"time_s"})  # wall clock; everything else must replay exactly
 
 
 class StreamHook(Protocol):
@@ -79,13 +80,13 @@ class StreamHook(Protocol):
     methods do nothing.
     """
 
-    def resumed(self, records: list[dict[str, Any]]) -> None:
+    def resumed(self, records: list[TaskRecord]) -> None:
         """The stream's records from earlier calls, before any new task: work done, not new work."""
 
     def started(self, next_index: int) -> None:
         """The stream is open and its next task is ``next_index`` (0 for a fresh stream)."""
 
-    def __call__(self, record: dict[str, Any]) -> None:
+    def __call__(self, record: TaskRecord) -> None:
         """One new task's record, once it is committed."""
 
 
@@ -96,18 +97,13 @@ HookFactory = Callable[[str, StreamSpec], "StreamHook | None"]  # (stream name, 
 class ExperimentResult:
     streams: list[StreamSpec]
     names: list[str]
-    records: dict[str, list[dict[str, Any]]]  # by stream name: every record, old and new
+    records: dict[str, list[TaskRecord]]  # by stream name: every record, old and new
     batch_sizes: list[int]  # the number of requests of each generate call this call made
     seconds: float
 
-    def by_stream(self) -> Iterator[tuple[StreamSpec, str, list[dict[str, Any]]]]:
+    def by_stream(self) -> Iterator[tuple[StreamSpec, str, list[TaskRecord]]]:
         for spec, name in zip(self.streams, self.names):
             yield spec, name, self.records[name]
-
-
-def comparable(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Records without their wall-clock fields, for replay comparisons."""
-    return [{k: v for k, v in r.items() if k not in NONDETERMINISTIC_FIELDS} for r in records]
 
 
 # ------------------------------------------------------------------------- identity and resume
@@ -234,7 +230,7 @@ class _Stream:
             if self.hook is not None:
                 self.hook(record)
 
-    def commit(self, index: int, record: dict[str, Any], guard: interrupt.InterruptGuard) -> None:
+    def commit(self, index: int, record: TaskRecord, guard: interrupt.InterruptGuard) -> None:
         """Record + checkpoint of one task, whole or not at all."""
         assert self.log is not None and self.writer is not None
         finished = index + 1 == len(self.tasks)
@@ -245,7 +241,7 @@ class _Stream:
                 # between any later task's two writes. Not at open: a run that fails before its first task
                 # leaves no results, so the folder still takes other settings.
                 self.writer.save(self._checkpoint(0))
-            self.offset = self.log.append(record, sync=False)
+            self.offset = self.log.append(record.to_json(), sync=False)
             if (index + 1) % self.checkpoint_every == 0 or finished:
                 self.writer.save(self._checkpoint(index + 1, finished), durable=finished)
         self.next_index = index + 1
@@ -302,14 +298,14 @@ def run_experiment(streams: Sequence[StreamSpec], backbone: AnyBackbone, out_dir
                    durable_every_s: float = DURABLE_EVERY_S, env_threads: int = ENV_THREADS) -> ExperimentResult:
     """Run (or resume) every stream over its env's ``tasks``; see the module docstring.
 
-    ``out_dir`` must be a prepared run folder (:func:`agent.runfolder.prepare`); each stream's
+    ``out_dir`` must be a prepared run folder (:func:`agent.storage.runfolder.prepare`); each stream's
     folder is ``out_dir/<name>`` (``names``, by default :func:`stream_names`) and is locked for
     the whole call. ``environments`` gives a stream (by name) an environment to use instead of
     a new one (it is not closed here). ``hooks`` makes each stream's hook (:class:`StreamHook`);
     ``on_resume(done, total)`` is called once, before any task runs, if earlier runs finished
     ``done`` of the experiment's ``total`` tasks (the front end's resume banner). ``stop_after`` processes at most that many tasks per
     stream in this call. ``env_threads`` > 1 advances the streams of environments that allow it
-    (``Environment.concurrent_steps``: OS) in that many worker threads between ticks. SIGINT stops between committed tasks (:mod:`agent.interrupt`) and
+    (``Environment.concurrent_steps``: OS) in that many worker threads between ticks. SIGINT stops between committed tasks (:mod:`agent.core.interrupt`) and
     ``KeyboardInterrupt`` propagates; a second Ctrl-C stops at once.
     """
     if checkpoint_every < 1:
@@ -453,5 +449,4 @@ def _run_continuous(runs: Sequence[_Stream], backbone: Submitting, guard: interr
                 future.cancel()
 
 
-__all__ = ["run_experiment", "ExperimentResult", "StreamHook", "HookFactory", "serve", "comparable", "stream_identity",
-           "SCHEDULES", "NONDETERMINISTIC_FIELDS"]
+__all__ = ["run_experiment", "ExperimentResult", "StreamHook", "HookFactory", "serve", "stream_identity", "SCHEDULES"]

@@ -32,10 +32,8 @@ import itertools
 import json
 from typing import Any, Mapping, Sequence
 
-from agent.budget import Budget
+from agent.core.budget import BUDGET_AXES, Budget
 
-BUDGET_AXES: dict[str, str] = {"o_max": "max_output_tokens", "j_max": "max_rounds", "b_max": "bank_capacity",
-                               "k_max": "max_memories", "l_max": "max_injected_chars"}
 ALIASES = {"eta": "eta_max", "lambda": "lambda_w", "beta": "beta_w"}
 CONTROLLER_METHODS = frozenset({"tokenworth", "tokenworth+"})  # methods whose policy takes HParams overrides
 
@@ -45,9 +43,9 @@ class GridError(ValueError):
 
 
 def _hparam_fields() -> tuple[tuple[str, ...], frozenset[str]]:
-    from tokenworth_jax.config import INT_FIELDS, names
+    from tokenworth_jax.presets import int_names, names
 
-    return names(), INT_FIELDS
+    return names(), int_names()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +98,7 @@ def _fmt(value: float | int) -> str:
 # ------------------------------------------------------------------------- grids
 def parse_grid_item(item: str) -> tuple[str, list[float | int]]:
     """``NAME=v1,v2`` → (canonical name, values), every value range-checked."""
-    from tokenworth_jax.config import check_value
+    from tokenworth_jax.presets import check_value
 
     fields, int_fields = _hparam_fields()
     name, sep, values = item.partition("=")

@@ -10,7 +10,7 @@ Per task (spec §1, §8), strictly in stream order::
     → the task's record
 
 :func:`task_steps` *yields* every model call it needs, the agent's rounds and the policy's
-auxiliary calls alike, as a :class:`~agent.episode.Request`, and receives the
+auxiliary calls alike, as a :class:`~agent.experiment.episode.Request`, and receives the
 :class:`~agent.backbones.base.Generation` (or a :class:`RequestFailed`). Whoever drives it
 decides how calls are batched: the experiment engine serves all streams' pending requests with
 one ``generate`` per tick; :func:`run_task` serves them one at a time.
@@ -22,15 +22,16 @@ import dataclasses
 import time
 from typing import Any, Callable, Generator, Sequence
 
-from agent import interrupt
-from agent.auxiliary import AuxRequest, aux_cap, book
+from agent.core import interrupt
+from agent.policies.auxiliary import AuxRequest, aux_cap, book
 from agent.backbones.base import Generation
-from agent.budget import EMPTY_BLOCK, Budget, InjectionBlock, TokenLedger, build_injection_block
-from agent.data import Task
+from agent.core.budget import EMPTY_BLOCK, Budget, InjectionBlock, TokenLedger, build_injection_block
+from agent.tasks import Task
 from agent.envs.base import Environment
-from agent.episode import Episode, Request, answer
+from agent.experiment.episode import Episode, Request, answer
 from agent.memory import Memory
 from agent.policies.base import MemoryPolicy, Outcome
+from agent.results.record import TaskRecord
 from agent.sim.facts import AnyBackbone, Facts
 
 
@@ -42,7 +43,7 @@ class RequestFailed:
 
 
 Reply = Generation | RequestFailed
-TaskSteps = Generator[Request, Reply, dict[str, Any]]
+TaskSteps = Generator[Request, Reply, TaskRecord]
 
 
 def aux_facts(task: Task, seed: int, request: AuxRequest) -> Facts:
@@ -113,49 +114,47 @@ def task_steps(policy: MemoryPolicy, env: Environment, task: Task, index: int, b
 
 def make_record(method: str, index: int, task: Task, episode: Episode, reward: int, block: InjectionBlock,
                 decision: dict[str, Any], bank_size: int, seconds: float,
-                aux_calls: Sequence[dict[str, Any]] = (), stream: dict[str, Any] | None = None) -> dict[str, Any]:
-    record = {
-        "method": method,
-        "index": index,
-        "task_id": task.task_id,
-        "env": task.env,
-        "reward": reward,
-        "status": episode.status,
-        "rounds": len(episode.turns),
-        "output_tokens": episode.ledger.total,
-        "execution_tokens": episode.ledger.execution_tokens,
-        "auxiliary_tokens": episode.ledger.auxiliary_tokens,
-        "aux_calls": list(aux_calls),
-        "injected_memory_id": block.memory_ids[0] if block.memory_ids else None,
-        "injected_memory_ids": list(block.memory_ids),
-        "injected_length": block.length,
-        "injection": block.log(),
-        "skill_list": list(task.skill_list),
-        "decision": decision,
-        "bank_size": bank_size,
-        "finish_reasons": [t.finish_reason for t in episode.turns],
-        "error": episode.error,
-        "accounting": episode.budget.accounting,
-        "instructions_sha256": episode.instructions_sha,
-        "task_prompt": episode.messages[3]["content"] if len(episode.messages) > 3 else None,
-        "injection_text": block.text,
-        "trajectory": episode.log,
-        "judge": episode.verdict,
-        "time_s": round(seconds, 4),
-    }
-    if stream is not None:
-        record["stream"] = stream
-    return record
+                aux_calls: Sequence[dict[str, Any]] = (), stream: dict[str, Any] | None = None) -> TaskRecord:
+    return TaskRecord(
+        method=method,
+        index=index,
+        task_id=task.task_id,
+        env=task.env,
+        reward=reward,
+        status=episode.status,
+        rounds=len(episode.turns),
+        output_tokens=episode.ledger.total,
+        execution_tokens=episode.ledger.execution_tokens,
+        auxiliary_tokens=episode.ledger.auxiliary_tokens,
+        aux_calls=list(aux_calls),
+        injected_memory_id=block.memory_ids[0] if block.memory_ids else None,
+        injected_memory_ids=list(block.memory_ids),
+        injected_length=block.length,
+        injection=block.log(),
+        skill_list=list(task.skill_list),
+        decision=decision,
+        bank_size=bank_size,
+        finish_reasons=[t.finish_reason for t in episode.turns],
+        error=episode.error,
+        accounting=episode.budget.accounting,
+        instructions_sha256=episode.instructions_sha,
+        task_prompt=episode.messages[3]["content"] if len(episode.messages) > 3 else None,
+        injection_text=block.text,
+        trajectory=episode.log,
+        judge=episode.verdict,
+        time_s=round(seconds, 4),
+        stream=stream,
+    )
 
 
 def run_task(policy: MemoryPolicy, env: Environment, backbone: AnyBackbone, task: Task, index: int,
-             budget: Budget, seed: int, stream: dict[str, Any] | None = None) -> dict[str, Any]:
+             budget: Budget, seed: int, stream: dict[str, Any] | None = None) -> TaskRecord:
     """:func:`task_steps` with every model call sent alone (tests, and callers without an engine)."""
     return serve_alone(task_steps(policy, env, task, index, budget, seed, stream), backbone)
 
 
 def serve_alone(steps: TaskSteps, backbone: AnyBackbone,
-                on_call: Callable[[], None] | None = None) -> dict[str, Any]:
+                on_call: Callable[[], None] | None = None) -> TaskRecord:
     try:
         request = next(steps)
         while True:

@@ -4,10 +4,10 @@ One copy of each text idea the five LLM-writing baselines (Mem0, MemSkill, Refle
 EvoSkill) need: rendering a finished task for a prompt and robust parsers for the reply forms
 they ask for. Each method's prompts (what it asks, in its own words) stay in its own module.
 The grammar itself (form names, operation words, the format texts a prompt shows) is
-:mod:`agent.aux_grammar`, which the simulated backbone (:mod:`agent.sim.aux`) writes with, so it
+:mod:`agent.core.aux_grammar`, which the simulated backbone (:mod:`agent.sim.aux`) writes with, so it
 answers in exactly the grammar these parsers accept.
 
-The forms (``notes``, ``operations``, ``card``) are described in :mod:`agent.aux_grammar`. The
+The forms (``notes``, ``operations``, ``card``) are described in :mod:`agent.core.aux_grammar`. The
 parsers accept more than the grammar writes: ``INSERT`` for ``ADD``, ``NONE`` or ``NO-OP`` for
 ``NOOP``, ``REMOVE`` for ``DELETE``, and a card's first line ``NEW`` / ``EDIT <n>`` may be missing.
 
@@ -29,10 +29,10 @@ import dataclasses
 import re
 from typing import Sequence
 
-from agent.aux_grammar import (CARD_FORMAT, FORM_CARD, FORM_NOTES, FORM_OPERATIONS, NOTES_FORMAT,  # noqa: F401
+from agent.core.aux_grammar import (CARD_FORMAT, FORM_CARD, FORM_NOTES, FORM_OPERATIONS, NOTES_FORMAT,  # noqa: F401
                                 OPERATION_WORDS, OPERATIONS_FORMAT)
-from agent.budget import Budget
-from agent.data import Task
+from agent.core.budget import Budget
+from agent.tasks import Task
 from agent.memory import Turn, memory_char_limit
 
 MIN_ITEM_CHARS = 12  # below this a "fact" or "lesson" carries nothing (e.g. "ok", "N/A")

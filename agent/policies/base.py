@@ -7,9 +7,9 @@ Per task the experiment engine (:func:`agent.experiment.task.task_steps`) runs, 
     yield from policy.update_steps(task, injected, outcome, trajectory)   # injected: what the block kept
     log = policy.take_log()                               # the decision log that goes into the record
 
-``retrieve_steps`` / ``update_steps`` are coroutines (:mod:`agent.auxiliary`): a method that
+``retrieve_steps`` / ``update_steps`` are coroutines (:mod:`agent.policies.auxiliary`): a method that
 needs the model itself (a reflection, an extraction) yields an
-:class:`~agent.auxiliary.AuxRequest` and receives the reply, or ``None`` when the budget
+:class:`~agent.policies.auxiliary.AuxRequest` and receives the reply, or ``None`` when the budget
 skipped the call. By default they simply call ``retrieve`` / ``update``, so a method that
 makes no model call implements only those two.
 
@@ -19,7 +19,7 @@ they differ only in what they keep, what they retrieve and how they learn. A fai
 never writes a memory (``candidate`` returns ``None``), nor, by default, a task that passed
 without ending by its own answer/finish action (``HarnessOptions.memory_from``).
 
-Every policy is built with the run's :class:`~agent.harness.HarnessOptions` (``harness=``, by
+Every policy is built with the run's :class:`~agent.core.harness.HarnessOptions` (``harness=``, by
 :func:`agent.policies.registry.make_policy`); it is fixed for the policy's life.
 
 Checkpointing: ``state_dict()`` returns plain Python data and NumPy arrays (picklable);
@@ -35,10 +35,10 @@ from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
-from agent.auxiliary import AuxSteps
-from agent.budget import Budget
-from agent.data import Task
-from agent.harness import DEFAULT_HARNESS, HarnessOptions
+from agent.policies.auxiliary import AuxSteps
+from agent.core.budget import Budget
+from agent.tasks import Task
+from agent.core.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.memory import Memory, Turn, build_memory
 
 

@@ -33,10 +33,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from agent.auxiliary import AuxSteps
-from agent.budget import Budget
-from agent.data import Task
-from agent.harness import DEFAULT_HARNESS, HarnessOptions
+from agent.policies.auxiliary import AuxSteps
+from agent.core.budget import Budget
+from agent.tasks import Task
+from agent.core.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.memory import Memory, Turn
 from agent.policies import aux_text
 from agent.policies.base import Outcome, cosine_scores, embed

@@ -16,9 +16,9 @@ from typing import Any, Sequence
 import bm25s
 import numpy as np
 
-from agent.budget import Budget
-from agent.data import Task
-from agent.harness import DEFAULT_HARNESS, HarnessOptions
+from agent.core.budget import Budget
+from agent.tasks import Task
+from agent.core.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.memory import Memory, Turn
 from agent.policies.base import MemoryStore, Outcome, StoreBackedPolicy
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from agent.auxiliary import AuxSteps
-from agent.data import Task
+from agent.policies.auxiliary import AuxSteps
+from agent.tasks import Task
 from agent.memory import Memory, Turn
 from agent.policies import aux_text
 from agent.policies.base import Outcome

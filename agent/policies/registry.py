@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.budget import Budget
-from agent.harness import DEFAULT_HARNESS, HarnessOptions
+from agent.core.budget import Budget
+from agent.core.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.policies.base import MemoryPolicy
-from agent.registry import Registry
+from agent.core.registry import Registry
 
 POLICIES: Registry[MemoryPolicy] = Registry("method", {
     "standard": "agent.policies.standard:StandardPolicy",

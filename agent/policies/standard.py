@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from agent.data import Task
+from agent.tasks import Task
 from agent.memory import Memory, Turn
 from agent.policies.base import MemoryPolicy, Outcome
 

@@ -16,11 +16,11 @@ evicts or replaces it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from agent.budget import Budget
-from agent.data import Task
-from agent.harness import DEFAULT_HARNESS, HarnessOptions
+from agent.core.budget import Budget
+from agent.tasks import Task
+from agent.core.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.memory import Memory, Turn
 from agent.policies.base import MemoryPolicy, Outcome
 
@@ -31,15 +31,14 @@ if TYPE_CHECKING:
 class TokenWorthPolicy(MemoryPolicy):
     name = "tokenworth"
     first_task_note = "compiling the controller…"  # the first select/offer compile (~13 s on CPU)
-    plus: ClassVar[bool] = False  # the controller's mode: the paper's (False) or TokenWorth+
 
     def __init__(self, env: str, budget: Budget, seed: int = 0, *, harness: HarnessOptions = DEFAULT_HARNESS,
                  **overrides: Any) -> None:
         super().__init__(env, budget, seed, harness=harness)
         from tokenworth_jax import Controller
 
-        self.controller = Controller.from_preset(env, plus=self.plus, spec_overrides={"capacity": budget.bank_capacity},
-                                                 **overrides)
+        self.controller = Controller.from_preset(env, method=self.name,  # the preset table's method of this name
+                                                 spec_overrides={"capacity": budget.bank_capacity}, **overrides)
 
     def retrieve(self, task: Task) -> list[Memory]:
         selection = self.controller.select(task.query_text)
@@ -60,7 +59,7 @@ class TokenWorthPolicy(MemoryPolicy):
         else:
             new_id = self.controller.memories.next_id
             decision = self.controller.offer(memory.text, key_text=memory.key_text, payload=memory.with_id(new_id),
-                                             action_text=memory.action_text)
+                                             actions=memory.action_text)
             self.note(admission=decision.as_dict())
         self.controller.end_task()
 

@@ -11,7 +11,7 @@ budget:
 * **Recall.** The top K_max items by cosine similarity of the question's hashed vector to the
   items' keys (spec §2, the representation every similarity-based method here uses); ties go
   to the older item. None of the five papers thresholds recall, so none is applied.
-* **Auxiliary calls.** :meth:`ask` yields one :class:`~agent.auxiliary.AuxRequest` and returns
+* **Auxiliary calls.** :meth:`ask` yields one :class:`~agent.policies.auxiliary.AuxRequest` and returns
   the reply text, or ``None`` when the budget skipped the call; the decision log's ``aux``
   entry records, per purpose, ``"ok"``, ``"skipped"`` or ``"malformed"`` (no memory written).
 * **The task clock.** ``self.tasks_seen`` counts finished tasks (part of the checkpoint), for
@@ -28,10 +28,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from agent.auxiliary import AuxRequest, AuxSteps, without_model
-from agent.budget import Budget
-from agent.data import Task
-from agent.harness import DEFAULT_HARNESS, HarnessOptions
+from agent.policies.auxiliary import AuxRequest, AuxSteps, without_model
+from agent.core.budget import Budget
+from agent.tasks import Task
+from agent.core.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.memory import Memory, Turn
 from agent.policies import aux_text
 from agent.policies.base import MemoryStore, Outcome, StoreBackedPolicy, cosine_scores, embed

@@ -38,7 +38,7 @@ memory with no skills: J = 0), the 0-based round, the run's seed); see :mod:`age
 for how they reach the simulator and no other backbone.
 
 6. **Auxiliary calls.** A request whose facts name an ``aux`` purpose (a method's reflection,
-   fact extraction, skill writing, …; :mod:`agent.auxiliary`) is answered by
+   fact extraction, skill writing, …; :mod:`agent.policies.auxiliary`) is answered by
    :mod:`agent.sim.aux`: text in the grammar its :class:`~agent.sim.facts.AuxHint` names,
    carrying the skills of the task it is about, counted and capped like every reply.
 

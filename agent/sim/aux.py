@@ -2,7 +2,7 @@
 
 An auxiliary request's :class:`~agent.sim.facts.Facts` carry its purpose (``aux``), the task it is
 about and the method's :class:`~agent.sim.facts.AuxHint`, whose ``form`` names the reply grammar
-its prompt asks for (:mod:`agent.aux_grammar`). The simulator writes text in that grammar, with
+its prompt asks for (:mod:`agent.core.aux_grammar`). The simulator writes text in that grammar, with
 the grammar's own writers, so the method's parser reads it as it would read a model that
 follows the instructions.
 
@@ -41,10 +41,10 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from agent.aux_grammar import (FORM_CARD, FORM_NOTES, FORM_OPERATIONS, OPERATION_WORDS, card_text, notes_text,
+from agent.core.aux_grammar import (FORM_CARD, FORM_NOTES, FORM_OPERATIONS, OPERATION_WORDS, card_text, notes_text,
                                operation_line)
 from agent.backbones.base import BackboneError
-from agent.data import Task
+from agent.tasks import Task
 from agent.sim.facts import AuxHint, Facts
 from agent.sim.model import SimParams, skill_overlap
 

@@ -6,11 +6,11 @@ import dataclasses
 from typing import ClassVar, Literal, Sequence
 
 from agent.backbones.base import BackboneError, Conversation, Generation, checked_caps
-from agent.data import DBTask, KGTask, OSTask, Task
+from agent.tasks import Task
 from agent.sim import aux
 from agent.sim.facts import Facts
 from agent.sim.model import Episode, SimParams, decide
-from agent.sim.replies import db_reply, kg_reply, os_reply, thought
+from agent.sim.replies import REPLIES, thought
 from agent.sim.tokens import token_counter
 
 
@@ -46,12 +46,7 @@ class SimBackbone:
             return aux.reply(task, facts, self.params)
         assert facts.round is not None  # Facts are either an auxiliary call or a round
         episode = self.episode(task, facts.memory_skills, facts.seed)
-        if isinstance(task, DBTask):
-            action = db_reply(task, episode, facts.round, conversation, self.params)
-        elif isinstance(task, OSTask):
-            action = os_reply(task, episode, facts.round, self.params)
-        else:
-            action = kg_reply(task, episode, facts.round, self.params)
+        action = REPLIES.factory(task.env)(task, episode, facts.round, conversation, self.params)
         opening = thought(task, episode, facts.memory_skills, self.params) if facts.round == 0 else ""
         return opening + action
 
@@ -84,9 +79,10 @@ class SimBackbone:
 
 
 def _checked_task(facts: Facts) -> Task:
-    if not isinstance(facts.task, (DBTask, OSTask, KGTask)):
-        raise BackboneError(f"simulated backbone: a request's task must be a DBTask, OSTask or KGTask, "
-                            f"got {type(facts.task).__name__}")
+    env = getattr(facts.task, "env", None)
+    if env not in REPLIES:
+        raise BackboneError(f"simulated backbone: a request's task must be a task record of one of "
+                            f"{', '.join(REPLIES.names)}, got {type(facts.task).__name__}")
     return facts.task
 
 

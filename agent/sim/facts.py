@@ -5,9 +5,9 @@ environment, so it must also know which task a request is about, the skills of t
 that was injected, the round, the run's seed and, for an auxiliary call, what the method asked
 for. The harness states this as one :class:`Facts` value per request:
 
-* :class:`agent.episode.Episode` makes them for the agent's rounds;
+* :class:`agent.experiment.episode.Episode` makes them for the agent's rounds;
 * :func:`agent.experiment.task.aux_facts` for auxiliary calls, from the
-  :class:`AuxHint` a method puts on its :class:`~agent.auxiliary.AuxRequest`.
+  :class:`AuxHint` a method puts on its :class:`~agent.policies.auxiliary.AuxRequest`.
 
 Decision: only a backbone that declares it reads them (:class:`FactReader`, ``reads_facts =
 True``) receives them; :func:`generate` and :func:`submit` are the one place that decides. A
@@ -23,18 +23,18 @@ import dataclasses
 from typing import ClassVar, Literal, Protocol, Sequence, runtime_checkable
 
 from agent.backbones.base import Backbone, Conversation, Generation, Submitting
-from agent.data import Task
+from agent.tasks import Task
 
 
 @dataclasses.dataclass(frozen=True)
 class AuxHint:
     """What a method tells the simulator about one auxiliary call (a real model reads only the prompt).
 
-    Every field is optional but the reply ``form`` (:mod:`agent.aux_grammar`); an empty value
+    Every field is optional but the reply ``form`` (:mod:`agent.core.aux_grammar`); an empty value
     means "not given" and the simulator falls back as :mod:`agent.sim.aux` documents.
     """
 
-    form: str  # the reply grammar the prompt asks for (agent.aux_grammar.FORMS)
+    form: str  # the reply grammar the prompt asks for (agent.core.aux_grammar.FORMS)
     label: str | None = None  # notes: the line label (FACT, REFLECTION, INSIGHT)
     limit: int | None = None  # notes: at most this many lines
     source_skills: tuple[str, ...] = ()  # the skills the text is about (empty: the task's own)

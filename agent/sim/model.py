@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from agent.data import Task
+from agent.tasks import Task
 from agent.sim.tokens import DEFAULT_TOKENIZER_MODEL
 
 
@@ -52,10 +52,11 @@ class SimParams:
     eos_tokens: int = 1
 
     def __post_init__(self) -> None:
-        for env in ("db", "os", "kg"):
-            lo, hi = self.p0_range(env)
-            if not 0.0 <= lo <= hi <= 1.0:
-                raise ValueError(f"p0_range_{env} must satisfy 0 <= lo <= hi <= 1, got {(lo, hi)}")
+        for field in dataclasses.fields(self):
+            if field.name.startswith("p0_range_"):
+                lo, hi = getattr(self, field.name)
+                if not 0.0 <= lo <= hi <= 1.0:
+                    raise ValueError(f"{field.name} must satisfy 0 <= lo <= hi <= 1, got {(lo, hi)}")
         if not 0.0 <= self.p_floor <= self.p_ceil <= 1.0:
             raise ValueError(f"need 0 <= p_floor <= p_ceil <= 1, got {self.p_floor}, {self.p_ceil}")
         if self.aux_items_max < 1 or not 0.0 <= self.aux_match_overlap <= 1.0:
@@ -70,7 +71,8 @@ class SimParams:
                 raise ValueError(f"SimParams.{name} must be >= 0, got {getattr(self, name)}")
 
     def p0_range(self, env: str) -> tuple[float, float]:
-        return {"db": self.p0_range_db, "os": self.p0_range_os, "kg": self.p0_range_kg}[env]
+        """The base success probability's range on ``env``: the field ``p0_range_<env>`` (one per environment)."""
+        return getattr(self, f"p0_range_{env}")
 
 
 

@@ -69,7 +69,7 @@ def load_stream(n_tasks: int | None = None, *, dim: int = 512, seed: int = 0,
                 directory: str | os.PathLike[str] | None = None, env: str = "db") -> SimStream:
     """The first ``n_tasks`` tasks of ``env`` (DB: all 500 by default), featurised, with the sim's draws."""
     from agent.sim import SimParams, stable_rng
-    from agent.data import load_tasks
+    from agent.tasks import load_tasks
 
     tasks = load_tasks(env, directory or data_dir())[:n_tasks]
     params = SimParams()

@@ -31,7 +31,7 @@ the controller's own featurizers (``tw.featurize``, ``word_vectors``, ``action_v
 * ``plain``: the memory is offered as plain text (question and actions in one string, no separate
   action text), so its action vector hashes the whole text, as ``Controller.offer(text)`` does.
 
-Methods: no memory; paper TokenWorth (DB preset); TokenWorth+ (DB preset, ``Spec(plus=True)``,
+Methods: no memory; paper TokenWorth (DB preset); TokenWorth+ (DB preset, ``method="tokenworth+"``,
 any ``--set`` configurations); and an **oracle** that knows every true probability and, at each
 task, takes the best arm among "no memory" and every memory of its bank (the last 64 successful
 tasks, the controller's B_max). Reported per method and seed: SR (%), the mean true success
@@ -207,9 +207,11 @@ def oracle(stream: dict[str, Any], capacity: int = 64) -> tuple[float, float]:
 def setup(stream: dict[str, Any], plus: bool, **overrides: Any) -> tuple[tw.Spec, tw.HParams]:
     """The DB preset over the stream's dimensions (no text: 8 zero action dimensions)."""
     text = "words" in stream
-    dims = {"dim": stream["query"].shape[1], "word_dim": stream["words"].shape[1] if text else stream["query"].shape[1],
-            "action_dim": stream["actions"].shape[1] if text else 8}
-    return tw.preset("db", plus=plus, spec_overrides=dims, **overrides)
+    dims = {"dim": stream["query"].shape[1]}
+    if plus:  # TokenWorth+'s own shape fields
+        dims.update(word_dim=stream["words"].shape[1] if text else stream["query"].shape[1],
+                    action_dim=stream["actions"].shape[1] if text else 8)
+    return tw.preset("db", method="tokenworth+" if plus else "tokenworth", spec_overrides=dims, **overrides)
 
 
 def events(stream: dict[str, Any], spec: tw.Spec) -> tw.Event:
@@ -218,11 +220,11 @@ def events(stream: dict[str, Any], spec: tw.Spec) -> tw.Event:
     T = q.shape[0]
     query: Any = q
     memory: Any = q
-    if spec.plus:
+    if spec.mode.features:  # TokenWorth+ reads the question's words and the memory's actions
         text = "words" in stream
-        query = tw.Query(key=q, words=jnp.asarray(stream["words"]) if text else q)
-        memory = tw.MemoryText(key=q, actions=jnp.asarray(stream["actions"]) if text
-                               else jnp.zeros((T, spec.action_dim), q.dtype))
+        query = tw.Query(key=q, features={"words": jnp.asarray(stream["words"]) if text else q})
+        memory = tw.MemoryText(key=q, features={"actions": jnp.asarray(stream["actions"]) if text
+                                                else jnp.zeros((T, spec.mode.shapes.action_dim), q.dtype)})
     return tw.Event(query=query, reward=jnp.zeros((T,), jnp.int32), memory=memory,
                     memory_id=jnp.arange(T, dtype=jnp.int32))
 
@@ -244,8 +246,9 @@ def _runner(spec: tw.Spec) -> Callable[..., tuple[tw.StepOutput, jax.Array, jax.
 
         _, out = tw.run(tw.init(spec, hp), ev, hp, spec, reward)
         ids = jnp.arange(p0.shape[0])
+        gains = out.selection.mode_scores.get("gain", out.selection.scores)  # the paper's mode: its score s
         best = jnp.take_along_axis(out.selection.candidate_ids,
-                                   jnp.argmax(jnp.nan_to_num(out.selection.gains, nan=-jnp.inf), axis=1)[:, None],
+                                   jnp.argmax(jnp.nan_to_num(gains, nan=-jnp.inf), axis=1)[:, None],
                                    axis=1)[:, 0]
         return out, jax.vmap(prob)(ids, out.selection.memory_id), jax.vmap(prob)(ids, best)
 
@@ -269,7 +272,7 @@ def run_controller(stream: dict[str, Any], plus: bool, **overrides: Any) -> dict
                harmful=float(np.mean(injected & (p_chosen < p_none - 1e-6))),
                helpful=float(np.mean(injected & (p_chosen > p_none + 1e-6))))
     if plus:  # decisions against the posterior mean, valued with the true probabilities
-        margin = float(np.asarray(hp.plus.margin))
+        margin = float(np.asarray(hp.mode.margin))
         adv = np.nan_to_num(np.asarray(sel.advantage), nan=-np.inf)
         explore_none = abstained & (adv > margin)
         explore_inject = injected & (adv <= margin)

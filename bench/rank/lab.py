@@ -59,7 +59,7 @@ def budget_fits(runs: Sequence[Path], n_tasks: int) -> np.ndarray:
     The fit is deterministic per (task, kind). Pairs never observed are imputed by the order of
     the reply lengths: helpful and none agree (measured: 433 of 433 tasks seen both ways), and a
     harmful reply is cut whenever the shorter one is (cut more often still: 13 of 232 tasks)."""
-    from agent.checkpoint import read_records
+    from agent.results.record import read_records
     from agent.sim import SimParams, decide
     from bench.ranking import _task, seed_folders, written_id
 
@@ -71,14 +71,14 @@ def budget_fits(runs: Sequence[Path], n_tasks: int) -> np.ndarray:
             for path in folder.glob("*/records.jsonl"):
                 skills: dict[int, tuple[str, ...]] = {}
                 for r in read_records(path):
-                    task, mid = _task(r), r["injected_memory_id"]
+                    task, mid = _task(r), r.injected_memory_id
                     memory = skills.get(mid) if mid is not None else None
                     episode = decide(params, int(seed or 0), task, memory)
                     kind = 0 if memory is None else (2 if episode.harmful else 1)
                     if episode.success and task.sample_index < n_tasks:
                         seen[task.sample_index, kind] = True
-                        cut[task.sample_index, kind] |= not r["reward"]
-                    written = written_id(r["decision"])
+                        cut[task.sample_index, kind] |= not r.reward
+                    written = written_id(r.decision)
                     if written is not None:
                         skills[written] = task.skill_list
     short = np.where(seen[:, 0], cut[:, 0], cut[:, 1])  # none and helpful: the same length class
@@ -94,7 +94,7 @@ class Lab:
 
     def __init__(self, env: str, n_tasks: int | None, seeds: Sequence[int], fits_from: Sequence[Path] = (),
                  capacity: int = 64, n_probes: int = 8) -> None:
-        from agent.data import load_tasks
+        from agent.tasks import load_tasks
 
         self.env, self.capacity, self.n_probes = env, capacity, n_probes
         self.sims = {s: simdb.load_stream(n_tasks, seed=s, env=env) for s in seeds}
@@ -103,11 +103,11 @@ class Lab:
         spec, _ = self.setup(True, {})
         keys = jnp.asarray(first.queries)
         T = keys.shape[0]
-        words = jnp.asarray(tw.word_vectors(first.instructions, spec.word_dim))
-        actions = jnp.asarray(tw.action_vectors([gold_action(t) for t in tasks], spec.action_dim))
+        words = jnp.asarray(tw.word_vectors(first.instructions, spec.mode.shapes.word_dim))
+        actions = jnp.asarray(tw.action_vectors([gold_action(t) for t in tasks], spec.mode.shapes.action_dim))
         self.events = {
-            True: tw.Event(query=tw.Query(keys, words), reward=jnp.zeros((T,), jnp.int32),
-                           memory=tw.MemoryText(keys, actions), memory_id=jnp.arange(T, dtype=jnp.int32)),
+            True: tw.Event(query=tw.Query(keys, {"words": words}), reward=jnp.zeros((T,), jnp.int32),
+                           memory=tw.MemoryText(keys, {"actions": actions}), memory_id=jnp.arange(T, dtype=jnp.int32)),
             False: tw.Event(query=keys, reward=jnp.zeros((T,), jnp.int32), memory=keys,
                             memory_id=jnp.arange(T, dtype=jnp.int32))}
         table = first.skill_table
@@ -118,7 +118,7 @@ class Lab:
 
     def setup(self, plus: bool, overrides: dict[str, Any], seed: int = 0) -> tuple[tw.Spec, tw.HParams]:
         extra = {"plus_seed": seed} if plus else {}
-        return tw.preset(self.env if self.env in ("db", "os") else "db", plus=plus,
+        return tw.preset(self.env if self.env in ("db", "os") else "db", method="tokenworth+" if plus else "tokenworth",
                          spec_overrides={"capacity": self.capacity, "n_probes": self.n_probes},
                          **{**extra, **overrides})
 

@@ -7,15 +7,16 @@ docs/ranking-research.md):
   action tokens a question's words call for; the affinity ŝ(q, m) = x(q)ᵀ M a_m of a candidate is
   how much of its procedure the query will need.
 * **The no-memory arm** (:mod:`.abstain`): p̂₀(q), the success probability without injection,
-  learned on the tasks where nothing was injected.
+  and its posterior sd, learned on the tasks where nothing was injected (and only there).
 * **The lift model** (:mod:`.lift`, from rewards): P(y=1 | q, m) = σ(logit p̂₀(q) + θᵀψ) with
   ψ = [1, cos, ŝ, κ(cos − 0.2), κ(cos − 0.4), κ(cos − 0.6), κ(cos − 0.8)] ⊙ ``features``,
   κ(d) = exp(−d²/(2·0.1²)): bumps that let worth be a non-monotone function of similarity (near
   duplicates that mislead), their shrinkage chosen by Laplace evidence. θ is refitted after every
   injected task over the last ``base_window`` of them.
-* **Choose**: rank the recall set by the posterior-mean gain Â = σ(o + θ̂ᵀψ) − p̂₀ and inject
-  the best unless an upper confidence bound on its gain, σ(o + θ̃ᵀψ + ``optimism``·‖Lᵀψ‖) − p̂₀
-  with θ̃ = θ̂ + ``explore``·Lε, is at most ``margin``: "no memory" needs evidence of harm.
+* **Choose**: rank the recall set by the posterior-mean gain Â = σ(o + θ̂ᵀψ) − p̂₀; then draw
+  the best candidate's arm and the no-memory arm, each from its own posterior (Thompson), and
+  inject when the first wins, no sooner than ``null_first`` no-memory outcomes, and only while
+  the no-harm guard (:mod:`.guard`) allows it (issue 30).
 * **Worth** (the lifecycle): the mean of Â over the probes, deterministic (posterior mean), when
   ``worth`` is on; else the paper's score.
 
@@ -25,23 +26,25 @@ the lifecycle reads them when ``worth`` is 0.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from ..batching import gated
-from ..config import N_LIFT_FEATURES, HParams, Spec
-from ..inputs import MemoryText, Query
+from ..config import HParams
+from ..inputs import Feature, MemoryText, Query
 from ..modes import Candidates, Choice, Feedback, Mode, paper_target
 from ..ring import Ring, ring_init, ring_push, ring_valid
 from ..scorers import ProbeScores
 from . import actions as action_model
 from .abstain import NullStats, logit, null_logit_sd, null_mean, null_stats
 from .actions import ActionModel
+from .config import N_LIFT_FEATURES, SCHEMA, PlusShapes
 from .guard import allows
 from .lift import fit_by_evidence, thompson
+from .text import action_vector, word_vector
 
 BUMP_CENTRES = (0.2, 0.4, 0.6, 0.8)
 BUMP_WIDTH = 0.1
@@ -72,15 +75,16 @@ class PlusState(NamedTuple):
     pending: PlusPending
 
 
-def init(spec: Spec, hp: HParams) -> PlusState:
+def init(spec: Any, hp: HParams) -> PlusState:
     f = spec.float_dtype
-    php = hp.plus
+    php = hp.mode
+    own: PlusShapes = spec.mode.shapes
     F = N_LIFT_FEATURES
     features = jnp.asarray(php.features, f)
     return PlusState(
-        actions=action_model.init(spec.word_dim, spec.action_dim, php.action_lambda, f),
-        slot_actions=jnp.zeros((spec.capacity, spec.action_dim), f),
-        null_ring=ring_init((jnp.zeros((spec.null_window, spec.dim), f), jnp.zeros((spec.null_window,), f))),
+        actions=action_model.init(own.word_dim, own.action_dim, php.action_lambda, f),
+        slot_actions=jnp.zeros((spec.capacity, own.action_dim), f),
+        null_ring=ring_init((jnp.zeros((own.null_window, spec.dim), f), jnp.zeros((own.null_window,), f))),
         lift_ring=ring_init((jnp.zeros((spec.base_window, F), f),) + tuple(jnp.zeros((spec.base_window,), f)
                                                                              for _ in range(4))),
         theta=jnp.asarray(php.theta0, f) * features,
@@ -91,8 +95,8 @@ def init(spec: Spec, hp: HParams) -> PlusState:
         n_tasks=jnp.zeros((), jnp.int32),
         null_n=jnp.zeros((), f),
         null_y=jnp.zeros((), f),
-        pending=PlusPending(p0=jnp.full((), 0.5, f), k=jnp.zeros((), f), ky=jnp.zeros((), f), psi=jnp.zeros((F,), f), injected=jnp.zeros((), bool),
-                            words=jnp.zeros((spec.word_dim,), f)),
+        pending=PlusPending(p0=jnp.full((), 0.5, f), k=jnp.zeros((), f), ky=jnp.zeros((), f), psi=jnp.zeros((F,), f),
+                            injected=jnp.zeros((), bool), words=jnp.zeros((own.word_dim,), f)),
     )
 
 
@@ -116,18 +120,18 @@ def _null_totals(state: PlusState, hp: HParams) -> tuple[jax.Array, jax.Array]:
     valid = ring_valid(state.null_ring)
     y = state.null_ring.data[1]
     ring = jnp.sum(valid).astype(y.dtype), jnp.sum(jnp.where(valid, y, jnp.zeros_like(y)))
-    everything = _on(hp.plus.null_all)
+    everything = _on(hp.mode.null_all)
     return jnp.where(everything, state.null_n, ring[0]), jnp.where(everything, state.null_y, ring[1])
 
 
 def _null(state: PlusState, keys: jax.Array, hp: HParams) -> NullStats:
     """The no-memory evidence about P queries (P, D): local kernel sums and the global totals."""
     n, y = _null_totals(state, hp)
-    return null_stats(keys, state.null_ring, hp.plus.bandwidth)._replace(n=n, y=y)
+    return null_stats(keys, state.null_ring, hp.mode.bandwidth)._replace(n=n, y=y)
 
 
 def _p0(state: PlusState, keys: jax.Array, hp: HParams) -> jax.Array:
-    return null_mean(_null(state, keys, hp), hp.plus.p0_prior, hp.plus.p0_strength)
+    return null_mean(_null(state, keys, hp), hp.mode.p0_prior, hp.mode.p0_strength)
 
 
 def _global(totals: tuple[jax.Array, jax.Array], like: jax.Array) -> NullStats:
@@ -139,7 +143,7 @@ def _global(totals: tuple[jax.Array, jax.Array], like: jax.Array) -> NullStats:
 def lift_offsets(ring: Ring, totals: tuple[jax.Array, jax.Array], hp: HParams) -> jax.Array:
     """(N,) the lift window's offsets: logit p̂₀ at select time, or with ``reoffset`` against the
     no-memory ring's current totals (each row's local sums as they were at its select time)."""
-    php = hp.plus
+    php = hp.mode
     _, _, stored, k, ky = ring.data
     current = logit(null_mean(NullStats(k=k, ky=ky, k2=jnp.zeros_like(k), n=totals[0], y=totals[1]),
                               php.p0_prior, php.p0_strength))
@@ -154,13 +158,14 @@ def choose(state: PlusState, cands: Candidates, hp: HParams) -> tuple[PlusState,
     θ̃ = θ̂ + ``explore``·Lε, and no memory, σ(o + ``null_explore``·sd₀·ε₀ + ``null_optimism``·sd₀)
     with sd₀ the no-memory arm's own posterior sd (:func:`~.abstain.null_logit_sd`). It injects when
     the first exceeds the second by more than ``margin``."""
-    php = hp.plus
+    php = hp.mode
     f = state.theta.dtype
     features = jnp.asarray(php.features, f)
     valid = cands.valid
     any_valid = jnp.any(valid)
     cos = jnp.where(valid, cands.relevance, jnp.zeros_like(cands.relevance))
-    s = action_model.affinity(state.actions, cands.query.words[None, :], state.slot_actions[cands.slots])[0]  # (K,)
+    words = cands.query.features["words"]
+    s = action_model.affinity(state.actions, words[None, :], state.slot_actions[cands.slots])[0]  # (K,)
     psi = pair_features(cos, s, features)  # (K, F)
     stats = _null(state, cands.query.key[None, :], hp)
     p0 = null_mean(stats, php.p0_prior, php.p0_strength)[0]
@@ -186,11 +191,11 @@ def choose(state: PlusState, cands: Candidates, hp: HParams) -> tuple[PlusState,
     state = state._replace(
         key=key, n_abstain=state.n_abstain + abstained.astype(jnp.int32), n_tasks=state.n_tasks + 1,
         pending=PlusPending(p0=p0, k=stats.k[0], ky=stats.ky[0], psi=jnp.where(inject, chosen, jnp.zeros_like(chosen)),
-                            injected=inject, words=cands.query.words))
+                            injected=inject, words=words))
     nan = jnp.full((), jnp.nan, f)
     return state, Choice(index=jnp.where(inject, best, -1).astype(jnp.int32), p0=p0,
                          advantage=jnp.where(any_valid, gain[jnp.maximum(best, 0)], nan), abstained=abstained,
-                         gains=jnp.where(valid, gain, nan), affinity=jnp.where(valid, s, nan))
+                         scores={"gain": jnp.where(valid, gain, nan), "action model": jnp.where(valid, s, nan)})
 
 
 def target(state: PlusState, y: jax.Array, s_base: jax.Array, hp: HParams) -> jax.Array:
@@ -201,7 +206,7 @@ def target(state: PlusState, y: jax.Array, s_base: jax.Array, hp: HParams) -> ja
 def _refit(posterior: tuple[jax.Array, jax.Array], ring: Ring, totals: tuple[jax.Array, jax.Array],
            hp: HParams) -> tuple[jax.Array, jax.Array]:
     """(θ̂, L) refitted on the lift window (only the posterior goes through the conditional: it is small)."""
-    php = hp.plus
+    php = hp.mode
     theta = posterior[0]
     f = theta.dtype
     features = jnp.asarray(php.features, f)
@@ -225,7 +230,7 @@ def update(state: PlusState, fb: Feedback, hp: HParams) -> PlusState:
                                                fb.selected),
                            n_injected=n)
     totals = _null_totals(state, hp)
-    due = fb.selected & (n % hp.plus.refit_interval == 0)
+    due = fb.selected & (n % hp.mode.refit_interval == 0)
     theta, chol = gated(due, _refit, lambda post, ring, tot, h: post, (state.theta, state.chol), state.lift_ring,
                         totals, hp)
     return state._replace(theta=theta, chol=chol)
@@ -237,7 +242,7 @@ def worth(state: PlusState, probes: Query, scores: Callable[[], ProbeScores], me
     with the posterior mean θ̂ (deterministic); 2, recency, the creation step (so the lifecycle
     admits every offered memory and evicts the oldest: a FIFO bank). The last column is ``memory``.
     Only the chosen one is computed (a ``lax.switch``; vmapped with per-configuration choices, all)."""
-    php = hp.plus
+    php = hp.mode
     f = state.theta.dtype
 
     def paper() -> jax.Array:
@@ -245,8 +250,9 @@ def worth(state: PlusState, probes: Query, scores: Callable[[], ProbeScores], me
 
     def gain() -> jax.Array:
         features = jnp.asarray(php.features, f)
-        acts = jnp.concatenate([state.slot_actions, memory.actions[None, :]], axis=0)  # (B+1, A)
-        psi = pair_features(scores().cos, action_model.affinity(state.actions, probes.words, acts), features)
+        acts = jnp.concatenate([state.slot_actions, memory.features["actions"][None, :]], axis=0)  # (B+1, A)
+        psi = pair_features(scores().cos, action_model.affinity(state.actions, probes.features["words"], acts),
+                            features)
         p0 = _p0(state, probes.key, hp)  # (P+1,)
         return jax.nn.sigmoid(logit(p0)[:, None] + psi @ (state.theta * features)) - p0[:, None]
 
@@ -260,13 +266,21 @@ def write(state: PlusState, slot: jax.Array, writes: jax.Array, memory: MemoryTe
     """An offered memory (a judged success): the action model learns (question words → its actions),
     whether or not it is admitted; where it is written, its slot takes its action vector. A memory
     without actions teaches nothing."""
-    learns = offered & jnp.any(memory.actions != 0)
+    actions = memory.features["actions"]
+    learns = offered & jnp.any(actions != 0)
     s = jnp.maximum(slot, 0)
-    return state._replace(actions=action_model.learn(state.actions, state.pending.words, memory.actions, learns),
-                          slot_actions=state.slot_actions.at[s].set(
-                              jnp.where(writes, memory.actions, state.slot_actions[s])))
+    return state._replace(actions=action_model.learn(state.actions, state.pending.words, actions, learns),
+                          slot_actions=state.slot_actions.at[s].set(jnp.where(writes, actions, state.slot_actions[s])))
 
 
-def plus() -> Mode[PlusState]:
-    """The TokenWorth+ mode."""
-    return Mode(init=init, choose=choose, target=target, update=update, worth=worth, write=write)
+NAME = "tokenworth+"
+
+
+def plus(**shapes: int) -> Mode[PlusState]:
+    """The TokenWorth+ mode, with its shape fields (:class:`PlusShapes`: ``null_window``, ``word_dim``,
+    ``action_dim``) where given. It reads the question's words and the memory's actions."""
+    own = PlusShapes(**shapes)
+    return Mode(name=NAME, init=init, choose=choose, target=target, update=update, worth=worth, write=write,
+                shapes=own, hparams=SCHEMA,
+                features=(Feature("words", "query", own.word_dim, word_vector, "the question's words"),
+                          Feature("actions", "memory", own.action_dim, action_vector, "the memory's actions")))

@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import tempfile
 
-from agent.envs.sandbox.base import SandboxError
+from agent.sandbox.base import SandboxError
 
 DENIED: dict[str, tuple[str, ...]] = {
     "keyrings (shared with the host kernel)": ("add_key", "request_key", "keyctl"),

@@ -22,10 +22,11 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Sequence
 
-from agent.budget import Budget
-from agent.checkpoint import atomic_write_json, atomic_write_text
+from agent.core.budget import Budget
+from agent.storage.checkpoint import atomic_write_json, atomic_write_text
 from agent.experiment.engine import ExperimentResult
 from agent.experiment.streams import GridError, StreamSpec, expand, grid_points
+from agent.results.record import TaskRecord
 
 # Spec §9, sensitivity on DB: each hyperparameter varied alone around the preset.
 TABLE_A3: dict[str, tuple[float, ...]] = {
@@ -76,14 +77,14 @@ class StreamResult:
     admissions: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def from_records(cls, config: dict[str, Any], records: Sequence[dict[str, Any]]) -> "StreamResult":
+    def from_records(cls, config: dict[str, Any], records: Sequence[TaskRecord]) -> "StreamResult":
         admissions: dict[str, int] = {}
         for r in records:
-            admission = (r.get("decision") or {}).get("admission")
+            admission = r.decision.get("admission")  # the controller's own log (agent.policies.tokenworth)
             if admission:
                 admissions[admission["code"]] = admissions.get(admission["code"], 0) + 1
-        return cls(dict(config), [int(r["reward"]) for r in records], [int(r["output_tokens"]) for r in records],
-                   sum(r["injected_memory_id"] is not None for r in records), dict(sorted(admissions.items())))
+        return cls(dict(config), [r.reward for r in records], [r.output_tokens for r in records],
+                   sum(r.injected_memory_id is not None for r in records), dict(sorted(admissions.items())))
 
     def summary(self) -> dict[str, Any]:
         n = max(1, len(self.rewards))

@@ -19,14 +19,16 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from agent.results.record import TaskRecord
+
 
 class ReportError(ValueError):
     """Records that cannot be summarised (duplicated or missing tasks)."""
 
 
-def check_indices(method: str, records: Sequence[Mapping[str, Any]]) -> None:
+def check_indices(method: str, records: Sequence[TaskRecord]) -> None:
     """Refuse records whose task indices are not exactly 0..N-1 in order."""
-    indices = [r.get("index") for r in records]
+    indices = [r.index for r in records]
     if indices == list(range(len(indices))):
         return
     seen: dict[Any, int] = {}
@@ -41,12 +43,13 @@ def check_indices(method: str, records: Sequence[Mapping[str, Any]]) -> None:
         f"edited; redo {method} with --methods {method} --overwrite")
 
 
-def finished_records(out_dir: str | Path, methods: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+def finished_records(out_dir: str | Path, methods: Sequence[str]) -> dict[str, list[TaskRecord]]:
     """Records of every method in ``out_dir`` whose checkpoint says it finished, in ``methods`` order."""
-    from agent.checkpoint import load_checkpoint, read_records
+    from agent.results.record import read_records
+    from agent.storage.checkpoint import load_checkpoint
 
     out = Path(out_dir)
-    found: dict[str, list[dict[str, Any]]] = {}
+    found: dict[str, list[TaskRecord]] = {}
     for method in methods:
         state = load_checkpoint(out / method / "checkpoint.pkl")
         if state is not None and state.get("finished"):
@@ -68,22 +71,22 @@ class MethodSummary:
     skill_counts: dict[str, int]
 
 
-def summarize(records_by_method: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[MethodSummary]:
+def summarize(records_by_method: Mapping[str, Sequence[TaskRecord]]) -> list[MethodSummary]:
     standard = records_by_method.get("standard")
-    standard_tok = float(np.mean([r["output_tokens"] for r in standard])) if standard else None
+    standard_tok = float(np.mean([r.output_tokens for r in standard])) if standard else None
     summaries = []
     for method, records in records_by_method.items():
         if not records:
             continue
         check_indices(method, records)
-        rewards = np.asarray([r["reward"] for r in records], dtype=np.float64)
-        tokens = np.asarray([r["output_tokens"] for r in records], dtype=np.float64)
+        rewards = rewards_of(records)
+        tokens = np.asarray([r.output_tokens for r in records], dtype=np.float64)
         skill_hits: dict[str, list[int]] = {}
-        statuses: dict[str, int] = {}
+        statuses: dict[Any, int] = {}
         for r in records:
-            statuses[r["status"]] = statuses.get(r["status"], 0) + 1
-            for skill in r["skill_list"]:
-                skill_hits.setdefault(skill, []).append(int(r["reward"]))
+            statuses[r.status] = statuses.get(r.status, 0) + 1
+            for skill in r.skill_list:
+                skill_hits.setdefault(skill, []).append(int(r.reward))
         output_tok = float(tokens.mean())
         delta = (output_tok - standard_tok) / standard_tok if standard_tok else None
         summaries.append(MethodSummary(
@@ -91,8 +94,8 @@ def summarize(records_by_method: Mapping[str, Sequence[Mapping[str, Any]]]) -> l
             tasks=len(records),
             sr=100.0 * float(rewards.mean()),
             output_tok=output_tok,
-            execution_tok=float(np.mean([r["execution_tokens"] for r in records])),
-            auxiliary_tok=float(np.mean([r["auxiliary_tokens"] for r in records])),
+            execution_tok=float(np.mean([r.execution_tokens for r in records])),
+            auxiliary_tok=float(np.mean([r.auxiliary_tokens for r in records])),
             delta_tok=delta,
             statuses=dict(sorted(statuses.items())),
             skill_sr={s: 100.0 * float(np.mean(v)) for s, v in sorted(skill_hits.items())},
@@ -131,14 +134,20 @@ def summaries_json(summaries: Sequence[MethodSummary]) -> list[dict[str, Any]]:
     return [dataclasses.asdict(s) for s in summaries]
 
 
-def cumulative_sr(records: Sequence[Mapping[str, Any]]) -> np.ndarray:
-    rewards = np.asarray([r["reward"] for r in records], dtype=np.float64)
+def rewards_of(records: Sequence[TaskRecord]) -> np.ndarray:
+    """The stream's rewards, in task order, as float64 (what every SR figure is made of)."""
+    return np.asarray([r.reward for r in records], dtype=np.float64)
+
+
+def cumulative_sr(rewards: Sequence[float]) -> np.ndarray:
+    """SR (%) of the first 1, 2, ..., N tasks."""
+    rewards = np.asarray(rewards, dtype=np.float64)
     return 100.0 * np.cumsum(rewards) / np.arange(1, len(rewards) + 1)
 
 
-def rolling_sr(records: Sequence[Mapping[str, Any]], window: int) -> np.ndarray:
+def rolling_sr(rewards: Sequence[float], window: int) -> np.ndarray:
     """SR (%) over the last ``window`` tasks, for tasks window..N (one value per full window)."""
-    rewards = np.asarray([r["reward"] for r in records], dtype=np.float64)
+    rewards = np.asarray(rewards, dtype=np.float64)
     if len(rewards) < window:
         return np.zeros(0)
     return 100.0 * np.convolve(rewards, np.ones(window) / window, mode="valid")
@@ -174,9 +183,10 @@ def save_figure(fig: Any, path: str | Path, rect: tuple[float, float, float, flo
     return target
 
 
-def plot_cumulative_sr(records_by_method: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path,
+def plot_cumulative_sr(rewards_by_method: Mapping[str, Sequence[float]], path: str | Path,
                        title: str = "") -> Path:
-    """PNG of SR over the stream, one colour per method (Agg backend).
+    """PNG of SR over the stream (``rewards_by_method``: each line's rewards in task order), one colour per
+    method (Agg backend).
 
     Top: cumulative SR, its y axis zoomed to the data (the first tasks, where the running
     mean swings between 0 and 100 %, are left out of the zoom). Bottom: SR over a rolling
@@ -189,17 +199,17 @@ def plot_cumulative_sr(records_by_method: Mapping[str, Sequence[Mapping[str, Any
     import matplotlib.pyplot as plt
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9.5, 7.0), dpi=120, sharex=True)
-    present = {m: r for m, r in records_by_method.items() if r}
+    present = {m: r for m, r in rewards_by_method.items() if len(r)}
     n_max = max((len(r) for r in present.values()), default=0)
     window = rolling_window(n_max)
     cumulative, rolling = [], []
-    for method, records in present.items():
-        curve = cumulative_sr(records)
+    for method, rewards in present.items():
+        curve = cumulative_sr(rewards)
         line, = top.plot(np.arange(1, len(curve) + 1), curve, label=f"{method} ({curve[-1]:.1f}%)")
         cumulative.append(curve)
-        roll = rolling_sr(records, window)
+        roll = rolling_sr(rewards, window)
         if roll.size:
-            bottom.plot(np.arange(window, len(records) + 1), roll, color=line.get_color(), label=method)
+            bottom.plot(np.arange(window, len(rewards) + 1), roll, color=line.get_color(), label=method)
             rolling.append(roll)
     skip = _zoom_skip(n_max)
     _zoomed(top, cumulative, skip=skip)
@@ -234,7 +244,7 @@ def _std(values: Sequence[float]) -> float:
     return float(np.std(values))
 
 
-def experiment_rows(finished: Sequence[tuple[Any, Sequence[Mapping[str, Any]]]]) -> list[dict[str, Any]]:
+def experiment_rows(finished: Sequence[tuple[Any, Sequence[TaskRecord]]]) -> list[dict[str, Any]]:
     """One row per (env, grid point, method) over the finished streams: SR and tokens, mean ± std over seeds.
 
     ``finished`` holds (:class:`~agent.experiment.streams.StreamSpec`, records) pairs. ΔTok is
@@ -247,15 +257,15 @@ def experiment_rows(finished: Sequence[tuple[Any, Sequence[Mapping[str, Any]]]])
             cells.setdefault((spec.env, spec.point, spec.method), []).append((spec.seed, records))
     rows = []
     for (env, point, method), runs in cells.items():
-        srs = [100.0 * float(np.mean([r["reward"] for r in recs])) for _, recs in runs]
-        toks = [float(np.mean([r["output_tokens"] for r in recs])) for _, recs in runs]
-        aux = [float(np.mean([r["auxiliary_tokens"] for r in recs])) for _, recs in runs]
+        srs = [100.0 * float(np.mean(rewards_of(recs))) for _, recs in runs]
+        toks = [float(np.mean([r.output_tokens for r in recs])) for _, recs in runs]
+        aux = [float(np.mean([r.auxiliary_tokens for r in recs])) for _, recs in runs]
         rows.append({"env": env, "point": dict(point), "method": method, "seeds": sorted(s for s, _ in runs),
                      "tasks": len(runs[0][1]), "sr": float(np.mean(srs)), "sr_std": _std(srs), "sr_by_seed": srs,
                      "output_tok": float(np.mean(toks)), "output_tok_std": _std(toks), "aux_tok": float(np.mean(aux)),
-                     "reward_curve": np.mean([[r["reward"] for r in recs] for _, recs in runs], axis=0).tolist()
+                     "reward_curve": np.mean([rewards_of(recs) for _, recs in runs], axis=0).tolist()
                      if len({len(recs) for _, recs in runs}) == 1 else None,
-                     "reward_curves": [[float(r["reward"]) for r in recs] for _, recs in runs]})
+                     "reward_curves": [rewards_of(recs).tolist() for _, recs in runs]})
     for row in rows:
         standard = next((r for r in rows if r["env"] == row["env"] and r["point"] == row["point"]
                          and r["method"] == "standard"), None)
@@ -278,7 +288,7 @@ def experiment_table(rows: Sequence[Mapping[str, Any]], title: str = "") -> str:
 
 def budget_axis(rows: Sequence[Mapping[str, Any]]) -> str | None:
     """The one budget field the grid varies (o_max, ...), or None."""
-    from agent.experiment.streams import BUDGET_AXES
+    from agent.core.budget import BUDGET_AXES
 
     axes = {k for r in rows for k in r["point"] if k in BUDGET_AXES}
     return next(iter(axes)) if len(axes) == 1 else None
@@ -339,8 +349,8 @@ def plot_experiment_sr(rows: Sequence[Mapping[str, Any]], path: str | Path, titl
     (as ``budget_levels.png``); cumulative SR on top, SR over a rolling window below.
     """
     if streams <= MAX_LINES:
-        curves = {" ".join(x for x in (r["env"], r["method"], _point_label(r["point"])) if x):
-                  [{"reward": v} for v in r["reward_curve"]] for r in rows if r["reward_curve"] is not None}
+        curves = {" ".join(x for x in (r["env"], r["method"], _point_label(r["point"])) if x): r["reward_curve"]
+                  for r in rows if r["reward_curve"] is not None}
         return plot_cumulative_sr(curves, path, title)
     import matplotlib
 
@@ -364,9 +374,8 @@ def plot_experiment_sr(rows: Sequence[Mapping[str, Any]], path: str | Path, titl
             per_seed = [c for c in row["reward_curves"] if c]
             if not per_seed or len({len(c) for c in per_seed}) != 1:
                 continue
-            for ax, values, kept in ((top, [cumulative_sr([{"reward": v} for v in c]) for c in per_seed], cumulative),
-                                     (bottom, [rolling_sr([{"reward": v} for v in c], window) for c in per_seed],
-                                      rolling)):
+            for ax, values, kept in ((top, [cumulative_sr(c) for c in per_seed], cumulative),
+                                     (bottom, [rolling_sr(c, window) for c in per_seed], rolling)):
                 curves = np.asarray(values)
                 if curves.shape[1] == 0:
                     continue

@@ -9,7 +9,7 @@ same batched ``generate`` as every other stream's rounds.
 
 Budget (App. A.2 of the paper): an auxiliary call's output tokens count toward the task's
 O_max and toward OutputTok, booked as ``"auxiliary"`` in the task's
-:class:`~agent.budget.TokenLedger`. Under per-task accounting the call may spend what the
+:class:`~agent.core.budget.TokenLedger`. Under per-task accounting the call may spend what the
 task has left (execution rounds and earlier auxiliary calls included); when nothing is left
 the call is **skipped**: the method receives ``None`` and the record's ``aux_calls`` entry
 says ``skipped``. Under per-call accounting every call gets min(512, O_max) afresh, as the
@@ -27,7 +27,7 @@ import dataclasses
 from typing import Any, Callable, Generator, Mapping, TypeVar
 
 from agent.backbones.base import Generation, prompt_usage
-from agent.budget import BudgetExceeded, TokenLedger
+from agent.core.budget import BudgetExceeded, TokenLedger
 from agent.sim.facts import AuxHint
 
 T = TypeVar("T")

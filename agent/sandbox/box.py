@@ -17,11 +17,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable, Mapping
 
-from agent.envs.sandbox.base import (
+from agent.sandbox.base import (
     _HOST_TOOLS, DEFAULT_PATH, KEPT_CAPABILITIES, CommandResult, SandboxError, SandboxLimits,
 )
-from agent.envs.sandbox import leftovers, seccomp
-from agent.envs.sandbox.cgroups import Cgroup, sandbox_parents
+from agent.sandbox import leftovers, seccomp
+from agent.sandbox.cgroups import Cgroup, sandbox_parents
 
 # The set-up script (run as `sh -c <text>`, never by path: sh reads scripts lazily and
 # the host tree is gone after pivot_root) and PID 1's program ship as package data.

@@ -18,6 +18,8 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from agent.results.record import RecordError, TaskRecord
+
 RULE = "─" * 72
 
 
@@ -27,15 +29,11 @@ class ShowError(ValueError):
 
 def env_instructions(env: str) -> str:
     """The instructions text of ``env`` (a module constant; no environment is started)."""
-    if env == "db":
-        from agent.envs.db import INSTRUCTIONS
-    elif env == "os":
-        from agent.envs.os_env import INSTRUCTIONS
-    elif env == "kg":
-        from agent.envs.kg import INSTRUCTIONS
-    else:
+    from agent.envs.registry import INSTRUCTIONS
+
+    if env not in INSTRUCTIONS:
         raise ShowError(f"unknown environment {env!r} in the record")
-    return str(INSTRUCTIONS)
+    return str(INSTRUCTIONS.factory(env))
 
 
 def _methods(run: Path) -> list[str]:
@@ -48,7 +46,7 @@ def _methods(run: Path) -> list[str]:
     return sorted(present, key=lambda m: (m.count("/"), order.get(m.rsplit("/", 1)[-1].split("@")[0], len(order)), m))
 
 
-def find_record(run: str | Path, method: str | None = None, task: int | None = None) -> dict[str, Any]:
+def find_record(run: str | Path, method: str | None = None, task: int | None = None) -> TaskRecord:
     """The record of task index ``task`` (default: the first) of ``method`` (default: the first present)."""
     run = Path(run)
     if not run.is_dir():
@@ -66,14 +64,16 @@ def find_record(run: str | Path, method: str | None = None, task: int | None = N
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                record = TaskRecord.from_json(json.loads(line), f"{path}:{number}")
             except json.JSONDecodeError:
                 if not line.endswith(b"\n"):  # a half-written last line of a killed run
                     break
                 raise ShowError(f"{path}:{number} is not valid JSON") from None
-            if task is None or record.get("index") == task:
+            except RecordError as exc:
+                raise ShowError(str(exc)) from None
+            if task is None or record.index == task:
                 return record
-            indices.append(int(record.get("index", -1)))
+            indices.append(record.index)
     if task is None:
         raise ShowError(f"{path} holds no records yet")
     span = f"{min(indices)}..{max(indices)}" if indices else "none"
@@ -85,31 +85,31 @@ def _block(role: str, text: str, note: str = "") -> list[str]:
     return [head, text if text else "(empty)", ""]
 
 
-def conversation_lines(record: dict[str, Any]) -> list[str]:
+def conversation_lines(record: TaskRecord) -> list[str]:
     """The record rendered as the conversation the model saw, then the verdict."""
     from agent.envs.base import SYSTEM_PROMPT, instructions_digest
 
-    lines = [f"{record.get('method')} · task {record.get('index')} ({record.get('task_id')}) · env {record.get('env')}"
-             f" · accounting {record.get('accounting', '?')} · status {record.get('status')}"
-             f" · {record.get('output_tokens')} output tokens in {record.get('rounds')} rounds", RULE]
-    if "trajectory" not in record:
+    lines = [f"{record.method} · task {record.index} ({record.task_id}) · env {record.env}"
+             f" · accounting {record.accounting or '?'} · status {record.status}"
+             f" · {record.output_tokens} output tokens in {record.rounds} rounds", RULE]
+    if record.trajectory is None:
         raise ShowError("this record predates trajectory logging (no 'trajectory' field); rerun the task to see it")
-    instructions = env_instructions(str(record["env"]))
-    expected = record.get("instructions_sha256")
+    instructions = env_instructions(record.env)
+    expected = record.instructions_sha256
     if expected and expected != instructions_digest(instructions):
-        lines += [f"warning: the {record['env']} instructions changed since this run; the first user turn below is "
+        lines += [f"warning: the {record.env} instructions changed since this run; the first user turn below is "
                   "today's text, not what was sent", ""]
     first_user = instructions
-    block = record.get("injection_text") or ""
+    block = record.injection_text or ""
     if block:
         first_user = f"{instructions.rstrip()}\n\n{block.rstrip()}\n"
     lines += _block("system", SYSTEM_PROMPT)
     lines += _block("user", first_user, f"instructions + injected block, {len(block)} chars" if block
                     else "instructions; nothing injected")
     lines += _block("assistant", "OK.")
-    lines += _block("user", record.get("task_prompt") or "(task prompt not recorded: the environment failed to start)",
+    lines += _block("user", record.task_prompt or "(task prompt not recorded: the environment failed to start)",
                     "task")
-    rounds: Sequence[dict[str, Any]] = record["trajectory"]
+    rounds: Sequence[dict[str, Any]] = record.trajectory
     for i, entry in enumerate(rounds):
         note = (f"round {i + 1} · {entry.get('tokens')} tokens of max {entry.get('max_tokens')}"
                 f" · finish {entry.get('finish_reason')}")
@@ -132,12 +132,12 @@ def conversation_lines(record: dict[str, Any]) -> list[str]:
     return lines
 
 
-def verdict_lines(record: dict[str, Any]) -> list[str]:
-    verdict = dict(record.get("judge") or {})
-    reward = verdict.pop("reward", record.get("reward"))
-    out = [f"verdict: reward {reward} · status {record.get('status')}"]
-    if record.get("error"):
-        out.append(f"error: {record['error']}")
+def verdict_lines(record: TaskRecord) -> list[str]:
+    verdict = dict(record.judge or {})
+    reward = verdict.pop("reward", record.reward)
+    out = [f"verdict: reward {reward} · status {record.status}"]
+    if record.error:
+        out.append(f"error: {record.error}")
     for key, value in verdict.items():
         out.append(f"  {key}: {json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value}")
     return out

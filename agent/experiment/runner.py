@@ -16,22 +16,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from agent import runfolder
-from agent.auxiliary import without_model
-from agent.budget import Budget, InjectionBlock
-from agent.checkpoint import DURABLE_EVERY_S
-from agent.data import Task
+from agent.storage import runfolder
+from agent.policies.auxiliary import without_model
+from agent.core.budget import Budget, InjectionBlock
+from agent.storage.checkpoint import DURABLE_EVERY_S
+from agent.tasks import Task
 from agent.envs.base import Environment
 from agent.envs.registry import make_environment  # noqa: F401  (re-exported for benches)
-from agent.episode import (JUDGE_CAP, OBSERVATION_CAP, OVER_MAX_TOKENS, Episode, Request, clipped,  # noqa: F401
+from agent.experiment.episode import (JUDGE_CAP, OBSERVATION_CAP, OVER_MAX_TOKENS, Episode, Request, clipped,  # noqa: F401
                            invalid_reason, round_entry)
-from agent.experiment.engine import NONDETERMINISTIC_FIELDS, StreamHook, comparable, run_experiment  # noqa: F401
+from agent.experiment.engine import StreamHook, run_experiment
 from agent.experiment.streams import StreamSpec
 from agent.experiment.task import make_record, render, run_task  # noqa: F401
-from agent.harness import DEFAULT_HARNESS, HarnessOptions
+from agent.core.harness import DEFAULT_HARNESS, HarnessOptions
 from agent.memory import Memory
 from agent.policies.base import MemoryPolicy
 from agent.policies.registry import METHOD_NAMES, POLICIES, make_policy  # noqa: F401
+from agent.results.record import NONDETERMINISTIC_FIELDS, TaskRecord, comparable  # noqa: F401
 from agent.sim.facts import AnyBackbone
 
 
@@ -45,7 +46,7 @@ def run_stream(method: str, env_name: str, tasks: Sequence[Task], backbone: AnyB
                out_dir: str | Path, *, env: Environment | None = None, kg_endpoint: str | None = None,
                hook: StreamHook | None = None, checkpoint_every: int = 1, stop_after: int | None = None,
                durable_every_s: float = DURABLE_EVERY_S, harness: HarnessOptions = DEFAULT_HARNESS,
-               hparams: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+               hparams: dict[str, Any] | None = None) -> list[TaskRecord]:
     """Run (or resume) ``method`` over ``tasks`` into ``out_dir/<method>``; returns all records, old and new.
 
     ``stop_after`` processes at most that many tasks in this call; ``hook`` hears of the stream's
@@ -62,7 +63,7 @@ def run_stream(method: str, env_name: str, tasks: Sequence[Task], backbone: AnyB
 def write_run_config(out_dir: str | Path, config: dict[str, Any], *, overwrite: bool = False) -> None:
     """Record the run's settings; refuse to mix two different runs in one directory.
 
-    A thin wrapper over :func:`agent.runfolder.prepare` for callers that run every method.
+    A thin wrapper over :func:`agent.storage.runfolder.prepare` for callers that run every method.
     """
     out = Path(out_dir)
     with runfolder.locked(*runfolder.folder_lock(out), wait_s=runfolder.FOLDER_LOCK_WAIT_S):

@@ -67,10 +67,13 @@ class Budget:
     @classmethod
     def for_env(cls, env: str, accounting: str | None = None) -> "Budget":
         """The Table A1 preset of ``env`` ("db", "os" or "kg"), with ``accounting`` if given."""
+        from tokenworth_jax.presets import capacity  # B_max has one definition: the controller's preset table
+
         try:
-            preset = PRESETS[env]
+            limits = LIMITS[env]
         except KeyError:
-            raise ValueError(f"no budget preset for environment {env!r}; expected one of {sorted(PRESETS)}") from None
+            raise ValueError(f"no budget preset for environment {env!r}; expected one of {sorted(LIMITS)}") from None
+        preset = Budget(env, bank_capacity=capacity(env), **limits)
         return preset if accounting is None else preset.replace(accounting=accounting)
 
     def replace(self, **changes: int | str) -> "Budget":
@@ -89,11 +92,16 @@ class Budget:
         return all(t <= min(self.per_call_cap, self.max_output_tokens) for t in call_tokens)
 
 
-PRESETS: dict[str, Budget] = {
-    "db": Budget("db", max_output_tokens=128, max_rounds=3, bank_capacity=64, max_memories=1, max_injected_chars=900),
-    "os": Budget("os", max_output_tokens=512, max_rounds=5, bank_capacity=64, max_memories=1, max_injected_chars=800),
-    "kg": Budget("kg", max_output_tokens=128, max_rounds=15, bank_capacity=64, max_memories=1, max_injected_chars=4096),
+LIMITS: dict[str, dict[str, int]] = {  # Table A1, but B_max (tokenworth_jax.presets.capacity)
+    "db": dict(max_output_tokens=128, max_rounds=3, max_memories=1, max_injected_chars=900),
+    "os": dict(max_output_tokens=512, max_rounds=5, max_memories=1, max_injected_chars=800),
+    "kg": dict(max_output_tokens=128, max_rounds=15, max_memories=1, max_injected_chars=4096),
 }
+
+
+# The short names of the budget's fields, as grids (``--grid o_max=64,128``), stream folders and figures write them.
+BUDGET_AXES: dict[str, str] = {"o_max": "max_output_tokens", "j_max": "max_rounds", "b_max": "bank_capacity",
+                               "k_max": "max_memories", "l_max": "max_injected_chars"}
 
 
 class BudgetExceeded(RuntimeError):

@@ -3,7 +3,7 @@
 :class:`Episode` is advanced one backbone reply at a time (``request`` → backbone →
 ``feed``), so that the experiment engine (:mod:`agent.experiment`) can serve the pending
 requests of many streams with one batched ``generate``. It knows nothing of memory
-policies: it gets the injected block and the task's :class:`~agent.budget.TokenLedger`
+policies: it gets the injected block and the task's :class:`~agent.core.budget.TokenLedger`
 (which auxiliary calls of the policy share), runs the rounds, and judges.
 """
 
@@ -13,8 +13,8 @@ import dataclasses
 from typing import Any, Sequence
 
 from agent.backbones.base import Generation, prompt_usage
-from agent.budget import Budget, BudgetExceeded, InjectionBlock, TokenLedger
-from agent.data import Task
+from agent.core.budget import Budget, BudgetExceeded, InjectionBlock, TokenLedger
+from agent.tasks import Task
 from agent.envs.base import Environment, conversation, instructions_digest
 from agent.memory import Turn
 from agent.sim import facts as sim_facts

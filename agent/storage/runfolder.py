@@ -6,7 +6,7 @@ Layout (everything here is written by tokenworth; nothing else is ever deleted):
     <out>/.lock                       held briefly while config/summary are checked or written
     <out>/<method>/records.jsonl      one JSON record per task
     <out>/<method>/checkpoint.pkl     policy state + JSONL offset + next task index
-    <out>/<method>/checkpoint.durable.pkl  its last fsynced copy (agent/checkpoint.py)
+    <out>/<method>/checkpoint.durable.pkl  its last fsynced copy (agent/storage/checkpoint.py)
     <out>/<method>/.lock              held for as long as a process runs that method
     <out>/summary.md|json, cumulative_sr.png
                                       (+ budget_levels.png for a grid over budget levels)
@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from agent.checkpoint import atomic_write_json, durable_path
+from agent.storage.checkpoint import atomic_write_json, durable_path
 
 CONFIG = "config.json"
 LOCK = ".lock"

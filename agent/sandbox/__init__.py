@@ -60,14 +60,14 @@ Modules: ``base`` (value types), ``box`` (:class:`Sandbox`), ``cgroups``, ``secc
 ``leftovers``; data: ``setup.sh``, ``holder.py``.
 """
 
-from agent.envs.sandbox.base import (
+from agent.sandbox.base import (
     DEFAULT_PATH,
     KEPT_CAPABILITIES,
     CommandResult,
     SandboxError,
     SandboxLimits,
 )
-from agent.envs.sandbox.box import Sandbox, sandbox_unavailable_reason
+from agent.sandbox.box import Sandbox, sandbox_unavailable_reason
 
 __all__ = [
     "DEFAULT_PATH",

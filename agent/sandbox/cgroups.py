@@ -8,8 +8,8 @@ import time
 import uuid
 from pathlib import Path
 
-from agent.envs.sandbox import leftovers
-from agent.envs.sandbox.base import SandboxError, SandboxLimits
+from agent.sandbox import leftovers
+from agent.sandbox.base import SandboxError, SandboxLimits
 
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _GROUP_DIR = "tokenworth-sandboxes"  # parent of all per-sandbox cgroups
