@@ -138,7 +138,9 @@ def test_lab_runs_the_controller_on_the_simulated_db_stream(data_dir) -> None:
     if not (Path(data_dir) / "db_bench").exists():
         pytest.skip(f"DB task data not found under {data_dir}")
     db = lab.Lab("db", 40, [0])
-    none, plus, paper = (db.run(0, *lab.CONFIGS[name]) for name in ("no memory", "tokenworth+", "tokenworth"))
+    none, paper = (db.run(0, *lab.CONFIGS[name]) for name in ("no memory", "tokenworth"))
+    # 40 tasks: a floor of 10 no-memory outcomes (the default 50 would leave nothing injected)
+    plus = db.run(0, True, {**lab.CONFIGS["tokenworth+"][1], "plus_null_first": 10.0})
     assert none["injected"] == 0 and plus["injected"] > 0 and paper["injected"] > 0
     for row in (plus, paper):
         assert 0 <= row["harmful"] <= row["injected"] and 0 <= row["j"] <= 1
