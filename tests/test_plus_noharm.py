@@ -130,14 +130,23 @@ def _run(effect: float, seed: int = 0, **overrides):
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_abstains_where_injecting_hurts_and_the_rule_before_did_not(seed):
+def test_abstains_where_injecting_hurts(seed):
     sr, no_memory, injected = _run(-0.3, seed)
     assert injected[200:].mean() < 0.05  # it learned that injecting hurts here
     # the expected loss stays within the guard's allowance, 4 + 0.002·400 = 4.8 successes (1.2 points) ...
     assert 0.3 * injected.sum() <= 4.8
     assert sr >= no_memory - 0.03  # ... and the realised one within it plus the noise of those few injections
-    sr_before, _, injected_before = _run(-0.3, seed, **BEFORE)
-    assert injected_before[200:].mean() > 0.5 and sr_before < no_memory - 0.05  # the failure of issue 30
+
+
+def test_on_a_harm_majority_stream_the_rule_before_loses_and_the_default_does_not():
+    """Issue 30's failure: a quarter of the memories help, the rest hurt by 0.15. The rule before learned
+    "no memory" only from its own rare abstentions and kept injecting."""
+    st = streams.make_stream("h25-x15-s2-n2", 1, 1000)
+    no_memory = streams.no_memory(st)
+    now = streams.run_controller(st, True, plus_seed=1)
+    before = streams.run_controller(st, True, plus_seed=1, **BEFORE)
+    assert before["injected"] > 0.8 and before["sr"] < no_memory - 3
+    assert now["sr"] >= no_memory - 1 and now["injected"] < 0.2
 
 
 def test_injects_where_injecting_helps_and_exploring_no_memory_decays():
