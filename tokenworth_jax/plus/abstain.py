@@ -51,16 +51,29 @@ class NullStats(NamedTuple):
     y: jax.Array  # () successes in the ring
 
 
-def null_stats(queries: jax.Array, ring: Ring, bandwidth: jax.Array) -> NullStats:
-    """The kernel sums of P queries (P, D) over the no-memory ring, and its totals."""
+def null_stats(queries: jax.Array, ring: Ring, bandwidth: jax.Array,
+               totals: tuple[jax.Array, jax.Array] | None = None) -> NullStats:
+    """The kernel sums of P queries (P, D) over the no-memory ring, and its totals (or ``totals``,
+    (outcomes, successes) counted elsewhere, e.g. over every no-memory outcome so far)."""
     q_ring, y = ring.data
     f = q_ring.dtype
     valid = ring_valid(ring)
     yv = jnp.where(valid, y, jnp.zeros_like(y))
     cos = queries @ q_ring.T  # (P, N0)
     k = jnp.where(valid[None, :], jnp.exp(-(1 - cos) / jnp.asarray(bandwidth, f)), jnp.zeros_like(cos))
-    return NullStats(k=jnp.sum(k, axis=-1), ky=k @ yv, k2=jnp.sum(k * k, axis=-1), n=jnp.sum(valid).astype(f),
-                     y=jnp.sum(yv))
+    n, total_y = (jnp.sum(valid).astype(f), jnp.sum(yv)) if totals is None else totals
+    return NullStats(k=jnp.sum(k, axis=-1), ky=k @ yv, k2=jnp.sum(k * k, axis=-1), n=n, y=total_y)
+
+
+def stored_stats(k: jax.Array, ky: jax.Array, totals: tuple[jax.Array, jax.Array]) -> NullStats:
+    """Local sums kept from select time (any shape) with the ring's current totals (k2 unused: zeros)."""
+    return NullStats(k=k, ky=ky, k2=jnp.zeros_like(k), n=totals[0], y=totals[1])
+
+
+def far_stats(totals: tuple[jax.Array, jax.Array], like: jax.Array) -> NullStats:
+    """The ring seen from far away (no local evidence), shaped like ``like``: its totals only."""
+    zero = jnp.zeros_like(like)
+    return NullStats(k=zero, ky=zero, k2=zero, n=totals[0], y=totals[1])
 
 
 def _global_rate(stats: NullStats, prior: jax.Array, strength: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -39,7 +39,7 @@ from ..modes import Candidates, Choice, Feedback, Mode, paper_target
 from ..ring import Ring, ring_init, ring_push, ring_valid
 from ..scorers import ProbeScores
 from . import actions as action_model
-from .abstain import NullStats, logit, null_logit_sd, null_mean, null_stats
+from .abstain import NullStats, far_stats, logit, null_logit_sd, null_mean, null_stats, stored_stats
 from .actions import ActionModel
 from .config import N_LIFT_FEATURES, SCHEMA, PlusShapes
 from .guard import allows
@@ -126,18 +126,11 @@ def _null_totals(state: PlusState, hp: HParams) -> tuple[jax.Array, jax.Array]:
 
 def _null(state: PlusState, keys: jax.Array, hp: HParams) -> NullStats:
     """The no-memory evidence about P queries (P, D): local kernel sums and the global totals."""
-    n, y = _null_totals(state, hp)
-    return null_stats(keys, state.null_ring, hp.mode.bandwidth)._replace(n=n, y=y)
+    return null_stats(keys, state.null_ring, hp.mode.bandwidth, _null_totals(state, hp))
 
 
 def _p0(state: PlusState, keys: jax.Array, hp: HParams) -> jax.Array:
     return null_mean(_null(state, keys, hp), hp.mode.p0_prior, hp.mode.p0_strength)
-
-
-def _global(totals: tuple[jax.Array, jax.Array], like: jax.Array) -> NullStats:
-    """The no-memory ring seen from far away (no local evidence): its totals only."""
-    zero = jnp.zeros_like(like)
-    return NullStats(k=zero, ky=zero, k2=zero, n=totals[0], y=totals[1])
 
 
 def lift_offsets(ring: Ring, totals: tuple[jax.Array, jax.Array], hp: HParams) -> jax.Array:
@@ -145,8 +138,7 @@ def lift_offsets(ring: Ring, totals: tuple[jax.Array, jax.Array], hp: HParams) -
     no-memory ring's current totals (each row's local sums as they were at its select time)."""
     php = hp.mode
     _, _, stored, k, ky = ring.data
-    current = logit(null_mean(NullStats(k=k, ky=ky, k2=jnp.zeros_like(k), n=totals[0], y=totals[1]),
-                              php.p0_prior, php.p0_strength))
+    current = logit(null_mean(stored_stats(k, ky, totals), php.p0_prior, php.p0_strength))
     return jnp.where(_on(php.reoffset), current, stored)
 
 
@@ -181,7 +173,7 @@ def choose(state: PlusState, cands: Candidates, hp: HParams) -> tuple[PlusState,
     null = jax.nn.sigmoid(o + sd0 * (php.null_explore * jax.random.normal(k_null, (), f) + php.null_optimism))
     propose = upper - null > php.margin
     totals = stats.n, stats.y
-    sd_global = null_logit_sd(_global(totals, p0[None]), php.p0_prior, php.p0_strength)[0]
+    sd_global = null_logit_sd(far_stats(totals, p0[None]), php.p0_prior, php.p0_strength)[0]
     allowance = php.guard_budget + php.guard_rate * (state.n_tasks + 1).astype(f)
     safe = allows(chosen, o, (state.lift_ring.data[1] + 1) / 2, lift_offsets(state.lift_ring, totals, hp),
                   ring_valid(state.lift_ring), state.theta * features, state.chol, sd_global, php.guard_sds, allowance)
