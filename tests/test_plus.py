@@ -365,6 +365,6 @@ def test_plus_shapes_are_checked_and_features_follow_them():
 def test_checked_mode_accepts_a_plus_state():
     """tw.checked flags every non-finite state leaf: the plus state has none."""
     ev = events(5, T=30)
-    spec, hp = setup()
+    spec, hp = setup(plus_null_first=0.0)  # 30 tasks: inject without first measuring "no memory" 50 times
     state, out = tw.checked.run(tw.init(spec, hp), ev, hp, spec)
     assert int(jnp.sum(out.selection.chosen >= 0)) > 0 and int(state.mode.actions.n) > 0

@@ -91,7 +91,7 @@ def env_checks(table: dict[str, dict[str, dict[str, Any]]], harm: dict[str, dict
         others = {k: v for k, v in methods.items() if k != PLUS}
         best = max(others, key=lambda k: others[k]["sr"])
         plus = methods[PLUS]
-        row = dict(plus_sr=plus["sr"], plus_sr_by_seed=plus.get("sr_by_seed"), plus_tok=plus["output_tok"],
+        row = dict(tasks=plus.get("tasks"), plus_sr=plus["sr"], plus_sr_by_seed=plus.get("sr_by_seed"), plus_tok=plus["output_tok"],
                    best=best, best_sr=others[best]["sr"], best_tok=others[best]["output_tok"],
                    gain=plus["sr"] - others[best]["sr"])
         row["gain_met"] = row["gain"] >= GAIN and plus["output_tok"] <= others[best]["output_tok"]
@@ -125,13 +125,13 @@ def markdown(streams: list[dict[str, Any]], envs: dict[str, Any]) -> str:
             lines.append(f"\n{kind}: {100 * r['gap_closed']:.0f}% of the gap to the oracle closed "
                          f"({'met' if r['gap_closed'] >= GAP else '**missed**'}: target ≥ {100 * GAP:.0f}%).")
     lines += ["", "## Gain kept and harm halved (engine runs)", "",
-              "| env | TokenWorth+ SR | per seed | best other | its SR | gain | OutputTok (TW+ / best) | met | "
-              "harmful (TW+ / RAG) | ≤ half |", "|---|---:|---|---|---:|---:|---|---|---|---|"]
+              "| env | tasks | TokenWorth+ SR | per seed | best other | its SR | gain | OutputTok (TW+ / best) | met | "
+              "harmful (TW+ / RAG) | ≤ half |", "|---|---:|---:|---|---|---:|---:|---|---|---|---|"]
     for env, r in envs.items():
         per = " / ".join(f"{x:.1f}" for x in r["plus_sr_by_seed"] or [])
         harm = (f"{100 * r['harmful']:.1f}% / {100 * r['harmful_rag']:.1f}%", "yes" if r["harm_met"] else "**no**") \
             if "harmful" in r else ("—", "—")
-        lines.append(f"| {env} | {r['plus_sr']:.1f} | {per} | {r['best']} | {r['best_sr']:.1f} | {r['gain']:+.1f} | "
+        lines.append(f"| {env} | {r['tasks']} | {r['plus_sr']:.1f} | {per} | {r['best']} | {r['best_sr']:.1f} | {r['gain']:+.1f} | "
                      f"{r['plus_tok']:.1f} / {r['best_tok']:.1f} | {'yes' if r['gain_met'] else '**no**'} | "
                      f"{harm[0]} | {harm[1]} |")
     return "\n".join(lines) + "\n"
