@@ -56,8 +56,9 @@ def _drive(policy: Any, scramble: bool) -> list[dict[str, Any]]:
 def test_policy_decisions_ignore_skills_task_ids_and_gold_answers() -> None:
     from agent.policies.registry import make_policy
 
-    real = _drive(make_policy("tokenworth+", "db", DB, seed=2), scramble=False)
-    blind = _drive(make_policy("tokenworth+", "db", DB, seed=2), scramble=True)
+    floor = {"plus_null_first": 5.0}  # 24 tasks: inject after 5 no-memory outcomes (the default 50 would not)
+    real = _drive(make_policy("tokenworth+", "db", DB, seed=2, **floor), scramble=False)
+    blind = _drive(make_policy("tokenworth+", "db", DB, seed=2, **floor), scramble=True)
     assert [r["selection"] for r in real] == [b["selection"] for b in blind]
     assert [r["admission"] for r in real] == [b["admission"] for b in blind]
     assert [r["plus"] for r in real] == [b["plus"] for b in blind]
