@@ -36,6 +36,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from agent.core.alfworld_venv import EngineVenvError
+from agent.core.alfworld_venv import open_venv as open_alfworld_venv
+
 MEMORY_FROM = ("completed", "reward")  # which successes write a memory
 MEMORY_FORMATS = ("compact", "transcript", "abstract")  # how a memory is rendered for injection
 KG_PARSERS = ("strict", "lenient")
@@ -99,6 +102,8 @@ class HarnessOptions:
         self.instruction_text(env)
         if env == "kg":
             self.kg_vocabulary()
+        if env == "alfworld":
+            alfworld_engine()
 
     def identity(self, env: str) -> dict[str, Any]:
         """What of these options changes ``env``'s results (JSON-ready).
@@ -112,7 +117,17 @@ class HarnessOptions:
         if env == "kg":
             identity["kg_parser"] = self.kg_parser
             identity["kg_vocab_sha256"] = None if self.kg_vocab is None else _vocab_digest(self.kg_vocab)
+        if env == "alfworld":
+            identity["alfworld_engine"] = alfworld_engine()
         return identity
+
+
+def alfworld_engine() -> dict[str, str]:
+    """ALFWorld's engine packages and versions (part of a run's identity); HarnessError without its venv."""
+    try:
+        return open_alfworld_venv().identity()
+    except EngineVenvError as exc:
+        raise HarnessError(str(exc)) from None
 
 
 DEFAULT_HARNESS = HarnessOptions()

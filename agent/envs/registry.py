@@ -35,13 +35,22 @@ def _kg(budget: Budget, *, kg_endpoint: str | None = None, harness: HarnessOptio
                                vocabulary=harness.kg_vocabulary(), instructions=harness.instruction_text("kg"))
 
 
-ENVIRONMENTS: Registry[Environment] = Registry("environment", {"db": _db, "os": _os, "kg": _kg})
+def _alfworld(budget: Budget, *, kg_endpoint: str | None = None,
+              harness: HarnessOptions = DEFAULT_HARNESS) -> Environment:
+    from agent.envs.alfworld import ALFWorldEnvironment
+
+    return ALFWorldEnvironment(max_rounds=budget.max_rounds, instructions=harness.instruction_text("alfworld"))
+
+
+ENVIRONMENTS: Registry[Environment] = Registry("environment", {"db": _db, "os": _os, "kg": _kg,
+                                                               "alfworld": _alfworld})
 ENV_NAMES = ENVIRONMENTS.names
 # Each environment's own instruction text (user turn 0), read without starting the environment (``tokenworth show``).
 INSTRUCTIONS: Registry[str] = Registry("environment", {
     "db": "agent.envs.db:INSTRUCTIONS",
     "os": "agent.envs.os_env:INSTRUCTIONS",
     "kg": "agent.envs.kg:INSTRUCTIONS",
+    "alfworld": "agent.envs.alfworld:INSTRUCTIONS",
 })
 
 

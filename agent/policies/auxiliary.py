@@ -56,7 +56,7 @@ AuxSteps = Generator[AuxRequest, "Generation | None", T]  # a coroutine of a met
 
 def aux_cap(ledger: TokenLedger, request: AuxRequest) -> int:
     """``max_tokens`` for this call; 0 means the budget no longer allows it (skip)."""
-    allowed = ledger.next_max_tokens()
+    allowed = ledger.next_max_tokens("auxiliary")
     return allowed if request.max_tokens is None else min(allowed, request.max_tokens)
 
 
