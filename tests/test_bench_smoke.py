@@ -62,13 +62,17 @@ def test_per_task_schema(results):
     assert p["ratio_numpy_over_jax"]["mean_task"] == pytest.approx(
         p["numpy"]["mean_task_ms"] / p["jax"]["mean_task_ms"])
     assert all(v >= 0 for v in p["compile_s"].values())
+    s = p["stream"]  # the host Controller against the reference over a whole stream
+    assert s["tasks"] > 0 and 0 < s["successes"] < s["tasks"] and positive(s["host_ms"]["wall"])
+    assert s["ratio"]["wall"] == pytest.approx(s["reference_ms"]["wall"] / s["host_ms"]["wall"])
+    assert s["target"]["met"] == (s["ratio"]["wall"] >= 80)
 
 
 def test_roofline_schema(results):
     p = load(results, "roofline")
     check_machine(p)
     assert positive(p["roof"]["gflops"])
-    spec = tw.Spec(**p["spec"])
+    spec = tw.presets.spec_from_dict(p["spec"])
     assert p["flops"] == flops(spec)
     for step, a in p["achieved"].items():
         assert a["gflops"] == pytest.approx(a["mflop"] * 1e6 / (a["ms"] / 1e3) / 1e9)

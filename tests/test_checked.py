@@ -53,6 +53,27 @@ def test_nan_memory_is_reported_before_it_poisons_the_bank(setup):
         tw.checked.end_task(poisoned, spec)
 
 
+def test_every_controller_function_has_a_checked_twin_with_its_signature():
+    """Derived from the controller's own table: no function is wrapped by hand."""
+    import inspect
+
+    from tokenworth_jax.controller import COMPOSED
+
+    assert set(tw.checked.__all__) == set(COMPOSED) == set(tw.ControllerFunctions._fields)
+    for name in COMPOSED:
+        assert list(inspect.signature(getattr(tw.checked, name)).parameters) == \
+            list(inspect.signature(getattr(tw, name)).parameters)
+
+
+def test_checked_run_and_worth_equal_plain_ones(setup):
+    spec, hp, state, q, m = setup
+    events = tw.Event(q[None].repeat(3, 0), jnp.ones(3, jnp.int32), m[None].repeat(3, 0), jnp.arange(3, dtype=jnp.int32))
+    chex.assert_trees_all_equal(tw.checked.run(state, events, hp, spec), tw.run(state, events, hp, spec))
+    chex.assert_trees_all_equal(tw.checked.worth(state, m, hp, spec), tw.worth(state, m, hp, spec))
+    with pytest.raises(JaxRuntimeError, match=r"init: input hp\.w0 has a non-finite entry"):
+        tw.checked.init(spec, hp._replace(w0=hp.w0.at[0].set(jnp.nan)))
+
+
 def test_nan_hyperparameter_leaf_is_named(setup):
     spec, hp, state, q, m = setup
     bad = hp._replace(gamma=jnp.asarray(jnp.nan, jnp.float32))

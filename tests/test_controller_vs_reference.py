@@ -250,7 +250,7 @@ def _pure_decisions(path, spec, hp, q, m, rewards, f):
 
 
 def _host_decisions(spec, hp, q, m, rewards):
-    """The host Controller: one fused device call per task (observe + offer + end_task, close + select)."""
+    """The host Controller: one pure call per protocol step (a judged task not ended is ended by the next select)."""
     ctl = tw.Controller(spec, hp)
     chosen, codes, slots = [], [], []
     for t in range(len(rewards)):
@@ -278,7 +278,7 @@ def test_every_path_makes_the_reference_decisions_float64(path, incremental):
     """A long stream with refits, AGOP updates, evictions and replacements: identical decisions."""
     with precision("float64") as f:
         spec, hp = small_setup(f)
-        spec = spec._replace(incremental=incremental)
+        spec = spec._replace(scorer=tw.scorers.incremental() if incremental else tw.scorers.full())
         q, m, rewards = clustered_stream(seed=11, T=PATH_T, dim=spec.dim)
         want_chosen, want_ids, want_codes, want_slots, reference = _reference_decisions(spec, hp, q, m, rewards)
         if path == "host":  # the host reports memory ids (here: source task indices), not slots
@@ -298,6 +298,22 @@ def test_every_path_makes_the_reference_decisions_float64(path, incremental):
             assert np.any(codes == int(code)), code.name
 
 
+def test_the_app_c_warm_up_rule_matches_the_reference():
+    """fit_at_warmup = 0 (App. C: the first KRR fit at the first interval once warm-up examples exist):
+    the jitted controller and the reference make the same decisions and the same fits."""
+    with precision("float64") as f:
+        spec, hp = small_setup(f, fit_at_warmup=0, warmup=4, krr_interval=3)
+        q, m, rewards = clustered_stream(seed=12, T=90, dim=spec.dim)
+        want_chosen, _, want_codes, want_slots, reference = _reference_decisions(spec, hp, q, m, rewards)
+        chosen, codes, slots, state = _pure_decisions("single", spec, hp, q, m, rewards, f)
+        np.testing.assert_array_equal(chosen, want_chosen)
+        np.testing.assert_array_equal(codes, want_codes)
+        assert int(state.residual.n_fits) == reference.n_krr_fits > 0
+        _compare_states(state, reference, f)
+        eager = small_setup(f, warmup=4, krr_interval=3)[1]  # the Table A1 rule fits once more (at 4)
+        assert int(_pure_decisions("single", spec, eager, q, m, rewards, f)[3].residual.n_fits) > reference.n_krr_fits
+
+
 def test_incremental_equals_full_over_a_long_stream_and_the_cache_stays_exact():
     """600 tasks, float64: incremental worth makes the full path's decisions; at every checkpoint the
     maintained cache equals one recomputed from scratch (rows, columns and probe-ring copies)."""
@@ -305,7 +321,7 @@ def test_incremental_equals_full_over_a_long_stream_and_the_cache_stays_exact():
 
     with precision("float64") as f:
         spec, hp = small_setup(f)
-        inc = spec._replace(incremental=True)
+        inc = spec._replace(scorer=tw.scorers.incremental())
         q, m, rewards = clustered_stream(seed=21, T=600, dim=spec.dim, n_clusters=9)
         events = tw.Event(jnp.asarray(q), jnp.asarray(rewards, jnp.int32), jnp.asarray(m), jnp.arange(600, dtype=jnp.int32))
         full_state, inc_state = tw.init(spec, hp), tw.init(inc, hp)
@@ -316,7 +332,7 @@ def test_incremental_equals_full_over_a_long_stream_and_the_cache_stays_exact():
             np.testing.assert_array_equal(np.asarray(a.selection.slot), np.asarray(b.selection.slot))
             np.testing.assert_array_equal(np.asarray(a.decision.code), np.asarray(b.decision.code))
             np.testing.assert_array_equal(np.asarray(a.decision.evicted_id), np.asarray(b.decision.evicted_id))
-            fresh = worth_cache.refresh(probes.queries(inc_state.probes, inc_state.pending.query)[0].key,
+            fresh = worth_cache.refresh(probes.queries(inc_state.probes, inc_state.task.query)[0].key,
                                         inc_state.bank.emb, inc_state.residual.predictor, inc_state.residual.metric)
             valid_rows = np.r_[False, np.asarray(ring_valid(inc_state.probes))]  # row 0 is stale after end_task
             valid = np.asarray(inc_state.bank.valid)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 
 import tokenworth_jax as tw
+from tokenworth_jax.controller import with_progress
 from tokenworth_jax.pytree import to_numpy
 
 
@@ -78,6 +80,10 @@ def test_selection_returns_texts_and_candidates(ctl):
     assert sel.memory_id == sel.candidate_ids[sel.chosen]
     assert len(sel.scores) == len(sel.candidate_ids) == 3
     ctl.observe(0)
+    ctl.end_task()
+    bank = {m["id"]: m for m in ctl.bank()}
+    assert bank[sel.memory_id]["d"] == 0 and ctl.phase == "ended"  # the feedback is pending: the state says so
+    ctl.select("another question")  # closes the failed task first: its credit lands
     bank = {m["id"]: m for m in ctl.bank()}
     assert bank[sel.memory_id]["d"] == 1 and bank[sel.memory_id]["u"] == pytest.approx(1.0 - 0.45)
 
@@ -114,35 +120,106 @@ def test_checkpoint_shape_mismatch_is_rejected(ctl):
 
 
 def test_checkpoint_of_an_older_layout_is_refused_naming_it(ctl):
-    """Checkpoints written before the state had one field per part (layout 1) are refused in one line."""
+    """Checkpoints of earlier layouts (1: before one state field per part; 2: the host's protocol flags)
+    are refused in one line that says what to do."""
     data = ctl.state_dict()
     old = {k: v for k, v in data.items() if k != "layout"}
-    with pytest.raises(ValueError, match="layout 1; this version reads layout 2"):
+    with pytest.raises(ValueError, match="layout 1; this version reads layout 3.*--overwrite"):
         tw.Controller.from_state_dict(old)
+    with pytest.raises(ValueError, match="layout 2; this version reads layout 3"):
+        tw.Controller.from_state_dict(dict(data, layout=2))
     renamed = dict(data, state={k.replace(".base.w", ".w"): v for k, v in data["state"].items()})
     with pytest.raises(ValueError, match="does not know"):
         tw.Controller.from_state_dict(renamed)
 
 
-def test_read_state_is_a_view_the_live_state_catches_up_to(ctl):
-    """Reading .state after observe shows the observed state; the next fused call makes the same one."""
-    n = int(ctl.state.clock.n_feedback)
-    ctl.select("find rows where value is 1")
+def test_each_protocol_step_is_one_pure_call_and_state_is_the_live_state(ctl):
+    """The open task's progress is in the device state and each step is one pure call: observe and
+    end_task record (protocol.judge / protocol.end), the call that closes the task applies its
+    feedback (offer: tw.finish_task; the next select: tw.advance). .state is a copy of the live state,
+    nothing recomputed, and equals what those pure functions make from the same start."""
+    P = tw.protocol.Progress
+    hp, spec = ctl.hp, ctl.spec
+    assert ctl.phase == "idle"  # the fixture's last task offered: that closed it
+    want = ctl.state
+    # a success that offers
+    want, want_sel = tw.select(want, ctl.query("find rows where value is 1"), hp, spec)
+    sel = ctl.select("find rows where value is 1")
+    assert ctl.phase == "selected" and sel.memory_id == int(want_sel.memory_id)
+    chex_equal(ctl.state, want)
+    ctl.observe(1)
+    want = with_progress(want, tw.protocol.judge(want.task.progress, 1))
+    chex_equal(ctl.state, want)  # the reward recorded, the feedback pending
+    assert tw.protocol.on_host(ctl.state.task.progress) == P(tw.protocol.JUDGED, 1, False)
+    dec = ctl.offer("a memory", key_text="find rows where value is 1")
+    want, want_dec = tw.finish_task(want, 1, ctl.memory("a memory", "find rows where value is 1"), 3, True, hp, spec)
+    chex_equal(ctl.state, want)
+    assert dec.code == tw.Admission(int(want_dec.code)).name and ctl.phase == "idle"
+    ctl.end_task()  # nothing left to end
+    chex_equal(ctl.state, want)
+    # a failure, ended: its feedback and its end run with the next select
+    want, _ = tw.select(want, ctl.query("q"), hp, spec)
+    ctl.select("q")
     ctl.observe(0)
-    seen = ctl.state
-    assert int(seen.pending.reward) == 0 and int(seen.clock.n_feedback) == n + 1
     ctl.end_task()
-    closed = ctl.state
-    assert int(closed.clock.t) == 4 and int(closed.pending.reward) == -1
+    assert ctl.phase == "ended" and tw.protocol.on_host(ctl.state.task.progress) == P(tw.protocol.ENDED, 0, False)
+    assert int(ctl.state.clock.t) == int(want.clock.t)  # not applied yet: the progress says so
+    want = with_progress(want, tw.protocol.end(tw.protocol.judge(want.task.progress, 0)))
+    chex_equal(ctl.state, want)
+    ctl.select("q2")
+    want, _, _ = tw.advance(want, 0, ctl.memory("unused"), -1, False, ctl.query("q2"), hp, spec)
+    chex_equal(ctl.state, want)
+    assert int(ctl.state.clock.t) == 5 and ctl.phase == "selected"
+    # a checkpoint carries it all
     twin = tw.Controller.from_state_dict(ctl.state_dict())
-    assert ctl.select("q").as_dict() == twin.select("q").as_dict()
+    assert twin.phase == "selected"
     _same(_snapshot(ctl), _snapshot(twin))
 
 
-def test_plus_selection_reports_the_modes_estimates_and_paper_reports_none(ctl):
+def chex_equal(a, b):
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.mark.parametrize("phase", ["selected", "judged", "ended"])
+def test_a_checkpoint_mid_task_resumes_the_protocol(ctl, phase):
+    """The progress travels in the state: a controller restored mid-task enforces the same next step."""
+    ctl.select("find rows where value is 0")
+    if phase != "selected":
+        ctl.observe(1)
+    if phase == "ended":  # its feedback is pending in the checkpoint: the next select applies it
+        ctl.end_task()
+        twin = tw.Controller.from_state_dict(ctl.state_dict())
+        assert twin.phase == "ended"
+        assert ctl.select("next").as_dict() == twin.select("next").as_dict()
+        _same(_snapshot(ctl), _snapshot(twin))
+        return
+    twin = tw.Controller.from_state_dict(ctl.state_dict())
+    assert twin.phase == phase
+    if phase == "selected":
+        with pytest.raises(tw.ProtocolError, match="still open"):
+            twin.select("again")
+        twin.observe(1), ctl.observe(1)
+    for c in (ctl, twin):
+        c.offer("a memory", key_text="find rows where value is 0")
+        with pytest.raises(tw.ProtocolError, match="only allowed after observe"):
+            c.offer("again")
+    _same(_snapshot(ctl), _snapshot(twin))
+
+
+def test_a_checkpoint_with_an_unreachable_progress_is_refused(ctl):
+    ctl.select("a")
+    data = ctl.state_dict()
+    key = next(k for k in data["state"] if k.endswith("progress.reward"))
+    with pytest.raises(ValueError, match="phase 'selected' has reward 1"):
+        tw.Controller.from_state_dict(dict(data, state={**data["state"], key: np.int32(1)}))
+
+
+def test_the_modes_estimates_are_reported_and_the_papers_are_none(ctl):
     sel = ctl.select("find rows where value is 1")
-    assert sel.p0 is None and sel.advantage is None and sel.abstained is False
-    plus = tw.Controller.from_preset("db", plus=True, spec_overrides=dict(dim=64, capacity=4))
+    assert sel.p0 is None and sel.advantage is None and sel.abstained is False and sel.scorers is None
+    assert "scorers" not in sel.as_dict()
+    plus = tw.Controller.from_preset("db", method="tokenworth+", spec_overrides=dict(dim=64, capacity=4))
     first = plus.select("a question")
     assert 0 < first.p0 < 1 and first.advantage is None  # empty bank: nothing to predict a gain for
     plus.observe(1)

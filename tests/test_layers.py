@@ -41,7 +41,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("standalone products", ("agent.sandbox", "agent.sqlite_mysql")),
 ]
 # The controller library, top first: each part (bank, base scorer, residual, probes, worth cache)
-# sits below the scorers and modes that use it, and the controller composes them all.
+# sits below the scorers and modes that use it, the controller composes a scorer and a mode it is
+# given, and only the preset table (and the root's exports) names TokenWorth+ (tests below).
 JAX_LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("library root", ("tokenworth_jax",)),
     ("host wrappers", ("tokenworth_jax.host", "tokenworth_jax.checked", "tokenworth_jax.presets")),
@@ -53,7 +54,8 @@ JAX_LAYERS: list[tuple[str, tuple[str, ...]]] = [
                "tokenworth_jax.scoring")),
     ("primitives", ("tokenworth_jax.config", "tokenworth_jax.features", "tokenworth_jax.krr", "tokenworth_jax.kernels",
                     "tokenworth_jax.agop", "tokenworth_jax.ring", "tokenworth_jax.pytree", "tokenworth_jax.batching",
-                    "tokenworth_jax.featurize", "tokenworth_jax.bookkeeping", "tokenworth_jax.inputs")),
+                    "tokenworth_jax.featurize", "tokenworth_jax.bookkeeping", "tokenworth_jax.inputs",
+                    "tokenworth_jax.protocol")),
     ("independent reference", ("tokenworth_jax.reference_numpy",)),
 ]
 TABLES = {"agent": LAYERS, "tokenworth_jax": JAX_LAYERS}
@@ -270,3 +272,49 @@ def test_the_rules_catch_what_they_forbid() -> None:
             "a higher layer") in violations(upward_lib)
     assert ("agent.sim.backbone", 2, "local import") in local_loop
     assert cycles(graph) == [["agent.sim.aux", "agent.sim.backbone"]]
+
+
+# ------------------------------------------------------------------------- the core knows no extension
+# Only these modules may import tokenworth_jax.plus: the preset table (which names TokenWorth+ as a
+# method) and the root (its public exports). Everything else sees TokenWorth+ as a Mode value.
+NAMES_EXTENSIONS = frozenset({"tokenworth_jax", "tokenworth_jax.presets"})
+
+
+def extension_imports(graph: dict[str, set[Edge]]) -> list[str]:
+    """Every core module that imports the TokenWorth+ package, as a readable line."""
+    return [f"{module} -> {target} (line {line}): only {sorted(NAMES_EXTENSIONS)} may name TokenWorth+"
+            for module, edges in sorted(graph.items())
+            if module.startswith("tokenworth_jax") and not module.startswith("tokenworth_jax.plus")
+            and module not in NAMES_EXTENSIONS
+            for target, line, _ in sorted(edges) if target.startswith("tokenworth_jax.plus")]
+
+
+def test_no_core_module_imports_the_extension(graph) -> None:
+    assert extension_imports(graph) == []
+
+
+def test_no_core_module_mentions_the_extension() -> None:
+    """Beyond imports: no core source names TokenWorth+, its fields or its inputs (comments included)."""
+    words = re.compile(r"TokenWorth\+|tokenworth\+|\.plus\b|\bplus[=_(]|PlusHParams|PlusState|PlusShapes|"
+                       r"word_dim|action_dim|word_vectors|action_vectors|ranking-research")
+    root = REPO / "tokenworth_jax"
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(REPO)
+        name = ".".join(rel.with_suffix("").parts).removesuffix(".__init__")
+        if name.startswith("tokenworth_jax.plus") or name in NAMES_EXTENSIONS or name.endswith("reference_numpy"):
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if words.search(line):
+                found.append(f"{rel}:{number}: {line.strip()}")
+    assert found == []
+
+
+def test_the_extension_rules_catch_what_they_forbid() -> None:
+    modules = {m: Path(m) for m in ("tokenworth_jax.controller", "tokenworth_jax.plus.mode", "tokenworth_jax.presets")}
+    graph = {"tokenworth_jax.controller": module_imports("tokenworth_jax.controller",
+                                                         "from .plus.mode import PlusState\n", modules, False),
+             "tokenworth_jax.presets": module_imports("tokenworth_jax.presets", "from .plus.mode import plus\n",
+                                                     modules, False)}
+    assert extension_imports(graph) == ["tokenworth_jax.controller -> tokenworth_jax.plus.mode (line 1): only "
+                                        "['tokenworth_jax', 'tokenworth_jax.presets'] may name TokenWorth+"]

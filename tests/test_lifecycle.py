@@ -28,8 +28,9 @@ def _state(us, embs, query, f, capacity=3):
         emb=jnp.asarray(emb, f), valid=jnp.asarray(valid), ids=jnp.asarray(np.where(valid, 100 + np.arange(capacity), -1), jnp.int32),
         u=jnp.asarray(np.r_[us, np.zeros(capacity - n)], f),
         last=jnp.full((capacity,), 5, jnp.int32), tau=jnp.zeros((capacity,), jnp.int32))
-    pending = s.pending._replace(query=tw.Query(jnp.asarray(query, f)), reward=jnp.int32(1), retrieved=jnp.asarray(n > 0))
-    return spec, hp, s._replace(bank=bank, pending=pending, clock=s.clock._replace(t=jnp.int32(5)))
+    judged = tw.protocol.on_device(tw.protocol.Progress(tw.protocol.JUDGED, 1, False))
+    task = s.task._replace(query=tw.Query(jnp.asarray(query, f)), progress=judged, retrieved=jnp.asarray(n > 0))
+    return spec, hp, s._replace(bank=bank, task=task, clock=s.clock._replace(t=jnp.int32(5)))
 
 
 E = np.eye(D)
@@ -73,7 +74,7 @@ def test_admission_branches(dtype, name, us, embs, query, cand, code, slot, evic
 def test_failed_task_never_writes():
     with precision("float32") as f:
         spec, hp, state = _state([1.0], E[:1], E[0], f)
-        state = state._replace(pending=state.pending._replace(reward=jnp.int32(0)))
+        state = state._replace(task=state.task._replace(progress=state.task.progress._replace(reward=jnp.int32(0))))
         new, dec = tw.offer(state, jnp.asarray(E[1], f), jnp.int32(7), hp, spec)
         assert int(dec.code) == Admission.NOT_OFFERED
         np.testing.assert_array_equal(np.asarray(new.bank.valid), np.asarray(state.bank.valid))

@@ -1,4 +1,4 @@
-"""TokenWorth+ (Spec(plus=True)): its parts (action model, lift model and evidence, choice), the
+"""TokenWorth+ (tw.preset(method="tokenworth+")): its parts (action model, lift model and evidence, choice), the
 mode in the controller on every path, its hyperparameters and its inputs."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tokenworth_jax as tw
-from tokenworth_jax.config import N_LIFT_FEATURES as F
 from tokenworth_jax.config import flatten, hparams_from_arrays
-from tokenworth_jax.featurize import action_vectors, unit_features, word_vectors
 from tokenworth_jax.modes import Candidates
 from tokenworth_jax.plus import actions as action_model
 from tokenworth_jax.plus.abstain import null_probability
 from tokenworth_jax.plus.lift import fit_by_evidence, newton_fit, thompson
+from tokenworth_jax.plus.config import N_LIFT_FEATURES as F
 from tokenworth_jax.plus.mode import choose
+from tokenworth_jax.plus.text import action_vectors, unit_features, word_vectors
 from tokenworth_jax.ring import ring_init, ring_push
 
 from tests.controller_helpers import FAST_SCHEDULE, SMALL_SPEC, clustered_stream, precision
@@ -29,9 +29,16 @@ WORDS, ACTIONS = 16, 8
 
 
 def setup(plus: bool = True, incremental: bool = False, dtype: str = "float32", **overrides):
-    spec = tw.Spec(**SMALL_SPEC, plus=plus, null_window=10, incremental=incremental, word_dim=WORDS,
-                   action_dim=ACTIONS, dtype=dtype)
-    return spec, tw.hparams("db", plus=plus, dtype=spec.float_dtype, **{**FAST_SCHEDULE, **overrides})
+    mode = tw.plus_mode(null_window=10, word_dim=WORDS, action_dim=ACTIONS) if plus else tw.paper_mode()
+    spec = tw.Spec(**SMALL_SPEC, mode=mode, scorer=tw.scorers.incremental() if incremental else tw.scorers.full(),
+                   dtype=dtype)
+    return spec, tw.hparams("db", mode=spec.mode, scorer=spec.scorer, dtype=spec.float_dtype,
+                            **{**FAST_SCHEDULE, **overrides})
+
+
+def with_plus(hp, **changes):
+    """``hp`` with TokenWorth+ leaves replaced (by field)."""
+    return hp._replace(mode=hp.mode._replace(**{k: jnp.asarray(v, getattr(hp.mode, k).dtype) for k, v in changes.items()}))
 
 
 def events(seed: int = 0, T: int = 80, dtype=jnp.float32):
@@ -41,47 +48,51 @@ def events(seed: int = 0, T: int = 80, dtype=jnp.float32):
     x = rng.normal(size=(T, WORDS))
     a = np.tanh(x[:, :ACTIONS] + 0.3 * rng.normal(size=(T, ACTIONS)))
     unit = lambda v: jnp.asarray(v / np.linalg.norm(v, axis=1, keepdims=True), dtype)  # noqa: E731
-    return tw.Event(query=tw.Query(jnp.asarray(q, dtype), unit(x)), reward=jnp.asarray(r),
-                    memory=tw.MemoryText(jnp.asarray(m, dtype), unit(a)), memory_id=jnp.arange(T, dtype=jnp.int32))
+    return tw.Event(query=tw.Query(jnp.asarray(q, dtype), {"words": unit(x)}), reward=jnp.asarray(r),
+                    memory=tw.MemoryText(jnp.asarray(m, dtype), {"actions": unit(a)}),
+                    memory_id=jnp.arange(T, dtype=jnp.int32))
 
 
 # ------------------------------------------------------------------ the mode and its inputs
-def test_paper_mode_has_no_plus_state_and_mismatches_are_refused():
+def test_the_two_methods_are_two_pairs_of_the_preset_table():
     spec, hp = tw.preset("db")
-    assert not spec.plus and tw.init(spec, hp).mode == tw.Empty() and hp.plus == tw.Empty()
-    with pytest.raises(ValueError, match="needs TokenWorth\\+ hyperparameters"):
-        tw.init(spec._replace(plus=True), hp)
-    with pytest.raises(ValueError, match="Spec.plus is False"):
-        tw.Controller(spec, tw.hparams("db", plus=True))
-    with pytest.raises(ValueError, match="pass plus=True"):
-        tw.hparams("db", plus_margin=0.1)
+    assert (spec.scorer.name, spec.mode.name) == ("full", "paper")
+    assert tw.init(spec, hp).mode == tw.Empty() and hp.mode == tw.Empty()
+    pspec, php = tw.preset("db", method="tokenworth+")
+    assert (pspec.scorer.name, pspec.mode.name) == ("full", "tokenworth+") and isinstance(php.mode, tw.PlusHParams)
+    assert pspec.mode == tw.plus_mode() and pspec.mode.shapes.word_dim == 512  # a value: equal when rebuilt
+    assert tw.controller(pspec.scorer, pspec.mode) is tw.controller(tw.scorers.full(), tw.plus_mode())  # built once
+    with pytest.raises(ValueError, match="needs its hyperparameters"):
+        tw.init(spec._replace(mode=tw.plus_mode()), hp)
+    with pytest.raises(ValueError, match="the mode 'paper' has none"):
+        tw.Controller(spec, php)
 
 
 def test_plus_mode_needs_the_words_and_the_actions():
     spec, hp = setup()
     state = tw.init(spec, hp)
     ev = jax.tree_util.tree_map(lambda x: x[0], events())
-    with pytest.raises(ValueError, match="reads the question's words"):
+    with pytest.raises(ValueError, match=r"reads the question's words \(query feature 'words', 16 wide\)"):
         tw.select(state, ev.query.key, hp, spec)
-    with pytest.raises(ValueError, match="query word vector must have shape"):
-        tw.select(state, tw.Query(ev.query.key, jnp.zeros(WORDS + 1)), hp, spec)
+    with pytest.raises(ValueError, match="query feature 'words' must have shape"):
+        tw.select(state, tw.Query(ev.query.key, {"words": jnp.zeros(WORDS + 1)}), hp, spec)
     state, _ = tw.select(state, ev.query, hp, spec)
     with pytest.raises(ValueError, match="reads the memory's actions"):
         tw.finish_task(state, 1, ev.memory.key, 0, True, hp, spec)
 
 
 def test_host_hashes_words_and_actions_and_refuses_a_bare_vector():
-    ctl = tw.Controller.from_preset("db", plus=True, spec_overrides=dict(capacity=4))
+    ctl = tw.Controller.from_preset("db", method="tokenworth+", spec_overrides=dict(capacity=4))
     with pytest.raises(ValueError, match="words="):
         ctl.select(np.ones(512))
     for i in range(3):
         ctl.select(f"how many rows of table t{i} are open")
         ctl.observe(1)
         ctl.offer("a memory", key_text=f"how many rows of table t{i} are open",
-                  action_text=f"SELECT COUNT(*) FROM t{i} WHERE open = 1")
+                  actions=f"SELECT COUNT(*) FROM t{i} WHERE open = 1")
     sel = ctl.select("how many rows of table t9 are open")
-    assert len(sel.gains) == len(sel.candidate_ids) == len(sel.affinity) == 3
-    assert sel.as_dict()["scorers"]["action model"] == sel.affinity
+    assert len(sel.scorers["gain"]) == len(sel.candidate_ids) == len(sel.scorers["action model"]) == 3
+    assert sel.as_dict()["scorers"] == sel.scorers
     assert int(ctl.state.mode.actions.n) == 3  # every offer taught the action model
 
 
@@ -196,36 +207,40 @@ def test_posterior_stays_finite(seed, n, lam, scale, separable):
 
 # ------------------------------------------------------------------ choosing
 def _candidates(words: jax.Array) -> Candidates:
-    return Candidates(query=tw.Query(jnp.zeros(SMALL_SPEC["dim"]).at[0].set(1.0), words),
+    return Candidates(query=tw.Query(jnp.zeros(SMALL_SPEC["dim"]).at[0].set(1.0), {"words": words}),
                       slots=jnp.asarray([0, 1, 2], jnp.int32), relevance=jnp.asarray([0.5, 0.2, 0.9]),
                       valid=jnp.asarray([True, True, False]), score=jnp.asarray([1.0, 0.1, -jnp.inf]),
                       base=jnp.zeros(3))
 
 
 def test_choose_prefers_the_predicted_procedure_and_abstains_only_on_evidence_of_harm():
-    spec, hp = setup()
-    state = tw.init(spec, hp).mode
+    spec, defaults = setup()
+    state = tw.init(spec, defaults).mode
     # the action model maps word 0 to action 0; slot 1's memory shows action 0, slot 0's action 1
     state = state._replace(actions=state.actions._replace(M=jnp.zeros((WORDS, ACTIONS)).at[0, 0].set(1.0)),
                            slot_actions=state.slot_actions.at[1, 0].set(1.0).at[0, 1].set(1.0))
     cands = _candidates(jnp.zeros(WORDS).at[0].set(1.0))
+    # by default nothing is injected before "no memory" has been measured (plus_null_first outcomes)
+    assert int(choose(state, cands, defaults)[1].index) == -1
+    # the rule before issue 30: posterior means ranked, an upper bound on the gain decides, no floor, no guard
+    hp = with_plus(defaults, null_first=0.0, explore=0.0, null_explore=0.0, optimism=1.0, margin=-0.05, guard=0.0)
     _, choice = choose(state, cands, hp)
-    assert int(choice.index) == 1 and np.isnan(float(choice.gains[2]))  # affinity beats cosine; invalid never chosen
+    assert int(choice.index) == 1 and np.isnan(float(choice.scores["gain"][2]))  # affinity beats cosine; invalid never chosen
     harmful = state._replace(theta=jnp.asarray([-6.0, 1.0, 2.0, 0, 0, 0, 0]), chol=jnp.eye(F) * 0.01)
     _, choice = choose(harmful, cands, hp)
     assert int(choice.index) == -1 and bool(choice.abstained) and float(choice.advantage) < 0
-    no_abstain = hparams_from_arrays({**flatten(hp), "plus_abstain": jnp.asarray(0.0)})
+    no_abstain = with_plus(hp, abstain=0.0)
     assert int(choose(harmful, cands, no_abstain)[1].index) == 1
     unsure = harmful._replace(chol=jnp.eye(F) * 10.0)  # the same mean, little evidence: optimism injects
     assert int(choose(unsure, cands, hp)[1].index) == 1
-    greedy = hparams_from_arrays({**flatten(hp), "plus_optimism": jnp.asarray(0.0)})
+    greedy = with_plus(hp, optimism=0.0)
     assert int(choose(unsure, cands, greedy)[1].index) == -1
 
 
 # ------------------------------------------------------------------ the mode in the controller
 def test_fifo_lifecycle_admits_every_offer_and_evicts_the_oldest():
     spec, hp = setup()
-    assert int(hp.plus.worth) == 2  # the default bank is FIFO (docs/ranking-research.md)
+    assert int(hp.mode.worth) == 2  # the default bank is FIFO (docs/ranking-research.md)
     ev = events(1, T=60)
     _, out = tw.run(tw.init(spec, hp), ev, hp, spec, lambda e, s: jnp.int32(1))
     codes = np.asarray(out.decision.code)
@@ -241,7 +256,7 @@ def test_each_lifecycle_worth_runs_and_only_recency_skips_the_paper_probe_scores
     ev = events(2, T=70)
     outs = {}
     for worth in (0, 1, 2):
-        h = hparams_from_arrays({**flatten(hp), "plus_worth": jnp.asarray(worth, jnp.int32)})
+        h = with_plus(hp, worth=worth)
         _, out = tw.run(tw.init(spec, h), ev, h, spec)
         outs[worth] = np.asarray(out.decision.code)
     assert len({tuple(c) for c in outs.values()}) == 3  # three different lifecycles
@@ -271,7 +286,8 @@ def test_batched_equals_loop(strategy):
         _, out = tw.run(tw.init(spec, hp), ev, hp, spec)
         np.testing.assert_array_equal(np.asarray(outb.selection.chosen[i]), np.asarray(out.selection.chosen))
         np.testing.assert_array_equal(np.asarray(outb.decision.code[i]), np.asarray(out.decision.code))
-        np.testing.assert_allclose(np.asarray(outb.selection.gains[i]), np.asarray(out.selection.gains),
+        np.testing.assert_allclose(np.asarray(outb.selection.mode_scores["gain"][i]),
+                                   np.asarray(out.selection.mode_scores["gain"]),
                                    rtol=1e-3, atol=1e-3)
 
 
@@ -279,17 +295,18 @@ def test_new_values_do_not_recompile():
     ev = events(3, T=20)
     spec, hp = setup()
     tw.run(tw.init(spec, hp), ev, hp, spec)
-    size = tw.run._cache_size()
+    run = tw.controller(spec.scorer, spec.mode).run
+    size = run._cache_size()
     for k, v in [("plus_margin", 0.1), ("plus_optimism", 0.0), ("plus_lambda", 3.0), ("plus_bandwidth", 0.2),
                  ("plus_seed", 7), ("plus_worth", 0), ("plus_refit_interval", 3),
                  ("plus_theta0", (0.5, 1.0, -1.0, 0, 0, 0, 0))]:
-        hp2 = tw.hparams("db", plus=True, **{**FAST_SCHEDULE, k: v})
+        hp2 = tw.hparams("db", mode="tokenworth+", **{**FAST_SCHEDULE, k: v})
         tw.run(tw.init(spec, hp2), ev, hp2, spec)
-    assert tw.run._cache_size() == size
+    assert run._cache_size() == size
 
 
 def test_incremental_worth_equals_full_in_plus_mode():
-    """Spec.incremental with Spec.plus: the same decisions as the full worth (float64), with the
+    """The incremental scorer with TokenWorth+'s mode: the same decisions as the full worth (float64), with the
     lifecycle reading the paper's scores (worth 0) and the predicted gain (worth 1)."""
     with precision("float64"):
         ev = events(4, 90, jnp.float64)
@@ -312,40 +329,42 @@ def test_incremental_worth_equals_full_in_plus_mode():
 
 def test_plus_hparams_are_validated_by_flat_name():
     with pytest.raises(ValueError, match="plus_theta0"):
-        tw.hparams("db", plus=True, plus_theta0=(1.0, 2.0))
+        tw.hparams("db", mode="tokenworth+", plus_theta0=(1.0, 2.0))
     with pytest.raises(ValueError, match="plus_p0_prior"):
-        tw.hparams("db", plus=True, plus_p0_prior=1.0)
+        tw.hparams("db", mode="tokenworth+", plus_p0_prior=1.0)
     with pytest.raises(ValueError, match="plus_worth"):
-        tw.hparams("db", plus=True, plus_worth=3)
+        tw.hparams("db", mode="tokenworth+", plus_worth=3)
     with pytest.raises(ValueError, match="plus_refit_interval"):
-        tw.hparams("db", plus=True, plus_refit_interval=0)
-    assert tw.hparams("db", plus=True, plus_lambda=2.0).plus.lambda_.shape == (F,)  # a scalar ridge is broadcast
+        tw.hparams("db", mode="tokenworth+", plus_refit_interval=0)
+    assert tw.hparams("db", mode="tokenworth+", plus_lambda=2.0).mode.lambda_.shape == (F,)  # a scalar ridge is broadcast
 
 
 def test_checkpoint_hparams_round_trip_by_flat_name_with_and_without_plus():
     for plus in (False, True):
-        hp = tw.hparams("db", plus=plus)
-        flat = {k: np.asarray(v) for k, v in flatten(hp).items()}
+        spec, hp = tw.preset("db", method="tokenworth+" if plus else "tokenworth")
+        flat = {k: np.asarray(v) for k, v in flatten(hp, spec.parts).items()}
         assert any(k.startswith("plus_") for k in flat) == plus
-        loaded = hparams_from_arrays(flat)
+        loaded = hparams_from_arrays(flat, spec.parts)
         for a, b in zip(jax.tree_util.tree_leaves(loaded), jax.tree_util.tree_leaves(hp)):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
             assert np.asarray(a).dtype == np.asarray(b).dtype
         assert jax.tree_util.tree_structure(loaded) == jax.tree_util.tree_structure(hp)
     with pytest.raises(ValueError, match="missing"):
-        hparams_from_arrays({k: v for k, v in flat.items() if k != "plus_margin"})
+        hparams_from_arrays({k: v for k, v in flat.items() if k != "plus_margin"}, spec.parts)
 
 
-def test_plus_switch_must_be_a_bool():
-    with pytest.raises(ValueError, match="Spec.plus"):
-        tw.Spec(plus=1)
-    with pytest.raises(ValueError, match="Spec.word_dim"):
-        tw.Spec(plus=True, word_dim=0)
+def test_plus_shapes_are_checked_and_features_follow_them():
+    with pytest.raises(ValueError, match=r"PlusShapes\.word_dim = 0"):
+        tw.plus_mode(word_dim=0)
+    with pytest.raises(ValueError, match=r"PlusShapes\.null_window = 2.5 must be an integer"):
+        tw.plus_mode(null_window=2.5)
+    mode = tw.plus_mode(word_dim=32, action_dim=8)
+    assert {(f.name, f.side, f.size) for f in mode.features} == {("words", "query", 32), ("actions", "memory", 8)}
 
 
 def test_checked_mode_accepts_a_plus_state():
     """tw.checked flags every non-finite state leaf: the plus state has none."""
     ev = events(5, T=30)
-    spec, hp = setup()
+    spec, hp = setup(plus_null_first=0.0)  # 30 tasks: inject without first measuring "no memory" 50 times
     state, out = tw.checked.run(tw.init(spec, hp), ev, hp, spec)
     assert int(jnp.sum(out.selection.chosen >= 0)) > 0 and int(state.mode.actions.n) > 0

@@ -16,7 +16,7 @@ def test_policy_is_registered_and_opt_in() -> None:
 
     policy = make_policy("tokenworth+", "db", DB, seed=4)
     assert "tokenworth+" not in METHOD_NAMES  # not part of the default run
-    assert policy.controller.spec.plus and int(policy.controller.hp.plus.seed) == 4
+    assert policy.controller.spec.mode.name == "tokenworth+" and int(policy.controller.hp.mode.seed) == 4
 
 
 def test_resume_equals_uninterrupted(tmp_path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import tokenworth_jax as tw
 from tokenworth_jax import residual
@@ -58,6 +59,32 @@ def test_schedule_predicates_for_db_preset():
     assert due[49] == [False, False, False]
     assert due[50] == [True, True, False]
     assert due[200] == [True, True, True]
+
+
+@pytest.mark.parametrize("env, capacity", [("bigcodebench", 50), ("alfworld", 128)])
+def test_appendix_c_presets(env, capacity):
+    """App. C: KRR every 75 and AGOP every 225 feedback examples, windows 128/256, warm-up 4 with the
+    first KRR fit at example 75, eta_max 0.10, the paper's shared values for the rest; B_max 50 / 128."""
+    spec, hp = tw.preset(env)
+    assert (spec.capacity, spec.fast_window, spec.slow_window, spec.base_window, spec.dim) == (capacity, 128, 256, 256,
+                                                                                               512)
+    assert (spec.scorer.name, spec.mode.name) == ("full", "paper")
+    want = dict(krr_interval=75, agop_interval=225, warmup=4, fit_at_warmup=0, eta_max=0.10, lambda_krr=0.01,
+                gamma=1.0, beta_m=0.25, m_min=0.05, m_max=8.0, base_interval=50, lambda_w=0.1, beta_w=0.5)
+    for name, value in want.items():
+        assert float(getattr(hp, name)) == pytest.approx(value), name
+    krr = [n for n in range(1, 451) if bool(schedule(jnp.int32(n), hp).krr)]
+    agop = [n for n in range(1, 451) if bool(schedule(jnp.int32(n), hp).agop)]
+    assert krr == [75, 150, 225, 300, 375, 450] and agop == [225, 450]
+    assert getattr(tw.presets, env)()[0] == spec
+    assert not hasattr(tw.presets, "appc")  # the single App. C preset is gone: pick the benchmark
+
+
+def test_the_table_a1_warm_up_fit_is_kept():
+    """fit_at_warmup = 1 (Table A1): the first fit at the warm-up count, then every interval."""
+    for env, first in (("db", [4, 50, 100]), ("os", [4, 25, 50]), ("kg", [24, 25, 50])):
+        hp = tw.hparams(env)
+        assert [n for n in range(1, 101) if bool(schedule(jnp.int32(n), hp).krr)][:3] == first, env
 
 
 def test_eta_ramps_over_three_fits():

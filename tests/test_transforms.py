@@ -62,16 +62,17 @@ def test_jit_and_eager_agree():
 
 
 def test_new_hyperparameter_values_compile_nothing():
-    from tokenworth_jax import controller as C
-
     with precision("float32") as f:
         spec, hp = small_setup(f)
         events = _events(spec, f, T=8)
         state = tw.init(spec, hp)
         e0 = jax.tree_util.tree_map(lambda x: x[0], events)
+        fns = tw.controller(spec.scorer, spec.mode)
         # each Python function may be traced once: a second trace (a recompile) fails the test
-        step = jax.jit(chex.assert_max_traces(C._step, n=1), static_argnames=("spec", "reward_fn"))
-        run = jax.jit(chex.assert_max_traces(C._run, n=1), static_argnames=("spec", "reward_fn"))
+        step = jax.jit(chex.assert_max_traces(lambda s, e, h, spec: fns.step(s, e, h, spec), n=1),
+                       static_argnames=("spec",))
+        run = jax.jit(chex.assert_max_traces(lambda s, e, h, spec: fns.run(s, e, h, spec), n=1),
+                      static_argnames=("spec",))
         jax.block_until_ready(step(state, e0, hp, spec))
         jax.block_until_ready(run(state, events, hp, spec))
         jax.block_until_ready(tw.step(state, e0, hp, spec))
@@ -222,10 +223,25 @@ def test_vmap_runs_the_gated_branches_once_and_only_when_some_configuration_need
         assert len(conds(batched)) == len(conds(single)) >= 4  # base fit, KRR fit, AGOP, admission
         assert all(e.invars[0].aval.shape == () for e in conds(batched))
         assert solves(batched) == solves(single) > 0
-        # the worth's score matmuls live inside a conditional's branch, never at the top level
-        top = [e.primitive.name for e in batched.jaxpr.eqns]
-        inner = [e for e in _eqns(batched.jaxpr) if e.primitive.name in ("jit", "pjit")][0].params["jaxpr"].jaxpr.eqns
-        assert "dot_general" not in top and "cond" in [e.primitive.name for e in inner]
+        # the worth's Gram matmul over (P+1) x (B+1) pairs lives inside a conditional's branch only
+        pairs = (spec.n_probes + 1) * (spec.capacity + 1)
+        worth_matmuls = [e for e in _eqns_outside_conds(batched.jaxpr) if e.primitive.name == "dot_general"
+                         and pairs in e.invars[0].aval.shape]
+        assert worth_matmuls == [] and any(e.primitive.name == "dot_general" and pairs in e.invars[0].aval.shape
+                                           for e in _eqns(batched.jaxpr))
+
+
+def _eqns_outside_conds(jaxpr):
+    """The equations not inside any cond branch (calls and custom rules are entered, conds are not)."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        if eqn.primitive.name == "cond":
+            continue
+        for param in eqn.params.values():
+            for sub in (param if isinstance(param, (tuple, list)) else [param]):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from _eqns_outside_conds(inner)
 
 
 def test_plain_vmap_of_run_at_the_db_preset_completes():

@@ -43,20 +43,43 @@ def test_bad_spec_fields_are_refused(field):
         tw.Spec(**{field: 2.5})
 
 
-def test_spec_dtype_and_flags():
+def test_spec_dtype_and_parts():
     with pytest.raises(ValueError, match=r"Spec\.dtype = 'int8' is not supported"):
         tw.Spec(dtype="int8")
-    with pytest.raises(ValueError, match=r"Spec\.incremental = 1 must be True or False"):
-        tw.Spec(incremental=1)
+    with pytest.raises(ValueError, match=r"Spec\.scorer must be a tokenworth_jax.scorers.Scorer, got bool"):
+        tw.Spec(scorer=True)
+    with pytest.raises(ValueError, match=r"Spec\.mode must be a tokenworth_jax.modes.Mode, got str"):
+        tw.Spec(mode="tokenworth+")
     with pytest.raises(ValueError, match=r"Spec\.worth_chunk = -1"):
         tw.Spec(worth_chunk=-1)
 
 
-def test_unknown_preset_is_a_clear_error():
-    with pytest.raises(ValueError, match=r"unknown preset 'foo'; expected one of \['appc', 'db', 'kg', 'os'\]"):
+def test_unknown_preset_method_scorer_or_field_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"unknown preset 'foo'; expected one of \['alfworld', 'bigcodebench', "
+                                         r"'db', 'kg', 'os'\]"):
         tw.preset("foo")
     with pytest.raises(ValueError, match="unknown preset"):
         tw.Controller.from_preset("foo")
+    with pytest.raises(ValueError, match=r"unknown method 'tokenworth-'; expected one of \['tokenworth', "
+                                         r"'tokenworth\+'\]"):
+        tw.preset("db", method="tokenworth-")
+    with pytest.raises(ValueError, match=r"unknown scorer 'fast'; expected one of \['full', 'incremental'\]"):
+        tw.preset("db", scorer="fast")
+    with pytest.raises(ValueError, match=r"unknown spec field\(s\) \['word_dim'\]"):
+        tw.preset("db", spec_overrides={"word_dim": 8})  # the paper's mode has no such shape field
+    with pytest.raises(ValueError, match=r"PlusShapes\.word_dim = 0"):
+        tw.preset("db", method="tokenworth+", spec_overrides={"word_dim": 0})
+
+
+def test_a_part_hyperparameter_needs_its_part():
+    with pytest.raises(ValueError, match=r"plus_margin is a hyperparameter of the mode 'tokenworth\+', not of this "
+                                         r"controller's \('paper'\): pass mode='tokenworth\+'"):
+        tw.hparams("db", plus_margin=0.1)
+    spec, _ = tw.preset("db")
+    with pytest.raises(ValueError, match=r"the mode 'tokenworth\+' needs its hyperparameters \(PlusHParams\)"):
+        tw.init(spec._replace(mode=tw.plus_mode()), tw.hparams("db"))
+    with pytest.raises(ValueError, match=r"carry PlusHParams in HParams.mode, but the mode 'paper' has none"):
+        tw.Controller(spec, tw.hparams("db", mode="tokenworth+"))
 
 
 def test_stacked_hyperparameters_name_the_configuration():
@@ -67,21 +90,26 @@ def test_stacked_hyperparameters_name_the_configuration():
     stacked = tw.stack_hparams([good, good])
     with pytest.raises(ValueError, match=r"first at index \(1,\)"):
         tw.config.validate_hparams(stacked._replace(tau_pos=np.asarray([0.5, 3.0], np.float32)))
+    with pytest.raises(ValueError, match="belong to different controllers"):
+        tw.stack_hparams([good, tw.hparams("db", mode="tokenworth+")])
 
 
 def test_from_state_dict_validates_phase_and_hyperparameters():
     ctl = tw.Controller(*tw.preset("db", spec_overrides=dict(dim=16, capacity=4)))
     ctl.select("a question")
     data = ctl.state_dict()
-    with pytest.raises(ValueError, match=r"checkpoint phase must be one of .*got 'bogus'"):
-        tw.Controller.from_state_dict({**data, "phase": "bogus"})
+    phase = next(k for k in data["state"] if k.endswith("progress.phase"))
+    with pytest.raises(ValueError, match=r"checkpoint phase must be one of .*got 7"):
+        tw.Controller.from_state_dict({**data, "state": {**data["state"], phase: np.int32(7)}})
     hp = dict(data["hparams"], eta_max=np.float32(-5))
     with pytest.raises(ValueError, match=r"eta_max = -5.0 is out of range"):
         tw.Controller.from_state_dict({**data, "hparams": hp})
     with pytest.raises(ValueError, match=r"Spec\.capacity = 0"):
         tw.Controller.from_state_dict({**data, "spec": dict(data["spec"], capacity=0)})
-    with pytest.raises(ValueError, match=r"phase 'judged' needs reward 0 or 1"):
-        tw.Controller.from_state_dict({**data, "phase": "judged", "reward": None})
+    with pytest.raises(ValueError, match=r"phase 'judged' has reward -1"):
+        tw.Controller.from_state_dict({**data, "state": {**data["state"], phase: np.int32(2)}})
+    with pytest.raises(ValueError, match=r"the spec's mode 'mine' is not in the preset table: pass it"):
+        tw.Controller.from_state_dict({**data, "spec": dict(data["spec"], mode={"name": "mine", "shapes": {}})})
     twin = tw.Controller.from_state_dict(data)  # the untouched checkpoint loads
     assert twin.phase == "selected"
 

@@ -264,6 +264,44 @@ def test_kill_9_mid_run_then_the_same_command_resumes(tmp_path, data_dir):
         assert [r["index"] for r in records(out, method)] == list(range(limit)), (method, before)  # none lost, none twice
 
 
+# ------------------------------------------------------------------ the engine inside a Ray worker
+def test_a_ray_worker_loads_the_engine_and_records_what_this_process_records(tmp_path, data_dir):
+    """``--executor ray --backbone vllm`` on a one-node cluster without GPUs: the CPU build places one worker
+    by CPU, which applies the split and loads the real engine in its own process; its records equal those
+    of the same command run here (both hold the two streams in one batch from the first tick, so the
+    engine sees the same batches)."""
+    if not REQUIRED:
+        pytest.importorskip("ray", reason="Ray comes with the [ray] extra (make test installs it in .venv-vllm)")
+    from tests.ray_nodes import RayNodes
+
+    env = {**cli_env(), "TOKENWORTH_DATA_DIR": data_dir}
+    nodes = RayNodes(cpus=(2,), env=env)
+    try:
+        methods = ("standard", "tokenworth")
+        local, out = tmp_path / "local", tmp_path / "ray"
+
+        def cli(folder: Path, *extra: str) -> subprocess.CompletedProcess:
+            command = [sys.executable, "-m", "agent.cli", *run_command(folder, 2, methods)[2:], *extra]
+            return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
+
+        done = cli(local)
+        assert done.returncode == 0, done.stderr[-4000:]
+        done = cli(out, "--executor", "ray", "--ray-address", nodes.ready().address)
+        assert done.returncode == 0, done.stderr[-4000:]
+    finally:
+        nodes.close()
+    assert "1 worker (cpu, vLLM's CPU build" in done.stderr, done.stderr
+    for method in methods:
+        ran, here = records(out, method), records(local, method)
+        assert [r["index"] for r in ran] == [0, 1]
+        assert [{k: v for k, v in r.items() if k != "time_s"} for r in ran] == \
+            [{k: v for k, v in r.items() if k != "time_s"} for r in here], method
+        note = json.loads((out / method / "node.json").read_text())
+        assert note["executor"] == "ray" and note["node_id"] == nodes.node_ids[0]
+        assert note["pid"] != os.getpid()  # the engine ran in the worker's process
+    assert all(r["output_tokens"] > 0 for r in records(out, "standard"))  # the real engine answered
+
+
 # ------------------------------------------------------------------ the README's GPU recipe, on the CPU
 def gpu_recipe() -> list[list[str]]:
     """The commands of the README's GPU section, split like a shell (comments dropped, lines joined)."""

@@ -2,65 +2,74 @@
 
 Pure API (state in, state out; ``spec`` static, ``hp`` traced)::
 
-    spec, hp = tokenworth_jax.presets.db()
+    spec, hp = tokenworth_jax.preset("db")              # the paper's method; method="tokenworth+" for TokenWorth+
     state = tokenworth_jax.init(spec, hp)
     state, sel = tokenworth_jax.select(state, q_vec, hp, spec)
     state = tokenworth_jax.observe(state, reward, hp, spec)
     state, dec = tokenworth_jax.offer(state, m_vec, memory_id, hp, spec)   # after a success
     state = tokenworth_jax.end_task(state, spec)
     state, dec = tokenworth_jax.finish_task(state, reward, m_vec, memory_id, offered, hp, spec)  # the last three fused
-    state, dec, sel = tokenworth_jax.advance(state, reward, m_vec, memory_id, offered, next_q, hp, spec)
     state, out = tokenworth_jax.run(state, events, hp, spec)              # lax.scan of step
+
+The controller is built from a scorer and a mode: ``tokenworth_jax.controller(scorer, mode)``
+returns the NamedTuple of these functions (``spec.scorer`` and ``spec.mode`` name the pair the
+module-level functions use). The preset table names the paper's pair and TokenWorth+'s
+(:mod:`.presets`); your own mode is a :class:`Mode` value (``Spec(mode=...)``).
 
 C configurations are ``jax.vmap`` of the same functions over stacked states and
 hyperparameters (``stack_hparams``); refits and admissions stay gated on "some configuration
 needs it". ``run_batched`` is that for a whole stream, with ``lax.map`` as the CPU strategy.
 
-The state is one field per part (:mod:`.bank`, :mod:`.base_scorer`, :mod:`.residual`,
-:mod:`.probes`, the pair :mod:`.scorers`, the :mod:`.modes`), each owning its ``NamedTuple``
-state and pure functions. Host wrapper for agent loops: :class:`tokenworth_jax.Controller`; its
-memory-id bookkeeping is :class:`tokenworth_jax.MemoryTable`. Checked (NaN-reporting) variants:
-:mod:`tokenworth_jax.checked`.
+Host wrapper for agent loops: :class:`Controller`; its memory-id bookkeeping is
+:class:`MemoryTable`. Checked (NaN-reporting) variants: :mod:`.checked`.
 """
 
-from . import checked, presets
+from . import checked, modes, presets, protocol, scorers
 from .bank import Bank
 from .batching import Strategy, gated
 from .bookkeeping import MemoryTable
-from .config import HParams, PlusHParams, Spec, hparams, preset, stack_hparams
+from .config import HParams, Schema, stack_hparams
 from .controller import (
-                         Event,
-                         Parts,
-                         Selection,
-                         State,
-                         StepOutput,
-                         advance,
-                         end_task,
-                         finish_task,
-                         init,
-                         observe,
-                         offer,
-                         parts,
-                         run,
-                         run_batched,
-                         select,
-                         step,
-                         worth,
+    ControllerFunctions,
+    Event,
+    OpenTask,
+    Selection,
+    Spec,
+    State,
+    StepOutput,
+    advance,
+    controller,
+    end_task,
+    finish_task,
+    init,
+    observe,
+    offer,
+    run,
+    run_batched,
+    select,
+    step,
+    worth,
 )
-from .featurize import action_vectors, featurize, word_vectors
-from .host import Controller, HostDecision, HostSelection, ProtocolError
-from .inputs import MemoryText, Query
+from .featurize import featurize
+from .host import Controller, HostDecision, HostSelection
+from .inputs import Feature, MemoryText, Query
 from .krr import Predictor
 from .lifecycle import Admission, Decision, Worth
 from .modes import Mode
 from .modes import paper as paper_mode
+from .plus.config import PlusHParams
 from .plus.mode import plus as plus_mode
+from .plus.text import action_vectors, word_vectors
+from .presets import hparams, preset
+from .protocol import ProtocolError
 from .pytree import Empty, tree_where
+from .scorers import Scorer
 
 __all__ = [
-    "Admission", "Bank", "Controller", "Decision", "Empty", "Event", "HParams", "HostDecision", "HostSelection",
-    "MemoryTable", "MemoryText", "Mode", "Parts", "PlusHParams", "Predictor", "ProtocolError", "Query", "Selection",
-    "Spec", "State", "StepOutput", "Strategy", "Worth", "action_vectors", "advance", "checked", "end_task", "featurize",
-    "finish_task", "gated", "hparams", "init", "observe", "offer", "paper_mode", "parts", "plus_mode", "preset",
-    "presets", "run", "run_batched", "select", "stack_hparams", "step", "tree_where", "word_vectors", "worth",
+    "Admission", "Bank", "Controller", "ControllerFunctions", "Decision", "Empty", "Event", "Feature", "HParams",
+    "HostDecision", "HostSelection", "MemoryTable", "MemoryText", "Mode", "OpenTask", "PlusHParams", "Predictor",
+    "ProtocolError", "Query", "Schema", "Scorer", "Selection", "Spec", "State", "StepOutput", "Strategy", "Worth",
+    "action_vectors", "advance", "checked", "controller", "end_task", "featurize", "finish_task", "gated", "hparams",
+    "init", "modes", "observe", "offer", "paper_mode", "plus_mode", "preset", "presets", "protocol", "run",
+    "run_batched", "scorers", "select", "stack_hparams", "step", "tree_where", "word_vectors", "worth",
 ]

@@ -10,6 +10,27 @@ when vmapped. So ``jax.vmap(tw.step)`` is the batched controller, and stays chea
 
 ``"auto"`` picks ``"map"`` on the CPU backend (each configuration keeps its own real branches
 and small matmuls stay small) and ``"vmap"`` elsewhere (measurements: docs/performance.md).
+
+What :func:`gated` guarantees, and where it stops (``tests/test_batching.py`` checks each):
+
+* **One level of vmap is gated.** Under ``vmap`` of ``vmap`` the inner level gets the rule; the
+  outer one batches the rule's own ``lax.cond`` as JAX always does, into a ``select`` that runs
+  both branches. Same answer; only the innermost level saves work. Batch configurations on one
+  axis (``stack_hparams``), not on two.
+* **Differentiation.** ``custom_vmap`` has no transpose rule, so ``gated`` carries its own JVP
+  (``jax.custom_jvp``): the JVP of the plain ``lax.cond``, or, when the derivative is taken of a
+  vmapped function (``jax.grad(lambda x: f(jax.vmap(g)(x)))``), the gated rule applied to the
+  primal and, apart, to the tangent. So ``jax.grad``, ``jax.jvp``, grad of vmap and vmap of grad
+  all give the cond's derivative (vmap of grad batches the derived cond into a ``select``: no
+  gating there). A derivative of a function vmapped twice is refused with a message: the outer
+  vmap turns the inner rule's cond into a ``select`` whose transpose JAX lacks; differentiate
+  inside the vmaps instead.
+* **An all-unbatched predicate** (vmapped, but the same for every configuration) is broadcast:
+  one ``lax.cond``, the answer of the single-configuration call for each.
+* **Closed-over traced values.** ``custom_vmap`` cannot batch a value that ``fn`` or ``otherwise``
+  closes over (JAX raises a bare ``AssertionError``). ``gated`` then traces the branches, hoists
+  the traced values they close over into operands and runs again: the right answer. Passing every
+  array as an operand (as the controller does) avoids the retrace.
 """
 
 from __future__ import annotations
@@ -19,6 +40,7 @@ from typing import Any, Callable, Literal, TypeVar, get_args
 import jax
 import jax.numpy as jnp
 from jax import custom_batching
+from jax.extend.core import ClosedJaxpr, jaxpr_as_fun
 
 from .pytree import tree_where
 
@@ -45,18 +67,58 @@ def over_configs(fn: Callable[..., T], strategy: Strategy = "auto") -> Callable[
 def gated(pred: jax.Array, fn: Callable[..., T], otherwise: Callable[..., T], *operands: Any) -> T:
     """``fn(*operands) if pred else otherwise(*operands)``; both return the same structure.
 
-    ``fn`` and ``otherwise`` must close over nothing traced (pass every array as an operand).
-    Vmapped with a batched ``pred``, ``fn`` runs (vmapped) only when some configuration's
-    ``pred`` holds, and each configuration keeps ``otherwise``'s result where its own is false.
+    Vmapped with a batched ``pred``, ``fn`` runs (vmapped) only when some configuration's ``pred``
+    holds, and each configuration keeps ``otherwise``'s result where its own is false. Its limits
+    (nested vmap, derivatives, unbatched predicates, closed-over tracers) are in the module docstring.
     """
+    pred = jnp.asarray(pred, bool)
+    try:
+        return _gated(pred, fn, otherwise, operands)
+    except AssertionError:  # custom_vmap met a batched value closed over by a branch
+        return _gated(pred, *_hoisted(fn, otherwise, operands))
+
+
+def _gated(pred: jax.Array, fn: Callable[..., T], otherwise: Callable[..., T], operands: tuple) -> T:
+    def jvp_fn(ops: tuple, tangents: tuple) -> tuple[Any, Any]:
+        return jax.jvp(lambda o: fn(*o), (ops,), (tangents,))
+
+    def jvp_otherwise(ops: tuple, tangents: tuple) -> tuple[Any, Any]:
+        return jax.jvp(lambda o: otherwise(*o), (ops,), (tangents,))
+
+    @jax.custom_jvp
+    def differentiable(p: jax.Array, ops: tuple) -> Any:
+        return _branch(p, fn, otherwise, ops)
+
+    @differentiable.defjvp
+    def _jvp(primals: tuple, tangents: tuple) -> tuple[Any, Any]:
+        p, ops = primals
+        leaves = [t for t in jax.tree_util.tree_leaves(tangents[1]) if jnp.issubdtype(jnp.result_type(t), jnp.inexact)]
+        levels = _vmap_levels(leaves[0]) if leaves else 0
+        if levels > 1:
+            raise NotImplementedError(
+                "tokenworth_jax.batching.gated: a derivative (jax.grad, jax.jvp) of a function vmapped twice is not "
+                "supported (the outer vmap turns the gated cond into a select, whose transpose JAX lacks): "
+                "differentiate inside the vmaps, jax.vmap(jax.vmap(jax.grad(f))), or batch on one axis")
+        if levels == 1:
+            # vmapped: the gated rule for the primal and, apart (so the primal stays known to a linearisation),
+            # for the tangent; its expansion is plain cond + select, which transposes
+            return (_branch(p, fn, otherwise, ops),
+                    _branch(p, lambda o, t: jvp_fn(o, t)[1], lambda o, t: jvp_otherwise(o, t)[1], (ops, tangents[1])))
+        return jax.lax.cond(p, jvp_fn, jvp_otherwise, ops, tangents[1])
+
+    return differentiable(pred, operands)
+
+
+def _branch(p: jax.Array, fn: Callable[..., T], otherwise: Callable[..., T], ops: tuple) -> T:
+    """``lax.cond(p, fn, otherwise, *ops)``, batched as "any configuration" then a per-configuration pick."""
 
     @custom_batching.custom_vmap
-    def branch(p: jax.Array, *ops: Any) -> Any:
+    def branch(p: jax.Array, ops: tuple) -> Any:
         return jax.lax.cond(p, fn, otherwise, *ops)
 
     @branch.def_vmap
-    def _batched(axis_size: int, in_batched: list, p: jax.Array, *ops: Any) -> tuple[Any, Any]:
-        axes = tuple(jax.tree_util.tree_map(lambda b: 0 if b else None, list(in_batched[1:])))
+    def _rule(axis_size: int, in_batched: list, p: jax.Array, ops: tuple) -> tuple[Any, Any]:
+        axes = tuple(jax.tree_util.tree_map(lambda b: 0 if b else None, in_batched[1]))
         p = p if in_batched[0] else jnp.broadcast_to(p, (axis_size,))
         run_fn, run_otherwise = jax.vmap(fn, in_axes=axes), jax.vmap(otherwise, in_axes=axes)
 
@@ -66,4 +128,49 @@ def gated(pred: jax.Array, fn: Callable[..., T], otherwise: Callable[..., T], *o
         out = jax.lax.cond(jnp.any(p), some, lambda args: run_otherwise(*args), ops)
         return out, jax.tree_util.tree_map(lambda _: True, out)
 
-    return branch(jnp.asarray(pred, bool), *operands)
+    return branch(p, ops)
+
+
+def _vmap_levels(x: jax.Array) -> int:
+    """How many enclosing ``vmap``s batch ``x`` (read at trace time, through a custom_vmap rule that
+    probes again from inside, one level further out each time)."""
+    seen: list[bool] = []
+
+    @custom_batching.custom_vmap
+    def probe(v: jax.Array) -> jax.Array:
+        return v
+
+    @probe.def_vmap
+    def _rule(axis_size: int, in_batched: list, v: jax.Array) -> tuple[jax.Array, bool]:
+        seen.append(bool(in_batched[0]))
+        return probe(v), in_batched[0]
+
+    probe(x)
+    return sum(seen)
+
+
+def _hoisted(fn: Callable[..., T], otherwise: Callable[..., T],
+             operands: tuple) -> tuple[Callable[..., T], Callable[..., T], tuple]:
+    """``fn`` and ``otherwise`` taking the traced values they close over as leading operands."""
+    flat, tree = jax.tree_util.tree_flatten(operands)
+    hoisted = []
+    for branch in (fn, otherwise):
+        closed = jax.make_jaxpr(lambda *xs, b=branch: b(*jax.tree_util.tree_unflatten(tree, xs)), return_shape=True)
+        jaxpr, out_shape = closed(*flat)
+        traced = [i for i, c in enumerate(jaxpr.consts) if isinstance(c, jax.core.Tracer)]
+        hoisted.append((jaxpr, out_shape, traced))
+
+    def converted(k: int) -> Callable[..., Any]:
+        jaxpr, out_shape, traced = hoisted[k]
+
+        def run(consts: tuple, *ops: Any) -> Any:
+            values = list(jaxpr.consts)
+            for i, c in zip(traced, consts[k]):
+                values[i] = c
+            out = jaxpr_as_fun(ClosedJaxpr(jaxpr.jaxpr, values))(*jax.tree_util.tree_leaves(ops))
+            return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out_shape), out)
+
+        return run
+
+    consts = tuple(tuple(h[0].consts[i] for i in h[2]) for h in hoisted)
+    return converted(0), converted(1), (consts, *operands)

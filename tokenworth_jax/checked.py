@@ -10,9 +10,13 @@ non-finite value in program order:
 2. the incoming state (e.g. ``state.bank.emb`` already poisoned by an unchecked call);
 3. the outgoing state (a non-finite value the step itself produced).
 
-Usage: ``tw.checked.select(state, q, hp, spec)`` instead of ``tw.select(...)`` (same
-signature and results). Each one wraps the public function of the same name. The checks cost one reduction per state leaf per call; use them
-while developing or when the inputs come from somewhere untrusted.
+Usage: ``tw.checked.select(state, q, hp, spec)`` instead of ``tw.select(...)`` (same signature
+and results), for every function of the controller (``init``, ``select``, ``observe``, ``offer``,
+``end_task``, ``finish_task``, ``advance``, ``step``, ``run``, ``run_batched``, ``worth``). The
+wrappers are derived from the controller's own table of its functions and their static arguments
+(``controller.COMPOSED``): a function added there is checked here with no edit. The checks cost
+one reduction per leaf per call; use them while developing or when the inputs come from somewhere
+untrusted.
 
 Which entry points validate (see docs/controller.md): ``tw.hparams``/``tw.preset``/``Spec``
 and ``tw.stack_hparams`` check every value on the host at construction; the host
@@ -23,28 +27,16 @@ the pure API checks nothing (this module is its checked twin).
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 from jax.experimental import checkify
 
-from . import controller as C
-from .config import HParams, Spec
-from .controller import Event, Selection, State, StepOutput
-from .lifecycle import Decision
+from .controller import COMPOSED, State, controller
 
-# entry point -> (the public function, the names of its array arguments; "state" is checked as a tree)
-_ENTRY: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
-    "select": (C.select, ("state", "query", "hp")),
-    "observe": (C.observe, ("state", "reward", "hp")),
-    "offer": (C.offer, ("state", "memory", "memory_id", "hp")),
-    "end_task": (C.end_task, ("state",)),
-    "finish_task": (C.finish_task, ("state", "reward", "memory", "memory_id", "offered", "hp")),
-    "advance": (C.advance, ("state", "reward", "memory", "memory_id", "offered", "query", "hp")),
-    "step": (C.step, ("state", "event", "hp")),
-    "run": (C.run, ("state", "events", "hp")),
-}
+STATE_ARGS = ("state", "states")  # checked as the incoming state
 
 
 def _check_finite(tree: Any, what: str) -> None:
@@ -54,64 +46,53 @@ def _check_finite(tree: Any, what: str) -> None:
             checkify.check(jnp.all(jnp.isfinite(leaf)), f"{what}{jax.tree_util.keystr(path)} has a non-finite entry")
 
 
+def _signature(name: str) -> inspect.Signature:
+    """The public signature of ``name``: its composition's, without the bound parts."""
+    params = list(inspect.signature(COMPOSED[name][0]).parameters.values())[1:]
+    return inspect.Signature(params)
+
+
 @functools.lru_cache(maxsize=None)
-def _compiled(name: str, spec: Spec) -> Callable[..., Any]:
-    fn, names = _ENTRY[name]
+def _compiled(name: str, statics: tuple[Any, ...]) -> Callable[..., Any]:
+    static_names = COMPOSED[name][1]
+    spec = statics[static_names.index("spec")]
+    public = getattr(controller(spec.scorer, spec.mode), name)
+    arrays = [p for p in _signature(name).parameters if p not in static_names]
 
     def body(*args: Any) -> Any:
-        for arg_name, arg in zip(names, args):
-            if arg_name != "state":
+        for arg_name, arg in zip(arrays, args):
+            if arg_name not in STATE_ARGS:
                 _check_finite(arg, f"{name}: input {arg_name}")
-        _check_finite(args[0], f"{name}: incoming state")
-        out = fn(*args, spec=spec)
-        new_state = out if isinstance(out, State) else out[0]  # State is itself a tuple
-        _check_finite(new_state, f"{name}: outgoing state")
+        for arg_name, arg in zip(arrays, args):
+            if arg_name in STATE_ARGS:
+                _check_finite(arg, f"{name}: incoming state")
+        out = public(**dict(zip(arrays, args)), **dict(zip(static_names, statics)))
+        new_state = out if isinstance(out, State) else out[0] if isinstance(out, tuple) else None
+        if isinstance(new_state, State):
+            _check_finite(new_state, f"{name}: outgoing state")
         return out
 
     return jax.jit(checkify.checkify(body, errors=checkify.user_checks))
 
 
-def _call(name: str, spec: Spec, *args: Any) -> Any:
-    err, out = _compiled(name, spec)(*args)
-    err.throw()
-    return out
+def _derive(name: str) -> Callable[..., Any]:
+    signature = _signature(name)
+    static_names = COMPOSED[name][1]
+
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        values = bound.arguments
+        err, out = _compiled(name, tuple(values[s] for s in static_names))(
+            *(v for k, v in values.items() if k not in static_names))
+        err.throw()
+        return out
+
+    checked.__name__ = checked.__qualname__ = name
+    checked.__signature__ = signature  # type: ignore[attr-defined]
+    checked.__doc__ = f"Checked ``tw.{name}``: {COMPOSED[name][0].__doc__}"
+    return checked
 
 
-def select(state: State, query: jax.Array, hp: HParams, spec: Spec) -> tuple[State, Selection]:
-    return _call("select", spec, state, query, hp)
-
-
-def observe(state: State, reward: jax.Array, hp: HParams, spec: Spec) -> State:
-    return _call("observe", spec, state, jnp.asarray(reward, jnp.int32), hp)
-
-
-def offer(state: State, e_new: jax.Array, new_id: jax.Array, hp: HParams, spec: Spec) -> tuple[State, Decision]:
-    return _call("offer", spec, state, e_new, jnp.asarray(new_id, jnp.int32), hp)
-
-
-def end_task(state: State, spec: Spec) -> State:
-    return _call("end_task", spec, state)
-
-
-def finish_task(state: State, reward: jax.Array, memory: jax.Array, memory_id: jax.Array, offered: jax.Array,
-                hp: HParams, spec: Spec) -> tuple[State, Decision]:
-    return _call("finish_task", spec, state, jnp.asarray(reward, jnp.int32), memory, jnp.asarray(memory_id, jnp.int32),
-                 jnp.asarray(offered, bool), hp)
-
-
-def advance(state: State, reward: jax.Array, memory: jax.Array, memory_id: jax.Array, offered: jax.Array,
-            query: jax.Array, hp: HParams, spec: Spec) -> tuple[State, Decision, Selection]:
-    return _call("advance", spec, state, jnp.asarray(reward, jnp.int32), memory, jnp.asarray(memory_id, jnp.int32),
-                 jnp.asarray(offered, bool), query, hp)
-
-
-def step(state: State, event: Event, hp: HParams, spec: Spec) -> tuple[State, StepOutput]:
-    return _call("step", spec, state, event, hp)
-
-
-def run(state: State, events: Event, hp: HParams, spec: Spec) -> tuple[State, StepOutput]:
-    """Checked :func:`tokenworth_jax.run`: the inputs and the state before and after the whole stream."""
-    return _call("run", spec, state, events, hp)
-
-
-__all__ = ["select", "observe", "offer", "end_task", "finish_task", "advance", "step", "run"]
+__all__ = list(COMPOSED)
+globals().update({_name: _derive(_name) for _name in COMPOSED})

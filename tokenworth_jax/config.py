@@ -1,17 +1,22 @@
-"""Configuration: a static :class:`Spec` that fixes shapes, and traced :class:`HParams`.
+"""Configuration: shape fields (static) and hyperparameters (traced), and how each is declared.
 
-Everything a user sweeps lives in :class:`HParams` as array leaves, so a batch of
-configurations is just a stacked pytree that ``jax.vmap`` maps over, and changing a
-value never recompiles. Only integers that fix array shapes are static, in :class:`Spec`.
-Interval hyperparameters (``base_interval``, ``krr_interval``, ...) are traced too: they
-only enter ``lax.cond`` predicates.
+Everything a user sweeps is an array leaf of :class:`HParams`, so a batch of configurations is a
+stacked pytree that ``jax.vmap`` maps over, and changing a value never recompiles. Only integers
+that fix array shapes are static (``tw.Spec``; this module checks them). Interval
+hyperparameters (``base_interval``, ``krr_interval``, ...) are traced too: they only enter
+``lax.cond`` predicates.
 
-Presets follow Table A1 and App. B.2 of the paper (see the algorithm spec, §6).
+A :class:`Schema` declares one pytree of hyperparameters: its flat names (how grids, checkpoints
+and messages name each leaf), defaults, allowed ranges, integer and vector fields, and the
+cross-field order rules. The core's is :data:`CORE`; a scorer or a mode declares its own (it
+lives in ``HParams.scorer`` / ``HParams.mode``), so this module knows no extension. The values
+of the environment presets (Table A1, App. C) are the preset table's (:mod:`tokenworth_jax.presets`).
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+import dataclasses
+from typing import Any, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -22,170 +27,179 @@ from .pytree import Empty
 
 N_BASE_FEATURES = 4  # phi = [cos, u, rel, rec]
 N_STAT_FEATURES = 5  # z tail = [cos, u, rel, rec, freq]
-
-
-class _SpecFields(NamedTuple):
-    dim: int = 512
-    capacity: int = 64  # B_max
-    base_window: int = 256
-    fast_window: int = 128
-    slow_window: int = 256
-    k_candidates: int = 12
-    n_probes: int = 8  # earlier queries kept as probes; |P| <= n_probes + 1
-    dtype: str = "float32"
-    # Worth is computed over the bank in chunks of this many memories (0 = all at once).
-    # Bounds peak memory for very large banks; decisions are identical, values equal to
-    # rounding (XLA blocks the smaller matmuls differently; tests/test_transforms.py).
-    worth_chunk: int = 0
-    # Incremental worth (tokenworth_jax.worth_cache): cache the D-dimensional part of the KRR
-    # distances for probes x bank x support, so a task costs (B + P + 1) N D instead of
-    # (P + 1)(B + 1) N D. Same decisions as the full computation (scores equal to rounding);
-    # costs (P + 1) B (N + 1) floats of state. worth_chunk does not apply to it.
-    incremental: bool = False
-    # TokenWorth+ (opt-in, docs/tokenworth-plus.md): the plus mode and its state; False = the paper.
-    plus: bool = False
-    null_window: int = 128  # TokenWorth+: tasks with nothing injected kept for p̂₀(q)
-    word_dim: int = 512  # TokenWorth+: hashed question words and bigrams (featurize.word_vectors)
-    action_dim: int = 256  # TokenWorth+: hashed action tokens and bigrams (featurize.action_vectors)
-
-
-SPEC_MINIMUM = dict(dim=1, capacity=1, base_window=1, fast_window=1, slow_window=1, k_candidates=1, n_probes=1,
-                    worth_chunk=0, null_window=1, word_dim=1, action_dim=1)
 DTYPES = ("float32", "float64")
 
 
-class Spec(_SpecFields):
-    """Static, shape-fixing settings. Hashable, so it is a static jit argument.
-
-    Every field is checked when a Spec is made (also by ``_replace``): a ValueError names the
-    field, its value and the allowed range.
-    """
-
-    __slots__ = ()
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> "Spec":
-        self = super().__new__(cls, *args, **kwargs)
-        validate_spec(self)
-        return self
-
-    def _replace(self, **changes: Any) -> "Spec":
-        return type(self)(**{**self._asdict(), **changes})
-
-    @property
-    def feature_dim(self) -> int:
-        return self.dim + N_STAT_FEATURES
-
-    @property
-    def float_dtype(self) -> jnp.dtype:
-        return jnp.dtype(self.dtype)
-
-
-def validate_spec(spec: _SpecFields) -> None:
-    for name, lo in SPEC_MINIMUM.items():
-        value = getattr(spec, name)
+# ----- static shape fields ----------------------------------------------------------------------
+def check_shapes(owner: str, values: Mapping[str, Any], minimum: Mapping[str, int]) -> None:
+    """Each ``minimum`` field of ``values`` is an integer at least that large, else a ValueError naming it."""
+    for name, lo in minimum.items():
+        value = values[name]
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-            raise ValueError(f"Spec.{name} = {value!r} must be an integer >= {lo}")
+            raise ValueError(f"{owner}.{name} = {value!r} must be an integer >= {lo}")
         if value < lo:
-            raise ValueError(f"Spec.{name} = {value!r} is out of range: must be an integer >= {lo}")
-    for name in ("incremental", "plus"):
-        if not isinstance(getattr(spec, name), (bool, np.bool_)):
-            raise ValueError(f"Spec.{name} = {getattr(spec, name)!r} must be True or False")
+            raise ValueError(f"{owner}.{name} = {value!r} is out of range: must be an integer >= {lo}")
+
+
+def check_dtype(owner: str, dtype: Any) -> None:
     try:
-        name = jnp.dtype(spec.dtype).name
+        name = jnp.dtype(dtype).name
     except TypeError:
         name = None
     if name not in DTYPES:
-        raise ValueError(f"Spec.dtype = {spec.dtype!r} is not supported: must be one of {DTYPES}")
+        raise ValueError(f"{owner}.dtype = {dtype!r} is not supported: must be one of {DTYPES}")
 
 
-def spec_from_dict(data: dict[str, Any]) -> Spec:
-    """A validated Spec from ``Spec._asdict()`` output (e.g. a checkpoint); unknown keys are an error."""
-    unknown = set(data) - set(Spec._fields)
-    if unknown:
-        raise ValueError(f"unknown Spec field(s) {sorted(unknown)}; known: {list(Spec._fields)}")
-    return Spec(**{k: (int(v) if isinstance(v, np.integer) else bool(v) if isinstance(v, np.bool_) else v)
-                   for k, v in data.items()})
+def as_int(value: Any) -> Any:
+    """NumPy integers (e.g. from a checkpoint) as Python ints; anything else unchanged."""
+    return int(value) if isinstance(value, np.integer) else value
 
 
-# ----- TokenWorth+ hyperparameters: their own traced pytree, HParams.plus when Spec.plus -----------------
-# Outside this pytree they go by flat names, "plus_" + field ("plus_margin", "plus_lambda" for
-# lambda_, ...), which is how grids, checkpoints and error messages name them (docs/tokenworth-plus.md).
-N_LIFT_FEATURES = 7  # psi = [1, cos, action affinity s, four cosine bumps]
-N_RIDGE_GRID = 5  # ridge multipliers the evidence fit chooses from
+# ----- hyperparameter declarations --------------------------------------------------------------
+class Range(NamedTuple):
+    """Allowed values: [lo, hi], an end open where flagged; None = unbounded."""
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def text(self, integer: bool) -> str:
+        kind = "an integer" if integer else "a finite number"
+        if self.lo is None and self.hi is None:
+            return kind
+        if self.hi is None:
+            return f"{kind} {'>' if self.lo_open else '>='} {self.lo}"
+        if self.lo is None:
+            return f"{kind} {'<' if self.hi_open else '<='} {self.hi}"
+        return f"{kind} in {'(' if self.lo_open else '['}{self.lo}, {self.hi}{')' if self.hi_open else ']'}"
 
 
-class PlusHParams(NamedTuple):
-    action_lambda: ArrayLike  # ridge of the action model (question words -> action tokens)
-    theta0: ArrayLike  # (7,) prior mean of the lift weights
-    lambda_: ArrayLike  # (7,) ridge of the lift model, per feature
-    adaptive: ArrayLike  # (7,) 0/1: features whose ridge the Laplace evidence chooses among lambda * lambda_grid
-    lambda_grid: ArrayLike  # (5,) those multipliers
-    refit_interval: ArrayLike  # int: the lift model refits after every this many injected tasks
-    features: ArrayLike  # (7,) 0/1 mask of psi
-    optimism: ArrayLike  # posterior sds added to the inject decision (an upper confidence bound)
-    explore: ArrayLike  # Thompson scale of the inject decision (0: none)
-    margin: ArrayLike  # inject unless the decision's predicted gain is <= margin (probability units)
-    abstain: ArrayLike  # 0/1: allow "no memory" at all
-    worth: ArrayLike  # the lifecycle's worth: 0 the paper's score, 1 the mean predicted gain, 2 recency (FIFO)
-    p0_prior: ArrayLike  # prior mean of the no-memory rate p0
-    p0_strength: ArrayLike  # pseudo-count of that prior (and of the kernel shrinkage)
-    bandwidth: ArrayLike  # kernel width of p0(q) on the cosine distance
-    seed: ArrayLike  # int: PRNG seed of the exploration key
+def _where(bad: np.ndarray) -> str:
+    """' (first at index i)' for the first offending entry of a stacked or vector hyperparameter."""
+    if bad.ndim == 0:
+        return ""
+    return f" (first at index {tuple(int(i) for i in np.argwhere(bad)[0])})"
 
 
-def flat_name(field: str) -> str:
-    return "plus_" + field.rstrip("_")
+_SCHEMAS: dict[type, "Schema"] = {}
 
 
-FLAT_TO_FIELD = {flat_name(f): f for f in PlusHParams._fields}
+@dataclasses.dataclass(frozen=True, eq=False)  # eq=False: hashed by identity, so a part holding it stays hashable
+class Schema:
+    """A pytree of traced hyperparameters, declared once: the core's (:data:`CORE`), a scorer's or a mode's.
 
-# The defaults the research loop kept (docs/ranking-research.md; swept on DB seeds 0-2 only).
-PLUS_DEFAULTS: dict[str, Any] = dict(
-    plus_action_lambda=1.0,
-    plus_theta0=(0.5, 1.0, 2.0, 0.0, 0.0, 0.0, 0.0),  # optimistic intercept; s weighs twice the cosine
-    plus_lambda=1.0,  # one ridge for every feature (a scalar is broadcast)
-    plus_adaptive=(0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0),  # the bumps' shrinkage is chosen by evidence
-    plus_lambda_grid=(1.0, 3.0, 10.0, 30.0, 100.0),
-    plus_refit_interval=1,
-    plus_features=(1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0),
-    plus_optimism=1.0,  # "no memory" needs evidence of harm
-    plus_explore=0.0,
-    plus_margin=-0.05,
-    plus_abstain=1.0,
-    plus_worth=2,  # a FIFO bank: measured best on DB seeds 0-2 (docs/ranking-research.md)
-    plus_p0_prior=0.5,
-    plus_p0_strength=2.0,
-    plus_bandwidth=0.05,
-    plus_seed=0,
-)
+    ``fields`` are the leaves of ``cls`` (a NamedTuple) in order; outside the pytree each goes by
+    its flat name, ``prefix + field.rstrip("_")`` (``x_lambda`` for ``lambda_`` under prefix ``x_``). Integers are
+    int32 leaves, everything else of the configuration's float dtype.
+    """
 
-PLUS_RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = dict(
-    plus_action_lambda=(0, None, True, False),
-    plus_theta0=(None, None, False, False),
-    plus_lambda=(0, None, True, False),
-    plus_adaptive=(0, 1, False, False),  # switches: 0 = off, 1 = on
-    plus_lambda_grid=(0, None, True, False),
-    plus_refit_interval=(1, None, False, False),
-    plus_features=(0, 1, False, False),
-    plus_optimism=(0, None, False, False),
-    plus_explore=(0, None, False, False),
-    plus_margin=(-1, 1, False, False),  # a difference of two probabilities
-    plus_abstain=(0, 1, False, False),
-    plus_worth=(0, 2, False, False),
-    plus_p0_prior=(0, 1, True, True),
-    plus_p0_strength=(0, None, True, False),
-    plus_bandwidth=(0, None, True, False),
-    plus_seed=(0, 2**31 - 1, False, False),  # an int32 PRNG seed
-)
-PLUS_BROADCAST = {"plus_lambda": N_LIFT_FEATURES}  # a scalar stands for that many equal entries
+    cls: type
+    fields: tuple[str, ...]
+    ranges: Mapping[str, Range]  # by field; every field has one
+    defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # by field; the rest must be given
+    prefix: str = ""
+    ints: frozenset[str] = frozenset()
+    sizes: Mapping[str, int] = dataclasses.field(default_factory=dict)  # vector fields: their length
+    broadcast: frozenset[str] = frozenset()  # vector fields for which a scalar stands for `size` equal entries
+    order: tuple[tuple[str, str], ...] = ()  # (lo, hi): need lo <= hi, entry by entry
+
+    def __post_init__(self) -> None:
+        missing = set(self.fields) - set(self.ranges)
+        extra = (set(self.ranges) | set(self.defaults) | set(self.ints) | set(self.sizes) | set(self.broadcast)
+                 | {f for pair in self.order for f in pair}) - set(self.fields)
+        if missing or extra:
+            raise ValueError(f"Schema of {self.cls.__name__}: fields without a range {sorted(missing)}, "
+                             f"unknown fields named {sorted(extra)}")
+        _SCHEMAS[self.cls] = self  # so a pytree of this type can be validated wherever it is met
+
+    # -- names
+    def flat(self, field: str) -> str:
+        return self.prefix + field.rstrip("_")
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.flat(f) for f in self.fields)
+
+    def field(self, name: str) -> str:
+        return {self.flat(f): f for f in self.fields}[name]
+
+    def is_int(self, name: str) -> bool:
+        return self.field(name) in self.ints
+
+    # -- values
+    def check(self, name: str, value: Any) -> np.ndarray:
+        """The host value of the leaf ``name`` (flat) as float64, or a ValueError naming name, value and range."""
+        field = self.field(name)
+        try:
+            v = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"hyperparameter {name} = {value!r} is not a number") from None
+        rng, integer = self.ranges[field], field in self.ints
+        bad = ~np.isfinite(v)
+        if integer:
+            bad |= np.isfinite(v) & (v != np.round(v))
+        if rng.lo is not None:
+            bad |= (v <= rng.lo) if rng.lo_open else (v < rng.lo)
+        if rng.hi is not None:
+            bad |= (v >= rng.hi) if rng.hi_open else (v > rng.hi)
+        if np.any(bad):
+            shown = np.asarray(value).tolist()  # plain Python numbers (or nested lists) in the message
+            raise ValueError(f"hyperparameter {name} = {shown!r} is out of range{_where(bad)}: "
+                             f"must be {rng.text(integer)}")
+        return v
+
+    def leaves(self, values: Mapping[str, Any], dtype: DTypeLike) -> dict[str, jax.Array]:
+        """``{field: array}`` from ``{flat name: value}`` over the defaults, each checked before any cast
+        (2.5 must not become 2); ints as int32, the rest as ``dtype``."""
+        given = {**{self.flat(f): v for f, v in self.defaults.items()}, **values}
+        missing = [self.flat(f) for f in self.fields if self.flat(f) not in given]
+        if missing:
+            raise ValueError(f"hyperparameters {missing} have no default: give them")
+        out = {}
+        for f in self.fields:
+            value = given[self.flat(f)]
+            if f in self.broadcast and np.ndim(value) == 0:
+                value = np.full((self.sizes[f],), value, np.float64)
+            self.check(self.flat(f), value)
+            out[f] = jnp.asarray(value, dtype=jnp.int32 if f in self.ints else dtype)
+        return out
+
+    def make(self, values: Mapping[str, Any], dtype: DTypeLike) -> Any:
+        """A validated ``cls`` pytree from flat names over the defaults."""
+        return self.validate(self.cls(**self.leaves(values, dtype)))
+
+    def flatten(self, tree: Any) -> dict[str, Any]:
+        return {self.flat(f): getattr(tree, f) for f in self.fields}
+
+    def validate(self, tree: Any) -> Any:
+        """Host-side check of every leaf (stacked configurations too); returns ``tree``. Skipped for traced
+        values (inside a transformation nothing is concrete)."""
+        if not isinstance(tree, self.cls):
+            raise TypeError(f"expected {self.cls.__name__} hyperparameters, got {type(tree).__name__}")
+        try:
+            concrete = {f: np.asarray(getattr(tree, f)) for f in self.fields}
+        except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+            return tree
+        for f, n in self.sizes.items():
+            if concrete[f].shape[-1:] != (n,):
+                raise ValueError(f"hyperparameter {self.flat(f)} must have {n} entries, got shape {concrete[f].shape}")
+        v = {f: self.check(self.flat(f), value) for f, value in concrete.items()}
+        for lo, hi in self.order:
+            bad = v[lo] > v[hi]
+            if np.any(bad):
+                raise ValueError(f"hyperparameters {self.flat(lo)} = {concrete[lo].tolist()} and {self.flat(hi)} = "
+                                 f"{concrete[hi].tolist()}{_where(np.asarray(bad))}: "
+                                 f"need {self.flat(lo)} <= {self.flat(hi)}")
+        return tree
 
 
+# ----- the core's hyperparameters ---------------------------------------------------------------
 class HParams(NamedTuple):
-    """Traced hyperparameters (array leaves). Build with :func:`hparams`.
+    """Traced hyperparameters (array leaves): the core's, then the parts' own pytrees.
 
-    ``plus`` holds TokenWorth+'s own hyperparameters (:class:`PlusHParams`)
-    when the controller runs in plus mode (``Spec(plus=True)``), and is :class:`~tokenworth_jax.pytree.Empty`
-    otherwise.
+    Build with ``tw.hparams`` / ``tw.preset``. ``scorer`` and ``mode`` hold the hyperparameters
+    the controller's scorer and mode declare (their :class:`Schema`), :class:`~tokenworth_jax.pytree.Empty`
+    for a part that has none.
     """
 
     w0: ArrayLike  # (4,) prior weights for [cos, u, rel, rec]
@@ -201,7 +215,8 @@ class HParams(NamedTuple):
     m_max: ArrayLike
     krr_interval: ArrayLike  # int
     agop_interval: ArrayLike  # int
-    warmup: ArrayLike  # int
+    warmup: ArrayLike  # int: feedback examples a KRR fit needs
+    fit_at_warmup: ArrayLike  # int 0/1: the first KRR fit runs at `warmup` examples (else at the first interval)
     eta_max: ArrayLike
     kappa: ArrayLike
     tau_nov: ArrayLike
@@ -214,238 +229,162 @@ class HParams(NamedTuple):
     u_failure: ArrayLike
     u_min: ArrayLike
     u_max: ArrayLike
-    plus: PlusHParams | Empty = Empty()
+    scorer: Any = Empty()  # the scorer's own (Spec.scorer.hparams)
+    mode: Any = Empty()  # the mode's own (Spec.mode.hparams)
 
 
-CORE_FIELDS = tuple(f for f in HParams._fields if f != "plus")
-PLUS_NAMES = tuple(FLAT_TO_FIELD)
-INT_FIELDS = frozenset({"base_interval", "krr_interval", "agop_interval", "warmup", "plus_seed", "plus_worth",
-                        "plus_refit_interval"})
+PART_SLOTS = ("scorer", "mode")  # the HParams fields (and tw.Spec fields) that hold the parts
+CORE_FIELDS = tuple(f for f in HParams._fields if f not in PART_SLOTS)
 
-COMMON: dict[str, Any] = dict(
-    w0=(1.0, 0.10, 0.10, 0.02),
-    lambda_w=0.1,
-    beta_w=0.5,
-    w_min=(0.0, 0.0, 0.0, 0.0),
-    w_max=(2.0, 1.0, 1.0, 1.0),
-    base_interval=50,
-    lambda_krr=0.01,
-    gamma=1.0,
-    beta_m=0.25,
-    m_min=0.05,
-    m_max=8.0,
-    kappa=0.02,
-    tau_nov=0.35,
-    delta_write=0.02,
-    tau_pos=0.45,
-    tau_util=0.5,
-    delta_rep=0.10,
-    u_init=1.0,
-    u_success=0.25,
-    u_failure=0.45,
-    u_min=-2.0,
-    u_max=5.0,
+# The paper's values shared by every environment (spec §6); the environment presets add the rest.
+CORE = Schema(
+    cls=HParams,
+    fields=CORE_FIELDS,
+    defaults=dict(
+        w0=(1.0, 0.10, 0.10, 0.02),
+        lambda_w=0.1,
+        beta_w=0.5,
+        w_min=(0.0, 0.0, 0.0, 0.0),
+        w_max=(2.0, 1.0, 1.0, 1.0),
+        base_interval=50,
+        lambda_krr=0.01,
+        gamma=1.0,
+        beta_m=0.25,
+        m_min=0.05,
+        m_max=8.0,
+        fit_at_warmup=1,  # [project choice] for Table A1: the warm-up is the first fit (docs/controller.md)
+        kappa=0.02,
+        tau_nov=0.35,
+        delta_write=0.02,
+        tau_pos=0.45,
+        tau_util=0.5,
+        delta_rep=0.10,
+        u_init=1.0,
+        u_success=0.25,
+        u_failure=0.45,
+        u_min=-2.0,
+        u_max=5.0,
+    ),
+    ranges=dict(
+        w0=Range(),
+        lambda_w=Range(0, None, True),
+        beta_w=Range(0, 1),
+        w_min=Range(),
+        w_max=Range(),
+        base_interval=Range(1),
+        lambda_krr=Range(0, None, True),
+        gamma=Range(0, None, True),
+        beta_m=Range(0, 1),
+        m_min=Range(0, None, True),
+        m_max=Range(0, None, True),
+        krr_interval=Range(1),
+        agop_interval=Range(1),
+        warmup=Range(0),
+        fit_at_warmup=Range(0, 1),  # a switch
+        eta_max=Range(0, 1),
+        kappa=Range(0),
+        tau_nov=Range(0, 2),  # novelty = 1 - cos lies in [0, 2]
+        delta_write=Range(0),
+        tau_pos=Range(0, 1),  # a fraction of probes
+        tau_util=Range(),
+        delta_rep=Range(0),
+        u_init=Range(),
+        u_success=Range(0),
+        u_failure=Range(0),
+        u_min=Range(),
+        u_max=Range(),
+    ),
+    ints=frozenset({"base_interval", "krr_interval", "agop_interval", "warmup", "fit_at_warmup"}),
+    sizes=dict(w0=N_BASE_FEATURES, w_min=N_BASE_FEATURES, w_max=N_BASE_FEATURES),
+    order=(("w_min", "w_max"), ("m_min", "m_max"), ("u_min", "u_max"), ("u_min", "u_init"), ("u_init", "u_max")),
 )
 
-# Table A1 (per environment) and App. C (BigCodeBench / ALFWorld).
-PRESETS: dict[str, dict[str, Any]] = {
-    "db": dict(krr_interval=50, agop_interval=200, eta_max=0.15, warmup=4),
-    "os": dict(krr_interval=25, agop_interval=100, eta_max=0.05, warmup=4),
-    "kg": dict(krr_interval=25, agop_interval=100, eta_max=0.10, warmup=24),
-    "appc": dict(krr_interval=75, agop_interval=225, eta_max=0.10, warmup=4),
-}
-PRESET_CAPACITY = {"db": 64, "os": 64, "kg": 64, "appc": 50}
 
-
-# Allowed range of every hyperparameter, by flat name: (low, high, low_open, high_open); None =
-# unbounded. Cross-field rules (w_min <= w_max, m_min <= m_max, u_min <= u_init <= u_max) follow below.
-RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = dict(
-    w0=(None, None, False, False),
-    lambda_w=(0, None, True, False),
-    beta_w=(0, 1, False, False),
-    w_min=(None, None, False, False),
-    w_max=(None, None, False, False),
-    base_interval=(1, None, False, False),
-    lambda_krr=(0, None, True, False),
-    gamma=(0, None, True, False),
-    beta_m=(0, 1, False, False),
-    m_min=(0, None, True, False),
-    m_max=(0, None, True, False),
-    krr_interval=(1, None, False, False),
-    agop_interval=(1, None, False, False),
-    warmup=(0, None, False, False),
-    eta_max=(0, 1, False, False),
-    kappa=(0, None, False, False),
-    tau_nov=(0, 2, False, False),  # novelty = 1 - cos lies in [0, 2]
-    delta_write=(0, None, False, False),
-    tau_pos=(0, 1, False, False),  # a fraction of probes
-    tau_util=(None, None, False, False),
-    delta_rep=(0, None, False, False),
-    u_init=(None, None, False, False),
-    u_success=(0, None, False, False),
-    u_failure=(0, None, False, False),
-    u_min=(None, None, False, False),
-    u_max=(None, None, False, False),
-    **PLUS_RANGES,
-)
-VECTOR_SIZES = {"w0": N_BASE_FEATURES, "w_min": N_BASE_FEATURES, "w_max": N_BASE_FEATURES,
-                "plus_theta0": N_LIFT_FEATURES, "plus_lambda": N_LIFT_FEATURES, "plus_adaptive": N_LIFT_FEATURES,
-                "plus_features": N_LIFT_FEATURES, "plus_lambda_grid": N_RIDGE_GRID}
-
-
-def names(*, plus: bool = True) -> tuple[str, ...]:
-    """Every hyperparameter's flat name (the core ones, then TokenWorth+'s when ``plus``)."""
-    return CORE_FIELDS + (PLUS_NAMES if plus else ())
-
-
-def flatten(hp: HParams) -> dict[str, Any]:
-    """``{flat name: leaf}``: the core fields, then ``plus_*`` when ``hp.plus`` is set."""
-    out = {name: getattr(hp, name) for name in CORE_FIELDS}
-    if isinstance(hp.plus, PlusHParams):
-        out.update({flat_name(f): v for f, v in hp.plus._asdict().items()})
+def schemas(parts: Mapping[str, Any]) -> dict[str, Schema | None]:
+    """``{slot: schema}`` of the core (slot None) and of each part ({"scorer": ..., "mode": ...}) that has one."""
+    out: dict[str, Schema | None] = {"": CORE}
+    for slot in PART_SLOTS:
+        out[slot] = getattr(parts[slot], "hparams", None)
     return out
 
 
-def unflatten(values: dict[str, Any]) -> HParams:
-    """The inverse of :func:`flatten` (``plus`` is set when any ``plus_*`` name is present)."""
-    plus: PlusHParams | Empty = Empty()
-    if any(name in values for name in PLUS_NAMES):
-        plus = PlusHParams(**{FLAT_TO_FIELD[name]: values[name] for name in PLUS_NAMES})
-    return HParams(**{name: values[name] for name in CORE_FIELDS}, plus=plus)
-
-
-def _range_text(lo: float | None, hi: float | None, lo_open: bool, hi_open: bool, integer: bool) -> str:
-    kind = "an integer" if integer else "a finite number"
-    if lo is None and hi is None:
-        return kind
-    if hi is None:
-        return f"{kind} {'>' if lo_open else '>='} {lo}"
-    if lo is None:
-        return f"{kind} {'<' if hi_open else '<='} {hi}"
-    return f"{kind} in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
-
-
-def _where(bad: np.ndarray) -> str:
-    """' (configuration i)' for the first offending entry of a stacked hyperparameter."""
-    if bad.ndim == 0:
-        return ""
-    return f" (first at index {tuple(int(i) for i in np.argwhere(bad)[0])})"
-
-
-def check_value(name: str, value: Any) -> np.ndarray:
-    """The host value of one hyperparameter as float64, or a ValueError naming field, value and range."""
-    if name not in RANGES:
-        raise ValueError(f"unknown hyperparameter {name!r}; known: {list(names())}")
-    try:
-        v = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"hyperparameter {name} = {value!r} is not a number") from None
-    lo, hi, lo_open, hi_open = RANGES[name]
-    integer = name in INT_FIELDS
-    allowed = _range_text(lo, hi, lo_open, hi_open, integer)
-    bad = ~np.isfinite(v)
-    if integer:
-        bad |= np.isfinite(v) & (v != np.round(v))
-    if lo is not None:
-        bad |= (v <= lo) if lo_open else (v < lo)
-    if hi is not None:
-        bad |= (v >= hi) if hi_open else (v > hi)
-    if np.any(bad):
-        shown = np.asarray(value).tolist()  # plain Python numbers (or nested lists) in the message
-        raise ValueError(f"hyperparameter {name} = {shown!r} is out of range{_where(bad)}: must be {allowed}")
-    return v
-
-
-def hparams(preset: str = "db", *, plus: bool = False, dtype: DTypeLike = jnp.float32, **overrides: ArrayLike) -> HParams:
-    """Hyperparameters of a preset, with overrides by flat name, as arrays of ``dtype`` (ints as int32).
-
-    ``plus=True`` adds TokenWorth+'s (``plus_*``), for a ``Spec(plus=True)`` controller; a
-    ``plus_*`` override without it is an error. Every value is validated on the host first.
-    """
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; expected one of {sorted(PRESETS)}")
-    known = names(plus=plus)
-    unknown = set(overrides) - set(known)
-    if unknown & set(PLUS_NAMES):
-        raise ValueError(f"{sorted(unknown & set(PLUS_NAMES))} are TokenWorth+ hyperparameters: "
-                         "pass plus=True (and use Spec(plus=True))")
+def make_hparams(values: Mapping[str, Any], parts: Mapping[str, Any], dtype: DTypeLike) -> HParams:
+    """HParams for the controller whose parts are ``parts`` from ``{flat name: value}``, each part's over its
+    own defaults; an unknown name is an error that lists the known ones."""
+    owned = schemas(parts)
+    known = [n for s in owned.values() if s is not None for n in s.names()]
+    unknown = sorted(set(values) - set(known))
     if unknown:
-        raise ValueError(f"unknown hyperparameter(s) {sorted(unknown)}; known: {list(known)}")
-    values = {**COMMON, **PRESETS[preset], **(PLUS_DEFAULTS if plus else {}), **overrides}
-    for name, size in PLUS_BROADCAST.items():
-        if name in values and np.ndim(values[name]) == 0:
-            values[name] = np.full((size,), values[name], np.float64)
-    for name in known:  # before any cast: 2.5 must not become 2
-        check_value(name, values[name])
-    leaves = {name: jnp.asarray(values[name], dtype=jnp.int32 if name in INT_FIELDS else dtype) for name in known}
-    return validate_hparams(unflatten(leaves))
+        raise ValueError(f"unknown hyperparameter(s) {unknown}; this controller's: {known}")
+
+    def part(schema: Schema | None) -> Any:
+        if schema is None:
+            return Empty()
+        return schema.make({n: values[n] for n in schema.names() if n in values}, dtype)
+
+    core = CORE.leaves({n: values[n] for n in CORE.names() if n in values}, dtype)
+    return validate_hparams(HParams(**core, **{slot: part(owned[slot]) for slot in PART_SLOTS}), parts)
 
 
-def validate_hparams(hp: HParams) -> HParams:
-    """Host-side check of every field (works on stacked configurations too); returns ``hp``.
+def flatten(hp: HParams, parts: Mapping[str, Any]) -> dict[str, Any]:
+    """``{flat name: leaf}``: the core's, then each part's."""
+    out = CORE.flatten(hp)
+    for slot in PART_SLOTS:
+        schema = getattr(parts[slot], "hparams", None)
+        if schema is not None:
+            out.update(schema.flatten(getattr(hp, slot)))
+    return out
 
-    A ValueError names the field, its value (and the configuration index when stacked) and
-    the allowed range. Skipped for traced values (inside a transformation nothing is concrete).
-    """
+
+def validate_hparams(hp: HParams, parts: Mapping[str, Any] | None = None) -> HParams:
+    """Host-side check of every leaf (stacked configurations too) and, given the controller's ``parts``,
+    that each part slot holds what the part declares; returns ``hp``. A ValueError names the field, its
+    value (and the configuration index when stacked) and the allowed range."""
     if not isinstance(hp, HParams):
         raise TypeError(f"hyperparameters must be a tokenworth_jax.HParams, got {type(hp).__name__}")
-    if not isinstance(hp.plus, (PlusHParams, Empty)):
-        raise TypeError(f"HParams.plus must be PlusHParams or Empty, got {type(hp.plus).__name__}")
-    try:
-        concrete = {k: np.asarray(v) for k, v in flatten(hp).items()}
-    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-        return hp
-    for name, n in VECTOR_SIZES.items():
-        if name in concrete and concrete[name].shape[-1:] != (n,):
-            raise ValueError(f"hyperparameter {name} must have {n} entries, got shape {concrete[name].shape}")
-    v = {name: check_value(name, value) for name, value in concrete.items()}
-
-    def pair(lo_name: str, hi_name: str) -> None:
-        bad = v[lo_name] > v[hi_name]
-        if np.any(bad):
-            raise ValueError(f"hyperparameters {lo_name} = {concrete[lo_name].tolist()} and {hi_name} = "
-                             f"{concrete[hi_name].tolist()}{_where(np.asarray(bad))}: need {lo_name} <= {hi_name}")
-
-    pair("w_min", "w_max")
-    pair("m_min", "m_max")
-    pair("u_min", "u_max")
-    pair("u_min", "u_init")
-    pair("u_init", "u_max")
+    CORE.validate(hp)
+    if parts is not None:
+        check_parts(hp, parts)
+    for slot in PART_SLOTS:  # each part's pytree by the schema its type declared
+        value = getattr(hp, slot)
+        if not isinstance(value, Empty):
+            if type(value) not in _SCHEMAS:
+                raise TypeError(f"HParams.{slot} holds a {type(value).__name__}, which no Schema declares")
+            _SCHEMAS[type(value)].validate(value)
     return hp
 
 
-def check_matches(spec: Spec, hp: HParams) -> None:
-    """A plus-mode Spec needs TokenWorth+ hyperparameters and a paper one must have none."""
-    if spec.plus and not isinstance(hp.plus, PlusHParams):
-        raise ValueError("Spec(plus=True) needs TokenWorth+ hyperparameters: build them with "
-                         "tw.hparams(..., plus=True) or tw.preset(..., plus=True)")
-    if not spec.plus and not isinstance(hp.plus, Empty):
-        raise ValueError("these hyperparameters carry TokenWorth+ values (plus_*) but Spec.plus is False: "
-                         "use Spec(plus=True), or tw.hparams(...) without plus=True")
+def check_parts(hp: HParams, parts: Mapping[str, Any]) -> None:
+    """Each part slot of ``hp`` holds the pytree its part declares (structure only: free under jit)."""
+    for slot in PART_SLOTS:
+        part, value = parts[slot], getattr(hp, slot)
+        schema = getattr(part, "hparams", None)
+        if schema is None and not isinstance(value, Empty):
+            raise ValueError(f"these hyperparameters carry {type(value).__name__} in HParams.{slot}, but the {slot} "
+                             f"{part.name!r} has none: build them for this controller (tw.hparams(..., {slot}=...) "
+                             "or tw.preset)")
+        if schema is not None and not isinstance(value, schema.cls):
+            raise ValueError(f"the {slot} {part.name!r} needs its hyperparameters ({schema.cls.__name__}) in "
+                             f"HParams.{slot}, got {type(value).__name__}: build them with tw.hparams(..., "
+                             f"{slot}=...) or tw.preset(...)")
 
 
-def hparams_from_arrays(data: dict[str, Any]) -> HParams:
+def hparams_from_arrays(data: Mapping[str, Any], parts: Mapping[str, Any]) -> HParams:
     """Validated HParams from ``{flat name: array}`` (e.g. a checkpoint); missing or unknown names are an error."""
-    plus = any(name in data for name in PLUS_NAMES)
-    expected = set(names(plus=plus))
+    owned = [s for s in schemas(parts).values() if s is not None]
+    expected = {n for s in owned for n in s.names()}
     missing, unknown = expected - set(data), set(data) - expected
     if missing or unknown:
         raise ValueError(f"hyperparameters: missing {sorted(missing)}, unknown {sorted(unknown)}")
-    return validate_hparams(unflatten({k: jnp.asarray(data[k]) for k in expected}))
 
+    def part(slot: str) -> Any:
+        schema = getattr(parts[slot], "hparams", None)
+        if schema is None:
+            return Empty()
+        return schema.cls(**{f: jnp.asarray(data[schema.flat(f)]) for f in schema.fields})
 
-def preset(name: str = "db", *, plus: bool = False, dtype: DTypeLike = jnp.float32,
-           spec_overrides: dict[str, Any] | None = None, **overrides: ArrayLike) -> tuple[Spec, HParams]:
-    """``(spec, hparams)`` for an environment preset: ``"db"``, ``"os"``, ``"kg"`` or ``"appc"``.
-
-    ``plus=True`` gives the TokenWorth+ controller (``Spec(plus=True)`` and its hyperparameters).
-    """
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; expected one of {sorted(PRESETS)}")
-    spec_fields = {"capacity": PRESET_CAPACITY[name], "dtype": jnp.dtype(dtype).name, "plus": plus,
-                   **(spec_overrides or {})}
-    spec = Spec(**spec_fields)
-    return spec, hparams(name, plus=spec.plus, dtype=dtype, **overrides)
+    return validate_hparams(HParams(**{f: jnp.asarray(data[f]) for f in CORE_FIELDS},
+                                    **{slot: part(slot) for slot in PART_SLOTS}), parts)
 
 
 def stack_hparams(configs: list[HParams]) -> HParams:
@@ -454,4 +393,8 @@ def stack_hparams(configs: list[HParams]) -> HParams:
         raise ValueError("stack_hparams needs at least one configuration")
     for hp in configs:
         validate_hparams(hp)
+    structures = {jax.tree_util.tree_structure(c) for c in configs}
+    if len(structures) > 1:
+        raise ValueError("stack_hparams: the configurations belong to different controllers (their part "
+                         "hyperparameters differ in structure)")
     return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *configs)

@@ -15,14 +15,9 @@ Tokenisation, exactly:
 BLAKE2b is part of the standard library and independent of ``PYTHONHASHSEED``, so the same
 text gives the same vector in every process and on every machine.
 
-TokenWorth+'s learned ranker reads two more vectors (:func:`word_vectors`, :func:`action_vectors`):
-units that mean something on their own, not character n-grams, which suit near-duplicate recall.
-Tokenisation, exactly: :func:`normalise`; tokens are ``\\w+`` runs, and for actions also runs of
-other non-space characters (operators such as ``>=``, ``*``, ``(``); features are ``"w:" + token``
-and ``"b:" + t1 + " " + t2`` for each adjacent pair; each *distinct* feature adds its signed
-bucket as above (presence, not counts, so a long observation or a repeated column name does not
-outweigh the keywords); L2-normalised. Words beat character n-grams there by 2-3 points of the
-chosen memory's skill overlap (docs/ranking-research.md).
+A mode that reads more about a query or a memory than its recall vector declares the text
+features it reads and how they are hashed (:class:`tokenworth_jax.inputs.Feature`); its featuriser
+builds on :func:`hashed` and :func:`batch` here.
 """
 
 from __future__ import annotations
@@ -31,12 +26,12 @@ import functools
 import hashlib
 import re
 import unicodedata
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+DIM = 512  # D: the default width of the recall vectors (and so of Spec.dim)
 WORD = re.compile(r"\w+")
-ACTION_TOKEN = re.compile(r"\w+|[^\w\s]+")
 SPACES = re.compile(r"\s+")
 NGRAM_SIZES = (3, 4, 5)
 
@@ -61,15 +56,8 @@ def _hash(feature: str) -> int:
     return int.from_bytes(hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest(), "little")
 
 
-def unit_features(text: str, *, actions: bool = False) -> list[str]:
-    """The distinct word (or action-token) and bigram features of ``text``, first-seen order."""
-    tokens = (ACTION_TOKEN if actions else WORD).findall(normalise(text))
-    feats = [f"w:{t}" for t in tokens] + [f"b:{a} {b}" for a, b in zip(tokens, tokens[1:])]
-    return list(dict.fromkeys(feats))
-
-
-def _vector(text: str, dim: int, kind: str = "recall") -> np.ndarray:
-    feats = features(text) if kind == "recall" else unit_features(text, actions=kind == "actions")
+def hashed(feats: Iterable[str], dim: int) -> np.ndarray:
+    """The signed, L2-normalised bucket vector (float64, ``(dim,)``) of feature strings (steps 4-5 above)."""
     hashes = np.fromiter((_hash(f) for f in feats), dtype=np.uint64)
     vec = np.zeros(dim, dtype=np.float64)
     if hashes.size:
@@ -82,33 +70,23 @@ def _vector(text: str, dim: int, kind: str = "recall") -> np.ndarray:
     return vec
 
 
-def _batch(texts: str | Sequence[str] | Iterable[str], dim: int, kind: str, dtype: type) -> np.ndarray:
+def batch(texts: str | Sequence[str] | Iterable[str], dim: int, vector: Callable[[str, int], np.ndarray],
+          dtype: type) -> np.ndarray:
+    """``vector(text, dim)`` of one text ``(dim,)``, or of each text of a batch ``(n, dim)``, as ``dtype``."""
     if dim < 1:
         raise ValueError(f"dim must be >= 1, got {dim}")
     if isinstance(texts, str):
-        return _vector(texts, dim, kind).astype(dtype)
+        return vector(texts, dim).astype(dtype)
     rows = []
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise TypeError(f"texts[{i}] must be a str, got {type(text).__name__}")
-        rows.append(_vector(text, dim, kind))
+        rows.append(vector(text, dim))
     if not rows:
         return np.zeros((0, dim), dtype=dtype)
     return np.stack(rows).astype(dtype)
 
 
-def featurize(texts: str | Sequence[str] | Iterable[str], dim: int = 512, *, dtype: type = np.float32) -> np.ndarray:
+def featurize(texts: str | Sequence[str] | Iterable[str], dim: int = DIM, *, dtype: type = np.float32) -> np.ndarray:
     """Hashed recall vectors for a batch of texts: ``(n, dim)`` (or ``(dim,)`` for one string)."""
-    return _batch(texts, dim, "recall", dtype)
-
-
-def word_vectors(texts: str | Sequence[str] | Iterable[str], dim: int = 512, *,
-                 dtype: type = np.float32) -> np.ndarray:
-    """A question's words and word bigrams (TokenWorth+'s query side), ``(n, dim)`` or ``(dim,)``."""
-    return _batch(texts, dim, "words", dtype)
-
-
-def action_vectors(texts: str | Sequence[str] | Iterable[str], dim: int = 256, *,
-                   dtype: type = np.float32) -> np.ndarray:
-    """A memory's action tokens and bigrams (SQL, scripts, tool calls), ``(n, dim)`` or ``(dim,)``."""
-    return _batch(texts, dim, "actions", dtype)
+    return batch(texts, dim, lambda text, d: hashed(features(text), d), dtype)

@@ -1,61 +1,66 @@
-"""A thin stateful wrapper for agent loops: holds the state and the memories' payloads,
-validates inputs and enforces the protocol. The device work is the jitted pure API.
+"""The host :class:`Controller`: a thin stateful wrapper for agent loops.
 
-Protocol per task (each violation raises :class:`ProtocolError` and leaves everything
-unchanged)::
+It holds the device state and the memories' payloads, turns texts into the vectors the parts read,
+and makes one pure call per protocol step, the protocol's deferred walk
+(:mod:`tokenworth_jax.protocol`)::
 
-    sel = ctl.select(query_text)        # not while a task is open (selected, not yet judged)
-    ctl.observe(reward)                  # exactly once, after the environment's own grader; 0 or 1
-    dec = ctl.offer(memory_text, key_text=...)   # optional, only after observe(1), once
-    ctl.end_task()                       # optional: the next select() ends the task
+    sel = ctl.select(question)            # tw.select, or tw.advance if the last task's feedback is pending
+    ctl.observe(reward)                   # protocol.judge: the reward recorded; 0 or 1, once, after the grader
+    dec = ctl.offer(memory_text, key_text=...)   # tw.finish_task: feedback + admission + end; after observe(1)
+    ctl.end_task()                        # protocol.end: the task marked ended (optional)
 
-``key_text`` is the text whose hashed vector represents the memory (by default the memory
-text itself); the agent harness passes the source task's query, so recall compares like
-with like. In TokenWorth+ mode (``Spec.plus``) the controller also hashes the question's words
-at ``select`` and the memory's ``action_text`` at ``offer`` (by default the memory text). ``payload`` (by default the memory text) is what :attr:`Controller.memories`
-keeps for the memory and what :attr:`HostSelection.memory` returns when it is selected.
+The open task's progress (phase, judged reward, offered) lives in the device state, which each call
+advances; a judged task's feedback (credit, windows, refits) and its end run in the call that
+closes it (``offer``, or the next ``select``), so a task runs the compiled programs of the fused
+calls, and ``observe``/``end_task`` touch the progress's three leaves only. The host validates every
+call against its own copy of that progress and every input (vector shape and finiteness, reward in
+{0, 1}, non-empty memory text) before touching anything, so a violation raises
+(:class:`ProtocolError`, ``ValueError``) and leaves everything unchanged. The calls donate the state
+(XLA updates it in place); :attr:`Controller.state` is a copy of it, nothing recomputed (its
+progress says whether a task's feedback is still pending). What crosses back is the typed
+:class:`~tokenworth_jax.Selection` / :class:`~tokenworth_jax.Decision`, fetched once per call.
 
-One device call per task, made of the public pure functions (jitted here with the state
-donated, so XLA updates it in place): ``observe`` and ``end_task`` only record on the host;
-``offer`` is :func:`tokenworth_jax.finish_task` (observe + offer + end), and a task without an
-offer is closed inside the next ``select``, which is then :func:`tokenworth_jax.advance`. The
-decisions are those of the unfused calls; :attr:`Controller.state` shows the state as they
-would have left it.
+``key_text`` is the text whose hashed vector represents the memory (by default the memory text
+itself); the agent harness passes the source task's query, so recall compares like with like.
+A part that reads more declares it (a :class:`~tokenworth_jax.inputs.Feature`): the host hashes it
+from the question at ``select`` and from the memory text at ``offer``, or from a keyword of the
+feature's name (``select(question, <name>=...)``, ``offer(text, <name>=...)``: a text or a vector); a
+keyword no part of this controller reads is ignored, so one caller serves every mode.
+``payload`` (by default the memory text) is what :attr:`Controller.memories` keeps for the memory
+and what :attr:`HostSelection.memory` returns when it is selected.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-from typing import Any, Callable, Literal, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
+from . import inputs, protocol
 from .bookkeeping import MemoryTable
-from .config import HParams, Spec, check_matches, flatten, hparams_from_arrays, preset, spec_from_dict, validate_hparams
-from .controller import Selection, State, advance, finish_task, init, observe, select
-from .featurize import action_vectors, featurize, word_vectors
-from .inputs import MemoryText, Query
+from .config import HParams, flatten, hparams_from_arrays, validate_hparams
+from .controller import Spec, State, controller, with_progress
+from .featurize import featurize
+from .inputs import Feature, MemoryText, Query, declared
 from .lifecycle import Admission, Decision
-from .pytree import Empty, from_numpy, to_numpy
+from .presets import describe, preset, spec_from_dict
+from .protocol import ProtocolError
+from .pytree import fetch, from_numpy, to_numpy
 
-# The checkpoint layout of :meth:`Controller.state_dict`; 2 = one state field per part (this release).
-LAYOUT = 2
+# The checkpoint layout of :meth:`Controller.state_dict`; 3 = the open task's progress in the device
+# state and the parts named in the spec (this release).
+LAYOUT = 3
 
-Phase = Literal["idle", "selected", "judged"]
-PHASES: tuple[str, ...] = ("idle", "selected", "judged")
-
-
-class ProtocolError(RuntimeError):
-    """A call out of order (e.g. selecting while a task is open). State is unchanged."""
+__all__ = ["Controller", "HostDecision", "HostSelection", "ProtocolError", "LAYOUT"]
 
 
 @dataclasses.dataclass(frozen=True)
 class HostSelection:
-    memory_id: int | None  # the selected memory, None when the bank was empty
+    memory_id: int | None  # the selected memory, None when nothing was selected
     memory_text: str | None
     candidate_ids: list[int]  # recall order
     scores: list[float]
@@ -63,22 +68,21 @@ class HostSelection:
     relevance: list[float]
     chosen: int  # index into candidate_ids, -1 if nothing was selected
     memory: Any = None  # the selected memory's payload (its text unless offer() was given one)
-    # the mode's estimates (None in paper mode): success probability without a memory, the
+    # the mode's estimates (None where it has none): success probability without a memory, the
     # chosen candidate's predicted gain (None when the bank was empty), and abstention
     p0: float | None = None
     advantage: float | None = None
     abstained: bool = False
-    # per candidate (recall order), the mode's predicted gain and learned affinity (None in paper mode)
-    gains: list[float] | None = None
-    affinity: list[float] | None = None
+    # the mode's own per-candidate scores by name, recall order (None: the mode reports none)
+    scorers: dict[str, list[float]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """The selection as a decision log keeps it: the candidates and their scores, and where the
-        mode scores them too, its scorers (``{"gain": [...], "action model": [...]}``)."""
+        """The selection as a decision log keeps it: the candidates and their scores, and the mode's own
+        scorers where it has any."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.name not in ("memory_text", "memory", "p0", "advantage", "abstained", "gains", "affinity")}
-        if self.gains is not None:
-            out["scorers"] = {"gain": self.gains, "action model": self.affinity}
+               if f.name not in ("memory_text", "memory", "p0", "advantage", "abstained", "scorers")}
+        if self.scorers is not None:
+            out["scorers"] = self.scorers
         return out
 
 
@@ -112,48 +116,6 @@ def _reward(value: Any) -> int:
     raise ValueError(f"reward must be 0 or 1, got {value!r}")
 
 
-# ----- the host's device calls: public functions jitted with the state donated --------------------
-# Fetching a Selection field by field costs a device-to-host transfer per field (~20 us each on
-# CPU), and building jnp scalars on the host costs a dispatched op each; so the host passes
-# NumPy scalars and fetches two packed arrays per call.
-def _pack_selection(sel: Selection) -> tuple[jax.Array, jax.Array]:
-    ints = jnp.concatenate([sel.candidate_ids, jnp.stack([sel.chosen, sel.slot, sel.memory_id,
-                                                          sel.abstained.astype(jnp.int32)])])
-    return ints, jnp.concatenate([sel.scores, sel.base_scores, sel.relevance, sel.gains, sel.affinity,
-                                  jnp.stack([sel.p0, sel.advantage])])
-
-
-def _pack_decision(dec: Decision) -> tuple[jax.Array, jax.Array]:
-    ints = jnp.stack([dec.code, dec.slot, dec.evicted_id, dec.near_slot])
-    return ints, jnp.stack([dec.novelty, dec.v_new, dec.v_max_bank, dec.v_near, dec.rho_pos])
-
-
-def _no_memory(spec: Spec) -> tuple[MemoryText, jax.Array, jax.Array]:
-    f = spec.float_dtype
-    memory = MemoryText(key=jnp.zeros((spec.dim,), f),
-                        actions=jnp.zeros((spec.action_dim,), f) if spec.plus else Empty())
-    return memory, jnp.int32(-1), jnp.zeros((), bool)
-
-
-@functools.partial(jax.jit, static_argnames=("spec",), donate_argnames=("state",))
-def _select(state: State, query: Query, hp: HParams, spec: Spec) -> tuple[State, Any]:
-    state, sel = select(state, query, hp, spec)
-    return state, _pack_selection(sel)
-
-
-@functools.partial(jax.jit, static_argnames=("spec",), donate_argnames=("state",))
-def _advance(state: State, reward: jax.Array, query: Query, hp: HParams, spec: Spec) -> tuple[State, Any]:
-    state, _, sel = advance(state, reward, *_no_memory(spec), query, hp, spec)
-    return state, _pack_selection(sel)
-
-
-@functools.partial(jax.jit, static_argnames=("spec",), donate_argnames=("state",))
-def _finish(state: State, reward: jax.Array, memory: MemoryText, memory_id: jax.Array, hp: HParams,
-            spec: Spec) -> tuple[State, Any]:
-    state, dec = finish_task(state, reward, memory, memory_id, jnp.ones((), bool), hp, spec)
-    return state, _pack_decision(dec)
-
-
 def _text_of(payload: Any) -> Optional[str]:
     return payload if isinstance(payload, str) or payload is None else getattr(payload, "text", None)
 
@@ -162,46 +124,42 @@ def _finite(x: float) -> float | None:
     return x if np.isfinite(x) else None
 
 
-class Controller:
-    """Stateful host-side controller. Not thread-safe; one per task stream.
+def _recall_vector(text: str, dim: int) -> np.ndarray:
+    return featurize(text, dim, dtype=np.float64)
 
-    One phase machine: ``idle -> selected -> judged -> idle`` on the host, plus whether the
-    device still has the judged task open (it is closed by the next device call).
-    """
+
+class Controller:
+    """Stateful host-side controller. Not thread-safe; one per task stream."""
 
     def __init__(self, spec: Spec, hp: HParams) -> None:
         if not isinstance(spec, Spec):
             raise TypeError(f"spec must be a tokenworth_jax.Spec, got {type(spec).__name__}")
         self.spec = spec
-        self.hp = validate_hparams(hp)
-        check_matches(spec, self.hp)
-        self._state: State = init(spec, self.hp)
+        self.hp = validate_hparams(hp, spec.parts)
+        self.functions = controller(spec.scorer, spec.mode)
+        self._calls = controller(spec.scorer, spec.mode, donate=True)
+        self._state: State = self.functions.init(spec, self.hp)
+        self._progress = protocol.START  # the host's copy of state.task.progress
+        self._features = {side: declared(spec.parts.values(), side) for side in ("query", "memory")}
+        self._nothing = inputs.zeros(spec.dim, self._features["memory"], spec.float_dtype, MemoryText)
         self.memories: MemoryTable[Any] = MemoryTable()
-        self._phase: Phase = "idle"
-        self._reward: int | None = None  # the last judged reward, until the device has used it
-        self._open = False  # the device's task is selected but not finished (no offer yet)
-        self._offered = False
 
     @classmethod
-    def from_preset(cls, name: str = "db", *, plus: bool = False, dtype: DTypeLike = jnp.float32,
-                    spec_overrides: dict[str, Any] | None = None, **overrides: Any) -> "Controller":
-        spec, hp = preset(name, plus=plus, dtype=dtype, spec_overrides=spec_overrides, **overrides)
-        return cls(spec, hp)
+    def from_preset(cls, env: str = "db", *, method: str = "tokenworth", scorer: Any = None,
+                    dtype: DTypeLike = jnp.float32, spec_overrides: dict[str, Any] | None = None,
+                    **overrides: Any) -> "Controller":
+        """The controller of ``tw.preset(env, method=..., ...)``."""
+        return cls(*preset(env, method=method, scorer=scorer, dtype=dtype, spec_overrides=spec_overrides,
+                           **overrides))
 
-    # ----- the device state as the unfused calls would have left it ------------------------
     @property
     def state(self) -> State:
-        """A copy of the controller state as the unfused calls would have left it.
+        """A copy of the controller state (the calls donate the live state's buffers to XLA)."""
+        return jax.tree_util.tree_map(jnp.copy, self._state)
 
-        A copy, because the protocol calls donate the live state's buffers to XLA (in-place
-        updates); the live state itself stays where the fused calls need it.
-        """
-        state = self._state
-        if self._open and self._phase == "judged":
-            state = observe(state, np.int32(self._reward), self.hp, self.spec)
-        elif self._open and self._phase == "idle":
-            state = finish_task(state, np.int32(self._reward), *_no_memory(self.spec), self.hp, self.spec)[0]
-        return jax.tree_util.tree_map(jnp.copy, state)
+    @property
+    def phase(self) -> str:
+        return protocol.PHASES[self._progress.phase]
 
     @property
     def texts(self) -> dict[int, Optional[str]]:
@@ -211,18 +169,13 @@ class Controller:
     # ----- inputs -------------------------------------------------------------------------
     def vector(self, text_or_vector: str | np.ndarray | Sequence[float], *, what: str = "query") -> np.ndarray:
         """A validated (D,) recall vector of the spec's dtype: hashed from text, or a given vector L2-normalised."""
-        return self._unit(text_or_vector, self.spec.dim, featurize, what)
+        return self._unit(text_or_vector, self.spec.dim, _recall_vector, what)
 
-    # ----- protocol -----------------------------------------------------------------------
-    @property
-    def phase(self) -> str:
-        return self._phase
-
-    def _unit(self, text_or_vector: str | np.ndarray | Sequence[float] | None, dim: int, hashing: Any,
-              what: str) -> np.ndarray:
+    def _unit(self, text_or_vector: str | np.ndarray | Sequence[float], dim: int,
+              hashing: Callable[[str, int], np.ndarray], what: str) -> np.ndarray:
         """A validated (dim,) vector: ``hashing(text, dim)``, or a given vector L2-normalised."""
         if isinstance(text_or_vector, str):
-            vec = hashing(text_or_vector, dim, dtype=np.float64)
+            vec = hashing(text_or_vector, dim)
         else:
             vec = np.asarray(text_or_vector, dtype=np.float64)
             if vec.shape != (dim,):
@@ -234,89 +187,90 @@ class Controller:
                 vec = vec / norm
         return np.asarray(vec, self.spec.float_dtype)  # NumPy: the jitted call transfers it
 
-    def query(self, query: str | np.ndarray, words: str | np.ndarray | None = None) -> Query:
-        """The device's view of a question: its recall vector, and in TokenWorth+ mode its words
-        (hashed from the question, or ``words``: a text or a vector)."""
-        key = self.vector(query)
-        if not self.spec.plus:
-            return Query(key=key)
-        if words is None:
-            if not isinstance(query, str):
-                raise ValueError("TokenWorth+ reads the question's words: give select() the question's text, or "
-                                 "words= (its text or its word vector)")
-            words = query
-        return Query(key=key, words=self._unit(words, self.spec.word_dim, word_vectors, "word"))
+    def _read(self, features: Sequence[Feature], text: str | None, given: Mapping[str, Any],
+              call: str) -> dict[str, np.ndarray]:
+        """The declared ``features``: each from its keyword, else hashed from ``text``."""
+        out = {}
+        for f in features:
+            value = given.get(f.name, text)
+            if value is None:
+                raise ValueError(f"this controller reads {f.what}: give {call} text, or {f.name}= (a text or a "
+                                 "vector)")
+            out[f.name] = self._unit(value, f.size, f.featurize, f.name)
+        return out
 
-    def select(self, query: str | np.ndarray, *, words: str | np.ndarray | None = None) -> HostSelection:
-        if self._phase == "selected":
-            raise ProtocolError("a task is still open: call observe(reward) before the next select()")
-        q = self.query(query, words)
-        if self._open:  # the previous task was judged and never offered: close it in this call
-            self._state, packed = _advance(self._state, np.int32(self._reward), q, self.hp, self.spec)
-        else:
-            self._state, packed = _select(self._state, q, self.hp, self.spec)
-        self._open = True
-        self._phase = "selected"
-        self._reward = None
-        self._offered = False
-        ints, floats = (np.asarray(x) for x in packed)
-        k = (ints.shape[0] - 4)
-        cand, (chosen, _, memory_id, abstained) = ints[:k], ints[k:].tolist()
-        ids = cand[cand >= 0].tolist()
-        n = len(ids)
-        mid = memory_id if chosen >= 0 else None
-        payload = self.memories.get(mid)
-        scores, base, rel, gains, affinity = (floats[i * k:i * k + n].tolist() for i in range(5))
-        p0, advantage = floats[5 * k:].tolist()
-        return HostSelection(memory_id=mid, memory_text=_text_of(payload), candidate_ids=ids, scores=scores,
-                             base_scores=base, relevance=rel, chosen=chosen, memory=payload, p0=_finite(p0),
-                             advantage=_finite(advantage) if n else None, abstained=bool(abstained),
-                             gains=gains if self.spec.plus else None, affinity=affinity if self.spec.plus else None)
+    def query(self, query: str | np.ndarray, **features: Any) -> Query:
+        """The device's view of a question: its recall vector, and the features the parts read."""
+        return Query(key=self.vector(query), features=self._read(
+            self._features["query"], query if isinstance(query, str) else None, features, "select() the question's"))
 
-    def observe(self, reward: int) -> None:
-        if self._phase != "selected":
-            raise ProtocolError("observe() needs an open task: call select() first (and observe only once)")
-        self._reward = _reward(reward)  # the device observes lazily, fused with the next call
-        self._phase = "judged"
-
-    def offer(self, memory_text: str, key_text: str | None = None, *, payload: Any = None,
-              action_text: str | np.ndarray | None = None) -> HostDecision:
-        if self._phase != "judged":
-            raise ProtocolError("offer() is only allowed after observe(reward) of the current task")
-        if self._reward != 1:
-            raise ProtocolError("a failed task never creates a memory: offer() needs observe(1)")
-        if self._offered:
-            raise ProtocolError("this task already offered its memory")
+    def memory(self, memory_text: str, key_text: str | np.ndarray | None = None, **features: Any) -> MemoryText:
+        """The device's view of a memory: the recall vector of its key text, and the features the parts read."""
         if not isinstance(memory_text, str) or not memory_text.strip():
             raise ValueError("memory_text must be a non-empty string")
         key = self.vector(key_text if key_text is not None else memory_text, what="memory")
-        vec = MemoryText(key=key)
-        if self.spec.plus:  # the memory's actions: its action text (a text or a vector), else its whole text
-            source = action_text if action_text is not None else memory_text
-            vec = MemoryText(key=key, actions=self._unit(source, self.spec.action_dim, action_vectors, "action"))
+        return MemoryText(key=key, features=self._read(self._features["memory"], memory_text, features,
+                                                       "offer() the memory's"))
+
+    # ----- protocol -----------------------------------------------------------------------
+    def select(self, query: str | np.ndarray, **features: Any) -> HostSelection:
+        protocol.check(self._progress, "select")
+        q = self.query(query, **features)
+        if protocol.pending(self._progress):  # the last task's feedback and end run first, in the same call
+            self._state, _, sel = self._calls.advance(self._state, np.int32(self._progress.reward), self._nothing,
+                                                      np.int32(-1), np.bool_(False), q, self.hp, self.spec)
+        else:
+            self._state, sel = self._calls.select(self._state, q, self.hp, self.spec)
+        self._progress = protocol.after(self._progress, "select")
+        sel = fetch(sel)
+        ids = sel.candidate_ids
+        n = int(np.sum(ids >= 0))  # the valid candidates come first (recall order)
+        chosen = int(sel.chosen)
+        mid = int(sel.memory_id) if chosen >= 0 else None
+        payload = self.memories.get(mid)
+        return HostSelection(
+            memory_id=mid, memory_text=_text_of(payload), candidate_ids=ids[:n].tolist(), scores=sel.scores[:n].tolist(),
+            base_scores=sel.base_scores[:n].tolist(), relevance=sel.relevance[:n].tolist(), chosen=chosen,
+            memory=payload, p0=_finite(float(sel.p0)), advantage=_finite(float(sel.advantage)) if n else None,
+            abstained=bool(sel.abstained),
+            scorers={k: v[:n].tolist() for k, v in sel.mode_scores.items()} if sel.mode_scores else None)
+
+    def observe(self, reward: int) -> None:
+        protocol.check(self._progress, "observe")
+        r = _reward(reward)
+        self._set_progress(protocol.judge(self._state.task.progress, np.int32(r)))
+        self._progress = protocol.after(self._progress, "observe", r)
+
+    def offer(self, memory_text: str, key_text: str | np.ndarray | None = None, *, payload: Any = None,
+              **features: Any) -> HostDecision:
+        protocol.check(self._progress, "offer")
+        m = self.memory(memory_text, key_text, **features)
         new_id = self.memories.next_id
-        self._state, packed = _finish(self._state, np.int32(self._reward), vec, np.int32(new_id), self.hp, self.spec)
-        self._open = False
-        self._offered = True
-        ints, floats = (np.asarray(x).tolist() for x in packed)
-        code, slot, evicted, _ = ints
+        self._state, dec = self._calls.finish_task(self._state, np.int32(self._progress.reward), m, np.int32(new_id),
+                                                   np.bool_(True), self.hp, self.spec)  # feedback + admission + end
+        self._progress = protocol.START
+        dec: Decision = fetch(dec)
+        slot, evicted = int(dec.slot), int(dec.evicted_id)
         written = slot >= 0
         self.memories.apply(memory_text if payload is None else payload, written=written, evicted_id=evicted)
-        novelty, v_new, v_max_bank, v_near, rho_pos = floats
-        return HostDecision(code=Admission(code).name, memory_id=new_id if written else None,
-                            evicted_id=evicted if evicted >= 0 else None, slot=slot, novelty=novelty, v_new=v_new,
-                            v_max_bank=v_max_bank, v_near=v_near, rho_pos=rho_pos)
+        return HostDecision(code=Admission(int(dec.code)).name, memory_id=new_id if written else None,
+                            evicted_id=evicted if evicted >= 0 else None, slot=slot, novelty=float(dec.novelty),
+                            v_new=float(dec.v_new), v_max_bank=float(dec.v_max_bank), v_near=float(dec.v_near),
+                            rho_pos=float(dec.rho_pos))
 
     def end_task(self) -> None:
-        if self._phase == "selected":
-            raise ProtocolError("the task is not judged yet: call observe(reward) first")
-        self._phase = "idle"  # an open device task is closed by the next select (or seen through .state)
-        self._offered = False
+        protocol.check(self._progress, "end_task")
+        if self._progress.phase == protocol.JUDGED:
+            self._set_progress(protocol.end(self._state.task.progress))
+            self._progress = protocol.deferred_end(self._progress)
+
+    def _set_progress(self, progress: protocol.Progress) -> None:
+        self._state = with_progress(self._state, progress)
 
     # ----- inspection and checkpoints -----------------------------------------------------
     def bank(self) -> list[dict[str, Any]]:
         """The valid memories with their statistics, in slot order."""
-        b = jax.device_get(self.state.bank)
+        b = fetch(self.state.bank)
         out = []
         for slot in np.flatnonzero(b.valid):
             mid = int(b.ids[slot])
@@ -326,44 +280,31 @@ class Controller:
         return out
 
     def state_dict(self, encode: Optional[Callable[[Any], Any]] = None) -> dict[str, Any]:
-        """Everything needed to resume: arrays, memories (``encode``-d), and the protocol phase."""
+        """Everything needed to resume: the spec (its parts by name), hyperparameters, the state (the open
+        task's progress included) and the memories (``encode``-d)."""
         return {
             "layout": LAYOUT,
-            "spec": self.spec._asdict(),
-            "hparams": {k: np.asarray(v) for k, v in flatten(self.hp).items()},
+            "spec": describe(self.spec),
+            "hparams": {k: np.asarray(v) for k, v in flatten(self.hp, self.spec.parts).items()},
             "state": to_numpy(self._state),
             "memories": self.memories.state_dict(encode),
-            "phase": self._phase,
-            "open": self._open,
-            "reward": self._reward,
-            "offered": self._offered,
         }
 
     @classmethod
-    def from_state_dict(cls, data: dict[str, Any], decode: Optional[Callable[[Any], Any]] = None) -> "Controller":
-        """Rebuild from :meth:`state_dict`, validating layout, spec, hyperparameters, arrays and phase."""
+    def from_state_dict(cls, data: dict[str, Any], decode: Optional[Callable[[Any], Any]] = None, *,
+                        parts: Mapping[str, Any] | None = None) -> "Controller":
+        """Rebuild from :meth:`state_dict`, validating layout, spec, hyperparameters, arrays and the open task.
+
+        ``parts`` (``{name: value}``) supplies a scorer or mode the preset table does not know."""
         layout = data.get("layout", 1)
         if layout != LAYOUT:
             raise ValueError(f"this controller checkpoint has layout {layout}; this version reads layout {LAYOUT} "
-                             "(one state field per part). Finish that run with the release that wrote it, or "
-                             "start the method again (--overwrite)")
-        spec = spec_from_dict(data["spec"])
-        hp = hparams_from_arrays(data["hparams"])
-        phase = data.get("phase")
-        if phase not in PHASES:
-            raise ValueError(f"checkpoint phase must be one of {PHASES}, got {phase!r}")
-        reward, is_open = data.get("reward"), data.get("open")
-        if not isinstance(is_open, bool):
-            raise ValueError(f"checkpoint 'open' must be true or false, got {is_open!r}")
-        if phase == "judged" and reward not in (0, 1):
-            raise ValueError(f"checkpoint in phase 'judged' needs reward 0 or 1, got {reward!r}")
-        if is_open and phase != "selected" and reward not in (0, 1):
-            raise ValueError(f"checkpoint with an open judged task needs reward 0 or 1, got {reward!r}")
-        ctl = cls(spec, hp)
-        ctl._state = from_numpy(ctl._state, data["state"])  # fresh buffers (the host donates them)
+                             "(the open task in the device state, the parts named in the spec). Finish that run with "
+                             "the release that wrote it, or start the method again (--overwrite)")
+        spec = spec_from_dict(data["spec"], parts)
+        ctl = cls(spec, hparams_from_arrays(data["hparams"], spec.parts))
+        ctl._state = from_numpy(ctl._state, data["state"])  # fresh buffers (the calls donate them)
+        ctl._progress = protocol.validate(fetch(ctl._state.task.progress))
         ctl.memories = MemoryTable.from_state_dict(data["memories"], decode)
-        ctl._phase = phase
-        ctl._open = is_open
-        ctl._reward = reward
-        ctl._offered = bool(data["offered"])
         return ctl
+

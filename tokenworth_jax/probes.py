@@ -1,7 +1,7 @@
 """The probe set of the lifecycle's worth: the current query plus a ring of the last
 ``Spec.n_probes`` queries on which the bank was non-empty. This module owns that ring; it keeps
-whole :class:`~tokenworth_jax.inputs.Query` values, so a mode that reads the question's words
-has them for the probes too."""
+whole :class:`~tokenworth_jax.inputs.Query` values, so a mode that reads more than the recall key
+(its declared query features) has it for the probes too."""
 
 from __future__ import annotations
 
@@ -9,14 +9,12 @@ import jax
 import jax.numpy as jnp
 
 from .inputs import Query
-from .pytree import Empty
 from .ring import Ring, ring_init, ring_push, ring_valid
 
 
-def init(n_probes: int, dim: int, word_dim: int | None, dtype: jnp.dtype) -> Ring:
-    """An empty ring of ``n_probes`` queries (with their (word_dim,) words unless ``word_dim`` is None)."""
-    words = Empty() if word_dim is None else jnp.zeros((n_probes, word_dim), dtype)
-    return ring_init(Query(key=jnp.zeros((n_probes, dim), dtype), words=words))
+def init(n_probes: int, empty: Query) -> Ring:
+    """An empty ring of ``n_probes`` queries shaped like ``empty`` (a zero query with its features)."""
+    return ring_init(jax.tree_util.tree_map(lambda x: jnp.zeros((n_probes,) + x.shape, x.dtype), empty))
 
 
 def push(ring: Ring, query: Query, enabled: jax.Array) -> Ring:

@@ -57,12 +57,15 @@ FLOAT_HPARAMS = (
 INT_HPARAMS = ("base_interval", "krr_interval", "agop_interval", "warmup")
 SPEC_FIELDS = ("dim", "capacity", "base_window", "fast_window", "slow_window", "k_candidates", "n_probes")
 
-# Table A1 of the paper (plus App. C for "appc"): only these four differ between presets.
+# Table A1 of the paper (plus App. C for BigCodeBench and ALFWorld): only these differ between
+# presets. App. C: "a fit needs at least 4 examples, so the first KRR fit is at example 75", so no
+# fit at the warm-up count itself (fit_at_warmup = 0).
 PRESETS: dict[str, dict[str, float | int]] = {
     "db": dict(krr_interval=50, agop_interval=200, eta_max=0.15, warmup=4),
     "os": dict(krr_interval=25, agop_interval=100, eta_max=0.05, warmup=4),
     "kg": dict(krr_interval=25, agop_interval=100, eta_max=0.10, warmup=24),
-    "appc": dict(krr_interval=75, agop_interval=225, eta_max=0.10, warmup=4),
+    "bigcodebench": dict(krr_interval=75, agop_interval=225, eta_max=0.10, warmup=4, fit_at_warmup=0),
+    "alfworld": dict(krr_interval=75, agop_interval=225, eta_max=0.10, warmup=4, fit_at_warmup=0),
 }
 
 ARMIJO_C = 1e-4
@@ -73,7 +76,8 @@ KRR_MAX_RETRIES = 6
 # --------------------------------------------------------------------------- config
 
 def default_hparams(preset: str = "db") -> types.SimpleNamespace:
-    """The spec's hyperparameters (§6) for one of the presets ``db``, ``os``, ``kg``, ``appc``."""
+    """The spec's hyperparameters (§6) for one of the presets ``db``, ``os``, ``kg``, ``bigcodebench``,
+    ``alfworld``."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; expected one of {sorted(PRESETS)}")
     values: dict[str, Any] = dict(
@@ -99,6 +103,7 @@ def default_hparams(preset: str = "db") -> types.SimpleNamespace:
         u_failure=0.45,
         u_min=-2.0,
         u_max=5.0,
+        fit_at_warmup=1,  # a KRR fit at the warm-up count itself (Table A1's reading)
     )
     values.update(PRESETS[preset])
     return types.SimpleNamespace(**values)
@@ -130,6 +135,9 @@ def _read_hparams(hp: Any) -> types.SimpleNamespace:
     for name in ("w0", "w_min", "w_max"):
         if out[name].shape != (4,):
             raise ValueError(f"{name} must have shape (4,), got {out[name].shape}")
+    out["fit_at_warmup"] = int(getattr(hp, "fit_at_warmup", 1))  # optional: 1 unless said otherwise
+    if out["fit_at_warmup"] not in (0, 1):
+        raise ValueError(f"fit_at_warmup must be 0 or 1, got {out['fit_at_warmup']}")
     return types.SimpleNamespace(**out)
 
 
@@ -460,7 +468,7 @@ class ReferenceController:
         n, hp = self.n_feedback, self.hp
         if n % hp.base_interval == 0:
             self._refit_base()
-        if n == hp.warmup or (n > hp.warmup and n % hp.krr_interval == 0):
+        if (n == hp.warmup and hp.fit_at_warmup) or (n >= hp.warmup and n % hp.krr_interval == 0):
             self._refit_krr()
         if n % hp.agop_interval == 0 and self.n_krr_fits >= 1:
             self._refit_agop()

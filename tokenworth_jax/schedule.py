@@ -16,8 +16,12 @@ class Due(NamedTuple):
 
 
 def due(n_feedback: jax.Array, hp: HParams) -> Due:
-    """The refits due at feedback count ``n_feedback`` (warm-up fit, then every interval)."""
+    """The refits due at feedback count ``n_feedback``.
+
+    KRR fits every ``krr_interval`` examples once at least ``warmup`` exist; with ``fit_at_warmup``
+    (the Table A1 presets) the first fit also runs at ``warmup`` itself, else (App. C: warm-up 4,
+    interval 75) the first is at the first interval."""
     n = n_feedback
     return Due(base=(n > 0) & (n % hp.base_interval == 0),
-               krr=(n == hp.warmup) | ((n > hp.warmup) & (n % hp.krr_interval == 0)),
+               krr=((n == hp.warmup) & (hp.fit_at_warmup > 0)) | ((n >= hp.warmup) & (n % hp.krr_interval == 0)),
                agop=(n > 0) & (n % hp.agop_interval == 0))

@@ -1,6 +1,10 @@
-"""How pair scores over the bank are computed: two values of one small interface, chosen from
-``Spec.incremental`` (:func:`from_spec`), as ``optax.GradientTransformation`` pairs ``init`` with
-``update``.
+"""How pair scores over the bank are computed: the :class:`Scorer` interface and its two values.
+
+A scorer is a ``NamedTuple`` of pure functions over its own state, as an
+``optax.GradientTransformation`` pairs ``init`` with ``update``, plus what it declares about itself
+(``name``, ``shapes``, ``hparams``, ``features``: as a :class:`~tokenworth_jax.modes.Mode` does).
+The controller is built from a scorer and a mode (``tw.controller``); ``tw.preset(..., scorer=
+"incremental")`` or ``Spec(scorer=tw.scorers.incremental())`` picks the incremental one.
 
 * :func:`full` scores every pair from scratch; it keeps no state (:class:`~tokenworth_jax.pytree.Empty`).
 * :func:`incremental` keeps a :class:`~tokenworth_jax.worth_cache.WorthCache` of the
@@ -13,7 +17,7 @@ Shapes: K candidates, B bank slots, P+1 probes, D dim, F = D + 5, N support rows
 
 from __future__ import annotations
 
-from typing import Callable, Generic, NamedTuple, TypeVar
+from typing import Any, Callable, Generic, NamedTuple, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -21,8 +25,9 @@ import jax.numpy as jnp
 from . import worth_cache
 from .bank import Bank, Recall
 from .batching import gated
-from .config import Spec
+from .config import HParams, Schema
 from .features import MemoryStats, append, base_features, residual_features, take
+from .inputs import Feature
 from .krr import Predictor
 from .pytree import Empty
 from .scoring import ScoreModel, score_pairs
@@ -51,7 +56,8 @@ C = TypeVar("C")  # what it keeps of an offered memory until it is written
 
 
 class Scorer(NamedTuple, Generic[S, C]):
-    init: Callable[[Spec], S]
+    name: str  # how presets, checkpoints and messages name it
+    init: Callable[[Any, HParams], S]  # (spec, hp) -> its state; its own shape fields are spec.scorer.shapes
     # (state, query (D,), bank, recall, bank stats (B,), model) -> (state, CandidateScores)
     candidates: Callable[[S, jax.Array, Bank, Recall, MemoryStats, ScoreModel], tuple[S, CandidateScores]]
     # (state, probes (P+1, D), new emb (D,), model) -> what write() stores of the offered memory (its column)
@@ -63,6 +69,9 @@ class Scorer(NamedTuple, Generic[S, C]):
     end_task: Callable[[S, jax.Array, jax.Array], S]  # (state, probe ring index, pushed) -> state
     # (state, fitted, probes (P+1, D), bank emb (B, D), predictor, metric) -> state
     refit: Callable[[S, jax.Array, jax.Array, jax.Array, Predictor, jax.Array], S]
+    shapes: Any = Empty()  # static shape fields (a hashable NamedTuple)
+    hparams: Schema | None = None  # its traced hyperparameters (hp.scorer), None if it has none
+    features: tuple[Feature, ...] = ()  # what it reads beyond the recall keys
 
 
 # ----- full --------------------------------------------------------------------------------------
@@ -94,12 +103,34 @@ def _full_probes(state: Empty, queries: jax.Array, emb: jax.Array, e_new: jax.Ar
     return ProbeScores(*(jnp.moveaxis(x, 0, 1).reshape(Q, -1)[:, :n] for x in out))
 
 
+def _no_state(spec: Any, hp: HParams) -> Empty:
+    return Empty()
+
+
+def _no_column(state: Empty, queries: jax.Array, e_new: jax.Array, model: ScoreModel) -> None:
+    return None
+
+
+def _same_write(state: Empty, slot: jax.Array, column: None, writes: jax.Array) -> Empty:
+    return state
+
+
+def _same_end(state: Empty, idx: jax.Array, pushed: jax.Array) -> Empty:
+    return state
+
+
+def _same_refit(state: Empty, fitted: jax.Array, probes: jax.Array, emb: jax.Array, predictor: Predictor,
+                metric: jax.Array) -> Empty:
+    return state
+
+
+FULL: Scorer[Empty, None] = Scorer(name="full", init=_no_state, candidates=_full_candidates, column=_no_column,
+                                   probes=_full_probes, write=_same_write, end_task=_same_end, refit=_same_refit)
+
+
 def full() -> Scorer[Empty, None]:
     """Every pair scored from scratch: stateless."""
-    return Scorer(init=lambda spec: Empty(), candidates=_full_candidates,
-                  column=lambda state, queries, e_new, model: None, probes=_full_probes,
-                  write=lambda state, slot, column, writes: state, end_task=lambda state, idx, pushed: state,
-                  refit=lambda state, fitted, probes, emb, predictor, metric: state)
+    return FULL
 
 
 # ----- incremental -------------------------------------------------------------------------------
@@ -110,7 +141,7 @@ class _Column(NamedTuple):
     cos: jax.Array  # (P+1,)
 
 
-def _inc_init(spec: Spec) -> WorthCache:
+def _inc_init(spec: Any, hp: HParams) -> WorthCache:
     return worth_cache.init(spec.n_probes + 1, spec.capacity, spec.fast_window, spec.dim, spec.float_dtype)
 
 
@@ -153,11 +184,11 @@ def _inc_refit(cache: WorthCache, fitted: jax.Array, queries: jax.Array, emb: ja
                  emb, predictor, metric)
 
 
+INCREMENTAL: Scorer[WorthCache, _Column] = Scorer(
+    name="incremental", init=_inc_init, candidates=_inc_candidates, column=_inc_column, probes=_inc_probes,
+    write=_inc_write, end_task=worth_cache.push_query, refit=_inc_refit)
+
+
 def incremental() -> Scorer[WorthCache, _Column]:
     """The D part of the KRR distances cached and maintained (see :mod:`tokenworth_jax.worth_cache`)."""
-    return Scorer(init=_inc_init, candidates=_inc_candidates, column=_inc_column, probes=_inc_probes, write=_inc_write,
-                  end_task=worth_cache.push_query, refit=_inc_refit)
-
-
-def from_spec(spec: Spec) -> Scorer:
-    return incremental() if spec.incremental else full()
+    return INCREMENTAL

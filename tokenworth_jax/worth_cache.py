@@ -1,4 +1,4 @@
-"""Incremental worth (``Spec.incremental``): the D-dimensional part of the KRR distances, cached.
+"""Incremental worth (the ``incremental`` scorer): the D-dimensional part of the KRR distances, cached.
 
 Scores need ``r2 = ||z(q, m) - s_j||^2_M`` for every probe q, memory m and KRR support row
 s_j, with z = [|q - m| (D), cos, u, rel, rec, freq]. With M diagonal it splits exactly into

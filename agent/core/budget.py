@@ -54,7 +54,8 @@ class Budget:
     per_call_cap: int = PER_CALL_CAP
     accounting: Accounting = DEFAULT_ACCOUNTING  # how O_max is spent; see DEFAULT_ACCOUNTING
     # The most one auxiliary call (a method's reflection, extraction, ...) may write; None: per_call_cap, as
-    # the agent's rounds. App. C caps them at 512 for every method while a solution may take 1280.
+    # the agent's rounds. App. C caps them at 512 for every method, while a BigCodeBench solution may take 1280
+    # and an ALFWorld action call has 128.
     aux_call_cap: int | None = None
 
     def __post_init__(self) -> None:
@@ -71,12 +72,15 @@ class Budget:
 
     @classmethod
     def for_env(cls, env: str, accounting: str | None = None) -> "Budget":
-        """The preset of ``env`` (Table A1 for "db", "os", "kg"; App. C for "bigcodebench"), with ``accounting``
+        """The preset of ``env`` (Table A1 for "db", "os", "kg"; App. C for "bigcodebench" and "alfworld"), with ``accounting``
         if given."""
+        from tokenworth_jax.presets import capacity  # B_max has one definition: the controller's preset table
+
         try:
-            preset = PRESETS[env]
+            limits = LIMITS[env]
         except KeyError:
-            raise ValueError(f"no budget preset for environment {env!r}; expected one of {sorted(PRESETS)}") from None
+            raise ValueError(f"no budget preset for environment {env!r}; expected one of {sorted(LIMITS)}") from None
+        preset = Budget(env, bank_capacity=capacity(env), **limits)
         return preset if accounting is None else preset.replace(accounting=accounting)
 
     def replace(self, **changes: int | str) -> "Budget":
@@ -95,13 +99,18 @@ class Budget:
         return all(t <= min(self.per_call_cap, self.max_output_tokens) for t in call_tokens)
 
 
-PRESETS: dict[str, Budget] = {
-    "db": Budget("db", max_output_tokens=128, max_rounds=3, bank_capacity=64, max_memories=1, max_injected_chars=900),
-    "os": Budget("os", max_output_tokens=512, max_rounds=5, bank_capacity=64, max_memories=1, max_injected_chars=800),
-    "kg": Budget("kg", max_output_tokens=128, max_rounds=15, bank_capacity=64, max_memories=1, max_injected_chars=4096),
+LIMITS: dict[str, dict[str, int]] = {  # Table A1 / App. C, but B_max (tokenworth_jax.presets.capacity)
+    "db": dict(max_output_tokens=128, max_rounds=3, max_memories=1, max_injected_chars=900),
+    "os": dict(max_output_tokens=512, max_rounds=5, max_memories=1, max_injected_chars=800),
+    "kg": dict(max_output_tokens=128, max_rounds=15, max_memories=1, max_injected_chars=4096),
     # App. C: one solution of up to 1280 tokens; auxiliary calls 512 each (docs/bigcodebench.md)
-    "bigcodebench": Budget("bigcodebench", max_output_tokens=1280, max_rounds=1, bank_capacity=50, max_memories=1,
-                           max_injected_chars=4096, per_call_cap=1280, aux_call_cap=512),
+    "bigcodebench": dict(max_output_tokens=1280, max_rounds=1, max_memories=1, max_injected_chars=4096,
+                         per_call_cap=1280, aux_call_cap=512),
+    # App. C: 50 environment steps, 128 tokens per action call (and per repair call), auxiliary calls 512 each
+    # (docs/alfworld.md). Accounted per call: App. C states per-call limits, and a shared 128 would end a
+    # failed episode after ~15 commands. B_max = 128 (the controller's alfworld preset).
+    "alfworld": dict(max_output_tokens=128, max_rounds=50, max_memories=1, max_injected_chars=4200, per_call_cap=128,
+                     aux_call_cap=512),
 }
 
 
@@ -148,6 +157,8 @@ class TokenLedger:
         cap = self.budget.per_call_cap
         if kind == "auxiliary" and self.budget.aux_call_cap is not None:
             cap = self.budget.aux_call_cap
+            if self.budget.accounting == "per-call":
+                return cap  # its own per-call cap, above O_max on ALFWorld (512 vs 128 per action call)
         return min(cap, self.remaining)
 
     def charge(self, output_tokens: int, kind: CallKind, allowed: int) -> None:

@@ -44,6 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.core.bigcodebench_venv import VenvError, open_venv
+from agent.core.alfworld_venv import EngineVenvError
+from agent.core.alfworld_venv import open_venv as open_alfworld_venv
 
 MEMORY_FROM = ("completed", "reward")  # which successes write a memory
 MEMORY_FORMATS = ("compact", "transcript", "abstract")  # how a memory is rendered for injection
@@ -123,6 +125,8 @@ class HarnessOptions:
             return open_venv(self.bcb_venv).identity()
         except VenvError as exc:
             raise HarnessError(str(exc)) from None
+        if env == "alfworld":
+            alfworld_engine()
 
     def identity(self, env: str) -> dict[str, Any]:
         """What of these options changes ``env``'s results (JSON-ready).
@@ -139,7 +143,17 @@ class HarnessOptions:
         if env == "bigcodebench":
             identity["bcb_evaluator"] = self.bcb_evaluator()
             identity["bcb_time_limit"] = self.bcb_time_limit
+        if env == "alfworld":
+            identity["alfworld_engine"] = alfworld_engine()
         return identity
+
+
+def alfworld_engine() -> dict[str, str]:
+    """ALFWorld's engine packages and versions (part of a run's identity); HarnessError without its venv."""
+    try:
+        return open_alfworld_venv().identity()
+    except EngineVenvError as exc:
+        raise HarnessError(str(exc)) from None
 
 
 DEFAULT_HARNESS = HarnessOptions()

@@ -34,6 +34,9 @@ class StepResult:
     status: Status | None = None
     # the parsed action, for logs and memory construction: e.g. {"kind": "sql", "sql": ...}
     action: dict[str, Any] | None = None
+    # the reply was not a usable action and ``observation`` is the repair turn: the next model call is that
+    # action's one repair call, not a new round (ALFWorld; the episode counts J_max in rounds without these)
+    repair: bool = False
 
 
 @dataclasses.dataclass

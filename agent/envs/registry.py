@@ -49,8 +49,15 @@ def _bigcodebench(budget: Budget, *, kg_endpoint: str | None = None,
                                    instructions=harness.instruction_text("bigcodebench"))
 
 
+def _alfworld(budget: Budget, *, kg_endpoint: str | None = None,
+              harness: HarnessOptions = DEFAULT_HARNESS) -> Environment:
+    from agent.envs.alfworld import ALFWorldEnvironment
+
+    return ALFWorldEnvironment(max_rounds=budget.max_rounds, instructions=harness.instruction_text("alfworld"))
+
+
 ENVIRONMENTS: Registry[Environment] = Registry("environment", {"db": _db, "os": _os, "kg": _kg,
-                                                               "bigcodebench": _bigcodebench})
+                                                               "bigcodebench": _bigcodebench, "alfworld": _alfworld})
 ENV_NAMES = ENVIRONMENTS.names
 # Each environment's own instruction text (user turn 0), read without starting the environment (``tokenworth show``).
 INSTRUCTIONS: Registry[str] = Registry("environment", {
@@ -58,6 +65,7 @@ INSTRUCTIONS: Registry[str] = Registry("environment", {
     "os": "agent.envs.os_env:INSTRUCTIONS",
     "kg": "agent.envs.kg:INSTRUCTIONS",
     "bigcodebench": "agent.envs.bigcodebench:INSTRUCTIONS",
+    "alfworld": "agent.envs.alfworld:INSTRUCTIONS",
 })
 
 

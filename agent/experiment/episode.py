@@ -59,6 +59,7 @@ class Episode:
         # the task's account; the policy's auxiliary calls before the episode may already have drawn on it
         self.ledger = ledger if ledger is not None else TokenLedger(budget)
         self.turns: list[Turn] = []
+        self.rounds = 0  # rounds taken: replies the environment acted on (a repair call is part of its round)
         self.status: str | None = None
         self.error: str | None = None
         self.messages: list[dict[str, str]] = []
@@ -89,7 +90,7 @@ class Episode:
         if self.ledger.next_max_tokens() == 0:
             self.status = "budget_exhausted"
             return None
-        if len(self.turns) >= self.budget.max_rounds:
+        if self.rounds >= self.budget.max_rounds:
             self.status = "round_limit"
             return None
         facts = Facts(self.task, self.seed, round=len(self.turns), memory_skills=self.memory_skills)
@@ -121,6 +122,8 @@ class Episode:
                                generation.output_tokens, generation.finish_reason))
         self.log.append(round_entry(generation, request.max_tokens, result.action, result.observation,
                                     invalid=result.status == "invalid_action"))
+        if not result.repair:
+            self.rounds += 1
         if result.done:
             self.status = result.status or "completed"
             if self.status == "invalid_action" and self.error is None:

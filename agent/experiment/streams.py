@@ -43,9 +43,9 @@ class GridError(ValueError):
 
 
 def _hparam_fields() -> tuple[tuple[str, ...], frozenset[str]]:
-    from tokenworth_jax.config import INT_FIELDS, names
+    from tokenworth_jax.presets import int_names, names
 
-    return names(), INT_FIELDS
+    return names(), int_names()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +98,7 @@ def _fmt(value: float | int) -> str:
 # ------------------------------------------------------------------------- grids
 def parse_grid_item(item: str) -> tuple[str, list[float | int]]:
     """``NAME=v1,v2`` → (canonical name, values), every value range-checked."""
-    from tokenworth_jax.config import check_value
+    from tokenworth_jax.presets import check_value
 
     fields, int_fields = _hparam_fields()
     name, sep, values = item.partition("=")

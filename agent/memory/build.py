@@ -23,6 +23,7 @@ COMPACT: Registry[tuple[str, list[Step]]] = Registry("environment", {
     "os": "agent.memory.os_env:compact",
     "kg": "agent.memory.kg:compact",
     "bigcodebench": "agent.memory.bigcodebench:compact",
+    "alfworld": "agent.memory.alfworld:compact",
 })
 
 

@@ -16,7 +16,7 @@ evicts or replaces it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from agent.core.budget import Budget
 from agent.tasks import Task
@@ -28,23 +28,16 @@ if TYPE_CHECKING:
     from tokenworth_jax import HostSelection
 
 
-def _preset(env: str) -> str:
-    """The controller preset of ``env``: its own name."""
-    # TEMPORARY (until house-core's tw.preset("bigcodebench") is on main): App. C's settings are still "appc" there.
-    return {"bigcodebench": "appc"}.get(env, env)
-
-
 class TokenWorthPolicy(MemoryPolicy):
     name = "tokenworth"
     first_task_note = "compiling the controller…"  # the first select/offer compile (~13 s on CPU)
-    plus: ClassVar[bool] = False  # the controller's mode: the paper's (False) or TokenWorth+
 
     def __init__(self, env: str, budget: Budget, seed: int = 0, *, harness: HarnessOptions = DEFAULT_HARNESS,
                  **overrides: Any) -> None:
         super().__init__(env, budget, seed, harness=harness)
         from tokenworth_jax import Controller
 
-        self.controller = Controller.from_preset(_preset(env), plus=self.plus,
+        self.controller = Controller.from_preset(env, method=self.name,  # the preset table's method of this name
                                                  spec_overrides={"capacity": budget.bank_capacity}, **overrides)
 
     def retrieve(self, task: Task) -> list[Memory]:
@@ -66,7 +59,7 @@ class TokenWorthPolicy(MemoryPolicy):
         else:
             new_id = self.controller.memories.next_id
             decision = self.controller.offer(memory.text, key_text=memory.key_text, payload=memory.with_id(new_id),
-                                             action_text=memory.action_text)
+                                             actions=memory.action_text)
             self.note(admission=decision.as_dict())
         self.controller.end_task()
 

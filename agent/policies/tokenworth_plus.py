@@ -1,4 +1,4 @@
-"""TokenWorth+ as a policy: the TokenWorth controller in its plus mode (``Spec(plus=True)``).
+"""TokenWorth+ as a policy: the TokenWorth controller with TokenWorth+'s mode (the preset method ``tokenworth+``).
 
 Same protocol and bank bookkeeping as :class:`~agent.policies.tokenworth.TokenWorthPolicy`; the
 controller may now abstain (inject nothing although the bank has candidates). The decision log
@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 
 class TokenWorthPlusPolicy(TokenWorthPolicy):
     name = "tokenworth+"
-    plus = True
 
     def __init__(self, env: str, budget: Budget, seed: int = 0, **overrides: Any) -> None:
         super().__init__(env, budget, seed, **{"plus_seed": seed, **overrides})

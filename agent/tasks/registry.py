@@ -19,6 +19,7 @@ TASK_SOURCES: Registry[Any] = Registry("environment", {
     "os": "agent.tasks.os_env:SOURCE",
     "kg": "agent.tasks.kg:SOURCE",
     "bigcodebench": "agent.tasks.bigcodebench:SOURCE",
+    "alfworld": "agent.tasks.alfworld:SOURCE",
 })
 
 

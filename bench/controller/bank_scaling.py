@@ -14,7 +14,7 @@ computation needed. Banks above ``Size.worth_chunk`` memories use
 ``Spec(worth_chunk=...)``, which bounds the score temporaries to
 P x chunk x (D + 5) floats.
 
-Incremental worth (``Spec.incremental``, one more child per size): the per-task cost is a
+Incremental worth (the ``incremental`` scorer, one more child per size): the per-task cost is a
 whole task inside ``tw.run`` (the new query's row at select, B N D; the offer's candidate
 column, statistics part and decision; the cache updated in place), over a few all-success
 tasks with no refit due, plus the full cache refresh of each KRR fit amortised over the DB
@@ -56,8 +56,9 @@ def child(capacity: int, chunk: int, repeats: int, spec_overrides: dict[str, int
 
     from .common import time_call
 
-    spec, hp = tw.preset("db", spec_overrides={**spec_overrides, "capacity": capacity, "worth_chunk": chunk,
-                                               "incremental": incremental})
+    spec, hp = tw.preset("db", scorer="incremental" if incremental else "full",
+                         spec_overrides={**spec_overrides, "capacity": capacity, "worth_chunk": chunk})
+    fns = tw.controller(spec.scorer, spec.mode)
     rng = np.random.default_rng(capacity)
     D, F, t = spec.dim, spec.feature_dim, 1000
 
@@ -85,19 +86,19 @@ def child(capacity: int, chunk: int, repeats: int, spec_overrides: dict[str, int
         bank=bank, probes=probe_ring, residual=state.residual._replace(fast=fast_ring, predictor=predictor,
                                                                        n_fits=jnp.int32(3)),
         clock=state.clock._replace(t=jnp.int32(t)),
-        pending=state.pending._replace(query=tw.Query(jnp.asarray(unit(1)[0])), retrieved=jnp.ones((), bool),
-                                       reward=jnp.int32(1)))
+        task=state.task._replace(query=tw.Query(jnp.asarray(unit(1)[0])), retrieved=jnp.ones((), bool),
+                                 progress=tw.protocol.on_device(tw.protocol.Progress(tw.protocol.JUDGED, 1, False))))
     e_new = jnp.asarray(unit(1)[0])
-    refresh = jax.jit(lambda s: s._replace(scorer=worth_cache.refresh(probes.queries(s.probes, s.pending.query)[0].key,
+    refresh = jax.jit(lambda s: s._replace(scorer=worth_cache.refresh(probes.queries(s.probes, s.task.query)[0].key,
                                                                       s.bank.emb, s.residual.predictor,
                                                                       s.residual.metric)))
     if incremental:
         state = refresh(state)
     state = jax.block_until_ready(state)
-    worth = jax.jit(tw.worth, static_argnames=("spec",))
+    worth = fns.worth
     t0 = time.perf_counter()
     worth.lower(state, e_new, hp, spec).compile()
-    tw.offer.lower(state, e_new, jnp.int32(B), hp, spec).compile()
+    fns.offer.lower(state, e_new, jnp.int32(B), hp, spec).compile()
     compile_s = time.perf_counter() - t0
     rss_base = _maxrss_mib()
     w_sum, _ = time_call(lambda: worth(state, e_new, hp, spec).bank, repeats)
@@ -171,7 +172,7 @@ def run(size: Size, out_dir: Path) -> dict[str, Any]:
         f"- {k}: time = {f['intercept_ms']:.3g} ms + {f['slope_us_per_memory']:.4g} us x B; "
         f"log-log slope between the two largest sizes {f['loglog_slope_last_two']:.3f}" for k, f in fits.items())
     text += f"\n\nMemory: {payload['memory_method']}.\n"
-    text += "\nIncremental worth (Spec.incremental): per-task cost with the refresh amortised over the DB schedule:\n\n"
+    text += "\nIncremental worth (the incremental scorer): per-task cost with the refresh amortised over the DB schedule:\n\n"
     text += md_table(["B", "task in tw.run ms", "refresh ms", "amortised task ms", "select ms (standalone)",
                       "offer ms (standalone)", "cache MiB", "peak RSS MiB"],
                      [[r["capacity"], r["run_task_ms"], r["refresh"]["median_ms"], r["amortised_task_ms"],
@@ -187,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--chunk", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--spec", default="{}", help="JSON Spec overrides")
-    ap.add_argument("--incremental", action="store_true", help="Spec(incremental=True)")
+    ap.add_argument("--incremental", action="store_true", help="the incremental scorer (scorer=\"incremental\")")
     a = ap.parse_args(argv)
     print(json.dumps(child(a.child, a.chunk, a.repeats, json.loads(a.spec), a.incremental)))
 

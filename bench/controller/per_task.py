@@ -13,6 +13,13 @@ every task. Reported, for the jitted controller and the float64 NumPy reference 
 * offer: median;
 * mean task = select + amortised observe + offer (+ end_task for JAX, a separate call there);
 * fused: the per-task time of ``tw.run`` (one ``lax.scan``) over the same window.
+
+And the host :class:`tokenworth_jax.Controller` against the NumPy reference over a **whole
+stream** (``Size.stream_tasks``, 500 at the quick size, from an empty controller, the synthetic
+stream's own rewards, a memory offered after each success), in the same process: what an agent
+loop pays per task, refits and compiles excluded (the host runs the stream once to compile, then
+``stream_repeats`` timed runs; the reference runs it once). Target: the host at least 80x the
+reference per task.
 """
 
 from __future__ import annotations
@@ -30,10 +37,12 @@ import tokenworth_jax as tw
 
 from .common import (
     Size,
+    Stream,
     block,
     db_setup,
     md_table,
     prefill,
+    reference_module,
     reference_prefill,
     state_facts,
     summarise,
@@ -158,7 +167,7 @@ def run(size: Size, out_dir: Path) -> dict[str, Any]:
         mean_task_vs_fused=np_summary["mean_task_ms"] / fused_per_task_ms,
     )
     payload = dict(
-        size=size.name, spec=spec._asdict(), preset="db", prefill_tasks=n_pre, window=n_win,
+        size=size.name, spec=tw.presets.describe(spec), preset="db", prefill_tasks=n_pre, window=n_win,
         window_repeats=size.window_repeats, numpy_window=nw, state_before=state_facts(state, spec),
         jax=dict(**jax_summary, fused_run=dict(per_task_ms=fused_per_task_ms, window=fused), refits=refits,
                  dispatch_floor=dispatch_floor(state, spec, size.micro_repeats)),
@@ -170,8 +179,46 @@ def run(size: Size, out_dir: Path) -> dict[str, Any]:
                "mean_task = select + observe_amortised + offer + end_task, each a separate jitted call; "
                "fused_run is tw.run (lax.scan) over the same window, per task."),
     )
+    payload["stream"] = host_stream(spec, hp, synthetic_stream(size.stream_tasks, spec.dim, seed=2), size.stream_repeats)
     write_result(out_dir, "per_task", payload, markdown(payload))
     return payload
+
+
+def _host_pass(spec: tw.Spec, hp: tw.HParams, stream: Stream) -> tw.Controller:
+    ctl = tw.Controller(spec, hp)
+    for i in range(stream.queries.shape[0]):
+        ctl.select(stream.queries[i])
+        reward = int(stream.rewards[i])
+        ctl.observe(reward)
+        if reward:
+            ctl.offer("memory", key_text=stream.memories[i])
+        ctl.end_task()
+    return ctl
+
+
+def host_stream(spec: tw.Spec, hp: tw.HParams, stream: Stream, repeats: int) -> dict[str, Any]:
+    """The host Controller and the NumPy reference over one whole stream, per task (wall and CPU time)."""
+    T = stream.queries.shape[0]
+    t0 = time.perf_counter()
+    _host_pass(spec, hp, stream)  # compiles every call the stream needs
+    first_s = time.perf_counter() - t0
+    host = []
+    for _ in range(repeats):
+        w, c = time.perf_counter(), time.process_time()
+        block(_host_pass(spec, hp, stream)._state)
+        host.append((time.perf_counter() - w, time.process_time() - c))
+    ref = reference_module().ReferenceController(spec, hp)
+    w, c = time.perf_counter(), time.process_time()
+    for i in range(T):
+        reward = int(stream.rewards[i])
+        ref.step(stream.queries[i], reward, stream.memories[i] if reward else None, i)
+    ref_s = (time.perf_counter() - w, time.process_time() - c)
+    host_ms = dict(wall=1e3 * statistics.median(h[0] for h in host) / T, cpu=1e3 * statistics.median(h[1] for h in host) / T,
+                   wall_runs=[1e3 * h[0] / T for h in host])
+    ref_ms = dict(wall=1e3 * ref_s[0] / T, cpu=1e3 * ref_s[1] / T)
+    ratio = dict(wall=ref_ms["wall"] / host_ms["wall"], cpu=ref_ms["cpu"] / host_ms["cpu"])
+    return dict(tasks=T, successes=int(stream.rewards.sum()), repeats=repeats, first_pass_s=first_s, host_ms=host_ms,
+                reference_ms=ref_ms, ratio=ratio, target=dict(ratio=80.0, met=bool(ratio["wall"] >= 80.0)))
 
 
 def refit_breakdown(state: tw.State, hp: tw.HParams, repeats: int) -> dict[str, Any]:
@@ -237,4 +284,14 @@ def markdown(p: dict[str, Any]) -> str:
     text += "\nFirst call (trace + compile + one run, s): " + ", ".join(
         f"{k} {v:.2f}" for k, v in p["compile_s"].items()) + "\n"
     text += f"\nState before the window: {p['state_before']}\n\n{p['notes']}\n"
+    s = p.get("stream")
+    if s:
+        text += (f"\nThe host `Controller` against the NumPy reference over one whole {s['tasks']}-task stream "
+                 f"({s['successes']} successes, each offering a memory), per task (host: median of {s['repeats']} runs "
+                 f"after a compiling one, {s['first_pass_s']:.1f} s):\n\n")
+        text += md_table(["", "host ms", "reference ms", "reference / host"],
+                         [["wall", s["host_ms"]["wall"], s["reference_ms"]["wall"], s["ratio"]["wall"]],
+                          ["CPU", s["host_ms"]["cpu"], s["reference_ms"]["cpu"], s["ratio"]["cpu"]]])
+        text += f"\nTarget: the host at least {s['target']['ratio']:.0f}x the reference per task: " \
+                f"{'met' if s['target']['met'] else 'not met'}.\n"
     return text

@@ -14,7 +14,7 @@ counts one FLOP; a multiply-add two):
 * AGOP: gradients of S rows against N support rows, 6SNF; G 2SF; then a KRR fit.
 * Newton base fit: O(window x 4 x iterations), under 0.1 MFLOP: left out.
 
-Incremental worth (``Spec.incremental``, :mod:`tokenworth_jax.worth_cache`), Gram form split
+Incremental worth (the incremental scorer, :mod:`tokenworth_jax.worth_cache`), Gram form split
 into the D part (cached) and the 5 statistics features:
 
 * select: recall 2BD; the query's D-part row over the whole bank: |e_q - e_m| 2BD, a^2 3BD,
@@ -90,7 +90,7 @@ def xla_flops(spec: tw.Spec, hp: tw.HParams) -> dict[str, float | None]:
 
 
 def run(size: Size, out_dir: Path, per_task: dict[str, Any]) -> dict[str, Any]:
-    spec = tw.Spec(**per_task["spec"])
+    spec = tw.presets.spec_from_dict(per_task["spec"])
     hp = tw.hparams("db")
     counts = flops(spec)
     n = 512 if size.name == "tiny" else 2048
@@ -107,7 +107,7 @@ def run(size: Size, out_dir: Path, per_task: dict[str, Any]) -> dict[str, Any]:
         rows.append([step, counts[step] / 1e6, t, gf, f"{100 * gf / roof['gflops']:.1f}%"])
     fused_flops = (counts["select"] + counts["offer"]) + counts["observe_full_refit"] * 0  # refits amortised below
     payload = dict(
-        size=size.name, spec=spec._asdict(), flops=counts, xla_flops=xla_flops(spec, hp), roof=roof, achieved=achieved,
+        size=size.name, spec=tw.presets.describe(spec), flops=counts, xla_flops=xla_flops(spec, hp), roof=roof, achieved=achieved,
         notes=("observe_full_refit uses the slowest observe of the window (a base + KRR + AGOP + KRR refit) "
                "against the FLOPs of KRR fit + AGOP with its KRR refit."),
         task_mflop_without_refits=fused_flops / 1e6,

@@ -4,7 +4,7 @@ Every comparison runs A and B interleaved (A B A B ...), from the same pre-fille
 over the same window, and reports both wall time and process CPU time (CPU time is the more
 robust number on a shared machine; on a quiet one they agree). Pairs:
 
-1. ``incremental``: fused ``tw.run`` per task, full worth vs incremental worth (Spec.incremental);
+1. ``incremental``: fused ``tw.run`` per task, full worth vs incremental worth (the incremental scorer);
 2. ``host``: the host :class:`tokenworth_jax.Controller` (one fused device call per task)
    vs the same protocol as four separate jitted calls (select, observe, offer, end_task),
    each against the fused ``tw.run`` (issue target: host within 1.3x of ``tw.run``);
@@ -87,7 +87,7 @@ def per_task_ms(r: dict[str, float], n: int) -> dict[str, float]:
 
 def run(size: Size, out_dir: Path) -> dict[str, Any]:
     spec_full, hp = db_setup(size)
-    spec_inc = spec_full._replace(incremental=True)
+    spec_inc = spec_full._replace(scorer=tw.scorers.incremental())
     n_pre, n_win = size.prefill_tasks, size.window
     stream = synthetic_stream(n_pre + n_win, spec_full.dim, seed=0)
     events = stream.events(n_pre, n_pre + n_win, all_success=True)
@@ -144,7 +144,7 @@ def run(size: Size, out_dir: Path) -> dict[str, Any]:
             for strategy in ("vmap", "map"):
                 speedups[clock][f"loop_over_batched[{strategy}]/{name}"] = ratio(
                     f"loop_of_run/{name}", f"run_batched[{strategy}]/{name}", btimed, key)
-    payload = dict(size=size.name, spec=spec_full._asdict(), prefill_tasks=n_pre, window=n_win, repeats=repeats,
+    payload = dict(size=size.name, spec=tw.presets.describe(spec_full), prefill_tasks=n_pre, window=n_win, repeats=repeats,
                    per_task=timed, batched=dict(configs=C, tasks=T, seconds=btimed), speedups=speedups,
                    targets=dict(host_within_1_3x_of_run=dict(
                        full=speedups["cpu_ms"]["host_fused_over_run_full"] <= 1.3,

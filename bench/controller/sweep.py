@@ -111,7 +111,7 @@ def run(size: Size, out_dir: Path) -> dict[str, Any]:
                      res["loop_s"], f"{res['loop_config_tasks_per_s']:.4g}" + (" (extrap.)" if res["loop_extrapolated"] else ""),
                      res["numpy_s_extrapolated"], res["numpy_config_tasks_per_s"]])
     target = next((r for r in results if r["configs"] == 256 and r["tasks"] == 500), None)
-    payload = dict(size=size.name, spec=spec._asdict(), results=results, numpy_tasks_timed=nT,
+    payload = dict(size=size.name, spec=tw.presets.describe(spec), results=results, numpy_tasks_timed=nT,
                    numpy_per_task_ms=numpy_per_task * 1e3,
                    target=dict(configs=256, tasks=500, seconds=60.0,
                                measured_s=target["batched_map_s"] if target else None),

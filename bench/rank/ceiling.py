@@ -26,7 +26,7 @@ from bench.rank.lab import Lab
 
 
 def exact_token_similarity(texts: Sequence[str]) -> np.ndarray:
-    from tokenworth_jax.featurize import unit_features
+    from tokenworth_jax.plus.text import unit_features
 
     feats = [unit_features(t, actions=True) for t in texts]
     vocab = {f: i for i, f in enumerate(collections.Counter(f for fs in feats for f in fs))}
@@ -50,8 +50,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, tuple[float, float]]:
     lab = Lab(args.env, args.tasks, [0])
     tasks = load_tasks(args.env, simdb.data_dir())[: args.tasks]
     events = lab.events[True]
-    X = np.asarray(events.query.words, np.float64)
-    A = np.asarray(events.memory.actions, np.float64)
+    X = np.asarray(events.query.features["words"], np.float64)
+    A = np.asarray(events.memory.features["actions"], np.float64)
     K = np.asarray(events.query.key, np.float64)
     exact = exact_token_similarity([gold_action(t) for t in tasks])
     picks: dict[str, list[float]] = collections.defaultdict(list)

@@ -41,7 +41,7 @@ def measure(T: int, repeats: int) -> dict[str, Any]:
     stream = synthetic_stream(T, 512)
     rng = np.random.default_rng(0)
     spec, hp = tw.preset("db")
-    pspec, php = tw.preset("db", plus=True)
+    pspec, php = tw.preset("db", method="tokenworth+")
 
     def units(n: int, d: int) -> jax.Array:
         v = rng.normal(size=(n, d))
@@ -49,8 +49,9 @@ def measure(T: int, repeats: int) -> dict[str, Any]:
 
     queries, rewards, ids = jnp.asarray(stream.queries), jnp.asarray(stream.rewards), jnp.arange(T, dtype=jnp.int32)
     events = tw.Event(query=queries, reward=rewards, memory=queries, memory_id=ids)
-    plus_events = tw.Event(query=tw.Query(queries, units(T, pspec.word_dim)), reward=rewards,
-                           memory=tw.MemoryText(queries, units(T, pspec.action_dim)), memory_id=ids)
+    shapes = pspec.mode.shapes
+    plus_events = tw.Event(query=tw.Query(queries, {"words": units(T, shapes.word_dim)}), reward=rewards,
+                           memory=tw.MemoryText(queries, {"actions": units(T, shapes.action_dim)}), memory_id=ids)
     # hyperparameters and events are arguments (traced), as in a sweep or an agent run
     paper = jax.jit(lambda h, e: tw.run(tw.init(spec, h), e, h, spec))
     plus = jax.jit(lambda h, e: tw.run(tw.init(pspec, h), e, h, pspec))

@@ -103,11 +103,11 @@ class Lab:
         spec, _ = self.setup(True, {})
         keys = jnp.asarray(first.queries)
         T = keys.shape[0]
-        words = jnp.asarray(tw.word_vectors(first.instructions, spec.word_dim))
-        actions = jnp.asarray(tw.action_vectors([gold_action(t) for t in tasks], spec.action_dim))
+        words = jnp.asarray(tw.word_vectors(first.instructions, spec.mode.shapes.word_dim))
+        actions = jnp.asarray(tw.action_vectors([gold_action(t) for t in tasks], spec.mode.shapes.action_dim))
         self.events = {
-            True: tw.Event(query=tw.Query(keys, words), reward=jnp.zeros((T,), jnp.int32),
-                           memory=tw.MemoryText(keys, actions), memory_id=jnp.arange(T, dtype=jnp.int32)),
+            True: tw.Event(query=tw.Query(keys, {"words": words}), reward=jnp.zeros((T,), jnp.int32),
+                           memory=tw.MemoryText(keys, {"actions": actions}), memory_id=jnp.arange(T, dtype=jnp.int32)),
             False: tw.Event(query=keys, reward=jnp.zeros((T,), jnp.int32), memory=keys,
                             memory_id=jnp.arange(T, dtype=jnp.int32))}
         table = first.skill_table
@@ -118,7 +118,7 @@ class Lab:
 
     def setup(self, plus: bool, overrides: dict[str, Any], seed: int = 0) -> tuple[tw.Spec, tw.HParams]:
         extra = {"plus_seed": seed} if plus else {}
-        return tw.preset(self.env if self.env in ("db", "os") else "db", plus=plus,
+        return tw.preset(self.env if self.env in ("db", "os") else "db", method="tokenworth+" if plus else "tokenworth",
                          spec_overrides={"capacity": self.capacity, "n_probes": self.n_probes},
                          **{**extra, **overrides})
 

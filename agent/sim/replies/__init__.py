@@ -24,6 +24,7 @@ REPLIES: Registry[str] = Registry("environment", {
     "os": "agent.sim.replies.os_env:reply",
     "kg": "agent.sim.replies.kg:reply",
     "bigcodebench": "agent.sim.replies.bigcodebench:reply",
+    "alfworld": "agent.sim.replies.alfworld:reply",
 })
 
 __all__ = ["REPLIES", "Reply", "last_observation", "thought"]
