@@ -100,6 +100,15 @@ class ExperimentFlags:
         HARNESS, "KG: folder with LAB's vocab.json and fb_roles; listings and types go through them.")] = None
     instructions: Annotated[Optional[Path], _option(
         HARNESS, "Folder holding <env>.txt: replaces the environment's instruction text (user turn 0).")] = None
+    bcb_venv: Annotated[Optional[Path], _option(
+        HARNESS, "BigCodeBench: the evaluation venv the judge runs (make bcb-setup builds it).",
+        show_default="$TOKENWORTH_BCB_VENV, else .venv-bcb of the checkout")] = None
+    bcb_verdicts: Annotated[Optional[Path], _option(
+        HARNESS, "BigCodeBench: a file where verdicts are kept; a reply judged before for the same task is "
+                 "not run again (across streams and runs).", show_default="kept in memory for the run")] = None
+    bcb_time_limit: Annotated[float, _option(
+        HARNESS, "BigCodeBench: the evaluator's limit for one task's tests, seconds.")] = \
+        DEFAULT.harness.bcb_time_limit
     backbone: Annotated[str, _option(BACKBONE, "sim (simulated, the default), vllm (in process) or openai.")] = \
         DEFAULT.backbone.name
     model: Annotated[Optional[str], _option(BACKBONE, "Model name (vllm, openai): what the server serves, or a "
@@ -176,7 +185,9 @@ class ExperimentFlags:
             what=what, budget=BudgetConfig(self.budget_accounting), schedule=self.schedule,
             data=DataConfig(data_dir=self.data_dir, limit=self.limit, kg_endpoint=self.kg_endpoint),
             harness=HarnessConfig(memory_from=self.memory_from, memory_format=self.memory_format,
-                                  kg_parser=self.kg_parser, kg_vocab=self.kg_vocab, instructions=self.instructions),
+                                  kg_parser=self.kg_parser, kg_vocab=self.kg_vocab, instructions=self.instructions,
+                                  bcb_venv=self.bcb_venv, bcb_verdicts=self.bcb_verdicts,
+                                  bcb_time_limit=self.bcb_time_limit),
             backbone=BackboneConfig(
                 name=self.backbone, model=self.model,
                 connection=ConnectionConfig(base_url=tuple(self.base_url or ()), timeout=self.timeout,
@@ -246,6 +257,7 @@ def describe_os_error(exc: OSError) -> str:
 def expected_failures(function: F) -> F:
     """Turn the failures a user can cause or fix into one ``error:`` line (``--debug``: traceback)."""
     from agent.backbones.base import BackboneError, ServerUnreachable
+    from agent.envs.base import InfrastructureError
     from agent.experiment.config import ConfigError
     from agent.experiment.plan import ExecutorLost, LaunchError
     from agent.results.record import RecordError
@@ -277,6 +289,11 @@ def expected_failures(function: F) -> F:
             if _DEBUG["on"]:
                 raise
             fail(str(exc), 1)
+        except InfrastructureError as exc:  # the environment's machinery, never a task's failure
+            if _DEBUG["on"]:
+                raise
+            fail(f"{str(exc).rstrip('.')}; the run stopped before recording that task: fix it and rerun the same "
+                 "command to resume (finished tasks are kept)", 1)
         except BackboneError as exc:
             if _DEBUG["on"]:
                 raise
@@ -334,8 +351,8 @@ def main(ctx: typer.Context,
 @app.command()
 @with_experiment_flags
 def run(
-    env: Annotated[str, _option(EXPERIMENT, "Task stream(s): db, os, kg, alfworld, or a comma-separated list (one "
-                                            "experiment).")] = ",".join(Streams().envs),
+    env: Annotated[str, _option(EXPERIMENT, "Task stream(s): db, os, kg, bigcodebench, alfworld, or a "
+                                            "comma-separated list (one experiment).")] = ",".join(Streams().envs),
     methods: Annotated[str, _option(EXPERIMENT, "Comma-separated methods; known: " + ", ".join(POLICIES.names) + ".",
                                     show_default=", ".join(Streams().methods))] = ",".join(Streams().methods),
     seed: Annotated[Optional[int], _option(EXPERIMENT, "Seed of the backbone and of every seeded policy.",
@@ -372,7 +389,7 @@ def run_command(flags: ExperimentFlags, *, env: str = ",".join(Streams().envs),
 @app.command()
 @with_experiment_flags
 def sweep(
-    env: Annotated[str, _option(SWEEP, "Task stream: db, os or kg.")] = Sweep().env,
+    env: Annotated[str, _option(SWEEP, "Task stream: db, os, kg or bigcodebench.")] = Sweep().env,
     grid: Annotated[Optional[list[str]], _option(SWEEP, "NAME=v1,v2,... (repeatable); the full product is "
                                                         "run.")] = None,
     table_a3: Annotated[bool, _option(SWEEP, "The spec §9 one-at-a-time sensitivity grid.", "--table-a3")] = False,

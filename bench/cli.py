@@ -60,6 +60,14 @@ def bench_engine_projection(ctx: typer.Context) -> None:
     engine_projection_main(list(ctx.args))
 
 
+@app.command("bigcodebench-gold", context_settings=PASS_THROUGH, add_help_option=False)
+def bench_bigcodebench_gold(ctx: typer.Context) -> None:
+    """BigCodeBench: every reference solution (and its mutant) through the sandboxed official evaluator."""
+    from bench.bigcodebench_gold import main as gold_main
+
+    gold_main(list(ctx.args))
+
+
 @app.command("ranking", context_settings=PASS_THROUGH, add_help_option=False)
 def bench_ranking(ctx: typer.Context) -> None:
     """Which memory each method injects: J chosen / top-cos / best, rank AUC, harmful rate (sim runs)."""

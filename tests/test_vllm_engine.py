@@ -347,3 +347,55 @@ def test_the_readme_gpu_recipe_runs_on_the_cpu_build(tmp_path, data_dir):
                           capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-4000:]
     assert [r["index"] for r in records(tmp_path / "run", "standard")] == [0]
+
+
+# ------------------------------------------------------------------ BigCodeBench: prompt, parse, judge
+def test_bigcodebench_through_the_real_engine_prompt_parse_and_judge(tmp_path, data_dir):
+    """``--env bigcodebench --backbone vllm``: SmolLM2 answers the first two tasks of the stream, each reply
+    is sanitised and judged by the official evaluator in the sandbox (``make test`` gives the CI venv),
+    and the record keeps the raw reply, the solution the evaluator read and its verdict."""
+    from agent.core.bigcodebench_venv import VenvError, open_venv
+    from agent.envs.bigcodebench import INSTRUCTIONS
+    from agent.sandbox import sandbox_unavailable_reason
+    from agent.tasks import load_tasks
+
+    try:
+        venv = open_venv()
+    except VenvError as exc:
+        if REQUIRED:
+            raise
+        pytest.skip(str(exc))
+    if sandbox_unavailable_reason():
+        pytest.skip(f"sandbox unavailable: {sandbox_unavailable_reason()}")
+    log, out, limit, methods = tmp_path / "spy.jsonl", tmp_path / "run", 2, ("standard", "tokenworth")
+    command = [*run_command(out, limit, methods), "--bcb-venv", str(venv.root)]
+    command[command.index("db")] = "bigcodebench"
+    done = subprocess.run(command, cwd=REPO, env={**cli_env(log), "TOKENWORTH_DATA_DIR": data_dir},
+                          capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+    tasks = load_tasks("bigcodebench", data_dir, limit=limit)
+    items = [i for c in spy_events(log, "chat") for i in c["items"]]
+    assert len(items) == limit * len(methods) and {i["max_tokens"] for i in items} == {1280}  # O_max, one call
+    for item in items:  # instructions turn first, the task's instruct prompt last; no reference solution
+        turns = [m["content"] for m in item["messages"]]
+        assert any(INSTRUCTIONS in text for text in turns[:-1])
+        assert any(turns[-1] == t.instruct_prompt.strip() for t in tasks)
+        assert not any(t.canonical_solution.strip() in text for t in tasks for text in turns)
+    served = collections.Counter(i["text"] for i in items)
+    recorded = collections.Counter()
+    for method in methods:
+        recs = records(out, method)
+        assert [r["index"] for r in recs] == list(range(limit)), method
+        for r, task in zip(recs, tasks, strict=True):
+            [entry] = r["trajectory"]  # J_max = 1: the reply is the solution
+            recorded[entry["reply"]] += 1
+            judge = r["judge"]
+            assert judge["status"] in ("pass", "fail", "timeout") and r["reward"] == int(judge["status"] == "pass")
+            assert entry["max_tokens"] == 1280 and r["status"] in ("completed", "invalid_action")
+            if r["status"] == "completed":  # a reply with code: the solution as the evaluator read it
+                assert entry["action"]["kind"] == "solution" and task.entry_point in entry["action"]["code"]
+            else:  # no usable code: a recorded failure that keeps the raw reply
+                assert entry["action"] is None and entry["invalid"] and r["reward"] == 0
+            assert r["output_tokens"] == entry["tokens"]  # the engine's own count
+    assert recorded == served  # every reply the engine wrote reached the judge, raw, once

@@ -54,7 +54,8 @@ class Budget:
     per_call_cap: int = PER_CALL_CAP
     accounting: Accounting = DEFAULT_ACCOUNTING  # how O_max is spent; see DEFAULT_ACCOUNTING
     # The most one auxiliary call (a method's reflection, extraction, ...) may write; None: per_call_cap, as
-    # the agent's rounds. App. C caps them at 512 for every method while an ALFWorld action call has 128.
+    # the agent's rounds. App. C caps them at 512 for every method, while a BigCodeBench solution may take 1280
+    # and an ALFWorld action call has 128.
     aux_call_cap: int | None = None
 
     def __post_init__(self) -> None:
@@ -71,7 +72,7 @@ class Budget:
 
     @classmethod
     def for_env(cls, env: str, accounting: str | None = None) -> "Budget":
-        """The preset of ``env`` (Table A1 for "db", "os", "kg"; App. C for "alfworld"), with ``accounting``
+        """The preset of ``env`` (Table A1 for "db", "os", "kg"; App. C for "bigcodebench" and "alfworld"), with ``accounting``
         if given."""
         from tokenworth_jax.presets import capacity  # B_max has one definition: the controller's preset table
 
@@ -102,6 +103,9 @@ LIMITS: dict[str, dict[str, int]] = {  # Table A1 / App. C, but B_max (tokenwort
     "db": dict(max_output_tokens=128, max_rounds=3, max_memories=1, max_injected_chars=900),
     "os": dict(max_output_tokens=512, max_rounds=5, max_memories=1, max_injected_chars=800),
     "kg": dict(max_output_tokens=128, max_rounds=15, max_memories=1, max_injected_chars=4096),
+    # App. C: one solution of up to 1280 tokens; auxiliary calls 512 each (docs/bigcodebench.md)
+    "bigcodebench": dict(max_output_tokens=1280, max_rounds=1, max_memories=1, max_injected_chars=4096,
+                         per_call_cap=1280, aux_call_cap=512),
     # App. C: 50 environment steps, 128 tokens per action call (and per repair call), auxiliary calls 512 each
     # (docs/alfworld.md). Accounted per call: App. C states per-call limits, and a shared 128 would end a
     # failed episode after ~15 commands. B_max = 128 (the controller's alfworld preset).

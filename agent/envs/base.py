@@ -45,6 +45,14 @@ class Judgement:
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
+class InfrastructureError(RuntimeError):
+    """The environment's own machinery failed (its evaluator, its sandbox), not the task.
+
+    Raised from ``reset``, ``step`` or ``judge``, it is never a task's outcome: the episode lets it
+    through, the run stops with its message, and the task (not recorded) runs again on resume.
+    """
+
+
 class Environment(abc.ABC):
     """Base class. Subclasses keep all task state private."""
 

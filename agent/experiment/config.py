@@ -133,6 +133,9 @@ class HarnessConfig:
     kg_parser: str = DEFAULT_HARNESS.kg_parser
     kg_vocab: Path | None = None
     instructions: Path | None = None
+    bcb_venv: Path | None = None  # BigCodeBench's evaluation venv (agent/core/bigcodebench_venv.py)
+    bcb_verdicts: Path | None = None  # a file of BigCodeBench verdicts, reused across streams and runs
+    bcb_time_limit: float = DEFAULT_HARNESS.bcb_time_limit
 
     def flags(self) -> dict[str, Any]:
         """As :func:`agent.core.harness.harness_from_cli` takes them (a path not given is left out)."""

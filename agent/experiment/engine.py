@@ -22,7 +22,9 @@ streams one after another with one conversation per call (what the harness did b
 for comparisons). The schedule never changes a stream's records (streams are independent).
 
 Failures stay in their stream. An environment that fails a task fails that task
-(``env_error``, in :class:`~agent.experiment.episode.Episode`). When a batched ``generate`` raises
+(``env_error``, in :class:`~agent.experiment.episode.Episode`); an environment whose own machinery
+breaks (:class:`~agent.envs.base.InfrastructureError`, e.g. BigCodeBench's evaluator) stops the
+experiment instead, every finished task kept, and the same command resumes it. When a batched ``generate`` raises
 :class:`~agent.backbones.base.BackboneError`, the tick's requests are retried one by one:
 a request that fails again fails its task (``backbone_error``, the error recorded), the
 others go on. Only when every request of the tick fails (the model is wrong) does the

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from agent.backbones.base import Generation, prompt_usage
 from agent.core.budget import Budget, BudgetExceeded, InjectionBlock, TokenLedger
 from agent.tasks import Task
-from agent.envs.base import Environment, conversation, instructions_digest
+from agent.envs.base import Environment, InfrastructureError, conversation, instructions_digest
 from agent.memory import Turn
 from agent.sim import facts as sim_facts
 from agent.sim.facts import AnyBackbone, Facts
@@ -70,6 +70,8 @@ class Episode:
             self.instructions_sha = instructions_digest(env.instructions())
             env.reset(task)
             self.messages = conversation(env, task, block.text)
+        except InfrastructureError:
+            raise  # the environment's machinery broke: the run stops, the task is not failed
         except Exception as exc:  # an environment that cannot start the task fails it
             self._fail(exc)
 
@@ -108,6 +110,8 @@ class Episode:
         self.messages.append({"role": "assistant", "content": generation.text})
         try:
             result = self.env.step(generation.text)
+        except InfrastructureError:
+            raise
         except Exception as exc:
             self.turns.append(Turn(len(self.turns), generation.text, "", None, generation.output_tokens,
                                    generation.finish_reason))
@@ -141,6 +145,8 @@ class Episode:
             return 0
         try:
             judgement = self.env.judge()
+        except InfrastructureError:
+            raise
         except Exception as exc:
             self.status, self.error = "env_error", self.error or f"judge: {type(exc).__name__}: {exc}"
             self.verdict = {"reward": 0, "error": self.error}

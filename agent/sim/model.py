@@ -33,6 +33,9 @@ class SimParams:
     p0_range_db: tuple[float, float] = (0.25, 0.90)
     p0_range_os: tuple[float, float] = (0.40, 0.95)
     p0_range_kg: tuple[float, float] = (0.05, 0.60)
+    # BigCodeBench: mean p0 about 0.41 (2.76 libraries a task), so that without memory about 40% pass end to end
+    # (the paper's local anchor: TokenWorth 43.1); measured in docs/bigcodebench.md, "The simulated backbone"
+    p0_range_bigcodebench: tuple[float, float] = (0.10, 0.78)
     # ALFWorld (agent/sim/replies/alfworld.py): mean no-memory p about 0.675, the paper's local ALFWorld SRs
     # being in the 70s; slips before a walkthrough command (half format slips the repair call corrects, half
     # detours) and, on the failure path, a look or a format slip every 5th wandering move
