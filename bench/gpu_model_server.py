@@ -49,6 +49,16 @@ short fixed note. ``usage.completion_tokens`` is the sim tokenizer's count (Qwen
 text returned, after ``stop`` and the ``max_tokens`` cut; the decode takes that many steps (at
 least one: an empty reply still decodes its end-of-sequence token).
 
+**A batch cap** (``--max-num-seqs N``, vLLM's ``max_num_seqs``): at most N sequences decode in
+one step; the others wait and join, first come first served, as sequences finish (what vLLM's
+scheduler does when its cap or its KV cache is full). Without a cap a batch is almost free in this
+cost model (a DB sequence adds ~0.3 ms to a ~21 ms step), so one replica never runs out of room
+below several hundred live streams. The cap the distributed benchmark uses is not tuned: it is the
+concurrency vLLM guarantees at full context on the card the cost model describes
+(:func:`kv_max_num_seqs`: the KV pool of Qwen2.5-14B on an 80 GiB card under the project's GPU
+split, divided by the KV of one 8192-token sequence; vLLM prints the same figure at start-up as
+"Maximum concurrency for 8192 tokens per request").
+
 **Harness share.** The server knows when requests are in flight (from a request's arrival to its
 response being written). ``/stats`` reports, over the window since ``POST /stats/reset``, the
 wall time with no request in flight (``idle_s``) and its share of the window
@@ -56,7 +66,9 @@ wall time with no request in flight (``idle_s``) and its share of the window
 time does not scale, a share measured at ``scale < 1`` overstates the share at ``scale = 1``.
 ``/stats`` also reports the steps, the modelled GPU seconds, tokens, the batch size of every step
 (as a histogram) and ``late_s``, the wall time the decode loop fell behind its schedule (a
-loaded machine): a faithful run has ``late_s`` small against ``window_s``.
+loaded machine): a faithful run has ``late_s`` small against ``window_s``. ``first_in`` and
+``last_out`` (``time.monotonic()`` of the window's first arrival and last response) give the served
+window of several replicas on one host: ``max(last_out) - min(first_in)``.
 """
 
 from __future__ import annotations
@@ -118,6 +130,32 @@ class DecodeCost:
                 + self.prefill_per_token_s * prefill_tokens)
 
 
+KV_CONTEXT_TOKENS = 8192  # the full context a sequence is sized for (the split table's max_model_len)
+CARD_GIB = 80  # the A100-80GB of the cost model
+
+
+def kv_max_num_seqs(card_gib: int = CARD_GIB, context_tokens: int = KV_CONTEXT_TOKENS) -> dict[str, Any]:
+    """The batch cap a full KV cache sets: vLLM's KV pool on the card, in full-context sequences.
+
+    The pool is vLLM's share of the card under the project's default split
+    (:func:`agent.backbones.colocation.plan_memory`, one DB controller) less Qwen2.5-14B's BF16
+    weights; an upper bound, since vLLM also keeps its profiling run's activation peak inside its
+    share. One sequence of ``context_tokens`` holds 48 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes
+    = 192 KiB per token."""
+    from agent.backbones.colocation import (GiB, QWEN14B_BF16_BYTES, QWEN14B_KV_BYTES_PER_TOKEN,
+                                            controller_needed_bytes, controller_state_bytes, plan_memory)
+
+    total = card_gib << 30
+    plan = plan_memory(total_bytes=total, jax_needed_bytes=controller_needed_bytes(controller_state_bytes("db")))
+    assert plan.gpu_memory_utilization is not None
+    pool = plan.gpu_memory_utilization * total - QWEN14B_BF16_BYTES
+    per_sequence = QWEN14B_KV_BYTES_PER_TOKEN * context_tokens
+    return {"card_gib": card_gib, "gpu_memory_utilization": plan.gpu_memory_utilization,
+            "weights_gib": QWEN14B_BF16_BYTES / GiB, "kv_pool_gib": pool / GiB,
+            "kv_bytes_per_token": QWEN14B_KV_BYTES_PER_TOKEN, "context_tokens": context_tokens,
+            "kv_pool_tokens": int(pool // QWEN14B_KV_BYTES_PER_TOKEN), "max_num_seqs": int(pool // per_sequence)}
+
+
 # ------------------------------------------------------------------------------------ bookkeeping
 class BusyClock:
     """Wall time with at least one request in flight, over a window (thread-safe; times passed in).
@@ -132,10 +170,13 @@ class BusyClock:
         self._busy_since: float | None = None
         self._window_start = now
         self._busy = 0.0
+        self._first_in: float | None = None  # the window's first arrival and last response
+        self._last_out: float | None = None
 
     def reset(self, now: float) -> None:
         with self._lock:
             self._window_start, self._busy = now, 0.0
+            self._first_in = self._last_out = None
             if self._busy_since is not None:
                 self._busy_since = now
 
@@ -143,6 +184,8 @@ class BusyClock:
         with self._lock:
             if self._in_flight == 0:
                 self._busy_since = max(now, self._window_start)
+            if self._first_in is None:
+                self._first_in = now
             self._in_flight += 1
 
     def leave(self, now: float) -> None:
@@ -150,6 +193,7 @@ class BusyClock:
             if self._in_flight == 0:
                 raise RuntimeError("BusyClock.leave without a matching enter")
             self._in_flight -= 1
+            self._last_out = now
             if self._in_flight == 0 and self._busy_since is not None:
                 self._busy += max(0.0, now - self._busy_since)
                 self._busy_since = None
@@ -160,9 +204,11 @@ class BusyClock:
             busy = self._busy + (now - self._busy_since if self._busy_since is not None else 0.0)
             window = max(0.0, now - self._window_start)
             in_flight = self._in_flight
+            first_in, last_out = self._first_in, self._last_out
         idle = max(0.0, window - busy)
         return {"window_s": window, "busy_s": busy, "idle_s": idle,
-                "harness_share": idle / window if window > 0 else 0.0, "in_flight": in_flight}
+                "harness_share": idle / window if window > 0 else 0.0, "in_flight": in_flight,
+                "first_in": first_in, "last_out": last_out}
 
 
 @dataclasses.dataclass
@@ -176,17 +222,20 @@ class _Sequence:
 class DecodeLoop:
     """Continuous batching in modelled time: all sequences in flight advance one token per step.
 
-    ``step()`` is one decode step (admit the waiting sequences, charge the step, advance every
-    sequence, release the finished ones) and returns its cost in GPU seconds; ``run()`` calls it
+    ``step()`` is one decode step (admit the waiting sequences, up to ``max_num_seqs`` running,
+    charge the step, advance every sequence, release the finished ones) and returns its cost in GPU seconds; ``run()`` calls it
     forever, sleeping ``scale ×`` each step's cost against a schedule that never runs ahead (a
     step that started late is not shortened to catch up). Tests drive ``step()`` directly.
     """
 
-    def __init__(self, cost: DecodeCost, scale: float = 1.0, *, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(self, cost: DecodeCost, scale: float = 1.0, *, max_num_seqs: int | None = None,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
         if not scale > 0:
             raise ValueError(f"scale must be > 0, got {scale}")
+        if max_num_seqs is not None and max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
         self.cost, self.scale, self._clock, self._sleep = cost, scale, clock, sleep
+        self.max_num_seqs = max_num_seqs  # None: no cap; else the others wait, first come first served
         self._cond = threading.Condition()
         self._waiting: list[_Sequence] = []
         self._running: list[_Sequence] = []
@@ -220,7 +269,8 @@ class DecodeLoop:
 
     def step(self) -> float:
         with self._cond:
-            joining, self._waiting = self._waiting, []
+            room = len(self._waiting) if self.max_num_seqs is None else max(0, self.max_num_seqs - len(self._running))
+            joining, self._waiting = self._waiting[:room], self._waiting[room:]
             self._running.extend(joining)
             batch = list(self._running)
         if not batch:
@@ -372,9 +422,9 @@ class PrefixCache:
 class GPUModel:
     """The server's state: cost model, decode loop, replies, busy clock and counters."""
 
-    def __init__(self, replies: SimReplies, cost: DecodeCost, scale: float) -> None:
+    def __init__(self, replies: SimReplies, cost: DecodeCost, scale: float, max_num_seqs: int | None = None) -> None:
         self.replies, self.cost, self.scale = replies, cost, scale
-        self.loop = DecodeLoop(cost, scale)
+        self.loop = DecodeLoop(cost, scale, max_num_seqs=max_num_seqs)
         self.clock = BusyClock(time.monotonic())
         self.cache = PrefixCache()
         self._lock = threading.Lock()
@@ -422,7 +472,8 @@ class GPUModel:
                 "batch_steps": {str(k): v for k, v in sorted(loop.batch_steps.items())}}
 
     def params(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self.cost), "scale": self.scale, "source": SOURCE,
+        return {**dataclasses.asdict(self.cost), "scale": self.scale, "max_num_seqs": self.loop.max_num_seqs,
+                "source": SOURCE,
                 "params_b": QWEN14B_PARAMS / 1e9, "peak_flops": A100_BF16_FLOPS,
                 "assumed_utilisation": ASSUMED_UTILISATION, "sim_seed": self.replies.seed}
 
@@ -497,13 +548,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0, help="the simulated backbone's seed")
     parser.add_argument("--prefill-per-token-s", type=float, default=0.0,
                         help="GPU seconds per uncached prompt token [0: decode only]")
+    parser.add_argument("--max-num-seqs", type=int, default=None,
+                        help="at most N sequences per decode step, the rest wait (vLLM's max_num_seqs) [no cap]")
     args = parser.parse_args(argv)
     from agent.tasks import load_tasks
 
     try:
         cost = DecodeCost.qwen25_14b_a100(args.prefill_per_token_s)
         model = GPUModel(SimReplies(args.env, load_tasks(args.env, args.data_dir, limit=args.tasks), args.seed),
-                         cost, args.scale)
+                         cost, args.scale, args.max_num_seqs)
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -314,9 +314,8 @@ def test_a_model_in_the_hugging_face_cache_is_sized_from_its_files(tmp_path, mon
     assert co.kv_cache_bytes("org/tiny-1B") is None  # no config.json: unknown, no refusal
 
 
-def test_the_readme_gpu_table_is_what_the_code_computes():
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("\n## GPU\n"):]
+def test_the_gpu_manuals_table_is_what_the_code_computes():
+    section = (REPO / "docs" / "gpu.md").read_text()
     table = re.findall(r"^\| (\d+) GiB \| ([\d.]+) GiB \| ([\d.]+) \| ([\d.]+) \| (.*) \|$", section, re.M)
     rows = co.split_table(co.controller_state_bytes("db"))
     assert [(int(g), float(o), float(j), float(u)) for g, o, j, u, _ in table] == [

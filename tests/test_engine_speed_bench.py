@@ -84,6 +84,28 @@ def test_sequences_join_at_the_next_step_and_leave_when_done() -> None:
     assert loop.decoded_tokens == 2 + 5 + 3
 
 
+def test_a_batch_cap_keeps_the_rest_waiting_first_come_first_served() -> None:
+    loop = DecodeLoop(DecodeCost(A, B, 0.0), max_num_seqs=2, clock=FakeTime().clock, sleep=lambda s: None)
+    first, second, third = loop.submit(0, 2), loop.submit(0, 4), loop.submit(0, 1)
+    loop.step()
+    loop.step()
+    assert first.done.is_set() and not third.done.is_set()  # two decode at most; the third waited
+    drain(loop)
+    # steps: [first, second] x2, then [second, third] (third's only token), then [second] once more
+    assert dict(loop.batch_steps) == {2: 3, 1: 1} and loop.decoded_tokens == 2 + 4 + 1
+    with pytest.raises(ValueError, match="max_num_seqs"):
+        DecodeLoop(DecodeCost(A, B, 0.0), max_num_seqs=0)
+
+
+def test_the_cap_is_the_full_context_concurrency_of_the_kv_pool() -> None:
+    from bench.gpu_model_server import kv_max_num_seqs
+
+    cap = kv_max_num_seqs()
+    assert cap["kv_bytes_per_token"] == 48 * 8 * 128 * 2 * 2  # Qwen2.5-14B: layers x KV heads x dim x (K, V) x bf16
+    assert cap["max_num_seqs"] == int(cap["kv_pool_gib"] * (1 << 30) // (cap["kv_bytes_per_token"] * 8192))
+    assert 40 < cap["kv_pool_gib"] < 60 and 20 <= cap["max_num_seqs"] <= 40  # an 80 GiB card, 26 GiB of weights
+
+
 def test_context_and_prefill_terms_are_charged_per_token() -> None:
     cost = DecodeCost(A, B, per_context_token_s=1e-6, prefill_per_token_s=1e-4)
     loop = DecodeLoop(cost, clock=FakeTime().clock, sleep=lambda s: None)
@@ -131,6 +153,7 @@ def test_busy_clock_on_a_synthetic_timeline() -> None:
     clock.leave(13.0)
     read = clock.read(16.0)
     assert read["window_s"] == pytest.approx(4.0) and read["busy_s"] == pytest.approx(1.0)
+    assert read["first_in"] is None and read["last_out"] == 13.0  # the window's own first arrival and last answer
     assert read["harness_share"] == pytest.approx(0.75)
     with pytest.raises(RuntimeError, match="without a matching enter"):
         clock.leave(17.0)

@@ -423,3 +423,76 @@ def test_without_submit_the_continuous_schedule_ticks(tmp_path) -> None:
     backbone = FakeBackbone()
     run_fake(tmp_path, streams_of(["standard"], [0, 1]), make_tasks(3), backbone, schedule="continuous")
     assert backbone.batch_sizes == [2] * 6
+
+
+# ------------------------------------------------------------------------- streams that join between ticks
+class QueueSource:
+    """A worker's leases in one process: at most ``slots`` live streams, the next one handed over as one ends."""
+
+    def __init__(self, streams: Sequence[StreamSpec], slots: int, taken_over: dict[str, int] | None = None) -> None:
+        self.queue = list(zip(stream_names(streams), streams))
+        self.slots, self.taken_over = slots, taken_over or {}
+        self.joined_at: list[tuple[str, int]] = []  # (name, streams live when it joined)
+        self.ended_as: dict[str, bool] = {}
+        self.commits: dict[str, int] = {}
+        self.frozen: dict[str, dict[str, tuple[int, int]]] = {}
+
+    def take(self, live: int) -> list[tuple[str, StreamSpec]]:
+        given, self.queue = self.queue[:max(0, self.slots - live)], self.queue[max(0, self.slots - live):]
+        self.joined_at += [(name, live) for name, _ in given]
+        return given
+
+    def check_owner(self, name: str) -> None:
+        from agent.experiment.engine import StreamTakenOver
+
+        if self.commits.get(name, 0) == self.taken_over.get(name, -1):
+            self.frozen[name] = folder_state(self.out / name)
+            raise StreamTakenOver(name)
+        self.commits[name] = self.commits.get(name, 0) + 1
+
+    def ended(self, name: str, finished: bool) -> None:
+        assert name not in self.ended_as, f"{name} ended twice"
+        self.ended_as[name] = finished
+
+
+def folder_state(folder) -> dict[str, tuple[int, int]]:
+    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def test_streams_that_join_as_others_end_make_the_records_of_one_batch_of_all(tmp_path, data_dir) -> None:
+    """A worker with two slots takes the next stream whenever one ends (between ticks): every stream's
+    records equal those of the same streams run as one batch, and each stream is reported once, finished."""
+    from agent.backbones.registry import make_backbone
+    from agent.storage import runfolder
+    from agent.tasks import load_tasks
+
+    tasks = load_tasks("db", data_dir, limit=6)
+    streams = streams_of(["standard", "rag", "memrl"], [0, 1])
+    together = run_experiment(streams, make_backbone("sim", seed=0), tmp_path / "together", tasks={"db": tasks})
+    (tmp_path / "refill").mkdir()
+    source = QueueSource(streams, slots=2)
+    refill = run_experiment([], make_backbone("sim", seed=0), tmp_path / "refill", tasks={"db": tasks}, names=[],
+                            source=source)
+    assert max(refill.batch_sizes) == 2 < len(streams)
+    assert [live for _, live in source.joined_at[2:]] == [1] * (len(streams) - 2)  # each joined as one ended
+    assert source.ended_as == {name: True for name in stream_names(streams)}
+    assert refill.names == [name for name, _ in source.joined_at]
+    for name in together.names:
+        assert comparable(refill.records[name]) == comparable(together.records[name]), name
+        with runfolder.locked(*runfolder.method_lock(tmp_path / "refill", name)):  # closed: its lock is free
+            pass
+
+
+def test_a_stream_taken_over_by_another_process_stops_without_writing_anything_more(tmp_path, data_dir) -> None:
+    from agent.backbones.registry import make_backbone
+    from agent.tasks import load_tasks
+
+    tasks = load_tasks("db", data_dir, limit=5)
+    streams = streams_of(["standard", "rag"], [0])
+    source = QueueSource(streams, slots=2, taken_over={"rag": 2})  # fenced out before its third commit
+    source.out = tmp_path
+    result = run_experiment([], make_backbone("sim", seed=0), tmp_path, tasks={"db": tasks}, names=[], source=source)
+    assert source.ended_as == {"standard": True, "rag": False}
+    assert [r.index for r in result.records["rag"]] == [0, 1] and len(result.records["standard"]) == 5
+    assert folder_state(tmp_path / "rag") == source.frozen["rag"]  # no record, checkpoint or flush after the fence
+    assert load_checkpoint(tmp_path / "rag" / "checkpoint.pkl")["next_index"] == 2

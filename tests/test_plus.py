@@ -214,12 +214,16 @@ def _candidates(words: jax.Array) -> Candidates:
 
 
 def test_choose_prefers_the_predicted_procedure_and_abstains_only_on_evidence_of_harm():
-    spec, hp = setup()
-    state = tw.init(spec, hp).mode
+    spec, defaults = setup()
+    state = tw.init(spec, defaults).mode
     # the action model maps word 0 to action 0; slot 1's memory shows action 0, slot 0's action 1
     state = state._replace(actions=state.actions._replace(M=jnp.zeros((WORDS, ACTIONS)).at[0, 0].set(1.0)),
                            slot_actions=state.slot_actions.at[1, 0].set(1.0).at[0, 1].set(1.0))
     cands = _candidates(jnp.zeros(WORDS).at[0].set(1.0))
+    # by default nothing is injected before "no memory" has been measured (plus_null_first outcomes)
+    assert int(choose(state, cands, defaults)[1].index) == -1
+    # the rule before issue 30: posterior means ranked, an upper bound on the gain decides, no floor, no guard
+    hp = with_plus(defaults, null_first=0.0, explore=0.0, null_explore=0.0, optimism=1.0, margin=-0.05, guard=0.0)
     _, choice = choose(state, cands, hp)
     assert int(choice.index) == 1 and np.isnan(float(choice.scores["gain"][2]))  # affinity beats cosine; invalid never chosen
     harmful = state._replace(theta=jnp.asarray([-6.0, 1.0, 2.0, 0, 0, 0, 0]), chol=jnp.eye(F) * 0.01)
@@ -361,6 +365,6 @@ def test_plus_shapes_are_checked_and_features_follow_them():
 def test_checked_mode_accepts_a_plus_state():
     """tw.checked flags every non-finite state leaf: the plus state has none."""
     ev = events(5, T=30)
-    spec, hp = setup()
+    spec, hp = setup(plus_null_first=0.0)  # 30 tasks: inject without first measuring "no memory" 50 times
     state, out = tw.checked.run(tw.init(spec, hp), ev, hp, spec)
     assert int(jnp.sum(out.selection.chosen >= 0)) > 0 and int(state.mode.actions.n) > 0

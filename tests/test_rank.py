@@ -56,8 +56,9 @@ def _drive(policy: Any, scramble: bool) -> list[dict[str, Any]]:
 def test_policy_decisions_ignore_skills_task_ids_and_gold_answers() -> None:
     from agent.policies.registry import make_policy
 
-    real = _drive(make_policy("tokenworth+", "db", DB, seed=2), scramble=False)
-    blind = _drive(make_policy("tokenworth+", "db", DB, seed=2), scramble=True)
+    floor = {"plus_null_first": 5.0}  # 24 tasks: inject after 5 no-memory outcomes (the default 50 would not)
+    real = _drive(make_policy("tokenworth+", "db", DB, seed=2, **floor), scramble=False)
+    blind = _drive(make_policy("tokenworth+", "db", DB, seed=2, **floor), scramble=True)
     assert [r["selection"] for r in real] == [b["selection"] for b in blind]
     assert [r["admission"] for r in real] == [b["admission"] for b in blind]
     assert [r["plus"] for r in real] == [b["plus"] for b in blind]
@@ -138,7 +139,9 @@ def test_lab_runs_the_controller_on_the_simulated_db_stream(data_dir) -> None:
     if not (Path(data_dir) / "db_bench").exists():
         pytest.skip(f"DB task data not found under {data_dir}")
     db = lab.Lab("db", 40, [0])
-    none, plus, paper = (db.run(0, *lab.CONFIGS[name]) for name in ("no memory", "tokenworth+", "tokenworth"))
+    none, paper = (db.run(0, *lab.CONFIGS[name]) for name in ("no memory", "tokenworth"))
+    # 40 tasks: a floor of 10 no-memory outcomes (the default 50 would leave nothing injected)
+    plus = db.run(0, True, {**lab.CONFIGS["tokenworth+"][1], "plus_null_first": 10.0})
     assert none["injected"] == 0 and plus["injected"] > 0 and paper["injected"] > 0
     for row in (plus, paper):
         assert 0 <= row["harmful"] <= row["injected"] and 0 <= row["j"] <= 1

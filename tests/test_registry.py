@@ -15,7 +15,7 @@ from agent.core.registry import Registry
 def test_all_three_kinds_use_the_same_registry() -> None:
     assert all(isinstance(r, Registry) for r in (POLICIES, ENVIRONMENTS, BACKBONES))
     assert METHOD_NAMES == ("standard", "rag", "memrl", "memp", "tokenworth")
-    assert ENVIRONMENTS.names == ("db", "os", "kg") and BACKBONES.names == ("sim", "vllm", "openai")
+    assert ENVIRONMENTS.names == ("db", "os", "kg", "bigcodebench", "alfworld") and BACKBONES.names == ("sim", "vllm", "openai")
     for maker, registry in ((lambda n: make_policy(n, "db", Budget.for_env("db"), 0), POLICIES),
                             (lambda n: make_environment(n, Budget.for_env("db")), ENVIRONMENTS),
                             (make_backbone, BACKBONES)):

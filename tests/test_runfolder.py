@@ -59,9 +59,12 @@ def test_overwrite_redoes_only_the_named_methods(tmp_path, data_dir) -> None:
     assert runner.invoke(app, run_args(out, data_dir)).exit_code == 0
     memp_before = (out / "memp" / "records.jsonl").read_bytes()
     (out / "standard" / "records.jsonl").write_text("")  # overwrite must remake this one
+    for method in ("standard", "memp"):  # where a distributed executor ran them: goes with its stream
+        (out / method / "node.json").write_text('{"node_id": "ab12", "hostname": "n1"}')
     (out / "notes.txt").write_text("the user's own file")
     result = runner.invoke(app, run_args(out, data_dir, "standard", 4, "--overwrite"))
     assert result.exit_code == 0, result.output
+    assert not (out / "standard" / "node.json").exists() and (out / "memp" / "node.json").exists()
     assert (out / "memp" / "records.jsonl").read_bytes() == memp_before
     assert [r["index"] for r in read_records(out / "standard" / "records.jsonl")] == [0, 1, 2, 3]
     assert (out / "notes.txt").read_text() == "the user's own file"

@@ -127,6 +127,42 @@ def test_writes_to_host_paths_stay_inside(canary, host_snapshot):
     assert "evil" not in Path("/etc/passwd").read_text()
 
 
+def test_read_only_binds_show_one_host_directory_and_refuse_writes(canary, host_snapshot):
+    shown = canary / "sub"
+    probe = (f'cat "{shown}/data.bin" | wc -c; echo x > "{shown}/new.txt" || echo REFUSED; '
+             f'rm -f "{shown}/data.bin" || echo KEPT; [ -e "{canary}/secret.txt" ] && echo SEES-PARENT; '
+             f'mount -o remount,rw "{shown}" 2>/dev/null && echo REMOUNTED; '
+             f'grep " {shown} " /proc/self/mounts')
+    with Sandbox(read_only_binds=[str(shown)]) as box:
+        result = box.run(probe, timeout=20)
+    lines = result.output.splitlines()
+    assert lines[0] == "1024"  # the bound directory is there, as on the host
+    assert "Read-only file system" in result.output and "REFUSED" in lines and "KEPT" in lines
+    assert "SEES-PARENT" not in lines and "REMOUNTED" not in lines  # only that directory, and for good
+    assert " ro," in lines[-1] and "nosuid" in lines[-1] and "nodev" in lines[-1]
+    host_snapshot()
+
+
+@pytest.mark.parametrize("path, why", [("relative/dir", "absolute"), ("/proc/sys", "builds"), ("/", "builds"),
+                                       ("/nonexistent-tokenworth", "no such directory"),
+                                       ("/usr/../usr/bin", "canonical")])
+def test_read_only_binds_refuse_what_they_cannot_show(path, why):
+    with pytest.raises(SandboxError, match=why):
+        Sandbox(read_only_binds=[path])
+
+
+def test_usage_reports_the_memory_peak_and_oom_kills():
+    with Sandbox(SandboxLimits(memory_bytes=256 << 20, tmpfs_bytes=64 << 20)) as box:
+        box.run("python3 -c \"x = bytearray(100 << 20)\"", timeout=30)
+        calm = box.usage()
+        box.run("python3 -c \"x = b'x' * (512 << 20)\"", timeout=30)
+        hit = box.usage()
+    if calm.memory_peak_bytes is None:
+        pytest.skip("this host's cgroups keep no memory peak")
+    assert 100 << 20 <= calm.memory_peak_bytes < 256 << 20 and calm.oom_kills == 0
+    assert hit.memory_peak_bytes >= calm.memory_peak_bytes and hit.oom_kills >= 1
+
+
 def test_host_files_are_invisible(canary):
     probe = (
         f'cat "{REPO}/pyproject.toml" 2>/dev/null && echo SEES-REPO; [ -e /work ] && echo SEES-WORK; '

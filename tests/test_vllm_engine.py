@@ -264,6 +264,44 @@ def test_kill_9_mid_run_then_the_same_command_resumes(tmp_path, data_dir):
         assert [r["index"] for r in records(out, method)] == list(range(limit)), (method, before)  # none lost, none twice
 
 
+# ------------------------------------------------------------------ the engine inside a Ray worker
+def test_a_ray_worker_loads_the_engine_and_records_what_this_process_records(tmp_path, data_dir):
+    """``--executor ray --backbone vllm`` on a one-node cluster without GPUs: the CPU build places one worker
+    by CPU, which applies the split and loads the real engine in its own process; its records equal those
+    of the same command run here (both hold the two streams in one batch from the first tick, so the
+    engine sees the same batches)."""
+    if not REQUIRED:
+        pytest.importorskip("ray", reason="Ray comes with the [ray] extra (make test installs it in .venv-vllm)")
+    from tests.ray_nodes import RayNodes
+
+    env = {**cli_env(), "TOKENWORTH_DATA_DIR": data_dir}
+    nodes = RayNodes(cpus=(2,), env=env)
+    try:
+        methods = ("standard", "tokenworth")
+        local, out = tmp_path / "local", tmp_path / "ray"
+
+        def cli(folder: Path, *extra: str) -> subprocess.CompletedProcess:
+            command = [sys.executable, "-m", "agent.cli", *run_command(folder, 2, methods)[2:], *extra]
+            return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
+
+        done = cli(local)
+        assert done.returncode == 0, done.stderr[-4000:]
+        done = cli(out, "--executor", "ray", "--ray-address", nodes.ready().address)
+        assert done.returncode == 0, done.stderr[-4000:]
+    finally:
+        nodes.close()
+    assert "1 worker (cpu, vLLM's CPU build" in done.stderr, done.stderr
+    for method in methods:
+        ran, here = records(out, method), records(local, method)
+        assert [r["index"] for r in ran] == [0, 1]
+        assert [{k: v for k, v in r.items() if k != "time_s"} for r in ran] == \
+            [{k: v for k, v in r.items() if k != "time_s"} for r in here], method
+        note = json.loads((out / method / "node.json").read_text())
+        assert note["executor"] == "ray" and note["node_id"] == nodes.node_ids[0]
+        assert note["pid"] != os.getpid()  # the engine ran in the worker's process
+    assert all(r["output_tokens"] > 0 for r in records(out, "standard"))  # the real engine answered
+
+
 # ------------------------------------------------------------------ the README's GPU recipe, on the CPU
 def gpu_recipe() -> list[list[str]]:
     """The commands of the README's GPU section, split like a shell (comments dropped, lines joined)."""
@@ -309,3 +347,55 @@ def test_the_readme_gpu_recipe_runs_on_the_cpu_build(tmp_path, data_dir):
                           capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-4000:]
     assert [r["index"] for r in records(tmp_path / "run", "standard")] == [0]
+
+
+# ------------------------------------------------------------------ BigCodeBench: prompt, parse, judge
+def test_bigcodebench_through_the_real_engine_prompt_parse_and_judge(tmp_path, data_dir):
+    """``--env bigcodebench --backbone vllm``: SmolLM2 answers the first two tasks of the stream, each reply
+    is sanitised and judged by the official evaluator in the sandbox (``make test`` gives the CI venv),
+    and the record keeps the raw reply, the solution the evaluator read and its verdict."""
+    from agent.core.bigcodebench_venv import VenvError, open_venv
+    from agent.envs.bigcodebench import INSTRUCTIONS
+    from agent.sandbox import sandbox_unavailable_reason
+    from agent.tasks import load_tasks
+
+    try:
+        venv = open_venv()
+    except VenvError as exc:
+        if REQUIRED:
+            raise
+        pytest.skip(str(exc))
+    if sandbox_unavailable_reason():
+        pytest.skip(f"sandbox unavailable: {sandbox_unavailable_reason()}")
+    log, out, limit, methods = tmp_path / "spy.jsonl", tmp_path / "run", 2, ("standard", "tokenworth")
+    command = [*run_command(out, limit, methods), "--bcb-venv", str(venv.root)]
+    command[command.index("db")] = "bigcodebench"
+    done = subprocess.run(command, cwd=REPO, env={**cli_env(log), "TOKENWORTH_DATA_DIR": data_dir},
+                          capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+    tasks = load_tasks("bigcodebench", data_dir, limit=limit)
+    items = [i for c in spy_events(log, "chat") for i in c["items"]]
+    assert len(items) == limit * len(methods) and {i["max_tokens"] for i in items} == {1280}  # O_max, one call
+    for item in items:  # instructions turn first, the task's instruct prompt last; no reference solution
+        turns = [m["content"] for m in item["messages"]]
+        assert any(INSTRUCTIONS in text for text in turns[:-1])
+        assert any(turns[-1] == t.instruct_prompt.strip() for t in tasks)
+        assert not any(t.canonical_solution.strip() in text for t in tasks for text in turns)
+    served = collections.Counter(i["text"] for i in items)
+    recorded = collections.Counter()
+    for method in methods:
+        recs = records(out, method)
+        assert [r["index"] for r in recs] == list(range(limit)), method
+        for r, task in zip(recs, tasks, strict=True):
+            [entry] = r["trajectory"]  # J_max = 1: the reply is the solution
+            recorded[entry["reply"]] += 1
+            judge = r["judge"]
+            assert judge["status"] in ("pass", "fail", "timeout") and r["reward"] == int(judge["status"] == "pass")
+            assert entry["max_tokens"] == 1280 and r["status"] in ("completed", "invalid_action")
+            if r["status"] == "completed":  # a reply with code: the solution as the evaluator read it
+                assert entry["action"]["kind"] == "solution" and task.entry_point in entry["action"]["code"]
+            else:  # no usable code: a recorded failure that keeps the raw reply
+                assert entry["action"] is None and entry["invalid"] and r["reward"] == 0
+            assert r["output_tokens"] == entry["tokens"]  # the engine's own count
+    assert recorded == served  # every reply the engine wrote reached the judge, raw, once

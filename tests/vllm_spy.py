@@ -6,7 +6,8 @@ Appends JSON lines to ``$TOKENWORTH_VLLM_SPY``:
   with the XLA/vLLM variables the process held at that moment (the GPU split must already be set);
 - ``{"event": "chat", "engine": ..., "items": [...]}`` for every ``vllm.LLM.chat`` call, with
   what the engine itself returned for each request: ``len(token_ids)``, whether the last token
-  is the tokenizer's EOS, the text, the finish reason, the prompt and cached token counts.
+  is the tokenizer's EOS, the text, the finish reason, the prompt and cached token counts, and what it
+  was asked: the conversation and the request's ``max_tokens``.
 
 Nothing is changed: the real ``LLM.chat`` runs and its outputs are returned as they are.
 vLLM spawns its engine core, which re-runs this file as ``__mp_main__``; the guard below keeps
@@ -42,13 +43,16 @@ def _wrap_chat() -> None:
     def chat(self: Any, messages: Any, *args: Any, **kwargs: Any) -> Any:
         outputs = real(self, messages, *args, **kwargs)
         eos = self.get_tokenizer().eos_token_id
+        params = args[0] if args else kwargs.get("sampling_params")
+        params = params if isinstance(params, (list, tuple)) else [params] * len(outputs)
         items = []
-        for output in outputs:
+        for output, conversation, param in zip(outputs, messages, params):
             completion = output.outputs[0]
             ids = list(completion.token_ids)
             items.append({"tokens": len(ids), "ends_on_eos": bool(ids) and ids[-1] == eos, "text": completion.text,
                           "finish": completion.finish_reason, "prompt_tokens": len(output.prompt_token_ids),
-                          "cached_tokens": output.num_cached_tokens})
+                          "cached_tokens": output.num_cached_tokens, "messages": conversation,
+                          "max_tokens": getattr(param, "max_tokens", None)})
         _log({"event": "chat", "engine": f"{type(self).__module__}.{type(self).__name__}", "items": items})
         return outputs
 

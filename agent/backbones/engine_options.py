@@ -148,13 +148,15 @@ def with_plan(engine: EngineOptions, plan: Any) -> EngineOptions:
 
 
 def engine_for_run(backbone: str, flags: Mapping[str, Any] | None, *, model: str | None = None, env: str = "db",
-                   controller_streams: int = 1) -> tuple[EngineOptions | None, Any]:
+                   controller_streams: int = 1, split: bool = True) -> tuple[EngineOptions | None, Any]:
     """The CLI's hook: parse the engine flags, refuse them on other backbones, and apply the GPU
     split (:func:`agent.backbones.colocation.apply_colocation`) before JAX starts.
 
     ``flags`` holds the raw values of ``--jax-mem-fraction`` and the engine flags (the names of
     :func:`engine_options_from_flags`' parameters). Returns ``(engine options or None, plan or
     None)``; raises a one-line ``ValueError`` for anything wrong, before anything loads.
+    ``split=False`` (a driver whose workers run the engine elsewhere): the flags are checked, but
+    neither the installed vLLM nor this machine's GPU is looked at; each worker calls this again.
     """
     from agent.backbones.colocation import apply_colocation
     from agent.backbones.vllm_api import check_version, installed_version
@@ -163,12 +165,15 @@ def engine_for_run(backbone: str, flags: Mapping[str, Any] | None, *, model: str
     jax_mem_fraction = raw.pop("jax_mem_fraction", None)
     if backbone == "vllm":
         engine = engine_options_from_flags(**raw)
-        check_version(installed_version(), engine.allow_untested_vllm)  # the note, if any, comes at engine start
+        if split:
+            check_version(installed_version(), engine.allow_untested_vllm)  # the note, if any, comes at engine start
     else:
         engine = engine_options_from_flags(**raw, check_api=False)  # only "was a flag given" matters
         stray = [flag for flag in engine.given() if flag != "--gpu-memory-utilization"]
         if stray:
             raise EngineOptionError(f"{', '.join(stray)} only apply to --backbone vllm")
+    if not split:
+        return (engine if backbone == "vllm" else None), None
     plan = apply_colocation(backbone, engine.as_dict(), jax_mem_fraction=jax_mem_fraction, model=model, env=env,
                             controller_streams=controller_streams)
     return (with_plan(engine, plan) if backbone == "vllm" else None), plan

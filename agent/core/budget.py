@@ -53,10 +53,16 @@ class Budget:
     max_injected_chars: int  # L_max: the whole injected block, headings included
     per_call_cap: int = PER_CALL_CAP
     accounting: Accounting = DEFAULT_ACCOUNTING  # how O_max is spent; see DEFAULT_ACCOUNTING
+    # The most one auxiliary call (a method's reflection, extraction, ...) may write; None: per_call_cap, as
+    # the agent's rounds. App. C caps them at 512 for every method, while a BigCodeBench solution may take 1280
+    # and an ALFWorld action call has 128.
+    aux_call_cap: int | None = None
 
     def __post_init__(self) -> None:
         if self.accounting not in ACCOUNTINGS:
             raise ValueError(f"Budget.accounting must be one of {', '.join(ACCOUNTINGS)}, got {self.accounting!r}")
+        if self.aux_call_cap is not None and self.aux_call_cap < 1:
+            raise ValueError(f"Budget.aux_call_cap must be >= 1 (or None), got {self.aux_call_cap}")
         for field in ("max_output_tokens", "max_rounds", "bank_capacity", "per_call_cap"):
             if getattr(self, field) < 1:
                 raise ValueError(f"Budget.{field} must be >= 1, got {getattr(self, field)}")
@@ -66,7 +72,8 @@ class Budget:
 
     @classmethod
     def for_env(cls, env: str, accounting: str | None = None) -> "Budget":
-        """The Table A1 preset of ``env`` ("db", "os" or "kg"), with ``accounting`` if given."""
+        """The preset of ``env`` (Table A1 for "db", "os", "kg"; App. C for "bigcodebench" and "alfworld"), with ``accounting``
+        if given."""
         from tokenworth_jax.presets import capacity  # B_max has one definition: the controller's preset table
 
         try:
@@ -92,10 +99,18 @@ class Budget:
         return all(t <= min(self.per_call_cap, self.max_output_tokens) for t in call_tokens)
 
 
-LIMITS: dict[str, dict[str, int]] = {  # Table A1, but B_max (tokenworth_jax.presets.capacity)
+LIMITS: dict[str, dict[str, int]] = {  # Table A1 / App. C, but B_max (tokenworth_jax.presets.capacity)
     "db": dict(max_output_tokens=128, max_rounds=3, max_memories=1, max_injected_chars=900),
     "os": dict(max_output_tokens=512, max_rounds=5, max_memories=1, max_injected_chars=800),
     "kg": dict(max_output_tokens=128, max_rounds=15, max_memories=1, max_injected_chars=4096),
+    # App. C: one solution of up to 1280 tokens; auxiliary calls 512 each (docs/bigcodebench.md)
+    "bigcodebench": dict(max_output_tokens=1280, max_rounds=1, max_memories=1, max_injected_chars=4096,
+                         per_call_cap=1280, aux_call_cap=512),
+    # App. C: 50 environment steps, 128 tokens per action call (and per repair call), auxiliary calls 512 each
+    # (docs/alfworld.md). Accounted per call: App. C states per-call limits, and a shared 128 would end a
+    # failed episode after ~15 commands. B_max = 128 (the controller's alfworld preset).
+    "alfworld": dict(max_output_tokens=128, max_rounds=50, max_memories=1, max_injected_chars=4200, per_call_cap=128,
+                     aux_call_cap=512),
 }
 
 
@@ -137,9 +152,14 @@ class TokenLedger:
     def exhausted(self) -> bool:
         return self.remaining == 0
 
-    def next_max_tokens(self) -> int:
-        """``max_tokens`` for the next call: min(per-call cap, what is left). 0 means stop."""
-        return min(self.budget.per_call_cap, self.remaining)
+    def next_max_tokens(self, kind: CallKind = "execution") -> int:
+        """``max_tokens`` for the next call of ``kind``: min(its per-call cap, what is left). 0 means stop."""
+        cap = self.budget.per_call_cap
+        if kind == "auxiliary" and self.budget.aux_call_cap is not None:
+            cap = self.budget.aux_call_cap
+            if self.budget.accounting == "per-call":
+                return cap  # its own per-call cap, above O_max on ALFWorld (512 vs 128 per action call)
+        return min(cap, self.remaining)
 
     def charge(self, output_tokens: int, kind: CallKind, allowed: int) -> None:
         """Book one call's reported output tokens.

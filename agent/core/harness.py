@@ -22,6 +22,13 @@ The options (``tokenworth run``/``sweep`` flags of the same names; docs/running.
   and attribute listings are filtered through it and variable types come from ``fb_roles``.
 * ``instructions`` — a folder holding ``<env>.txt``: that text replaces the environment's
   instructions (user turn 0); the memory block and the task go where they always go.
+* ``bcb_venv`` — BigCodeBench's evaluation venv (:mod:`agent.core.bigcodebench_venv`; default
+  ``$TOKENWORTH_BCB_VENV``, else the checkout's ``.venv-bcb``). Its evaluator version and a
+  fingerprint of its libraries are part of a BigCodeBench run's identity; its path is not.
+* ``bcb_verdicts`` — a JSON-lines file where BigCodeBench verdicts are kept and reused across
+  streams and runs (:mod:`agent.envs.bigcodebench_verdicts`); ``None``: kept in memory for the run.
+* ``bcb_time_limit`` — the BigCodeBench evaluator's limit for one task's tests, seconds (upstream's
+  240 by default; part of the run's identity).
 
 Files named by the options are read when an environment is made, and their sha256 is part of
 :meth:`HarnessOptions.identity`; a missing or unreadable file is a :class:`HarnessError` with a
@@ -36,10 +43,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+from agent.core.bigcodebench_venv import VenvError, open_venv
+from agent.core.alfworld_venv import EngineVenvError
+from agent.core.alfworld_venv import open_venv as open_alfworld_venv
+
 MEMORY_FROM = ("completed", "reward")  # which successes write a memory
 MEMORY_FORMATS = ("compact", "transcript", "abstract")  # how a memory is rendered for injection
 KG_PARSERS = ("strict", "lenient")
 KG_VOCAB_FILES = ("vocab.json", "fb_roles")  # what LAB reads from its ontology folder
+BCB_TIME_LIMIT = 240.0  # seconds: upstream's per-task limit (bigcodebench.eval.utils.TIMEOUT_LIMIT)
 
 
 class HarnessError(ValueError):
@@ -62,6 +74,9 @@ class HarnessOptions:
     kg_parser: str = "strict"
     kg_vocab: str | None = None  # a folder of LAB's KG vocabulary files
     instructions: str | None = None  # a folder holding <env>.txt instruction texts
+    bcb_venv: str | None = None  # BigCodeBench's evaluation venv (None: $TOKENWORTH_BCB_VENV, else .venv-bcb)
+    bcb_verdicts: str | None = None  # a file of BigCodeBench verdicts reused across streams and runs
+    bcb_time_limit: float = BCB_TIME_LIMIT  # the BigCodeBench evaluator's limit per task, seconds
 
     def __post_init__(self) -> None:
         for field, allowed in (("memory_from", MEMORY_FROM), ("memory_format", MEMORY_FORMATS),
@@ -69,6 +84,8 @@ class HarnessOptions:
             if getattr(self, field) not in allowed:
                 flag = "--" + field.replace("_", "-")
                 raise HarnessError(f"{flag} must be one of {', '.join(allowed)}, got {getattr(self, field)!r}")
+        if not 0 < self.bcb_time_limit < float("inf"):
+            raise HarnessError(f"--bcb-time-limit must be a positive number of seconds, got {self.bcb_time_limit}")
 
     # ------------------------------------------------------------------ files the options name
     def instructions_path(self, env: str) -> Path | None:
@@ -99,6 +116,17 @@ class HarnessOptions:
         self.instruction_text(env)
         if env == "kg":
             self.kg_vocabulary()
+        if env == "bigcodebench":
+            self.bcb_evaluator()
+
+    def bcb_evaluator(self) -> dict[str, str]:
+        """The BigCodeBench evaluator's identity (version, library fingerprint); HarnessError without a venv."""
+        try:
+            return open_venv(self.bcb_venv).identity()
+        except VenvError as exc:
+            raise HarnessError(str(exc)) from None
+        if env == "alfworld":
+            alfworld_engine()
 
     def identity(self, env: str) -> dict[str, Any]:
         """What of these options changes ``env``'s results (JSON-ready).
@@ -112,7 +140,20 @@ class HarnessOptions:
         if env == "kg":
             identity["kg_parser"] = self.kg_parser
             identity["kg_vocab_sha256"] = None if self.kg_vocab is None else _vocab_digest(self.kg_vocab)
+        if env == "bigcodebench":
+            identity["bcb_evaluator"] = self.bcb_evaluator()
+            identity["bcb_time_limit"] = self.bcb_time_limit
+        if env == "alfworld":
+            identity["alfworld_engine"] = alfworld_engine()
         return identity
+
+
+def alfworld_engine() -> dict[str, str]:
+    """ALFWorld's engine packages and versions (part of a run's identity); HarnessError without its venv."""
+    try:
+        return open_alfworld_venv().identity()
+    except EngineVenvError as exc:
+        raise HarnessError(str(exc)) from None
 
 
 DEFAULT_HARNESS = HarnessOptions()
@@ -180,7 +221,8 @@ def load_kg_vocabulary(folder: str) -> KGVocabulary:
 def harness_from_cli(env: str, *, memory_from: str = DEFAULT_HARNESS.memory_from,
                      memory_format: str = DEFAULT_HARNESS.memory_format,
                      kg_parser: str = DEFAULT_HARNESS.kg_parser, kg_vocab: str | Path | None = None,
-                     instructions: str | Path | None = None) -> HarnessOptions:
+                     instructions: str | Path | None = None, bcb_venv: str | Path | None = None,
+                     bcb_verdicts: str | Path | None = None, bcb_time_limit: float = BCB_TIME_LIMIT) -> HarnessOptions:
     """The run's :class:`HarnessOptions` from the CLI flags, every named file checked for ``env``.
 
     Raises :class:`HarnessError` (one line, naming the flag) on any bad value.
@@ -188,7 +230,12 @@ def harness_from_cli(env: str, *, memory_from: str = DEFAULT_HARNESS.memory_from
     options = HarnessOptions(memory_from=memory_from.strip().lower(), memory_format=memory_format.strip().lower(),
                              kg_parser=kg_parser.strip().lower(),
                              kg_vocab=None if kg_vocab is None else str(kg_vocab),
-                             instructions=None if instructions is None else str(instructions))
+                             instructions=None if instructions is None else str(instructions),
+                             bcb_venv=None if bcb_venv is None else str(bcb_venv),
+                             bcb_verdicts=None if bcb_verdicts is None else str(bcb_verdicts),
+                             bcb_time_limit=float(bcb_time_limit))
+    if options.bcb_verdicts is not None and Path(options.bcb_verdicts).is_dir():
+        raise HarnessError(f"--bcb-verdicts {options.bcb_verdicts}: a folder; name the file the verdicts go in")
     if options.instructions is not None and not Path(options.instructions).is_dir():
         raise HarnessError(f"--instructions {options.instructions}: not a folder (it must hold <env>.txt files)")
     options.validate(env)
@@ -196,4 +243,4 @@ def harness_from_cli(env: str, *, memory_from: str = DEFAULT_HARNESS.memory_from
 
 
 __all__ = ["HarnessOptions", "HarnessError", "KGVocabulary", "DEFAULT_HARNESS", "MEMORY_FROM", "MEMORY_FORMATS",
-           "KG_PARSERS", "KG_VOCAB_FILES", "harness_from_cli", "load_fb_roles", "load_kg_vocabulary"]
+           "KG_PARSERS", "KG_VOCAB_FILES", "BCB_TIME_LIMIT", "harness_from_cli", "load_fb_roles", "load_kg_vocabulary"]

@@ -34,12 +34,23 @@ class StepResult:
     status: Status | None = None
     # the parsed action, for logs and memory construction: e.g. {"kind": "sql", "sql": ...}
     action: dict[str, Any] | None = None
+    # the reply was not a usable action and ``observation`` is the repair turn: the next model call is that
+    # action's one repair call, not a new round (ALFWorld; the episode counts J_max in rounds without these)
+    repair: bool = False
 
 
 @dataclasses.dataclass
 class Judgement:
     reward: int  # 0 or 1, decided by the environment's own grader
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class InfrastructureError(RuntimeError):
+    """The environment's own machinery failed (its evaluator, its sandbox), not the task.
+
+    Raised from ``reset``, ``step`` or ``judge``, it is never a task's outcome: the episode lets it
+    through, the run stops with its message, and the task (not recorded) runs again on resume.
+    """
 
 
 class Environment(abc.ABC):

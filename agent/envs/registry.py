@@ -1,9 +1,10 @@
 """``make_environment(name, budget, kg_endpoint=..., harness=...)``: the environment registry.
 
 Every factory takes the run's :class:`~agent.core.budget.Budget` (its round limit J_max becomes the
-environment's), the KG endpoint (ignored by DB and OS) and the run's
+environment's), the KG endpoint (ignored by the others) and the run's
 :class:`~agent.core.harness.HarnessOptions`: the instruction text from ``--instructions DIR``
-(``DIR/<env>.txt``, read now), and for KG the reply parser and LAB's vocabulary files.
+(``DIR/<env>.txt``, read now), for KG the reply parser and LAB's vocabulary files, for BigCodeBench
+the evaluation venv and the verdict file.
 Imports are lazy: asking for "db" never imports the OS sandbox or the SPARQL client. KG needs
 an endpoint; without one its factory raises ``KGEndpointRequired``.
 """
@@ -35,13 +36,36 @@ def _kg(budget: Budget, *, kg_endpoint: str | None = None, harness: HarnessOptio
                                vocabulary=harness.kg_vocabulary(), instructions=harness.instruction_text("kg"))
 
 
-ENVIRONMENTS: Registry[Environment] = Registry("environment", {"db": _db, "os": _os, "kg": _kg})
+def _bigcodebench(budget: Budget, *, kg_endpoint: str | None = None,
+                  harness: HarnessOptions = DEFAULT_HARNESS) -> Environment:
+    from agent.core.bigcodebench_venv import open_venv
+    from agent.envs.bigcodebench import BigCodeBenchEnvironment
+    from agent.envs.bigcodebench_judge import BigCodeBenchJudge, JudgeSettings
+    from agent.envs.bigcodebench_verdicts import shared_cache
+
+    judge = BigCodeBenchJudge(open_venv(harness.bcb_venv), JudgeSettings(time_limit=harness.bcb_time_limit),
+                              cache=shared_cache(harness.bcb_verdicts))
+    return BigCodeBenchEnvironment(judge, max_rounds=budget.max_rounds,
+                                   instructions=harness.instruction_text("bigcodebench"))
+
+
+def _alfworld(budget: Budget, *, kg_endpoint: str | None = None,
+              harness: HarnessOptions = DEFAULT_HARNESS) -> Environment:
+    from agent.envs.alfworld import ALFWorldEnvironment
+
+    return ALFWorldEnvironment(max_rounds=budget.max_rounds, instructions=harness.instruction_text("alfworld"))
+
+
+ENVIRONMENTS: Registry[Environment] = Registry("environment", {"db": _db, "os": _os, "kg": _kg,
+                                                               "bigcodebench": _bigcodebench, "alfworld": _alfworld})
 ENV_NAMES = ENVIRONMENTS.names
 # Each environment's own instruction text (user turn 0), read without starting the environment (``tokenworth show``).
 INSTRUCTIONS: Registry[str] = Registry("environment", {
     "db": "agent.envs.db:INSTRUCTIONS",
     "os": "agent.envs.os_env:INSTRUCTIONS",
     "kg": "agent.envs.kg:INSTRUCTIONS",
+    "bigcodebench": "agent.envs.bigcodebench:INSTRUCTIONS",
+    "alfworld": "agent.envs.alfworld:INSTRUCTIONS",
 })
 
 

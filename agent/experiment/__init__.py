@@ -2,7 +2,8 @@
 
 * :mod:`agent.experiment.config` — :class:`RunConfig` and its parts (every run default, once);
 * :mod:`agent.experiment.plan` — the checks and the plan of a run (nothing written);
-* :mod:`agent.experiment.executor` — who runs the planned streams (:class:`LocalExecutor`: this process);
+* :mod:`agent.experiment.executor` — who runs the planned streams (:class:`LocalExecutor`: this process;
+  Ray and Slurm: :mod:`agent.experiment.distributed`, imported only when used);
 * :mod:`agent.experiment.launch` — :func:`launch`: plan → executor → the driver's summary
   (:mod:`agent.experiment.summary`), with progress lines (:mod:`agent.experiment.progress`);
 * :mod:`agent.experiment.streams` — what a stream is, grids, folder names;
@@ -18,9 +19,10 @@
 """
 
 from agent.experiment.config import (BackboneConfig, BudgetConfig, ConfigError, ConnectionConfig, DataConfig,
-                                     EngineConfig, HarnessConfig, OutputConfig, RunConfig, Streams, Sweep)
+                                     EngineConfig, ExecutorConfig, HarnessConfig, OutputConfig, RunConfig, SlurmConfig,
+                                     Streams, Sweep)
 from agent.experiment.engine import SCHEDULES, ExperimentResult, run_experiment
-from agent.experiment.executor import Executor, LocalExecutor, Shard, run_shard, shards
+from agent.experiment.executor import Executor, LocalExecutor, Shard, make_executor, run_shard, shards
 from agent.experiment.launch import LaunchResult, launch
 from agent.experiment.plan import LaunchError, Plan, make_plan
 from agent.experiment.streams import GridError, StreamSpec, expand, grid_points, parse_grid_item, stream_names
@@ -28,7 +30,8 @@ from agent.experiment.task import RequestFailed, run_task, task_steps
 from agent.results.record import comparable
 
 __all__ = ["RunConfig", "Streams", "Sweep", "BudgetConfig", "DataConfig", "HarnessConfig", "ConnectionConfig",
-           "EngineConfig", "BackboneConfig", "OutputConfig", "ConfigError", "launch", "LaunchResult", "LaunchError",
-           "Plan", "make_plan", "Executor", "LocalExecutor", "Shard", "shards", "run_shard", "run_experiment",
+           "EngineConfig", "BackboneConfig", "OutputConfig", "ExecutorConfig", "SlurmConfig", "ConfigError", "launch",
+           "LaunchResult", "LaunchError", "Plan", "make_plan", "Executor", "LocalExecutor", "Shard", "shards",
+           "make_executor", "run_shard", "run_experiment",
            "ExperimentResult", "comparable", "SCHEDULES", "StreamSpec", "GridError", "expand", "grid_points",
            "parse_grid_item", "stream_names", "RequestFailed", "run_task", "task_steps"]

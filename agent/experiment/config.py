@@ -13,8 +13,9 @@ frozen dataclass whose defaults are the CLI's defaults (the flags read them from
 What the run is comes in one of two shapes: :class:`Streams` (``tokenworth run``: every env ×
 seed × grid point × method) or :class:`Sweep` (``tokenworth sweep``: one TokenWorth method over
 configurations). The other parts say how it runs: the budget accounting, the task data and the
-harness, the backbone (its OpenAI-server connection and its in-process engine), the schedule and
-where the results go.
+harness, the backbone (its OpenAI-server connection and its in-process engine), the schedule,
+where the results go, and who runs the streams (the executor: this process, a Ray cluster or a
+Slurm array; not part of the run's identity, so a run started here resumes on a cluster).
 
 A value that cannot be right on its own (an unknown env, method or backbone, a seed listed
 twice, a schedule that does not exist) is refused when the value is made, as a
@@ -38,6 +39,7 @@ from agent.policies.registry import METHOD_NAMES, POLICIES
 
 
 DEFAULT_ENV = "db"  # the paper's main stream
+EXECUTOR_NAMES = ("local", "ray", "slurm")  # agent.experiment.executor.EXECUTORS makes them
 DEFAULT_SEED = 0
 
 
@@ -131,6 +133,9 @@ class HarnessConfig:
     kg_parser: str = DEFAULT_HARNESS.kg_parser
     kg_vocab: Path | None = None
     instructions: Path | None = None
+    bcb_venv: Path | None = None  # BigCodeBench's evaluation venv (agent/core/bigcodebench_venv.py)
+    bcb_verdicts: Path | None = None  # a file of BigCodeBench verdicts, reused across streams and runs
+    bcb_time_limit: float = DEFAULT_HARNESS.bcb_time_limit
 
     def flags(self) -> dict[str, Any]:
         """As :func:`agent.core.harness.harness_from_cli` takes them (a path not given is left out)."""
@@ -210,6 +215,64 @@ class OutputConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class SlurmConfig:
+    """The Slurm array of ``--executor slurm`` (submitit): one array task per worker, requeued on preemption."""
+
+    partition: str | None = None
+    time_min: int = 24 * 60  # per array task; a task that runs out is requeued and resumes
+    gpus_per_task: int | None = None  # None: the engine's tensor parallelism with --backbone vllm, else 0
+    options: tuple[str, ...] = ()  # KEY=VALUE, any other sbatch option (account=..., mem=64G, constraint=a100)
+    cluster: str = "slurm"  # "local": the array as processes on this machine (submitit's local executor)
+
+    def __post_init__(self) -> None:
+        if self.cluster not in ("slurm", "local"):
+            raise ConfigError(f"--slurm-cluster {self.cluster!r}: choose slurm or local")
+        if self.time_min < 1:
+            raise ConfigError(f"--slurm-time must be at least 1 minute, got {self.time_min}")
+        if self.gpus_per_task is not None and self.gpus_per_task < 0:
+            raise ConfigError(f"--slurm-gpus must be >= 0, got {self.gpus_per_task}")
+        self.sbatch_options()
+
+    def sbatch_options(self) -> dict[str, str]:
+        """``--slurm-option`` items as sbatch options (``account=abc`` is ``#SBATCH --account=abc``)."""
+        parsed: dict[str, str] = {}
+        for item in self.options:
+            key, sep, value = item.partition("=")
+            key = key.strip().lstrip("-").replace("-", "_")
+            if not sep or not key or not value.strip():
+                raise ConfigError(f"--slurm-option {item!r}: expected KEY=VALUE, e.g. account=my_project")
+            if key in parsed:
+                raise ConfigError(f"--slurm-option names {key} twice")
+            parsed[key] = value.strip()
+        return parsed
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutorConfig:
+    """Who runs the streams: ``local`` (this process), ``ray`` (one worker per GPU, or per CPU, of the
+    cluster at ``ray_address``) or ``slurm`` (a job array). Not part of the run's identity."""
+
+    name: str = "local"
+    workers: int | None = None  # ray: workers (default one per GPU, or per CPU); slurm: array tasks
+    streams_per_worker: int | None = None  # live streams a worker batches at most (default: its fair share)
+    ray_address: str | None = None  # None: $RAY_ADDRESS, else Ray starts a cluster on this machine
+    slurm: SlurmConfig = SlurmConfig()
+
+    def __post_init__(self) -> None:
+        _known("executor", (self.name,), EXECUTOR_NAMES)
+        if self.ray_address is not None and self.name != "ray":
+            raise ConfigError("--ray-address only applies to --executor ray")
+        if self.slurm != SlurmConfig() and self.name != "slurm":
+            raise ConfigError("the --slurm-* options only apply to --executor slurm")
+        for flag, value in (("--workers", self.workers), ("--streams-per-worker", self.streams_per_worker)):
+            if value is not None and self.name == "local":
+                raise ConfigError(f"{flag} applies to --executor ray or slurm; the local executor runs every "
+                                  "stream in one batch")
+            if value is not None and value < 1:
+                raise ConfigError(f"{flag} must be at least 1, got {value}")
+
+
+@dataclasses.dataclass(frozen=True)
 class RunConfig:
     """Everything one ``tokenworth run`` or ``sweep`` needs; :func:`agent.experiment.launch.launch` runs it."""
 
@@ -220,10 +283,14 @@ class RunConfig:
     backbone: BackboneConfig = BackboneConfig()
     schedule: str = "lockstep"
     output: OutputConfig = OutputConfig()
+    executor: ExecutorConfig = ExecutorConfig()
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
             raise ConfigError(f"--schedule {self.schedule!r}: choose {' or '.join(SCHEDULES)}")
+        if self.schedule == "sequential" and self.executor.name != "local":
+            raise ConfigError("--schedule sequential runs one stream at a time in one process; use it with "
+                              "--executor local")
 
     @property
     def envs(self) -> tuple[str, ...]:
@@ -236,4 +303,5 @@ class RunConfig:
 
 
 __all__ = ["RunConfig", "Streams", "Sweep", "BudgetConfig", "DataConfig", "HarnessConfig", "ConnectionConfig",
-           "EngineConfig", "BackboneConfig", "OutputConfig", "ConfigError"]
+           "EngineConfig", "BackboneConfig", "OutputConfig", "ExecutorConfig", "SlurmConfig", "ConfigError",
+           "EXECUTOR_NAMES"]

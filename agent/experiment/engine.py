@@ -22,7 +22,9 @@ streams one after another with one conversation per call (what the harness did b
 for comparisons). The schedule never changes a stream's records (streams are independent).
 
 Failures stay in their stream. An environment that fails a task fails that task
-(``env_error``, in :class:`~agent.experiment.episode.Episode`). When a batched ``generate`` raises
+(``env_error``, in :class:`~agent.experiment.episode.Episode`); an environment whose own machinery
+breaks (:class:`~agent.envs.base.InfrastructureError`, e.g. BigCodeBench's evaluator) stops the
+experiment instead, every finished task kept, and the same command resumes it. When a batched ``generate`` raises
 :class:`~agent.backbones.base.BackboneError`, the tick's requests are retried one by one:
 a request that fails again fails its task (``backbone_error``, the error recorded), the
 others go on. Only when every request of the tick fails (the model is wrong) does the
@@ -30,6 +32,15 @@ experiment stop, with every finished task kept. An outage
 (:class:`~agent.backbones.base.ServerUnreachable`: nothing got through for the backbone's whole
 retry window) stops it at once, in every schedule: the window was waited out once for all
 streams, and no task records the outage as its own failure.
+
+Streams may also **join between ticks** (``source=``, a :class:`StreamSource`: a distributed
+worker's leases, :mod:`agent.experiment.distributed`): whenever a stream ends, and after every
+tick, the source may hand over more streams, which open and join the next tick; a stream that
+ends is closed at once and reported back. So a worker keeps its batch full without waiting for
+its slowest stream, and a stream's records are the same whenever it joined (streams are
+independent). Before each commit such a stream asks its source whether this process still owns
+it (:meth:`StreamSource.check_owner`); a stream taken over by another process stops without
+writing anything more (:class:`StreamTakenOver`).
 
 Resume: each stream has its own folder, lock, JSONL records and checkpoint (policy state incl.
 bank, controller and RNG state, JSONL offset, next task index), committed together after
@@ -91,6 +102,29 @@ class StreamHook(Protocol):
 
 
 HookFactory = Callable[[str, StreamSpec], "StreamHook | None"]  # (stream name, spec) -> the stream's hook
+
+
+class StreamTakenOver(RuntimeError):
+    """Another process owns this stream now (a fenced-out writer); the stream stops without writing."""
+
+
+class StreamSource(Protocol):
+    """Streams that join a running experiment between ticks (a distributed worker's leases).
+
+    The engine calls :meth:`take` before the first tick, after every tick and whenever a stream
+    ends; it locks and opens what it gets (the source may hold the locks already: they are
+    re-entrant). A source rations itself (how many streams, how often it asks anyone else)."""
+
+    def take(self, live: int) -> Sequence[tuple[str, StreamSpec]]:
+        """(name, spec) of streams to start now, while ``live`` streams run here; none: not now."""
+
+    def check_owner(self, name: str) -> None:
+        """Called before each of the stream's commits; raises :class:`StreamTakenOver` when this
+        process no longer owns the stream."""
+
+    def ended(self, name: str, finished: bool) -> None:
+        """The stream stopped here and its folder is closed (``finished``: it ran its last task;
+        else it was taken over or stopped by ``stop_after``)."""
 
 
 @dataclasses.dataclass
@@ -155,9 +189,11 @@ class _Stream:
 
     def __init__(self, spec: StreamSpec, name: str, out: Path, tasks: Sequence[Task], backbone_name: str, *,
                  harness: HarnessOptions, hook: StreamHook | None, stop_after: int | None,
-                 checkpoint_every: int = 1) -> None:
+                 checkpoint_every: int = 1, fence: Callable[[], None] | None = None) -> None:
         self.spec, self.name, self.tasks, self.hook, self.stop_after = spec, name, tasks, hook, stop_after
         self.checkpoint_every = checkpoint_every
+        self.fence = fence  # raises StreamTakenOver before a commit when another process owns the stream
+        self.taken_over = False
         self.folder = out / name
         self.records_path = self.folder / runfolder.RECORDS
         self.checkpoint_path = self.folder / runfolder.CHECKPOINT
@@ -225,7 +261,11 @@ class _Stream:
             guard.check()
             record = yield from task_steps(self.policy, self.env, self.tasks[index], index, self.spec.budget,
                                            self.spec.seed, self.describe)
-            self.commit(index, record, guard)
+            try:
+                self.commit(index, record, guard)
+            except StreamTakenOver:
+                self.taken_over = True  # its new owner redoes this task; nothing of ours may reach the folder
+                return
             processed += 1
             if self.hook is not None:
                 self.hook(record)
@@ -235,6 +275,8 @@ class _Stream:
         assert self.log is not None and self.writer is not None
         finished = index + 1 == len(self.tasks)
         with guard.deferred():
+            if self.fence is not None:
+                self.fence()
             if index == 0:
                 # The stream's first checkpoint, just before its first record: a kill -9 between task 0's
                 # record and its checkpoint then resumes from here (the record is dropped and re-made), as
@@ -252,7 +294,7 @@ class _Stream:
 
     def close(self, own_env: bool) -> None:
         try:
-            if self.writer is not None:
+            if self.writer is not None and not self.taken_over:
                 self.writer.flush()  # whatever stopped the stream, its last checkpoint reaches the disk
         finally:
             if self.log is not None:
@@ -295,7 +337,8 @@ def run_experiment(streams: Sequence[StreamSpec], backbone: AnyBackbone, out_dir
                    hooks: HookFactory | None = None, on_resume: Callable[[int, int], None] | None = None,
                    environments: Mapping[str, Environment] | None = None, stop_after: int | None = None,
                    names: Sequence[str] | None = None, checkpoint_every: int = 1,
-                   durable_every_s: float = DURABLE_EVERY_S, env_threads: int = ENV_THREADS) -> ExperimentResult:
+                   durable_every_s: float = DURABLE_EVERY_S, env_threads: int = ENV_THREADS,
+                   source: StreamSource | None = None) -> ExperimentResult:
     """Run (or resume) every stream over its env's ``tasks``; see the module docstring.
 
     ``out_dir`` must be a prepared run folder (:func:`agent.storage.runfolder.prepare`); each stream's
@@ -305,13 +348,17 @@ def run_experiment(streams: Sequence[StreamSpec], backbone: AnyBackbone, out_dir
     ``on_resume(done, total)`` is called once, before any task runs, if earlier runs finished
     ``done`` of the experiment's ``total`` tasks (the front end's resume banner). ``stop_after`` processes at most that many tasks per
     stream in this call. ``env_threads`` > 1 advances the streams of environments that allow it
-    (``Environment.concurrent_steps``: OS) in that many worker threads between ticks. SIGINT stops between committed tasks (:mod:`agent.core.interrupt`) and
+    (``Environment.concurrent_steps``: OS) in that many worker threads between ticks. ``source``
+    adds streams between ticks (:class:`StreamSource`; lockstep and continuous schedules); each
+    is locked while it runs here and closed as soon as it ends. SIGINT stops between committed tasks (:mod:`agent.core.interrupt`) and
     ``KeyboardInterrupt`` propagates; a second Ctrl-C stops at once.
     """
     if checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    if source is not None and schedule == "sequential":
+        raise ValueError("a stream source adds streams to a running batch: use the lockstep or continuous schedule")
     out = Path(out_dir)
     streams = list(streams)
     names = list(names) if names is not None else stream_names(streams)
@@ -324,14 +371,18 @@ def run_experiment(streams: Sequence[StreamSpec], backbone: AnyBackbone, out_dir
     environments = dict(environments or {})
     started = time.perf_counter()
     batch_sizes: list[int] = []
+
+    def make(spec: StreamSpec, name: str) -> _Stream:
+        fence = (lambda: source.check_owner(name)) if source is not None else None
+        return _Stream(spec, name, out, tasks[spec.env], backbone_name, harness=harness,
+                       hook=hooks(name, spec) if hooks else None, stop_after=stop_after,
+                       checkpoint_every=checkpoint_every, fence=fence)
+
     with contextlib.ExitStack() as stack:
         guard = stack.enter_context(interrupt.InterruptGuard())
         for name in names:  # every stream's lock before any task runs
             stack.enter_context(runfolder.locked(*runfolder.method_lock(out, name)))
-        runs = [_Stream(spec, name, out, tasks[spec.env], backbone_name, harness=harness,
-                        hook=hooks(name, spec) if hooks else None, stop_after=stop_after,
-                        checkpoint_every=checkpoint_every)
-                for spec, name in zip(streams, names)]
+        runs = [make(spec, name) for spec, name in zip(streams, names)]
         done = sum(r.next_index for r in runs)
         if done and on_resume is not None:
             on_resume(done, sum(len(r.tasks) for r in runs))
@@ -342,14 +393,94 @@ def run_experiment(streams: Sequence[StreamSpec], backbone: AnyBackbone, out_dir
         for run in live:
             stack.callback(run.close, run.name not in environments)
             run.open(environments.get(run.name), kg_endpoint, durable_every_s)
-        if schedule == "continuous" and isinstance(backbone, Submitting):
-            _run_continuous(live, backbone, guard, batch_sizes, env_threads)
+        if source is None or schedule == "sequential":
+            roster = _Roster(live)
         else:
-            groups = [[r] for r in live] if schedule == "sequential" else [live]
+            roster = _Roster(live, _Joiner(source, make, out, lambda run: run.open(None, kg_endpoint, durable_every_s)))
+            stack.callback(roster.close)
+        if schedule == "continuous" and isinstance(backbone, Submitting):
+            _run_continuous(roster, backbone, guard, batch_sizes, env_threads)
+        else:
+            groups = [_Roster([r]) for r in live] if schedule == "sequential" else [roster]
             for group in groups:
                 _run_lockstep(group, backbone, guard, batch_sizes, env_threads)
+        streams, names = streams + [r.spec for r in roster.joined], names + [r.name for r in roster.joined]
     records = {name: read_records(out / name / runfolder.RECORDS) for name in names}
     return ExperimentResult(streams, names, records, batch_sizes, time.perf_counter() - started)
+
+
+@dataclasses.dataclass
+class _Joiner:
+    """How streams join a call: the source, how to make a stream, how to open it."""
+
+    source: StreamSource
+    make: Callable[[StreamSpec, str], _Stream]
+    out: Path
+    open: Callable[[_Stream], None]
+
+
+class _Roster:
+    """The streams of one call: those given, then those a source adds between ticks (indices stay put).
+
+    A joined stream holds its own lock and files (``_stacks``) and is closed as soon as it ends; the
+    streams given are closed when the call ends, as before."""
+
+    def __init__(self, runs: Sequence[_Stream], joiner: _Joiner | None = None) -> None:
+        self.runs: list[_Stream] = list(runs)
+        self.live: set[int] = set(range(len(self.runs)))
+        self.joiner = joiner
+        self.joined: list[_Stream] = []
+        self._stacks: dict[int, contextlib.ExitStack] = {}
+
+    def join(self) -> list[int]:
+        """Open what the source hands over now; the indices of the streams that joined."""
+        if self.joiner is None:
+            return []
+        joiner, new = self.joiner, []
+        for name, spec in joiner.source.take(len(self.live)):
+            if any(r.name == name for i, r in enumerate(self.runs) if i in self.live):
+                raise ValueError(f"stream {name} is already running in this call")
+            stack = contextlib.ExitStack()
+            try:
+                stack.enter_context(runfolder.locked(*runfolder.method_lock(joiner.out, name)))
+                run = joiner.make(spec, name)
+                self.joined.append(run)
+                if run.finished:  # finished by an earlier attempt: nothing to open or write
+                    if run.hook is not None:
+                        run.hook.resumed(read_records(run.records_path))
+                    stack.close()
+                    joiner.source.ended(name, True)
+                    continue
+                stack.callback(run.close, True)
+                joiner.open(run)
+            except BaseException:
+                stack.close()
+                raise
+            index = len(self.runs)
+            self.runs.append(run)
+            self.live.add(index)
+            self._stacks[index] = stack
+            new.append(index)
+        return new
+
+    def ended(self, index: int) -> None:
+        """Stream ``index`` ran out of tasks (or was stopped): a joined one is closed and reported now."""
+        self.live.discard(index)
+        stack = self._stacks.pop(index, None)
+        if stack is not None and self.joiner is not None:
+            run = self.runs[index]
+            stack.close()
+            self.joiner.source.ended(run.name, run.finished)
+
+    @property
+    def concurrent(self) -> bool:
+        """Whether worker threads may be needed: two concurrent streams, or a source that may add them."""
+        return self.joiner is not None or sum(r.concurrent for r in self.runs) > 1
+
+    def close(self) -> None:
+        """On the way out (an error, Ctrl-C): every joined stream still open is closed, its checkpoint kept."""
+        for index in list(self._stacks):
+            self._stacks.pop(index).close()
 
 
 def _advance(steps: Iterator[Request], reply: Reply | None) -> Request | None:
@@ -375,33 +506,47 @@ def _advance_all(runs: Sequence[_Stream], work: Sequence[tuple[int, Iterator[Req
     return dict(sorted(out.items()))
 
 
-def _env_pool(stack: contextlib.ExitStack, runs: Sequence[_Stream], env_threads: int) -> ThreadPoolExecutor | None:
-    """Worker threads for the streams whose environment allows them (None when fewer than two)."""
-    concurrent = sum(r.concurrent for r in runs)
-    if env_threads <= 1 or concurrent <= 1:
+def _env_pool(stack: contextlib.ExitStack, roster: _Roster, env_threads: int) -> ThreadPoolExecutor | None:
+    """Worker threads for the streams whose environment allows them (None when never more than one)."""
+    if env_threads <= 1 or not roster.concurrent:
         return None
-    return stack.enter_context(ThreadPoolExecutor(min(env_threads, concurrent), "stream"))
+    return stack.enter_context(ThreadPoolExecutor(env_threads, "stream"))  # threads start as work comes
 
 
-def _run_lockstep(runs: Sequence[_Stream], backbone: AnyBackbone, guard: interrupt.InterruptGuard,
+def _run_lockstep(roster: _Roster, backbone: AnyBackbone, guard: interrupt.InterruptGuard,
                   batch_sizes: list[int], env_threads: int) -> None:
-    """Tick until every stream of ``runs`` is done."""
+    """Tick until every stream of ``roster`` is done and its source hands over no more."""
     with contextlib.ExitStack() as stack:
-        pool = _env_pool(stack, runs, env_threads)
-        streams = {i: run.steps(guard) for i, run in enumerate(runs)}
-        pending = {i: r for i, r in _advance_all(runs, [(i, s, None) for i, s in streams.items()], pool).items()
-                   if r is not None}
+        pool = _env_pool(stack, roster, env_threads)
+        streams: dict[int, Iterator[Request]] = {}
+        pending: dict[int, Request] = {}
+
+        def settle(advanced: Mapping[int, Request | None]) -> None:
+            for i, request in advanced.items():
+                if request is None:
+                    streams.pop(i)
+                    roster.ended(i)
+                else:
+                    pending[i] = request
+
+        def start(indices: Sequence[int]) -> None:
+            streams.update({i: roster.runs[i].steps(guard) for i in indices})
+            settle(_advance_all(roster.runs, [(i, streams[i], None) for i in indices], pool))
+
+        start(range(len(roster.runs)))
+        while new := roster.join():
+            start(new)
         while pending:
             order = sorted(pending)
-            replies = serve(backbone, [pending[i] for i in order])
+            replies = serve(backbone, [pending.pop(i) for i in order])
             batch_sizes.append(len(order))
             interrupt.check()
-            advanced = _advance_all(runs, [(i, streams[i], reply) for i, reply in zip(order, replies)], pool)
-            pending = {**{i: r for i, r in pending.items() if i not in advanced},
-                       **{i: r for i, r in advanced.items() if r is not None}}
+            settle(_advance_all(roster.runs, [(i, streams[i], reply) for i, reply in zip(order, replies)], pool))
+            while new := roster.join():
+                start(new)
 
 
-def _run_continuous(runs: Sequence[_Stream], backbone: Submitting, guard: interrupt.InterruptGuard,
+def _run_continuous(roster: _Roster, backbone: Submitting, guard: interrupt.InterruptGuard,
                     batch_sizes: list[int], env_threads: int) -> None:
     """Every stream's request in flight on its own; each stream advances as soon as its reply is back.
 
@@ -412,16 +557,25 @@ def _run_continuous(runs: Sequence[_Stream], backbone: Submitting, guard: interr
     from concurrent.futures import FIRST_COMPLETED, wait
 
     with contextlib.ExitStack() as stack:
-        pool = _env_pool(stack, runs, env_threads)
-        streams = {i: run.steps(guard) for i, run in enumerate(runs)}
+        pool = _env_pool(stack, roster, env_threads)
+        streams: dict[int, Iterator[Request]] = {}
         in_flight: dict[Future[Generation], int] = {}
 
         def send(advanced: Mapping[int, Request | None]) -> None:
             for i, request in advanced.items():
-                if request is not None:
+                if request is None:
+                    streams.pop(i)
+                    roster.ended(i)
+                else:
                     in_flight[sim_facts.submit(backbone, request.conversation, request.max_tokens, request.facts)] = i
 
-        send(_advance_all(runs, [(i, s, None) for i, s in streams.items()], pool))
+        def start(indices: Sequence[int]) -> None:
+            streams.update({i: roster.runs[i].steps(guard) for i in indices})
+            send(_advance_all(roster.runs, [(i, streams[i], None) for i in indices], pool))
+
+        start(range(len(roster.runs)))
+        while new := roster.join():
+            start(new)
         failures_in_a_row = 0
         try:
             while in_flight:
@@ -443,10 +597,13 @@ def _run_continuous(runs: Sequence[_Stream], backbone: Submitting, guard: interr
                         reply = RequestFailed(f"{type(exc).__name__}: {exc}")
                     work.append((i, streams[i], reply))
                 batch_sizes.append(len(work))
-                send(_advance_all(runs, work, pool))
+                send(_advance_all(roster.runs, work, pool))
+                while new := roster.join():
+                    start(new)
         finally:
             for future in in_flight:
                 future.cancel()
 
 
-__all__ = ["run_experiment", "ExperimentResult", "StreamHook", "HookFactory", "serve", "stream_identity", "SCHEDULES"]
+__all__ = ["run_experiment", "ExperimentResult", "StreamHook", "HookFactory", "StreamSource", "StreamTakenOver", "serve",
+           "stream_identity", "SCHEDULES"]

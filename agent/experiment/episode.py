@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from agent.backbones.base import Generation, prompt_usage
 from agent.core.budget import Budget, BudgetExceeded, InjectionBlock, TokenLedger
 from agent.tasks import Task
-from agent.envs.base import Environment, conversation, instructions_digest
+from agent.envs.base import Environment, InfrastructureError, conversation, instructions_digest
 from agent.memory import Turn
 from agent.sim import facts as sim_facts
 from agent.sim.facts import AnyBackbone, Facts
@@ -59,6 +59,7 @@ class Episode:
         # the task's account; the policy's auxiliary calls before the episode may already have drawn on it
         self.ledger = ledger if ledger is not None else TokenLedger(budget)
         self.turns: list[Turn] = []
+        self.rounds = 0  # rounds taken: replies the environment acted on (a repair call is part of its round)
         self.status: str | None = None
         self.error: str | None = None
         self.messages: list[dict[str, str]] = []
@@ -69,6 +70,8 @@ class Episode:
             self.instructions_sha = instructions_digest(env.instructions())
             env.reset(task)
             self.messages = conversation(env, task, block.text)
+        except InfrastructureError:
+            raise  # the environment's machinery broke: the run stops, the task is not failed
         except Exception as exc:  # an environment that cannot start the task fails it
             self._fail(exc)
 
@@ -87,7 +90,7 @@ class Episode:
         if self.ledger.next_max_tokens() == 0:
             self.status = "budget_exhausted"
             return None
-        if len(self.turns) >= self.budget.max_rounds:
+        if self.rounds >= self.budget.max_rounds:
             self.status = "round_limit"
             return None
         facts = Facts(self.task, self.seed, round=len(self.turns), memory_skills=self.memory_skills)
@@ -107,6 +110,8 @@ class Episode:
         self.messages.append({"role": "assistant", "content": generation.text})
         try:
             result = self.env.step(generation.text)
+        except InfrastructureError:
+            raise
         except Exception as exc:
             self.turns.append(Turn(len(self.turns), generation.text, "", None, generation.output_tokens,
                                    generation.finish_reason))
@@ -117,6 +122,8 @@ class Episode:
                                generation.output_tokens, generation.finish_reason))
         self.log.append(round_entry(generation, request.max_tokens, result.action, result.observation,
                                     invalid=result.status == "invalid_action"))
+        if not result.repair:
+            self.rounds += 1
         if result.done:
             self.status = result.status or "completed"
             if self.status == "invalid_action" and self.error is None:
@@ -138,6 +145,8 @@ class Episode:
             return 0
         try:
             judgement = self.env.judge()
+        except InfrastructureError:
+            raise
         except Exception as exc:
             self.status, self.error = "env_error", self.error or f"judge: {type(exc).__name__}: {exc}"
             self.verdict = {"reward": 0, "error": self.error}

@@ -8,15 +8,18 @@ that group's streams, each in its own folder of the one run folder, with its own
 checkpoint, so any process on any machine that sees the folder can run any group, and a group
 killed anywhere resumes from its checkpoints exactly.
 
-* :class:`LocalExecutor` (the only one here): one group of every stream, in this process, with
-  the backbone the driver made; batching spans every stream.
+* :class:`LocalExecutor`: one group of every stream, in this process, with the backbone the
+  driver made; batching spans every stream.
+* ``ray`` and ``slurm`` (:mod:`agent.experiment.distributed`, imported only when asked for, so
+  neither Ray nor submitit is ever imported by a local run): workers that each keep a batch of
+  streams live and take the next pending one as one ends (the engine's ``source``).
 
-A distributed executor (Ray actors, Slurm array tasks) implements the same :class:`Executor`
-protocol: ``check`` refuses before anything is written (no cluster, too few GPUs);
-``run`` splits the plan into shards (:meth:`Plan`'s streams, e.g. :func:`shards`), and each worker
-builds its own backbone from ``plan.backbone_spec.make()`` (applying the GPU split first) and calls
-:func:`run_shard`. It sets ``in_process = False``: the driver then releases the stream locks it
-took to prepare the folder before ``run``, and each worker takes its streams' locks itself.
+A distributed executor implements the same :class:`Executor` protocol: ``check`` refuses before
+anything is written (no cluster, too few GPUs); ``run`` deals the plan's streams to workers
+(:func:`shards`, or a queue), and each worker builds its own backbone from the plan (applying the
+GPU split of its own card first) and runs the engine. It sets ``in_process = False``: the driver
+then releases the stream locks it took to prepare the folder before ``run``, and each worker takes
+its streams' locks itself.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Protocol, Sequence
 
+from agent.core.registry import Registry
+from agent.experiment.config import EXECUTOR_NAMES, ExecutorConfig
 from agent.experiment.engine import ExperimentResult, HookFactory, run_experiment
 from agent.experiment.plan import Plan
 from agent.experiment.streams import StreamSpec
@@ -93,6 +98,18 @@ def open_engine(backbone: Any) -> None:
         opener()
 
 
-EXECUTORS: dict[str, Callable[[], Executor]] = {"local": LocalExecutor}
+# name -> a factory taking the ExecutorConfig; the names are config.EXECUTOR_NAMES (checked by tests/test_distributed.py)
+EXECUTORS: Registry[Executor] = Registry("executor", {
+    "local": lambda config: LocalExecutor(),
+    "ray": "agent.experiment.distributed.ray_executor:RayExecutor",
+    "slurm": "agent.experiment.distributed.slurm:SlurmExecutor",
+})
+assert EXECUTORS.names == EXECUTOR_NAMES
 
-__all__ = ["Executor", "LocalExecutor", "Shard", "shards", "run_shard", "open_engine", "EXECUTORS"]
+
+def make_executor(config: ExecutorConfig) -> Executor:
+    """The executor ``config`` names (a distributed one's module, and so Ray or submitit, is imported now)."""
+    return EXECUTORS.make(config.name, config)
+
+
+__all__ = ["Executor", "LocalExecutor", "Shard", "shards", "run_shard", "open_engine", "EXECUTORS", "make_executor"]

@@ -6,9 +6,12 @@ Three steps:
    settings; nothing is written, so a refused run leaves the file system as it was.
 2. **Run**: the run folder is prepared under its lock (``config.json``; ``--overwrite`` deletes
    this command's streams first) while every stream's lock is held, so a busy folder or stream
-   fails before any model loads; then an executor (:mod:`agent.experiment.executor`; by default
-   :class:`~agent.experiment.executor.LocalExecutor`, every stream in this process) runs the
-   streams in groups.
+   fails before any model loads; then an executor (:mod:`agent.experiment.executor`, chosen by
+   ``config.executor``: by default :class:`~agent.experiment.executor.LocalExecutor`, every stream
+   in this process; or Ray or Slurm workers, :mod:`agent.experiment.distributed`) runs the
+   streams. An executor that runs them elsewhere checks its cluster before step 2 (nothing
+   written yet) and the GPU split is then each worker's (:func:`~agent.experiment.plan.make_plan`'s
+   ``engine_here``).
 3. **Summarise**: the driver writes ``summary.md`` / ``summary.json`` and the figures (and a
    sweep's ``sweep.md``) from every finished stream in the folder.
 
@@ -25,12 +28,13 @@ import numpy as np
 
 from agent.experiment.config import RunConfig, Sweep
 from agent.experiment.engine import ExperimentResult, HookFactory
-from agent.experiment.executor import Executor, LocalExecutor
+from agent.experiment.executor import Executor, make_executor
 from agent.experiment.plan import Plan, make_plan, note
 from agent.experiment.progress import ProgressBars
 from agent.experiment.summary import Summary, write_summary, write_sweep_table
 from agent.policies.registry import POLICIES
 from agent.storage import runfolder
+from agent.storage.checkpoint import atomic_write_text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,8 +56,8 @@ class LaunchResult:
 def launch(config: RunConfig, *, executor: Executor | None = None, hooks: HookFactory | None = None) -> LaunchResult:
     """Plan, run and summarise ``config`` (see the module docstring). ``hooks``: the streams' hooks
     (default: progress bars or lines, ``config.output.progress``)."""
-    plan = make_plan(config)
-    executor = executor or LocalExecutor()
+    executor = executor or make_executor(config.executor)
+    plan = make_plan(config, engine_here=executor.in_process)
     executor.check(plan)
     with contextlib.ExitStack() as held:
         prepare(plan, held)
@@ -89,6 +93,8 @@ def prepare(plan: Plan, held: contextlib.ExitStack) -> None:
             held.enter_context(runfolder.locked(*runfolder.method_lock(out_dir, name)))
         runfolder.prepare(out_dir, dict(plan.settings), owned, [*POLICIES.names, *plan.names],
                           overwrite=plan.config.output.overwrite)
+        for name, text in plan.run_files.items():  # e.g. ALFWorld's manifest, checked against the folder's in the plan
+            atomic_write_text(out_dir / name, text)
 
 
 def merged(plan: Plan, results: list[ExperimentResult] | tuple[ExperimentResult, ...], seconds: float

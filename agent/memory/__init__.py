@@ -29,7 +29,9 @@ Formats (``memory_format``, :mod:`agent.core.harness`):
     ``Act: finish``. Observations are left out (instance-specific output);
   * **KG** — the tool calls that succeeded, ``Action: tool(args)``, each with its observation
     cut to :data:`OBSERVATION_CHARS`, and ``Final Answer: #k`` (failed calls made no variable,
-    so leaving them out keeps the numbering).
+    so leaving them out keeps the numbering);
+  * **BigCodeBench** — the task, then the solution as the official sanitiser kept it, in a
+    ```` ```python ```` block (the reply's prose left out).
 
 * **abstract**: compact, but OS scripts and the task have instance-specific details
   abstracted by regex (:func:`abstract_bash`): user and group names the task's own commands
@@ -41,7 +43,8 @@ Formats (``memory_format``, :mod:`agent.core.harness`):
 
 Layout: :mod:`agent.memory.base` (the records, fitting, the transcript format),
 one module per environment for its compact rendering (:mod:`~agent.memory.db`,
-:mod:`~agent.memory.os_env`, :mod:`~agent.memory.kg`), and :mod:`agent.memory.build`, which picks it.
+:mod:`~agent.memory.os_env`, :mod:`~agent.memory.kg`, :mod:`~agent.memory.bigcodebench`), and
+:mod:`agent.memory.build`, which picks it.
 
 When the text is over the limit, observations go first (compact), then the question is
 shortened, then whole steps are cut from the end with a note saying how many.

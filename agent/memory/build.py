@@ -22,6 +22,8 @@ COMPACT: Registry[tuple[str, list[Step]]] = Registry("environment", {
     "db": "agent.memory.db:compact",
     "os": "agent.memory.os_env:compact",
     "kg": "agent.memory.kg:compact",
+    "bigcodebench": "agent.memory.bigcodebench:compact",
+    "alfworld": "agent.memory.alfworld:compact",
 })
 
 

@@ -13,7 +13,9 @@ O_max and toward OutputTok, booked as ``"auxiliary"`` in the task's
 task has left (execution rounds and earlier auxiliary calls included); when nothing is left
 the call is **skipped**: the method receives ``None`` and the record's ``aux_calls`` entry
 says ``skipped``. Under per-call accounting every call gets min(512, O_max) afresh, as the
-agent's rounds do. A method may ask for a smaller cap (``AuxRequest.max_tokens``).
+agent's rounds do. A budget may cap auxiliary calls apart (``Budget.aux_call_cap``: 512 on
+BigCodeBench, whose solutions may take 1280). A method may ask for a smaller cap
+(``AuxRequest.max_tokens``).
 
 A backbone that returns more tokens than the call's cap broke the budget: the tokens are
 booked as reported (never hidden), the reply is *not* given to the method (it receives
@@ -56,7 +58,7 @@ AuxSteps = Generator[AuxRequest, "Generation | None", T]  # a coroutine of a met
 
 def aux_cap(ledger: TokenLedger, request: AuxRequest) -> int:
     """``max_tokens`` for this call; 0 means the budget no longer allows it (skip)."""
-    allowed = ledger.next_max_tokens()
+    allowed = ledger.next_max_tokens("auxiliary")
     return allowed if request.max_tokens is None else min(allowed, request.max_tokens)
 
 

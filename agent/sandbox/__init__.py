@@ -14,7 +14,9 @@ features a container runtime uses are driven directly:
   databases (``/var/lib/dpkg``, ``/var/lib/apt``, ``/var/cache/apt``), so ``dpkg -l``
   and a no-op ``apt-get install`` of an installed tool behave. Fresh ``/proc`` for the
   PID namespace, read-only ``/sys``, and a minimal ``/dev`` (null, zero, full, random,
-  urandom, tty, private ptys, shm; no disks). ``pivot_root`` then detaches the host tree.
+  urandom, tty, private ptys, shm; no disks). Host directories a caller names
+  (``read_only_binds``, e.g. BigCodeBench's evaluation interpreter) appear at their own path,
+  read-only, nosuid and nodev. ``pivot_root`` then detaches the host tree.
 * **A user namespace of its own.** PID 1 unshares a user namespace with the identity
   map (uid n inside is uid n outside, so files keep their owners and root inside is
   uid 0, as ``useradd``/``chown``/``apt`` expect) but *owned* by a fresh host uid
@@ -34,7 +36,8 @@ features a container runtime uses are driven directly:
   hierarchies) caps processes (fork bombs), memory and CPU; the tmpfs size, below the
   memory limit, caps disk writes (a full disk is ENOSPC, not the OOM killer);
   RLIMIT_NOFILE caps open files per process. Tasks run at ``oom_score_adj`` 500, so
-  the OOM killer takes them before PID 1.
+  the OOM killer takes them before PID 1. :meth:`Sandbox.usage` reads the peak memory and
+  the OOM kills back from the cgroup (a :class:`ResourceUsage`).
 
 Lifecycle. PID 1 of the sandbox is a small "holder" (``holder.py``, package data run
 by the sandbox's ``/usr/bin/python3``; ``setup.sh`` builds the root before it). The host talks
@@ -64,6 +67,7 @@ from agent.sandbox.base import (
     DEFAULT_PATH,
     KEPT_CAPABILITIES,
     CommandResult,
+    ResourceUsage,
     SandboxError,
     SandboxLimits,
 )
@@ -73,6 +77,7 @@ __all__ = [
     "DEFAULT_PATH",
     "KEPT_CAPABILITIES",
     "CommandResult",
+    "ResourceUsage",
     "Sandbox",
     "SandboxError",
     "SandboxLimits",

@@ -59,6 +59,14 @@ class SandboxLimits:
 
 
 @dataclasses.dataclass(frozen=True)
+class ResourceUsage:
+    """What a sandbox's cgroup recorded so far (:meth:`Sandbox.usage`); ``None`` where the host keeps no count."""
+
+    memory_peak_bytes: int | None  # the most memory in use at once (files on its tmpfs included)
+    oom_kills: int | None  # processes the OOM killer took inside the sandbox
+
+
+@dataclasses.dataclass(frozen=True)
 class CommandResult:
     exit_code: int | None  # None when the command timed out; 128+N when killed by signal N
     output: str  # stdout and stderr interleaved, as written

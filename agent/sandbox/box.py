@@ -15,10 +15,10 @@ import threading
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from agent.sandbox.base import (
-    _HOST_TOOLS, DEFAULT_PATH, KEPT_CAPABILITIES, CommandResult, SandboxError, SandboxLimits,
+    _HOST_TOOLS, DEFAULT_PATH, KEPT_CAPABILITIES, CommandResult, ResourceUsage, SandboxError, SandboxLimits,
 )
 from agent.sandbox import leftovers, seccomp
 from agent.sandbox.cgroups import Cgroup, sandbox_parents
@@ -76,6 +76,16 @@ class Sandbox:
     ``bash -c``; :meth:`close` destroys it (idempotent). Usable as a context manager.
     ``limits=None`` skips the cgroup (no fork-bomb or memory bound): only for
     machines without cgroups, never for untrusted code in production.
+
+    ``read_only_binds``: host directories shown inside at the same path, read-only,
+    ``nosuid`` and ``nodev`` (e.g. an interpreter and its libraries the task runs on); nothing
+    else of the host tree is visible. Each must be an existing directory named by its
+    canonical absolute path, outside the trees the sandbox builds itself (``/proc``,
+    ``/sys``, ``/dev``). Only that directory is bound, not the mounts below it.
+
+    ``teardown_timeout``: how long :meth:`close` keeps killing what is left in the cgroup
+    before it gives up (a fork bomb's hundreds of processes can take seconds to die on a
+    loaded machine).
     """
 
     def __init__(
@@ -85,8 +95,12 @@ class Sandbox:
         hostname: str = "sandbox",
         output_cap_bytes: int = 8 << 20,
         start_timeout: float = 20.0,
+        teardown_timeout: float = 30.0,
+        read_only_binds: Sequence[str | os.PathLike[str]] = (),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.read_only_binds = checked_binds(read_only_binds)
+        self.teardown_timeout = teardown_timeout
         self.limits = limits
         self.hostname = hostname
         self.output_cap_bytes = output_cap_bytes
@@ -142,6 +156,7 @@ class Sandbox:
             "/bin/sh", "-c", _JOIN_CGROUPS, "sh", str(len(procs)), *procs, *_UNSHARE,
             "/bin/sh", "-c", _SETUP_SCRIPT, "sandbox-setup", self._mount_point,
             str(limits.tmpfs_bytes), self.hostname, str(sandbox_end.fileno()), _HOLDER_SOURCE,
+            "\n".join(self.read_only_binds),
         ]
         try:
             self._proc = subprocess.Popen(
@@ -221,7 +236,7 @@ class Sandbox:
             os.close(self._holder_fd)
         if self._cgroup is not None:
             try:
-                self._cgroup.remove()
+                self._cgroup.remove(self.teardown_timeout)
             except SandboxError as exc:
                 errors.append(str(exc))
         for drain in self._drains:
@@ -235,6 +250,13 @@ class Sandbox:
             self._log.close()
         if errors:
             raise SandboxError("; ".join(errors))
+
+    def usage(self) -> ResourceUsage:
+        """Peak memory and OOM kills so far, from the sandbox's cgroup (read it before :meth:`close`,
+        which removes the cgroup); all ``None`` without a cgroup."""
+        if self._cgroup is None:
+            return ResourceUsage(memory_peak_bytes=None, oom_kills=None)
+        return self._cgroup.usage()
 
     @property
     def alive(self) -> bool:
@@ -371,6 +393,27 @@ class _Capture:
 
     def text(self) -> str:
         return self.data.decode("utf-8", "replace")
+
+
+# Trees the set-up builds itself: a bind below them would be hidden or would hide them.
+_BUILT_TREES = ("/proc", "/sys", "/dev")
+
+
+def checked_binds(paths: Sequence[str | os.PathLike[str]]) -> tuple[str, ...]:
+    """``paths`` as the set-up script takes them, each refused with a message saying why."""
+    checked = []
+    for given in paths:
+        path = os.fspath(given)
+        if not os.path.isabs(path) or "\n" in path:
+            raise SandboxError(f"read-only bind {path!r}: name a directory by its absolute path")
+        if os.path.realpath(path) != path:
+            raise SandboxError(f"read-only bind {path!r}: name it by its canonical path, {os.path.realpath(path)!r}")
+        if not os.path.isdir(path):
+            raise SandboxError(f"read-only bind {path!r}: no such directory on the host")
+        if path == "/" or any(path == tree or path.startswith(tree + "/") for tree in _BUILT_TREES):
+            raise SandboxError(f"read-only bind {path!r}: the sandbox builds / and {', '.join(_BUILT_TREES)} itself")
+        checked.append(path)
+    return tuple(checked)
 
 
 def _parent_pid(pid: int) -> int | None:

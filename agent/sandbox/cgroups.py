@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 
 from agent.sandbox import leftovers
-from agent.sandbox.base import SandboxError, SandboxLimits
+from agent.sandbox.base import ResourceUsage, SandboxError, SandboxLimits
 
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _GROUP_DIR = "tokenworth-sandboxes"  # parent of all per-sandbox cgroups
@@ -46,6 +46,26 @@ def _own_cgroup(controller: str | None) -> str:
 
 def _write(path: Path, value: str) -> None:
     path.write_text(value)
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _read_key(path: Path, key: str) -> int | None:
+    """The value of ``key`` in a flat-keyed cgroup file (``key value`` lines), or None."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        name, _, value = line.partition(" ")
+        if name == key and value.strip().isdigit():
+            return int(value)
+    return None
 
 
 def _mkdir_group(base: Path, name: str, prepare=None, attempts: int = 5) -> Path:
@@ -194,6 +214,22 @@ class Cgroup:
 
     def pids(self) -> list[int]:
         return sorted({pid for d in self.dirs for pid in leftovers.group_pids(d)})
+
+    def usage(self) -> ResourceUsage:
+        """Peak memory and OOM kills of the group's memory controller (v2 ``memory.peak`` and
+        ``memory.events``, v1 ``memory.max_usage_in_bytes`` and ``memory.oom_control``)."""
+        peak: int | None = None
+        kills: int | None = None
+        for d in self.dirs:
+            for name in ("memory.peak", "memory.max_usage_in_bytes"):
+                value = _read_int(d / name)
+                if value is not None:
+                    peak = value if peak is None else max(peak, value)
+            for name in ("memory.events", "memory.oom_control"):
+                value = _read_key(d / name, "oom_kill")
+                if value is not None:
+                    kills = value if kills is None else kills + value
+        return ResourceUsage(memory_peak_bytes=peak, oom_kills=kills)
 
     def remove(self, timeout: float = 5.0) -> None:
         """Kill what is left, rmdir each group, then its parent if no other group is in it."""

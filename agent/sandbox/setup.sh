@@ -1,8 +1,9 @@
 # Builds the sandbox's root filesystem inside the new mount namespace, then execs PID 1
 # (holder.py). Run as `sh -c <text>` (never by path: sh reads scripts lazily and the
-# host tree is gone after pivot_root). Args: T TMPFS_SIZE HOSTNAME FD HOLDER_SOURCE.
+# host tree is gone after pivot_root). Args: T TMPFS_SIZE HOSTNAME FD HOLDER_SOURCE
+# READ_ONLY_BINDS (host directories, one per line; may be empty).
 set -eu
-T=$1 TMPFS_SIZE=$2 HOST_NAME=$3 FD=$4 HOLDER=$5
+T=$1 TMPFS_SIZE=$2 HOST_NAME=$3 FD=$4 HOLDER=$5 READ_ONLY_BINDS=$6
 
 fail() { echo "sandbox setup: $*" >&2; exit 1; }
 
@@ -46,6 +47,17 @@ ln -s /run "$R/var/run"
 ln -s /run/lock "$R/var/lock"
 mkdir -p "$R/var/log/apt" "$R/var/cache/debconf"
 for d in /var/lib/dpkg /var/lib/apt /var/cache/apt; do [ -d "$d" ] && overlay "$d"; done
+
+# Host directories the caller asked to show, at the same path and read-only (box.py checked
+# each: absolute, canonical, an existing directory outside /proc, /sys and /dev). Not recursive:
+# mounts below them stay out. The sandbox cannot remount them writable: it never holds
+# CAP_SYS_ADMIN over this mount namespace, and seccomp refuses mount calls anyway.
+printf '%s\n' "$READ_ONLY_BINDS" | while IFS= read -r dir; do
+  [ -n "$dir" ] || continue
+  mkdir -p "$R$dir"
+  mount --bind "$dir" "$R$dir" || fail "bind of $dir"
+  mount -o remount,bind,ro,nosuid,nodev "$R$dir" || fail "read-only remount of $dir"
+done
 
 # Secrets of the host never enter. The password databases are rebuilt from passwd and
 # group with every password locked ('*'), as in a fresh Ubuntu image, so useradd,

@@ -51,7 +51,7 @@ class Facts:
 
     task: Task
     seed: int | None = None  # the run's seed; None: the backbone's own
-    round: int | None = None  # the agent's 0-based round; None for an auxiliary call
+    round: int | None = None  # the agent's 0-based call of the task (an ALFWorld repair call is one); None: auxiliary
     memory_skills: tuple[str, ...] | None = None  # the injected memory's source skills; None: nothing injected
     aux: str | None = None  # an auxiliary call's purpose; None for the agent's rounds
     hint: AuxHint | None = None  # what the method said about its auxiliary call

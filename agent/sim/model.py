@@ -33,6 +33,16 @@ class SimParams:
     p0_range_db: tuple[float, float] = (0.25, 0.90)
     p0_range_os: tuple[float, float] = (0.40, 0.95)
     p0_range_kg: tuple[float, float] = (0.05, 0.60)
+    # BigCodeBench: mean p0 about 0.41 (2.76 libraries a task), so that without memory about 40% pass end to end
+    # (the paper's local anchor: TokenWorth 43.1); measured in docs/bigcodebench.md, "The simulated backbone"
+    p0_range_bigcodebench: tuple[float, float] = (0.10, 0.78)
+    # ALFWorld (agent/sim/replies/alfworld.py): mean no-memory p about 0.675, the paper's local ALFWorld SRs
+    # being in the 70s; slips before a walkthrough command (half format slips the repair call corrects, half
+    # detours) and, on the failure path, a look or a format slip every 5th wandering move
+    p0_range_alfworld: tuple[float, float] = (0.40, 0.95)
+    alfworld_slip_rate: float = 0.10
+    alfworld_format_slip_share: float = 0.5
+    alfworld_wander_slip_every: int = 5
     skill_penalty: float = 0.015  # per skill beyond the first
     gain: float = 0.30  # "a": success bonus per unit of skill overlap J
     harm: float = 0.25  # "b": penalty for a memory whose skills barely overlap
@@ -62,11 +72,14 @@ class SimParams:
         if self.aux_items_max < 1 or not 0.0 <= self.aux_match_overlap <= 1.0:
             raise ValueError(f"need aux_items_max >= 1 and 0 <= aux_match_overlap <= 1, got "
                              f"{self.aux_items_max}, {self.aux_match_overlap}")
+        for name in ("alfworld_slip_rate", "alfworld_format_slip_share"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"SimParams.{name} must be in [0, 1], got {getattr(self, name)}")
         for name in ("skill_penalty", "gain", "harm", "harm_threshold"):
             if getattr(self, name) < 0:
                 raise ValueError(f"SimParams.{name} must be >= 0, got {getattr(self, name)}")
         for name in ("thought_sentences_base", "thought_sentences_helpful", "thought_sentences_harmful",
-                     "harmful_extra_rounds", "eos_tokens"):
+                     "harmful_extra_rounds", "eos_tokens", "alfworld_wander_slip_every"):
             if getattr(self, name) < 0:
                 raise ValueError(f"SimParams.{name} must be >= 0, got {getattr(self, name)}")
 

@@ -8,6 +8,8 @@ Layout (everything here is written by tokenworth; nothing else is ever deleted):
     <out>/<method>/checkpoint.pkl     policy state + JSONL offset + next task index
     <out>/<method>/checkpoint.durable.pkl  its last fsynced copy (agent/storage/checkpoint.py)
     <out>/<method>/.lock              held for as long as a process runs that method
+    <out>/<method>/node.json          where it ran, when a distributed executor ran it (the node id
+                                      and hostname of the latest attempt, and every attempt)
     <out>/summary.md|json, cumulative_sr.png
                                       (+ budget_levels.png for a grid over budget levels)
 
@@ -56,6 +58,7 @@ CONFIG = "config.json"
 LOCK = ".lock"
 RECORDS = "records.jsonl"
 CHECKPOINT = "checkpoint.pkl"
+NODE = "node.json"  # written by agent/experiment/distributed; not a result (has_results ignores it)
 SUMMARY_FILES = ("summary.md", "summary.json", "cumulative_sr.png")
 REQUIRED_CONFIG_KEYS = frozenset({"env", "backbone", "seed"})
 
@@ -237,7 +240,8 @@ def stale_temp_files(folder: Path) -> list[Path]:
 def remove_method_results(out: Path, method: str) -> None:
     """Delete exactly the files tokenworth writes for ``method`` (the lock file stays)."""
     folder = out / method
-    for path in [folder / RECORDS, folder / CHECKPOINT, durable_path(folder / CHECKPOINT), *stale_temp_files(folder)]:
+    for path in [folder / RECORDS, folder / CHECKPOINT, durable_path(folder / CHECKPOINT), folder / NODE,
+                 *stale_temp_files(folder)]:
         path.unlink(missing_ok=True)
 
 

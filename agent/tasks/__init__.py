@@ -3,17 +3,20 @@
 * :mod:`~agent.tasks.base` — :class:`Task` (what every record shares), the data root, loader errors;
 * :mod:`~agent.tasks.lab` — LifelongAgentBench's folder and parquet files;
 * :mod:`~agent.tasks.db`, :mod:`~agent.tasks.os_env`, :mod:`~agent.tasks.kg` — each environment's record;
+* :mod:`~agent.tasks.bigcodebench` — BigCodeBench's file, record and stream order (v0.1.4 rebuilt by
+  :mod:`~agent.tasks.bigcodebench_patches`);
 * :mod:`~agent.tasks.registry` — :func:`load_tasks` by environment name.
 """
 
 from agent.tasks.base import DEFAULT_DATA_ROOT, Benchmark, DataError, EnvName, Task, resolve_data_root
+from agent.tasks.bigcodebench import BCBTask
 from agent.tasks.db import ColumnInfo, DBTask, TableInfo
 from agent.tasks.kg import KG_VARIABLE_TOOLS, KGTask, kg_gold_calls, kg_gold_replies, kg_variables_made
 from agent.tasks.lab import ENV_SUBDIR, EXPECTED_ROWS, HUB_ID, LAB, PARQUET_NAME
 from agent.tasks.os_env import CommandItem, OSTask
 from agent.tasks.registry import TASK_SOURCES, data_folder, fetch, load_tasks
 
-__all__ = ["Task", "EnvName", "DataError", "Benchmark", "DEFAULT_DATA_ROOT", "resolve_data_root", "DBTask",
+__all__ = ["Task", "EnvName", "DataError", "Benchmark", "DEFAULT_DATA_ROOT", "resolve_data_root", "BCBTask", "DBTask",
            "ColumnInfo", "TableInfo", "OSTask", "CommandItem", "KGTask", "KG_VARIABLE_TOOLS", "kg_gold_calls",
            "kg_gold_replies", "kg_variables_made", "ENV_SUBDIR", "EXPECTED_ROWS", "HUB_ID", "LAB", "PARQUET_NAME",
            "TASK_SOURCES", "data_folder", "fetch", "load_tasks"]

@@ -18,6 +18,8 @@ TASK_SOURCES: Registry[Any] = Registry("environment", {
     "db": "agent.tasks.db:SOURCE",
     "os": "agent.tasks.os_env:SOURCE",
     "kg": "agent.tasks.kg:SOURCE",
+    "bigcodebench": "agent.tasks.bigcodebench:SOURCE",
+    "alfworld": "agent.tasks.alfworld:SOURCE",
 })
 
 

@@ -49,6 +49,17 @@ class PlusHParams(NamedTuple):
     explore: ArrayLike  # Thompson scale of the inject decision (0: none)
     margin: ArrayLike  # inject unless the decision's predicted gain is <= margin (probability units)
     abstain: ArrayLike  # 0/1: allow "no memory" at all
+    # issue 30: "no memory" as a real arm, its posterior learned from its own outcomes (abstain.py), and the
+    # no-harm guard (guard.py)
+    null_explore: ArrayLike  # Thompson scale of the no-memory arm's log-odds (0: its posterior mean)
+    null_optimism: ArrayLike  # posterior sds added to the no-memory arm (an upper confidence bound)
+    null_first: ArrayLike  # no-memory outcomes gathered before the first injection (an abstention floor)
+    null_all: ArrayLike  # 0/1: the global no-memory rate from every no-memory outcome (1) or the ring's (0)
+    reoffset: ArrayLike  # 0/1: refit the lift against the current no-memory rate (1) or the one at select time (0)
+    guard: ArrayLike  # 0/1: the no-harm guard: explore an injection only within the allowance
+    guard_sds: ArrayLike  # posterior sds of the guard's lower bound on the total gain
+    guard_budget: ArrayLike  # the allowance at the start, in expected successes
+    guard_rate: ArrayLike  # the allowance added per task (0.01 = one SR point)
     worth: ArrayLike  # the lifecycle's worth: 0 the paper's score, 1 the mean predicted gain, 2 recency (FIFO)
     p0_prior: ArrayLike  # prior mean of the no-memory rate p0
     p0_strength: ArrayLike  # pseudo-count of that prior (and of the kernel shrinkage)
@@ -69,10 +80,22 @@ SCHEMA = Schema(
         lambda_grid=(1.0, 3.0, 10.0, 30.0, 100.0),
         refit_interval=1,
         features=(1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0),
-        optimism=1.0,  # "no memory" needs evidence of harm
-        explore=0.0,
-        margin=-0.05,
+        # The inject decision of issue 30 (docs/tokenworth-plus.md, "No harm"): Thompson sampling over
+        # {no memory} and the best candidate, each arm drawn from its own posterior, under the no-harm
+        # guard; swept on the development streams (seeds 10-12) and simulated DB (seeds 0-2) only.
+        optimism=0.0,
+        explore=1.0,  # the best candidate's arm: a Thompson draw of the lift
+        margin=0.0,  # inject when the drawn candidate beats the drawn "no memory"
         abstain=1.0,
+        null_explore=1.0,  # the no-memory arm: a Thompson draw of its own posterior
+        null_optimism=0.0,
+        null_first=50.0,  # measure "no memory" on 50 tasks before the first injection
+        null_all=1.0,  # its global rate from every no-memory outcome so far
+        reoffset=1.0,  # the lift's offsets against the current no-memory rate
+        guard=1.0,  # the no-harm guard (guard.py)
+        guard_sds=1.0,
+        guard_budget=4.0,  # the guard's allowance: 4 expected successes ...
+        guard_rate=0.002,  # ... + 0.2 SR points of the tasks so far
         worth=2,  # a FIFO bank: measured best on DB seeds 0-2 (docs/ranking-research.md)
         p0_prior=0.5,
         p0_strength=2.0,
@@ -91,6 +114,15 @@ SCHEMA = Schema(
         explore=Range(0),
         margin=Range(-1, 1),  # a difference of two probabilities
         abstain=Range(0, 1),
+        null_explore=Range(0),
+        null_optimism=Range(0),
+        null_first=Range(0),
+        null_all=Range(0, 1),
+        reoffset=Range(0, 1),
+        guard=Range(0, 1),
+        guard_sds=Range(0),
+        guard_budget=Range(0),
+        guard_rate=Range(0),
         worth=Range(0, 2),
         p0_prior=Range(0, 1, True, True),
         p0_strength=Range(0, None, True),

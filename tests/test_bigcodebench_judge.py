@@ -1,0 +1,125 @@
+"""The BigCodeBench judge: the official evaluator in the sandbox passes reference solutions and fails wrong
+ones; a broken evaluator is an infrastructure error, never a failed task; verdicts are reused soundly."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.core.bigcodebench_venv import VenvError, open_venv
+from agent.envs.base import InfrastructureError
+from agent.envs.bigcodebench_judge import BigCodeBenchJudge, JudgeError
+from agent.envs.bigcodebench_verdicts import VerdictCache
+from agent.sim.replies.bigcodebench import mutant, solution_reply
+from agent.tasks import BCBTask, load_tasks
+from tests.bigcodebench_fixtures import CI_IDS, ci_subset, eval_venv, small_judge
+
+
+@pytest.fixture(scope="module")
+def tasks(data_dir) -> list[BCBTask]:
+    return load_tasks("bigcodebench", data_dir)
+
+
+@pytest.fixture(scope="module")
+def venv():
+    return eval_venv()
+
+
+def gold(task: BCBTask) -> str:
+    return solution_reply(task.code_prompt + task.canonical_solution)
+
+
+def test_the_ci_subset_is_the_documented_rule(tasks):
+    assert [t.number for t in ci_subset(tasks)] == list(CI_IDS)
+    assert not any(t.hard for t in ci_subset(tasks))
+
+
+def test_reference_solutions_pass_and_wrong_ones_fail_on_the_ci_subset(tasks, venv):
+    judge = small_judge(venv, time_limit=60.0, slots=2)
+    subset = ci_subset(tasks)
+    # every reference solution; the simulator's wrong reply on every fifth task (the gold replay's --mutants
+    # judges all 1,140), to keep `make test` short
+    work = [(t, "gold", gold(t)) for t in subset] + [(t, "mutant", solution_reply(mutant(t))) for t in subset[::5]]
+    first = subset[0]
+    work += [(first, "stub", solution_reply(first.code_prompt + "    return None")),
+             (first, "no code", "I am not able to write this function, sorry."),
+             (first, "other task", gold(subset[5]))]
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        verdicts = list(pool.map(lambda item: (item[0], item[1], judge.judge(item[0], item[2])), work))
+    for task, kind, verdict in verdicts:
+        assert verdict.passed == (kind == "gold"), (task.task_id, kind, verdict.status, verdict.reason,
+                                                    list(verdict.details.items())[:2])
+        assert verdict.reason == "" and not verdict.cached
+        assert verdict.defines_entry_point == (kind != "no code")  # the raw reply reaches the judge either way
+    assert all(v.memory_peak_bytes for _, _, v in verdicts)
+
+
+def test_verdicts_are_reused_by_reply_and_by_sanitised_solution(tasks, venv, tmp_path):
+    task = ci_subset(tasks)[1]
+    cache = VerdictCache(tmp_path / "verdicts.jsonl")
+    judge = BigCodeBenchJudge(venv, small_judge(venv, time_limit=60.0).settings, cache=cache)  # room for a loaded host
+    first = judge.judge(task, gold(task))
+    started = time.monotonic()
+    again = judge.judge(task, gold(task))
+    assert time.monotonic() - started < 0.5 and again.cached and again.status == first.status == "pass"
+    prose = judge.judge(task, "Thought: the key step is counting.\n" + gold(task))  # same solution, other text
+    assert prose.cached and prose.passed and cache.counts == {"reply": 1, "solution": 1, "tested": 1}
+    wrong = judge.judge(task, solution_reply(mutant(task)))
+    assert not wrong.cached and not wrong.passed  # another solution is tested
+    other = judge.judge(ci_subset(tasks)[2], gold(task))  # the same text for another task is another question
+    assert not other.cached
+    reloaded = VerdictCache(tmp_path / "verdicts.jsonl")
+    assert len(reloaded) == len(cache)
+    with (tmp_path / "verdicts.jsonl").open("a") as handle:
+        handle.write('{"kind": "reply", "key": "torn')  # a kill mid-line
+    assert len(VerdictCache(tmp_path / "verdicts.jsonl")) == len(cache)
+
+
+# ------------------------------------------------------------------------- a broken evaluator stops the run
+def fake_venv(root: Path, evaluator: str | None) -> Path:
+    """A venv on this interpreter whose ``bigcodebench`` is ``evaluator`` (None: listed but not importable)."""
+    site = root / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    (site / "bigcodebench-0.2.5.dist-info").mkdir(parents=True)
+    (root / "bin").mkdir()
+    (root / "bin" / "python").symlink_to(Path(sys.base_prefix) / "bin" / "python3")
+    (root / "pyvenv.cfg").write_text(f"home = {Path(sys.base_prefix) / 'bin'}\ninclude-system-site-packages = false\n")
+    if evaluator is not None:
+        package = site / "bigcodebench"
+        (package / "eval").mkdir(parents=True)
+        (package / "__init__.py").write_text("__version__ = 'fake'\n")
+        (package / "sanitize.py").write_text("def sanitize(code, entrypoint=None):\n"
+                                             "    return code.split('```python')[-1].split('```')[0]\n")
+        (package / "eval" / "__init__.py").write_text("TIMEOUT_LIMIT = 240.0\n" + evaluator)
+    return root
+
+
+@pytest.mark.parametrize("evaluator, message", [
+    (None, "failed before judging: ModuleNotFoundError"),
+    ("def untrusted_check(*args):\n    return 'pass', {}\n", "passes a wrong solution"),
+    ("def untrusted_check(*args):\n    return 'fail', {'ALL': 'broken'}\n", "fails its canary task"),
+    ("import os\ndef untrusted_check(*args):\n    os._exit(1)\n", "fails its canary task .*evaluator-died"),
+])
+def test_a_broken_evaluator_is_an_infrastructure_error_not_a_failed_task(tasks, tmp_path, evaluator, message):
+    eval_venv()  # the sandbox must be available
+    judge = small_judge(open_venv(fake_venv(tmp_path / "venv", evaluator)))
+    with pytest.raises(JudgeError, match=message) as raised:
+        judge.judge(ci_subset(tasks)[0], gold(ci_subset(tasks)[0]))
+    assert isinstance(raised.value, InfrastructureError)
+
+
+def test_a_missing_or_incomplete_venv_says_how_to_build_one(tmp_path, monkeypatch):
+    monkeypatch.delenv("TOKENWORTH_BCB_VENV", raising=False)
+    with pytest.raises(VenvError, match="does not exist or is incomplete.*make bcb-setup"):
+        open_venv(tmp_path / "nothing")
+    root = fake_venv(tmp_path / "venv", None)
+    (root / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages" /
+     "bigcodebench-0.2.5.dist-info").rmdir()
+    with pytest.raises(VenvError, match="lacks the evaluator"):
+        open_venv(root)
+    monkeypatch.setenv("TOKENWORTH_BCB_VENV", str(root))
+    with pytest.raises(VenvError, match=str(root)):
+        open_venv()  # the variable names the venv
