@@ -203,9 +203,10 @@ def plot_cumulative_sr(rewards_by_method: Mapping[str, Sequence[float]], path: s
     n_max = max((len(r) for r in present.values()), default=0)
     window = rolling_window(n_max)
     cumulative, rolling = [], []
-    for method, rewards in present.items():
+    palette = plt.get_cmap("tab10" if len(present) <= 10 else "tab20")  # eleven methods: no colour twice
+    for i, (method, rewards) in enumerate(present.items()):
         curve = cumulative_sr(rewards)
-        line, = top.plot(np.arange(1, len(curve) + 1), curve, label=f"{method} ({curve[-1]:.1f}%)")
+        line, = top.plot(np.arange(1, len(curve) + 1), curve, color=palette(i), label=f"{method} ({curve[-1]:.1f}%)")
         cumulative.append(curve)
         roll = rolling_sr(rewards, window)
         if roll.size:
