@@ -104,8 +104,8 @@ class ExperimentFlags:
         HARNESS, "BigCodeBench: the evaluation venv the judge runs (make bcb-setup builds it).",
         show_default="$TOKENWORTH_BCB_VENV, else .venv-bcb of the checkout")] = None
     bcb_verdicts: Annotated[Optional[Path], _option(
-        HARNESS, "BigCodeBench: a file where verdicts are kept; a reply judged before for the same task is "
-                 "not run again (across streams and runs).", show_default="kept in memory for the run")] = None
+        HARNESS, "BigCodeBench: a file of verdicts; a reply judged before for the same task is not judged "
+                 "again.", show_default="kept in memory for the run")] = None
     bcb_time_limit: Annotated[float, _option(
         HARNESS, "BigCodeBench: the evaluator's limit for one task's tests, seconds.")] = \
         DEFAULT.harness.bcb_time_limit
@@ -154,28 +154,28 @@ class ExperimentFlags:
         OUTPUT, "No progress output (bars on a terminal; elsewhere a line per stream at each tenth).",
         "--no-progress")] = False
     executor: Annotated[str, _option(
-        EXECUTOR, "Who runs the streams: local (this process), ray (the Ray cluster at --ray-address or "
-                  "$RAY_ADDRESS, else one started on this machine) or slurm (a job array).")] = DEFAULT.executor.name
+        EXECUTOR, "Who runs the streams: local (this process), ray (a Ray cluster) or slurm (a job "
+                  "array).")] = DEFAULT.executor.name
     ray_address: Annotated[Optional[str], _option(
         EXECUTOR, "The Ray head, HOST:PORT; run on a node of that cluster.",
         show_default="$RAY_ADDRESS, else a new cluster here")] = None
     workers: Annotated[Optional[int], _option(
-        EXECUTOR, "Workers: Ray actors (one per GPU with --backbone vllm, else per CPU) or Slurm array tasks.",
+        EXECUTOR, "Ray actors (one per GPU for vllm, else per CPU) or Slurm array tasks.",
         show_default="ray: all; slurm: one per 16 streams", min=1)] = None
     streams_per_worker: Annotated[Optional[int], _option(
-        EXECUTOR, "Streams a worker keeps live in one batch at most; it takes the next as one ends.",
+        EXECUTOR, "Most streams a worker keeps live at once.",
         show_default="a fair share of all", min=1)] = None
     slurm_partition: Annotated[Optional[str], _option(EXECUTOR, "Slurm partition.",
                                                       show_default="the cluster's default")] = None
     slurm_time: Annotated[int, _option(
-        EXECUTOR, "Minutes per array task; one that runs out is requeued and resumes.", min=1)] = \
+        EXECUTOR, "Minutes per array task (then requeued; it resumes).", min=1)] = \
         DEFAULT.executor.slurm.time_min
     slurm_gpus: Annotated[Optional[int], _option(EXECUTOR, "GPUs per array task.",
                                                  show_default="vllm: its GPUs, else 0", min=0)] = None
     slurm_option: Annotated[Optional[list[str]], _option(
-        EXECUTOR, "Any other sbatch option, KEY=VALUE (repeatable), e.g. account=proj or mem=64G.")] = None
+        EXECUTOR, "Other sbatch options, KEY=VALUE (repeatable).")] = None
     slurm_cluster: Annotated[str, _option(
-        EXECUTOR, "slurm, or local: the array as processes on this machine (to try a setup).")] = \
+        EXECUTOR, "slurm, or local (the array as processes here).")] = \
         DEFAULT.executor.slurm.cluster
 
     def config(self, what: Streams | Sweep, *, out: Path | None = None,
