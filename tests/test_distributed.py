@@ -290,7 +290,7 @@ def test_refusals_are_one_line_within_a_minute_and_write_nothing(two_nodes, data
 
 
 def test_a_node_that_cannot_see_the_folder_or_its_locks_is_refused(tmp_path) -> None:
-    from agent.experiment.distributed.ray_cluster import _storage_probe
+    from agent.experiment.distributed.storage import storage_probe
     from agent.storage import runfolder
 
     (tmp_path / "config.json").write_text('{"env": "db"}')
@@ -299,10 +299,10 @@ def test_a_node_that_cannot_see_the_folder_or_its_locks_is_refused(tmp_path) -> 
     digest = hashlib.sha256((tmp_path / "config.json").read_bytes()).hexdigest()
     lock = tmp_path / ".driver.lock"
     with runfolder.locked(lock, "the driver"):
-        assert _storage_probe(str(tmp_path), digest, str(lock)) is None  # held for it too: shared locks
-        assert "sees another" in _storage_probe(str(tmp_path), "0" * 64, str(lock))
-        assert "does not see" in _storage_probe(str(tmp_path / "elsewhere"), digest, str(lock))
-    assert "not shared with the driver's" in _storage_probe(str(tmp_path), digest, str(lock))  # lock not held
+        assert storage_probe(str(tmp_path), digest, str(lock)) is None  # held for it too: shared locks
+        assert "sees another" in storage_probe(str(tmp_path), "0" * 64, str(lock))
+        assert "does not see" in storage_probe(str(tmp_path / "elsewhere"), digest, str(lock))
+    assert "not shared with the driver's" in storage_probe(str(tmp_path), digest, str(lock))  # lock not held
 
 
 # ------------------------------------------------------------------------- Slurm (submitit's local executor)

@@ -38,6 +38,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from agent.experiment.config import ExecutorConfig
+from agent.experiment.distributed.storage import storage_probe
 from agent.experiment.plan import LaunchError, Plan
 
 PROBE_TIMEOUT_S = 5.0
@@ -265,32 +266,7 @@ def placement(nodes: Sequence[Node], plan: Plan, config: ExecutorConfig) -> Plac
 
 
 # ------------------------------------------------------------------------- shared storage
-def _storage_probe(out: str, config_digest: str, lock: str) -> str | None:
-    """On one node: None when it sees the run folder as the driver does and the driver's lock is held
-    for it too; else what is wrong."""
-    import fcntl
-
-    path = Path(out) / "config.json"
-    try:
-        seen = hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError as exc:
-        return f"does not see {path} ({exc.strerror})"
-    if seen != config_digest:
-        return f"sees another {path} than the driver (a local folder at the same path?)"
-    try:
-        fd = os.open(lock, os.O_RDWR)
-    except OSError as exc:
-        return f"cannot open {lock} ({exc.strerror})"
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return None  # held by the driver, as it should be
-    finally:
-        os.close(fd)  # releases the lock if this probe got it
-    return f"could lock {lock} while the driver holds it: its file locks are not shared with the driver's"
-
-
-_probe = ray.remote(num_cpus=0)(_storage_probe)
+_probe = ray.remote(num_cpus=0)(storage_probe)
 
 
 def check_storage(out: Path, lock: Path, nodes: Sequence[Node]) -> None:
