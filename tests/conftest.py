@@ -1,5 +1,7 @@
-"""Test-wide JAX settings: catch silent dtype promotion and rank broadcasting."""
+"""Test-wide JAX settings: catch silent dtype promotion and rank broadcasting, and free compiled
+programs after each module (see _release_compiled_programs)."""
 
+import gc
 import os
 
 import jax
@@ -17,3 +19,36 @@ DATA_DIR = os.environ.get(
 @pytest.fixture(scope="session")
 def data_dir() -> str:
     return DATA_DIR
+
+
+def _mappings() -> int:
+    with open("/proc/self/maps") as maps:
+        return sum(1 for _ in maps)
+
+
+def _mapping_limit() -> int:
+    try:
+        with open("/proc/sys/vm/max_map_count") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 65530  # the kernel's default
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drop every compiled program after each test module.
+
+    XLA's CPU JIT keeps each compiled executable in memory mappings of its own (code, constants,
+    data: about three each), and JAX's caches keep every executable alive. One pytest process
+    compiles thousands of programs over the suite; at ``vm.max_map_count`` (65,530 by default) an
+    mmap fails inside LLVM and the process dies of SIGSEGV in a later compile, far from the cause.
+    Clearing the caches frees them (a later module recompiles what it uses). Should a single
+    module ever come near the limit, fail here, naming the cause, rather than crash later."""
+    yield
+    jax.clear_caches()
+    gc.collect()
+    used, limit = _mappings(), _mapping_limit()
+    if used > 0.8 * limit:
+        raise RuntimeError(f"this test process holds {used} memory mappings after clearing JAX's caches, near "
+                           f"vm.max_map_count = {limit}: an mmap will fail and crash a later compile. Split the "
+                           "module, or find what keeps compiled programs alive")
