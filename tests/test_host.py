@@ -134,11 +134,17 @@ def test_checkpoint_of_an_older_layout_is_refused_naming_it(ctl):
 
 
 def test_each_protocol_step_is_one_pure_call_and_state_is_the_live_state(ctl):
-    """The open task's progress is in the device state and each step is one pure call: observe and
-    end_task record (protocol.judge / protocol.end), the call that closes the task applies its
-    feedback (offer: tw.finish_task; the next select: tw.advance). .state is a copy of the live state,
+    """The open task's progress is in the device state and each closing step is one pure call: observe
+    and end_task move the host's copy of the progress only (no device call: the live state is the
+    same object), the call that closes the task applies its feedback (offer: tw.finish_task; the next
+    select: tw.advance). .state is a copy of the live state with the host's progress written in,
     nothing recomputed, and equals what those pure functions make from the same start."""
     P = tw.protocol.Progress
+
+    def judged(state, reward):
+        return with_progress(state, tw.protocol.on_device(tw.protocol.after(
+            tw.protocol.on_host(state.task.progress), "observe", reward)))
+
     hp, spec = ctl.hp, ctl.spec
     assert ctl.phase == "idle"  # the fixture's last task offered: that closed it
     want = ctl.state
@@ -147,8 +153,10 @@ def test_each_protocol_step_is_one_pure_call_and_state_is_the_live_state(ctl):
     sel = ctl.select("find rows where value is 1")
     assert ctl.phase == "selected" and sel.memory_id == int(want_sel.memory_id)
     chex_equal(ctl.state, want)
+    live = ctl._state
     ctl.observe(1)
-    want = with_progress(want, tw.protocol.judge(want.task.progress, 1))
+    assert ctl._state is live  # no device call
+    want = judged(want, 1)
     chex_equal(ctl.state, want)  # the reward recorded, the feedback pending
     assert tw.protocol.on_host(ctl.state.task.progress) == P(tw.protocol.JUDGED, 1, False)
     dec = ctl.offer("a memory", key_text="find rows where value is 1")
@@ -160,11 +168,14 @@ def test_each_protocol_step_is_one_pure_call_and_state_is_the_live_state(ctl):
     # a failure, ended: its feedback and its end run with the next select
     want, _ = tw.select(want, ctl.query("q"), hp, spec)
     ctl.select("q")
+    live = ctl._state
     ctl.observe(0)
     ctl.end_task()
+    assert ctl._state is live
     assert ctl.phase == "ended" and tw.protocol.on_host(ctl.state.task.progress) == P(tw.protocol.ENDED, 0, False)
     assert int(ctl.state.clock.t) == int(want.clock.t)  # not applied yet: the progress says so
-    want = with_progress(want, tw.protocol.end(tw.protocol.judge(want.task.progress, 0)))
+    want = with_progress(want, tw.protocol.on_device(tw.protocol.deferred_end(
+        tw.protocol.on_host(judged(want, 0).task.progress))))
     chex_equal(ctl.state, want)
     ctl.select("q2")
     want, _, _ = tw.advance(want, 0, ctl.memory("unused"), -1, False, ctl.query("q2"), hp, spec)

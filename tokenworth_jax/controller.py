@@ -184,8 +184,8 @@ class Parts(NamedTuple):
 
 
 def with_progress(state: State, progress: Progress) -> State:
-    """``state`` with the open task's progress replaced (the host's deferred protocol steps,
-    ``protocol.judge`` and ``protocol.end``, compute only the progress)."""
+    """``state`` with the open task's progress replaced (the host writes its copy of the progress,
+    which its deferred ``observe`` and ``end_task`` move, into the states it hands out)."""
     return state._replace(task=state.task._replace(progress=progress))
 
 

@@ -5,19 +5,21 @@ and makes one pure call per protocol step, the protocol's deferred walk
 (:mod:`tokenworth_jax.protocol`)::
 
     sel = ctl.select(question)            # tw.select, or tw.advance if the last task's feedback is pending
-    ctl.observe(reward)                   # protocol.judge: the reward recorded; 0 or 1, once, after the grader
+    ctl.observe(reward)                   # the reward recorded (host only); 0 or 1, once, after the grader
     dec = ctl.offer(memory_text, key_text=...)   # tw.finish_task: feedback + admission + end; after observe(1)
-    ctl.end_task()                        # protocol.end: the task marked ended (optional)
+    ctl.end_task()                        # the task marked ended (host only, optional)
 
 The open task's progress (phase, judged reward, offered) lives in the device state, which each call
 advances; a judged task's feedback (credit, windows, refits) and its end run in the call that
-closes it (``offer``, or the next ``select``), so a task runs the compiled programs of the fused
-calls, and ``observe``/``end_task`` touch the progress's three leaves only. The host validates every
+closes it (``offer``, or the next ``select``), which is given the judged reward. So a task runs at
+most two device calls: ``observe`` and ``end_task`` only move the host's copy of the progress (a
+device call each would cost a dispatch per task for three scalars), and :attr:`Controller.state` and
+:meth:`Controller.state_dict` write that copy into the state they return. The host validates every
 call against its own copy of that progress and every input (vector shape and finiteness, reward in
 {0, 1}, non-empty memory text) before touching anything, so a violation raises
 (:class:`ProtocolError`, ``ValueError``) and leaves everything unchanged. The calls donate the state
 (XLA updates it in place); :attr:`Controller.state` is a copy of it, nothing recomputed (its
-progress says whether a task's feedback is still pending). What crosses back is the typed
+progress, the host's, says whether a task's feedback is still pending). What crosses back is the typed
 :class:`~tokenworth_jax.Selection` / :class:`~tokenworth_jax.Decision`, fetched once per call.
 
 ``key_text`` is the text whose hashed vector represents the memory (by default the memory text
@@ -154,8 +156,13 @@ class Controller:
 
     @property
     def state(self) -> State:
-        """A copy of the controller state (the calls donate the live state's buffers to XLA)."""
-        return jax.tree_util.tree_map(jnp.copy, self._state)
+        """A copy of the controller state (the calls donate the live state's buffers to XLA), with the open
+        task's progress as the protocol stands (observe and end_task move only the host's copy)."""
+        return jax.tree_util.tree_map(jnp.copy, self._current())
+
+    def _current(self) -> State:
+        """The live state with the host's progress written in (the buffers are the live ones: no copy)."""
+        return with_progress(self._state, protocol.on_device(self._progress))
 
     @property
     def phase(self) -> str:
@@ -237,9 +244,9 @@ class Controller:
 
     def observe(self, reward: int) -> None:
         protocol.check(self._progress, "observe")
-        r = _reward(reward)
-        self._set_progress(protocol.judge(self._state.task.progress, np.int32(r)))
-        self._progress = protocol.after(self._progress, "observe", r)
+        # Host only: the call that closes the task (offer, or the next select) is given the reward and
+        # records it on the device itself.
+        self._progress = protocol.after(self._progress, "observe", _reward(reward))
 
     def offer(self, memory_text: str, key_text: str | np.ndarray | None = None, *, payload: Any = None,
               **features: Any) -> HostDecision:
@@ -260,12 +267,8 @@ class Controller:
 
     def end_task(self) -> None:
         protocol.check(self._progress, "end_task")
-        if self._progress.phase == protocol.JUDGED:
-            self._set_progress(protocol.end(self._state.task.progress))
+        if self._progress.phase == protocol.JUDGED:  # host only, as observe
             self._progress = protocol.deferred_end(self._progress)
-
-    def _set_progress(self, progress: protocol.Progress) -> None:
-        self._state = with_progress(self._state, progress)
 
     # ----- inspection and checkpoints -----------------------------------------------------
     def bank(self) -> list[dict[str, Any]]:
@@ -286,7 +289,7 @@ class Controller:
             "layout": LAYOUT,
             "spec": describe(self.spec),
             "hparams": {k: np.asarray(v) for k, v in flatten(self.hp, self.spec.parts).items()},
-            "state": to_numpy(self._state),
+            "state": to_numpy(self._current()),
             "memories": self.memories.state_dict(encode),
         }
 

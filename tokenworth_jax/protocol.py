@@ -8,14 +8,14 @@ Two ways to walk it, both pure, both leaving the same learners, bank and decisio
 
 * **Eager** (``tw.select``, ``tw.observe``, ``tw.offer``, ``tw.end_task``; ``tw.step``): each step
   does its work at once.
-* **Deferred** (the host ``Controller``): ``observe`` only records the judged reward
-  (:func:`judge`, phase ``judged``) and ``end_task`` only marks the task ended (:func:`end`, phase
-  ``ended``); the task's feedback (credit, windows, refits), its admission and its end then run in
-  the one call that closes it: ``offer`` (``tw.finish_task``) or the next ``select``
-  (``tw.advance``). The phase says which work is pending, so the state describes itself. This
-  runs the compiled programs of a fused call per task, not of four separate ones (each costs a
-  dispatch of the whole state); :func:`judge` and :func:`end` touch the three leaves of the
-  progress only.
+* **Deferred** (the host ``Controller``): ``observe`` only records the judged reward (phase
+  ``judged``) and ``end_task`` only marks the task ended (:func:`deferred_end`, phase ``ended``),
+  both in the host's copy of the progress alone; the task's feedback (credit, windows, refits),
+  its admission and its end then run in the one call that closes it, which is given the reward:
+  ``offer`` (``tw.finish_task``) or the next ``select`` (``tw.advance``). The phase says which
+  work is pending, and the host writes its copy into every state it hands out, so a checkpoint
+  describes itself. A task thus runs at most two device calls, not four (each costs a dispatch of
+  the whole state).
 
 A pure function cannot raise under ``jit``, so the rules are enforced where calls are made: the
 host keeps a host copy of the progress (Python values, kept in step with the same transitions,
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from typing import Any, Literal, NamedTuple
 
-import jax
 import jax.numpy as jnp
 
 IDLE, SELECTED, JUDGED, ENDED = 0, 1, 2, 3
@@ -84,18 +83,6 @@ def on_device(progress: Progress) -> Progress:
 def on_host(progress: Progress) -> Progress:
     """Python values of a (fetched) device progress."""
     return Progress(phase=int(progress.phase), reward=int(progress.reward), offered=bool(progress.offered))
-
-
-@jax.jit
-def judge(progress: Progress, reward: jax.Array) -> Progress:
-    """Deferred ``observe``: the judged reward recorded, its feedback pending (three leaves in and out)."""
-    return on_device(after(progress, "observe", jnp.asarray(reward, jnp.int32)))
-
-
-@jax.jit
-def end(progress: Progress) -> Progress:
-    """Deferred ``end_task``: the judged task marked ended, its feedback pending."""
-    return on_device(deferred_end(progress))
 
 
 def check(progress: Progress, step: Step) -> None:
