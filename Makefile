@@ -81,10 +81,10 @@ run: setup
 
 test: setup vllm-setup bcb-ci-setup alfworld-setup
 	TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_BCB_VENV=$(abspath $(BCB_CI_VENV)) TOKENWORTH_ALFWORLD_VENV=$(abspath $(ALFWORLD_VENV)) \
-		$(PY) -m pytest -q
+		$(PY) -m pytest -q --durations=25
 	TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_VLLM_MODEL=$(abspath $(VLLM_MODEL)) TOKENWORTH_REAL_VLLM=required \
 		TOKENWORTH_BCB_VENV=$(abspath $(BCB_CI_VENV)) TOKENWORTH_ALFWORLD_VENV=$(abspath $(ALFWORLD_VENV)) \
-		$(VLLM_PY) -m pytest -q -m real_vllm tests/test_vllm_engine.py tests/test_alfworld_vllm.py
+		$(VLLM_PY) -m pytest -q --durations=10 -m real_vllm tests/test_vllm_engine.py tests/test_alfworld_vllm.py
 
 bench: setup
 	TOKENWORTH_DATA_DIR=$(DATA) $(PY) -m bench controller

@@ -34,9 +34,9 @@ from agent.results.record import comparable, read_records
 from agent.storage.checkpoint import load_checkpoint
 from tests.killing import running
 
-# Found, never imported: Ray's native module carries its own gRPC/abseil/protobuf, and with it loaded in
-# this process XLA's compiler crashed in a later test (SIGSEGV in backend_compile_and_load). Ray runs only
-# in the driver subprocesses and the helper process that owns the nodes.
+# Found, never imported: importing Ray into this process installs its own signal handling (later tests
+# that send SIGINT to themselves then saw it swallowed) and threads. Ray runs only in the driver
+# subprocesses and the helper process that owns the nodes.
 if importlib.util.find_spec("ray") is None:
     pytest.skip("Ray is installed by the [ray] extra (make setup installs it)", allow_module_level=True)
 pytest.importorskip("submitit", reason="submitit is installed by the [slurm] extra (make setup installs it)")
