@@ -29,6 +29,19 @@ DB = Budget.for_env("db")
 AT_TASK = 3
 
 
+@pytest.fixture(autouse=True)
+def interactive_sigint():
+    """Python's own SIGINT handler for each test, whatever this process inherited.
+
+    A test run started as a background job of a non-interactive shell (``cmd &``, nohup) inherits
+    SIGINT ignored (POSIX: asynchronous lists ignore SIGINT without job control), so Python never
+    installs its handler and no Ctrl-C can reach a run there. These tests are about the terminal
+    case; the inherited disposition comes back afterwards."""
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, inherited)
+
+
 def sqlite_swallowing_sigint(presses: int) -> None:
     """A SQLite query whose Python progress callback receives SIGINT ``presses`` times.
 
