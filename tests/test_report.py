@@ -11,3 +11,27 @@ def test_rolling_sr_is_the_mean_of_the_last_window_tasks() -> None:
     assert rolling_sr(records[:3], 4).size == 0
     np.testing.assert_allclose(cumulative_sr(records)[-1], 50.0)
     assert rolling_window(60) == 6 and rolling_window(20) == 5 and rolling_window(500) == 50
+
+
+def test_the_prefix_table_summarises_the_tasks_every_stream_finished(tmp_path) -> None:
+    """bench.prefix_table on a stopped run: every stream cut to the fewest finished tasks, the harness's
+    own summary of that prefix, and its figure."""
+    import json
+
+    from agent.core.budget import Budget
+    from agent.experiment.runner import run_stream
+    from agent.results.record import read_records
+    from bench import prefix_table
+    from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks
+
+    run = tmp_path / "run"
+    for method, n in (("memp", 6), ("standard", 4)):  # standard stopped after 4 tasks
+        run_stream(method, "db", make_tasks(n), FakeBackbone(), Budget.for_env("db"), 0, run, env=FakeDBEnv())
+    prefix_table.main([str(run), "memp,standard", str(tmp_path / "table")])
+    table = json.loads((tmp_path / "table" / "summary.json").read_text())
+    assert table["tasks"] == 4
+    for row in table["rows"]:
+        rewards = [r.reward for r in read_records(run / row["method"] / "records.jsonl")[:4]]
+        assert row["tasks"] == 4 and row["sr"] == 100.0 * sum(rewards) / 4
+    assert "first 4 tasks" in (tmp_path / "table" / "summary.md").read_text()
+    assert (tmp_path / "table" / "cumulative_sr.png").stat().st_size > 0
