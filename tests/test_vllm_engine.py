@@ -73,6 +73,10 @@ def assert_real(llm) -> None:
 
 
 # ------------------------------------------------------------------ the backbone, in this process
+# Its tests share one engine: under pytest-xdist (make test's --dist loadgroup) they go to one worker.
+IN_PROCESS = pytest.mark.xdist_group("in-process engine")
+
+
 @pytest.fixture(scope="module")
 def backbone():
     from agent.backbones.vllm_backbone import VLLMBackbone, close_engines
@@ -103,6 +107,7 @@ def ask(text: str, system: str = "You are a helpful assistant.") -> list[dict[st
     return [{"role": "system", "content": system}, {"role": "user", "content": text}]
 
 
+@IN_PROCESS
 def test_a_batch_counts_every_decoded_token(backbone):
     tokenizer = backbone.llm.get_tokenizer()
     conversations = [ask("What is 2+2? Answer with the number only."), ask("Write a long story about a dragon."),
@@ -121,6 +126,7 @@ def test_a_batch_counts_every_decoded_token(backbone):
     assert any(g.finish_reason == "stop" for g in out), [g.text for g in out]
 
 
+@IN_PROCESS
 def test_a_stop_string_is_cut_from_the_text_and_still_counted(backbone):
     tokenizer = backbone.llm.get_tokenizer()
     conversation = [ask("Count from one to twenty in words, separated by commas.")]
@@ -139,6 +145,7 @@ def test_a_stop_string_is_cut_from_the_text_and_still_counted(backbone):
     assert cut.output_tokens == len(ids)  # whose tokens count
 
 
+@IN_PROCESS
 def test_prompt_and_cached_tokens_are_recorded(backbone):
     tokenizer = backbone.llm.get_tokenizer()
     block = backbone.llm.llm_engine.vllm_config.cache_config.block_size

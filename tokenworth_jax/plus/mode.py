@@ -42,7 +42,7 @@ from . import actions as action_model
 from .abstain import NullStats, far_stats, logit, null_logit_sd, null_mean, null_stats, stored_stats
 from .actions import ActionModel
 from .config import N_LIFT_FEATURES, SCHEMA, PlusShapes
-from .guard import allows
+from .guard import Retired, allows, retire
 from .lift import fit_by_evidence, thompson
 from .text import action_vector, word_vector
 
@@ -64,6 +64,7 @@ class PlusState(NamedTuple):
     slot_actions: jax.Array  # (B, A) the action vector of the memory in each bank slot
     null_ring: Ring  # data = (q (N0, D), y (N0,) in {0, 1}): tasks with nothing injected
     lift_ring: Ring  # data = (psi (N, F), y (N,) in {-1, 1}, offset (N,) = logit p̂₀, k (N,), ky (N,))
+    retired: Retired  # the injected tasks that have left the lift ring (the guard counts the whole run)
     theta: jax.Array  # (F,) posterior mean of the lift weights
     chol: jax.Array  # (F, F) Cholesky factor of the Laplace covariance H⁻¹
     key: jax.Array  # (2,) uint32 PRNG key, split once per select
@@ -87,6 +88,7 @@ def init(spec: Any, hp: HParams) -> PlusState:
         null_ring=ring_init((jnp.zeros((own.null_window, spec.dim), f), jnp.zeros((own.null_window,), f))),
         lift_ring=ring_init((jnp.zeros((spec.base_window, F), f),) + tuple(jnp.zeros((spec.base_window,), f)
                                                                              for _ in range(4))),
+        retired=Retired(gain=jnp.zeros((), f), var=jnp.zeros((), f)),
         theta=jnp.asarray(php.theta0, f) * features,
         chol=jnp.diag(1 / jnp.sqrt(2 * jnp.asarray(php.lambda_, f))),
         key=jax.random.PRNGKey(jnp.asarray(php.seed, jnp.int32)),
@@ -133,11 +135,12 @@ def _p0(state: PlusState, keys: jax.Array, hp: HParams) -> jax.Array:
     return null_mean(_null(state, keys, hp), hp.mode.p0_prior, hp.mode.p0_strength)
 
 
-def lift_offsets(ring: Ring, totals: tuple[jax.Array, jax.Array], hp: HParams) -> jax.Array:
-    """(N,) the lift window's offsets: logit p̂₀ at select time, or with ``reoffset`` against the
-    no-memory ring's current totals (each row's local sums as they were at its select time)."""
+def lift_offsets(rows: tuple[jax.Array, ...], totals: tuple[jax.Array, jax.Array], hp: HParams) -> jax.Array:
+    """The offsets of lift rows (the lift ring's data, (N,) each, or one row): logit p̂₀ at select
+    time, or with ``reoffset`` against the no-memory ring's current totals (each row's local sums
+    as they were at its select time)."""
     php = hp.mode
-    _, _, stored, k, ky = ring.data
+    _, _, stored, k, ky = rows
     current = logit(null_mean(stored_stats(k, ky, totals), php.p0_prior, php.p0_strength))
     return jnp.where(_on(php.reoffset), current, stored)
 
@@ -175,8 +178,9 @@ def choose(state: PlusState, cands: Candidates, hp: HParams) -> tuple[PlusState,
     totals = stats.n, stats.y
     sd_global = null_logit_sd(far_stats(totals, p0[None]), php.p0_prior, php.p0_strength)[0]
     allowance = php.guard_budget + php.guard_rate * (state.n_tasks + 1).astype(f)
-    safe = allows(chosen, o, (state.lift_ring.data[1] + 1) / 2, lift_offsets(state.lift_ring, totals, hp),
-                  ring_valid(state.lift_ring), state.theta * features, state.chol, sd_global, php.guard_sds, allowance)
+    safe = allows(chosen, o, (state.lift_ring.data[1] + 1) / 2, lift_offsets(state.lift_ring.data, totals, hp),
+                  ring_valid(state.lift_ring), state.retired, state.theta * features, state.chol, sd_global,
+                  php.guard_sds, allowance)
     measured = state.null_n >= php.null_first  # "no memory" is measured before anything is injected
     inject = any_valid & (~_on(php.abstain) | (measured & propose & (~_on(php.guard) | safe)))
     abstained = any_valid & ~inject
@@ -203,7 +207,7 @@ def _refit(posterior: tuple[jax.Array, jax.Array], ring: Ring, totals: tuple[jax
     f = theta.dtype
     features = jnp.asarray(php.features, f)
     psi, y = ring.data[:2]
-    return fit_by_evidence(psi * features[None, :], y, lift_offsets(ring, totals, hp), ring_valid(ring), theta,
+    return fit_by_evidence(psi * features[None, :], y, lift_offsets(ring.data, totals, hp), ring_valid(ring), theta,
                            jnp.asarray(php.theta0, f) * features, jnp.asarray(php.lambda_, f),
                            jnp.asarray(php.adaptive, f), jnp.asarray(php.lambda_grid, f))
 
@@ -216,9 +220,15 @@ def update(state: PlusState, fb: Feedback, hp: HParams) -> PlusState:
     pend = state.pending
     n = state.n_injected + fb.selected.astype(jnp.int32)
     none = (~fb.selected).astype(f)
+    # the row the push overwrites leaves the window: the guard keeps its gain (against the current rate)
+    ring = state.lift_ring
+    leaving = fb.selected & ring.is_full
+    old = jax.tree_util.tree_map(lambda a: a[ring.idx], ring.data)
+    old_offset = lift_offsets(old, _null_totals(state, hp), hp)
     state = state._replace(null_ring=ring_push(state.null_ring, (fb.query.key, r), ~fb.selected),
                            null_n=state.null_n + none, null_y=state.null_y + none * r,
-                           lift_ring=ring_push(state.lift_ring, (pend.psi, 2 * r - 1, logit(pend.p0), pend.k, pend.ky),
+                           retired=retire(state.retired, (old[1] + 1) / 2, old_offset, leaving),
+                           lift_ring=ring_push(ring, (pend.psi, 2 * r - 1, logit(pend.p0), pend.k, pend.ky),
                                                fb.selected),
                            n_injected=n)
     totals = _null_totals(state, hp)
