@@ -25,8 +25,6 @@ ALFWORLD_VENV ?= .venv-alfworld
 
 .PHONY: setup system-deps vllm-setup bcb-setup bcb-tf bcb-ci-setup alfworld-setup test-envs run test bench notebooks clean
 
-# The test suite runs in this many pytest-xdist workers, a test file per worker at a time.
-TEST_WORKERS ?= 2
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -90,7 +88,7 @@ test-envs: setup vllm-setup bcb-ci-setup alfworld-setup
 test:
 	$(MAKE) --no-print-directory -j4 --output-sync=target test-envs
 	TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_BCB_VENV=$(abspath $(BCB_CI_VENV)) TOKENWORTH_ALFWORLD_VENV=$(abspath $(ALFWORLD_VENV)) \
-		$(PY) -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadfile
+		$(PY) -m pytest -q --durations=25
 	TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_VLLM_MODEL=$(abspath $(VLLM_MODEL)) TOKENWORTH_REAL_VLLM=required \
 		TOKENWORTH_BCB_VENV=$(abspath $(BCB_CI_VENV)) TOKENWORTH_ALFWORLD_VENV=$(abspath $(ALFWORLD_VENV)) \
 		$(VLLM_PY) -m pytest -q --durations=10 -m real_vllm tests/test_vllm_engine.py tests/test_alfworld_vllm.py

@@ -1,22 +1,14 @@
 """Test-wide JAX settings: catch silent dtype promotion and rank broadcasting, and free compiled
-programs after each module (see _release_compiled_programs).
-
-``make test`` runs the suite in two pytest-xdist workers, a test file per worker at a time
-(``--dist loadfile``), so a test must not depend on what another file does at the same time.
-Hypothesis keeps no example database: it would create ``.hypothesis/`` in the checkout while the
-sandbox tests compare its listing before and after an attack."""
+programs after each module (see _release_compiled_programs)."""
 
 import gc
 import os
 
 import jax
 import pytest
-from hypothesis import settings
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
-settings.register_profile("tokenworth", database=None)
-settings.load_profile("tokenworth")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA_DIR = os.environ.get(

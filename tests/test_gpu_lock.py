@@ -1,9 +1,14 @@
 """requirements/gpu-lock.txt, the resolved ``[gpu]`` set: one set of NVIDIA libraries, all CUDA 13,
 on the tested vLLM and JAX; and it is still what the resolver gives.
 
-The file is ``uv pip compile`` output (the command is in its header, with ``--exclude-newer``, so
-a later release on the registry does not change the answer). The first tests read the committed
-file; the last re-runs the recorded command (metadata only: no wheel is downloaded) and compares.
+The file is ``uv pip compile`` output (the command is in its header, with ``--exclude-newer``).
+The first tests read the committed file; the last re-runs the recorded command with the lock
+itself as constraints (metadata only: no wheel is downloaded) and compares: the committed set
+must still be a complete resolution of the ``[gpu]`` extra (a changed requirement in
+pyproject.toml conflicts with it, a new one adds a package). Why the constraints: the registry
+this project installs from serves no upload times, so ``--exclude-newer`` alone does not hold the
+answer still, and a release made after the lock (uvicorn 0.55.0 after 0.54.0, on 2 December 2026)
+changed it while nothing here had.
 """
 
 from __future__ import annotations
@@ -76,8 +81,8 @@ def test_the_recorded_command_still_resolves_to_the_committed_set(tmp_path):
     assert header and "--exclude-newer" in header.group(1), "the lock must record its --exclude-newer date"
     args = shlex.split(header.group(1))[1:]
     args[args.index("-o") + 1] = str(tmp_path / "lock.txt")
-    done = subprocess.run([*uv_command(), *args, "--no-header", "--quiet"], cwd=REPO, capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "UV_NO_PROGRESS": "1"})
+    done = subprocess.run([*uv_command(), *args, "-c", str(LOCK), "--no-header", "--quiet"], cwd=REPO,
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "UV_NO_PROGRESS": "1"})
     if done.returncode != 0 and re.search(r"(?i)connect|dns|network|timed? ?out|offline", done.stderr):
         pytest.skip(f"the package registry cannot be reached: {done.stderr.strip().splitlines()[-1:]}")
     assert done.returncode == 0, done.stderr[-2000:]

@@ -318,3 +318,16 @@ def test_family_oracle_beats_no_memory_and_injecting_blindly_loses():
     assert sr > streams.no_memory(st) + 5 and 0 < injected < 1
     row = streams.run_controller(st, False)  # the paper's controller injects nearly always here
     assert row["injected"] > 0.9 and row["sr"] < streams.no_memory(st) - 3 and row["harmful"] > 0.5
+
+
+def test_the_no_harm_target_is_inclusive_of_exactly_one_point():
+    from bench.plus.targets import stream_checks
+
+    def result(plus_sr: float, none_sr: float) -> dict:
+        rows = {"tokenworth+": [dict(sr=plus_sr, injected=0.1)], "no memory": [dict(sr=none_sr, injected=0.0)]}
+        return {"seeds": [0], "methods": {name: {"rows": r, "mean": r[0], "vs_no_memory": [r[0]["sr"] - none_sr],
+                                                 "vs_oracle": [0.0], "gap_closed": None} for name, r in rows.items()}}
+
+    # 48.2 - 49.2 is -1.000000000000007 in floating point: ten successes of 1,000, exactly the target
+    assert stream_checks({"s": result(48.2, 49.2)}, {"s"}, set())[0]["no_harm"]
+    assert not stream_checks({"s": result(48.1, 49.2)}, {"s"}, set())[0]["no_harm"]

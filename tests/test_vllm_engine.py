@@ -73,10 +73,6 @@ def assert_real(llm) -> None:
 
 
 # ------------------------------------------------------------------ the backbone, in this process
-# Its tests share one engine: under pytest-xdist (make test's --dist loadgroup) they go to one worker.
-IN_PROCESS = pytest.mark.xdist_group("in-process engine")
-
-
 @pytest.fixture(scope="module")
 def backbone():
     from agent.backbones.vllm_backbone import VLLMBackbone, close_engines
@@ -107,7 +103,6 @@ def ask(text: str, system: str = "You are a helpful assistant.") -> list[dict[st
     return [{"role": "system", "content": system}, {"role": "user", "content": text}]
 
 
-@IN_PROCESS
 def test_a_batch_counts_every_decoded_token(backbone):
     tokenizer = backbone.llm.get_tokenizer()
     conversations = [ask("What is 2+2? Answer with the number only."), ask("Write a long story about a dragon."),
@@ -126,7 +121,6 @@ def test_a_batch_counts_every_decoded_token(backbone):
     assert any(g.finish_reason == "stop" for g in out), [g.text for g in out]
 
 
-@IN_PROCESS
 def test_a_stop_string_is_cut_from_the_text_and_still_counted(backbone):
     tokenizer = backbone.llm.get_tokenizer()
     conversation = [ask("Count from one to twenty in words, separated by commas.")]
@@ -145,7 +139,6 @@ def test_a_stop_string_is_cut_from_the_text_and_still_counted(backbone):
     assert cut.output_tokens == len(ids)  # whose tokens count
 
 
-@IN_PROCESS
 def test_prompt_and_cached_tokens_are_recorded(backbone):
     tokenizer = backbone.llm.get_tokenizer()
     block = backbone.llm.llm_engine.vllm_config.cache_config.block_size
@@ -238,22 +231,23 @@ def test_a_run_with_four_methods_records_the_engines_own_token_counts(tmp_path, 
 
 
 def test_kill_9_mid_run_then_the_same_command_resumes(tmp_path, data_dir):
-    out, limit = tmp_path / "run", 4
-    command = run_command(out, limit)
+    # two methods, one with a memory and the controller: what a kill can lose is per stream, not per method
+    out, limit, methods = tmp_path / "run", 4, ("standard", "tokenworth")
+    command = run_command(out, limit, methods)
     env = {**cli_env(tmp_path / "spy.jsonl"), "TOKENWORTH_DATA_DIR": data_dir}
     proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)
     try:
         deadline = time.monotonic() + 900
-        while not any(records(out, m) for m in METHODS):  # some task finished: the run is under way
+        while not any(records(out, m) for m in methods):  # some task finished: the run is under way
             assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
             assert time.monotonic() < deadline, "no task finished in time"
             time.sleep(0.2)
         children = [pid for pid, _ in child_processes(proc.pid)]  # vLLM's engine core, its worker, the reaper
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        before = {m: len(records(out, m)) for m in METHODS}
-        assert sum(before.values()) < limit * len(METHODS), "the run finished before it could be killed"
+        before = {m: len(records(out, m)) for m in methods}
+        assert sum(before.values()) < limit * len(methods), "the run finished before it could be killed"
         deadline = time.monotonic() + 30
         while any(map(running, children)) and time.monotonic() < deadline:  # the reaper ends the engine
             time.sleep(0.5)
@@ -267,7 +261,7 @@ def test_kill_9_mid_run_then_the_same_command_resumes(tmp_path, data_dir):
 
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stderr[-4000:]
-    for method in METHODS:
+    for method in methods:
         assert [r["index"] for r in records(out, method)] == list(range(limit)), (method, before)  # none lost, none twice
 
 
