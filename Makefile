@@ -25,7 +25,6 @@ ALFWORLD_VENV ?= .venv-alfworld
 
 .PHONY: setup system-deps vllm-setup bcb-setup bcb-tf bcb-ci-setup alfworld-setup test-envs run test bench notebooks clean
 
-
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip

@@ -26,12 +26,12 @@ exact. The new injection's uncertainty is the lift's posterior (L: the Cholesky 
 Laplace covariance). The bound is G − ``plus_guard_sds``·sd.
 
 Why every injection and not only the window's: the promise is about the whole run. With a
-window only, harm done early is forgotten once 256 more injections have been made, and a stream
-whose lift model stays wrong can go on losing (measured: the hard development stream
-h40-x20-s3-n2, seed 12, injected on 67 % of tasks and ended 2.9 points below no memory). Why the
+window only, harm done early is forgotten once 256 more injections have been made. Why the
 coin's variance: without it the guard trusts a lucky run of outcomes as if it were the effect
 (measured: h10-x10-s0-n2, seed 2, where the no-memory rate was estimated 0.04 low, injected on
-37 % of tasks and ended 2.8 points below no memory).
+37 % of tasks and ended 2.8 points below no memory; with the coins, 13 % and −1.0). What neither
+fixes: a no-memory rate estimated low for most of a run (h40-x20-s3-n2-hard, development seed
+12, still −3.0; docs/tokenworth-plus.md, "What the guard cannot promise").
 
 Why the past by its outcomes and not by the model: a model's estimate of old injections keeps
 the uncertainty of θ along their features for as long as nothing similar is injected again, and
