@@ -7,6 +7,7 @@ it in $TOKENWORTH_ALFWORLD_VENV, so there they run and can fail); elsewhere, wit
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -282,16 +283,146 @@ def test_walkthrough_never_reaches_a_prompt_or_memory(tasks: list, tmp_path: Pat
 
 @needs_engine
 def test_a_dead_worker_fails_the_game_in_play_and_the_next_game_plays(tasks: list) -> None:
-    from agent.envs.alfworld import ALFWorldEnvironment, EngineError, pool
+    from agent.envs.alfworld import ALFWorldEnvironment, EngineError, EnginePool, pool
 
-    env = ALFWorldEnvironment()
-    env.reset(tasks[0])
-    env.engine.worker.proc.kill()
-    with pytest.raises(EngineError, match="died"):
-        env.step(f"Action: {tasks[0].walkthrough[0]}")
-    assert env.reset(tasks[0]).startswith("You are in the middle of a room")
-    assert env.step(f"Action: {tasks[0].walkthrough[0]}").action["executed"]
-    assert pool()  # the pool still serves
+    own = EnginePool(1, cache_games=0)  # every call reaches the worker (the shared pool may answer from its cache)
+    try:
+        env = ALFWorldEnvironment(engine=own.engine())
+        env.reset(tasks[0])
+        env.engine.worker.proc.kill()
+        with pytest.raises(EngineError, match="died"):
+            env.step(f"Action: {tasks[0].walkthrough[0]}")
+        assert env.reset(tasks[0]).startswith("You are in the middle of a room")
+        assert env.step(f"Action: {tasks[0].walkthrough[0]}").action["executed"]
+    finally:
+        own.close()
+    assert pool()  # the shared pool still serves
+
+
+@needs_engine
+def test_the_workers_speed_ups_change_no_answer(tasks: list) -> None:
+    """Two games of two task types, their walkthroughs, and for one a wrong plan (reversed, with an
+    inadmissible command and a look around), in a plain worker (upstream's engine untouched) and a fast
+    one: every answer equal. (Records of 11 methods x 8 games were compared too: docs/alfworld.md.)"""
+    from agent.envs.alfworld import EnginePool
+
+    plain, fast = EnginePool(1, cache_games=0, plain=True), EnginePool(1, cache_games=0)
+    try:
+        engines = [plain.engine(), fast.engine()]
+        wrong = ["look", "inventory", "fly away", *reversed(tasks[0].walkthrough)]
+        plays = [(tasks[0], list(tasks[0].walkthrough)), (tasks[0], wrong), (tasks[4], list(tasks[4].walkthrough))]
+        for task, plan in plays:
+            answers = [[engine.start(task.path, task.sha256)] + [engine.step(c) for c in plan] for engine in engines]
+            for answer in (a for engine_answers in answers for a in engine_answers):
+                answer.cpu = 0.0  # the call's cost, not its answer
+            assert answers[0] == answers[1], task.game
+    finally:
+        plain.close()
+        fast.close()
+
+
+# ------------------------------------------------------------------ the transition cache
+def _answer(text: str) -> dict:
+    return {"text": text, "admissible": ["look"], "won": False, "executed": True}
+
+
+def test_the_transition_cache_keeps_the_most_recent_games_and_zero_keeps_none() -> None:
+    from agent.envs.alfworld import TransitionCache
+
+    cache = TransitionCache(2)
+    for game in ("a", "b"):
+        cache.put((game,), _answer(game))
+        cache.put((game, "look"), _answer(game + "!"))
+    cache.touch("a")  # "a" started again: "b" is now the oldest
+    cache.put(("c",), _answer("c"))
+    assert cache.get(("a", "look")) == _answer("a!") and cache.get(("c",)) == _answer("c")
+    assert cache.get(("b",)) is None and cache.get(("b", "look")) is None
+    assert (cache.hits, cache.misses) == (2, 2)
+    off = TransitionCache(0)
+    off.put(("a",), _answer("a"))
+    assert off.get(("a",)) is None
+    with pytest.raises(ValueError, match="TOKENWORTH_ALFWORLD_CACHE_GAMES"):
+        TransitionCache(-1)
+
+
+def _states(env, task, commands: list[str]) -> list:
+    states = [env.reset(task)]
+    for command in commands:
+        result = env.step(f"Action: {command}")
+        states.append((result.observation, result.done, result.status, result.action))
+    return states
+
+
+@needs_engine
+def test_cached_answers_equal_the_engines_and_a_new_history_catches_up(tasks: list) -> None:
+    """Two streams on one cached pool: the second is answered from the cache while it repeats the first,
+    then diverges, and its engine must catch up (a fresh start and the shared commands) before its new
+    command; every answer equals an uncached engine's."""
+    from agent.envs.alfworld import ALFWorldEnvironment, EnginePool
+
+    task = tasks[3]
+    walk = list(task.walkthrough)
+    diverging = walk[:3] + ["look", "inventory"] + walk[3:]
+    plain, shared = EnginePool(1, cache_games=0), EnginePool(1)
+    try:
+        truth = [_states(ALFWorldEnvironment(engine=plain.engine()), task, c) for c in (walk, diverging)]
+        first, second = (ALFWorldEnvironment(engine=shared.engine()) for _ in range(2))
+        assert _states(first, task, walk) == truth[0]
+        misses = shared.cache.misses
+        assert _states(second, task, walk) == truth[0]  # all from the cache
+        assert shared.cache.misses == misses and second.judge().details["engine_cpu_s"] == 0.0
+        assert _states(second, task, diverging) == truth[1]  # from the cache up to "look", then caught up
+        assert second.engine.history == (task.sha256, *diverging)
+        assert truth[1][-1][2] == "completed"  # the diverging plan still wins: the caught-up engine is in step
+    finally:
+        plain.close()
+        shared.close()
+
+
+@needs_engine
+def test_a_cached_start_still_refuses_a_game_file_that_is_not_the_manifests(tasks: list, tmp_path: Path) -> None:
+    from agent.envs.alfworld import EngineError, EnginePool
+
+    task = tasks[2]
+    shared = EnginePool(1)
+    try:
+        shared.engine().start(task.path, task.sha256)  # the game's start is now cached
+        forged = tmp_path / "game.tw-pddl"
+        forged.write_bytes(Path(task.path).read_bytes() + b" ")
+        with pytest.raises(EngineError, match="not the manifest's game file"):
+            shared.engine().start(forged, task.sha256)
+    finally:
+        shared.close()
+
+
+def test_a_replay_that_answers_otherwise_is_an_engine_error() -> None:
+    """The cache trusts the engine to be deterministic, and checks it on every replay."""
+    from agent.envs.alfworld import EngineError, RemoteEngine, TransitionCache
+
+    class Drifting:  # stands in for a worker whose engine answers a replayed history differently
+        generation, calls = 1, 0
+
+        def call(self, request: dict) -> dict:
+            Drifting.calls += 1
+            return {**_answer(f"{request['op']} {Drifting.calls}"), "cpu": 0.01}
+
+    cache = TransitionCache(4)
+    engine = RemoteEngine(Drifting(), "e0", cache)  # type: ignore[arg-type]
+    with tempfile_game() as (path, sha):
+        cache.put((sha,), _answer("start 0"))
+        assert engine.start(path, sha).text == "start 0"  # from the cache
+        with pytest.raises(EngineError, match="not deterministic"):
+            engine.step("look")  # catching up re-plays the start, which now answers "start 1"
+
+
+@contextlib.contextmanager
+def tempfile_game():
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "game.tw-pddl"
+        path.write_bytes(b"{}")
+        yield path, hashlib.sha256(b"{}").hexdigest()
 
 
 @needs_engine

@@ -21,10 +21,12 @@ Playing a game from its ``game.tw-pddl`` alone (no ALFRED ``traj_data.json``)::
 
 The worker reads the game file itself, checks its sha256 against the one the manifest names (the
 environment plays the very file the manifest lists), and drops the walkthrough before TextWorld sees
-the game. Speed-ups that change no output (checked by ``bench/alfworld_replay.py --check-fast``): the
+the game. Speed-ups that change no answer (``tests/test_alfworld.py`` plays one game per task type, its
+walkthrough and a wrong plan, in a ``--plain`` worker and a fast one and compares every answer): the
 first reset after a load reuses the state the load built; PDDL->SAS translations are memoised per
-(domain, problem) text (every stream of an experiment plays the same games) and TatSu parses of
-grammar rule texts per text.
+(domain, problem) text (every stream of an experiment plays the same games); TatSu parses of grammar
+rule texts and of the grammar's conditional queries are memoised per text; and the grammar's context
+copies are shallow (upstream deep-copies two dicts whose values the derivation never changes).
 
 Protocol: one JSON object per line on stdin, one answer per line on the original stdout (the
 engine's own prints go to stderr). Requests ``{"op": "start", "key", "path", "sha256"}``,
@@ -54,6 +56,7 @@ def _engine_classes(fast: bool) -> Any:
     import fast_downward
     import textworld
     import textworld.envs.pddl.textgen as textgen
+    import textworld.logic
     from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
     from textworld.core import GameState
     from textworld.envs.pddl import PddlEnv
@@ -104,8 +107,27 @@ def _engine_classes(fast: bool) -> Any:
                 return copy.deepcopy(cached_parse(args[0], kwargs.get("rule_name", "symbols")))  # derivation mutates it
             return original_parse(*args, **kwargs)
 
+        original_query = textworld.logic.Rule.parse_conjunctive_query
+
+        @functools.lru_cache(maxsize=4096)
+        def query_preconditions(expression: str) -> Any:
+            return original_query(expression).preconditions
+
+        def memo_query(cls: Any, expression: str) -> Any:
+            # the grammar parses each conditional symbol's query at every derivation (a third of a step's
+            # time); its predicates are values, so a new Rule over the same ones is the same query
+            return cls("query", query_preconditions(expression), [])
+
+        def shallow_copy_context(context: dict[str, Any]) -> dict[str, Any]:
+            # upstream deep-copies the variables and mapping dicts at every symbol (another third); the
+            # derivation only adds keys to them and never changes a value, so new dicts over the same values do
+            return {"state": context["state"], "facts": context["facts"], "variables": dict(context["variables"]),
+                    "mapping": dict(context["mapping"]), "entity_infos": context["entity_infos"]}
+
         fast_downward.pddl2sas = memo_pddl2sas
         textgen._parse_and_convert = memo_parse
+        textworld.logic.Rule.parse_conjunctive_query = classmethod(memo_query)
+        textgen.copy_context = shallow_copy_context
     infos = textworld.EnvInfos(won=True, admissible_commands=True)
     return lambda: AlfredDemangler((ReusingPddlEnv if fast else PddlEnv)(infos))
 
