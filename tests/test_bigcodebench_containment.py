@@ -145,10 +145,10 @@ def host_state(canary: Path, venv) -> dict:
 
 @pytest.mark.parametrize("attack", list(ATTACKS))
 def test_a_hostile_solution_is_contained_and_the_next_task_runs(attack, venv, canary, next_task, data_dir):
-    # attacks that hang get a short limit (any verdict but pass will do); those whose verdict is checked get
-    # room for a loaded host
+    # attacks that hang get a short limit and wall cap (any verdict but pass will do; the fork bomb meets the
+    # cap); those whose verdict is checked get room for a loaded host
     hangs = attack in ("fork bomb", "memory exhaustion", "sleep forever", "fill the disk")
-    judge = small_judge(venv, time_limit=5.0 if hangs else 30.0, wall_slack=25.0)
+    judge = small_judge(venv, time_limit=5.0 if hangs else 30.0, wall_slack=10.0 if hangs else 25.0)
     code = ATTACKS[attack]
     for name, value in [("CANARY", str(canary)), ("VENV", str(venv.root)), ("BASE", venv.binds[-1]),
                         ("REPO", str(Path(__file__).resolve().parents[1])), ("MARKER", MARKER),

@@ -1,10 +1,11 @@
 """Benchmark 3: probe-averaged worth and admission as the bank grows (B = 64 ... 100k).
 
 Each bank size runs in its own subprocess (``python -m bench.controller.bank_scaling
---child ...``) so that its peak memory is its own. The child builds a full bank of B random
-unit vectors with random statistics, a full probe ring, and a KRR predictor fitted on a
-full fast window, then times ``worth`` (jitted) and ``offer`` after a success (worth +
-novelty + the admission decision and write).
+--child ...``) so that its peak memory is its own. The children run one at a time
+(``Size.bank_jobs``), except at the smoke test's tiny size, whose times nobody reads (two at
+once). The child builds a full bank of B random unit vectors with random statistics, a full
+probe ring, and a KRR predictor fitted on a full fast window, then times ``worth`` (jitted)
+and ``offer`` after a success (worth + novelty + the admission decision and write).
 
 Memory: XLA allocates outside Python's allocator (tracemalloc sees nothing) and the CPU
 client reports no ``memory_stats()``, so we read the process's peak resident set size
@@ -28,6 +29,7 @@ memory), and the log-log slope between the two largest sizes (1 means linear).
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import resource
 import subprocess
@@ -133,17 +135,22 @@ def child(capacity: int, chunk: int, repeats: int, spec_overrides: dict[str, int
 
 
 def run(size: Size, out_dir: Path) -> dict[str, Any]:
-    results, inc_results = [], []
-    for B in size.bank_sizes:
+    def child_result(B: int, incremental: bool) -> dict[str, Any]:
         chunk = size.worth_chunk if B > size.worth_chunk else 0
         cmd = [sys.executable, "-m", "bench.controller.bank_scaling", "--child", str(B), "--chunk", str(chunk),
                "--repeats", str(size.bank_repeats), "--spec", json.dumps(size.spec_overrides)]
-        for incremental in (False, True):
-            proc = subprocess.run(cmd + (["--incremental"] if incremental else []), cwd=REPO, capture_output=True,
-                                  text=True, timeout=1800)
-            if proc.returncode != 0:
-                raise RuntimeError(f"bank-scaling child for B={B} failed:\n{proc.stderr[-4000:]}")
-            (inc_results if incremental else results).append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        proc = subprocess.run(cmd + (["--incremental"] if incremental else []), cwd=REPO, capture_output=True,
+                              text=True, timeout=1800)
+        if proc.returncode != 0:
+            raise RuntimeError(f"bank-scaling child for B={B} failed:\n{proc.stderr[-4000:]}")
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    runs = [(B, incremental) for B in size.bank_sizes for incremental in (False, True)]
+    # one child at a time unless the size says its timings do not matter (the smoke test's)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=size.bank_jobs) as pool:
+        done = list(pool.map(lambda run: child_result(*run), runs))
+    results = [r for (_, incremental), r in zip(runs, done) if not incremental]
+    inc_results = [r for (_, incremental), r in zip(runs, done) if incremental]
     Bs = np.array([r["capacity"] for r in results], float)
     fits = {}
     for key in ("worth", "offer"):
@@ -154,7 +161,8 @@ def run(size: Size, out_dir: Path) -> dict[str, Any]:
                          loglog_slope_last_two=loglog)
     largest = results[-1]
     inc_largest = inc_results[-1]
-    payload = dict(size=size.name, spec_overrides=size.spec_overrides, results=results, incremental=inc_results,
+    payload = dict(size=size.name, spec_overrides=size.spec_overrides, children_at_once=size.bank_jobs,
+                   results=results, incremental=inc_results,
                    fit=fits,
                    incremental_target=dict(capacity=100_000, amortised_task_s=0.15,
                                            measured_s=inc_largest["amortised_task_ms"] / 1e3
