@@ -314,7 +314,8 @@ class RemoteEngine:
         return EngineState(answer["text"], list(answer["admissible"]), bool(answer["won"]), bool(answer["executed"]),
                            cpu)
 
-    def _call(self, request: dict[str, Any], history: History) -> dict[str, Any]:
+    def _call(self, request: dict[str, Any], history: History) -> tuple[dict[str, Any], float]:
+        """Send ``request`` (which brings the engine to ``history``): its answer, kept in the cache, and its CPU."""
         try:
             reply = self.worker.call({"key": self.key, **request})
         except EngineError:
@@ -328,18 +329,17 @@ class RemoteEngine:
                               f"gave another answer than before: the engine is not deterministic here; rerun with "
                               f"{CACHE_VARIABLE}=0")
         self.cache.put(history, answer)
-        reply["answer"] = answer
-        return reply
+        return answer, float(reply["cpu"])
 
     def _catch_up(self) -> float:
         """Bring the worker's engine to ``history`` (a fresh start unless it is already on the way)."""
         cpu, played = 0.0, self._played
         if played is None or played != self.history[: len(played)] or self._generation != self.worker.generation:
             played = (self.history[0],)
-            cpu += self._call({"op": "start", "path": self._path, "sha256": self.history[0]}, played)["cpu"]
+            cpu += self._call({"op": "start", "path": self._path, "sha256": self.history[0]}, played)[1]
         for command in self.history[len(played):]:
             played = (*played, command)
-            cpu += self._call({"op": "step", "command": command}, played)["cpu"]
+            cpu += self._call({"op": "step", "command": command}, played)[1]
         return cpu
 
     def start(self, path: Path, sha256: str) -> EngineState:
@@ -354,18 +354,17 @@ class RemoteEngine:
 
     def _start(self, path: Path, sha256: str) -> EngineState:
         self._path, self._played, self.history = str(path), None, ()
-        answer = self.cache.get((sha256,))
+        answer, cpu = self.cache.get((sha256,)), 0.0
         if answer is None:
-            reply = self._call({"op": "start", "path": str(path), "sha256": sha256}, (sha256,))
-            self.history = (sha256,)
-            return self._state(reply["answer"], float(reply["cpu"]))
-        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()  # what the worker checks, checked here
-        if digest != sha256:
-            raise EngineError(f"ALFWorld engine: {path}: sha256 {digest}, but the manifest names {sha256}: not the "
-                              f"manifest's game file")
-        self.cache.touch(sha256)
+            answer, cpu = self._call({"op": "start", "path": str(path), "sha256": sha256}, (sha256,))
+        else:
+            digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()  # what the worker checks, checked here
+            if digest != sha256:
+                raise EngineError(f"ALFWorld engine: {path}: sha256 {digest}, but the manifest names {sha256}: not "
+                                  f"the manifest's game file")
+            self.cache.touch(sha256)
         self.history = (sha256,)
-        return self._state(answer, 0.0)
+        return self._state(answer, cpu)
 
     def _step(self, command: str) -> EngineState:
         history = (*self.history, command)
@@ -374,9 +373,9 @@ class RemoteEngine:
             self.history = history
             return self._state(answer, 0.0)
         cpu = self._catch_up()
-        reply = self._call({"op": "step", "command": command}, history)
+        answer, step_cpu = self._call({"op": "step", "command": command}, history)
         self.history = history
-        return self._state(reply["answer"], cpu + float(reply["cpu"]))
+        return self._state(answer, cpu + step_cpu)
 
 
 # ------------------------------------------------------------------ the environment
