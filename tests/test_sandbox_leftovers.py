@@ -134,3 +134,22 @@ def test_cgroup_v2_group_lifecycle_on_this_kernel():
     assert not group.dirs[0].exists()
     parent = root / _GROUP_DIR
     assert not parent.exists() or any(p.is_dir() for p in parent.iterdir())
+
+
+def test_a_parent_removed_by_another_harness_mid_mkdir_is_made_again(tmp_path):
+    """Two judges at once: one removes the empty ``tokenworth-sandboxes`` while the other's
+    ``mkdir(exist_ok=True)`` has seen EEXIST but not yet checked that it is a directory, which
+    raises FileExistsError (it stopped a BigCodeBench run). The group is made on the next try."""
+    from agent.sandbox.cgroups import _mkdir_group
+
+    raced: list[str] = []
+
+    class Racy(type(Path())):
+        def mkdir(self, *args, **kwargs):
+            if self.name == _GROUP_DIR and not raced:
+                raced.append(str(self))
+                raise FileExistsError(17, "File exists", str(self))  # what the lost race raises
+            return super().mkdir(*args, **kwargs)
+
+    group = _mkdir_group(Racy(tmp_path) / _GROUP_DIR, "sbx-test")
+    assert raced and group.is_dir() and group.parent.name == _GROUP_DIR

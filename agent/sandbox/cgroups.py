@@ -70,15 +70,17 @@ def _read_key(path: Path, key: str) -> int | None:
 
 def _mkdir_group(base: Path, name: str, prepare=None, attempts: int = 5) -> Path:
     """mkdir ``base`` (if needed) and ``base/name``. Another harness may remove an empty
-    ``base`` between the two calls (see :func:`leftovers.remove_if_empty`): retry."""
+    ``base`` at any moment (see :func:`leftovers.remove_if_empty`): between the two calls
+    (FileNotFoundError), or inside ``base.mkdir(exist_ok=True)`` between its EEXIST and its
+    is-a-directory check (FileExistsError, seen with concurrent BigCodeBench judges): retry."""
     for attempt in range(attempts):
-        base.mkdir(exist_ok=True)
-        if prepare is not None:
-            prepare(base)
         try:
+            base.mkdir(exist_ok=True)
+            if prepare is not None:
+                prepare(base)
             (base / name).mkdir()
             return base / name
-        except FileNotFoundError:
+        except (FileNotFoundError, FileExistsError):
             if attempt == attempts - 1:
                 raise
     raise AssertionError("unreachable")
