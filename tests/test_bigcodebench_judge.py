@@ -12,7 +12,8 @@ import pytest
 
 from agent.core.bigcodebench_venv import VenvError, open_venv
 from agent.envs.base import InfrastructureError
-from agent.envs.bigcodebench_judge import BigCodeBenchJudge, JudgeError
+from agent.envs.bigcodebench_judge import CANARY, CANARY_RIGHT, RUNNER, BigCodeBenchJudge, JudgeError
+from agent.envs.bigcodebench_sanitiser import Sanitiser
 from agent.envs.bigcodebench_verdicts import VerdictCache
 from agent.sim.replies.bigcodebench import mutant, solution_reply
 from agent.tasks import BCBTask, load_tasks
@@ -77,6 +78,78 @@ def test_verdicts_are_reused_by_reply_and_by_sanitised_solution(tasks, venv, tmp
     with (tmp_path / "verdicts.jsonl").open("a") as handle:
         handle.write('{"kind": "reply", "key": "torn')  # a kill mid-line
     assert len(VerdictCache(tmp_path / "verdicts.jsonl")) == len(cache)
+
+
+# ------------------------------------------------------------------------- the host's sanitiser
+REPLIES = [  # for the canary task: what models write around their code
+    CANARY_RIGHT,
+    "Thought: add them up.\n" + CANARY_RIGHT + "\nThis sums the values.",
+    "```python\nimport math\ndef helper(v):\n    return v\ndef task_func(values):\n    return sum(helper(v) for v in values)\n"
+    "if __name__ == '__main__':\n    print(task_func([1]))\n```",
+    "First try:\n```python\ndef task_func(values):\n    return 0\n```\nBetter:\n```python\ndef task_func(values):\n"
+    "    total = 0\n    for v in values:\n        total += v\n    return total\n```",
+    "def task_func(values):\n    return sum(values)",  # no fence
+    "I cannot write this.",  # no code
+    "```python\ndef task_func(values:\n    return sum(values\n```",  # does not parse
+]
+
+
+def test_the_host_sanitiser_finds_the_solution_the_sandbox_tests(venv):
+    judge = small_judge(venv)
+    for reply in REPLIES:
+        sandboxed = judge._run(CANARY, reply)  # the runner's own answer, in a sandbox
+        hosted = judge.sanitiser.sanitise(reply, CANARY["entry_point"])
+        assert hosted is not None, reply
+        assert (hosted.solution, hosted.defines_entry_point) == (sandboxed.solution, sandboxed.defines_entry_point)
+
+
+def test_a_known_solution_in_new_prose_is_found_without_a_sandbox(tasks, venv, tmp_path, monkeypatch):
+    task = ci_subset(tasks)[1]
+    judge = BigCodeBenchJudge(venv, small_judge(venv, time_limit=60.0).settings,
+                              cache=VerdictCache(tmp_path / "verdicts.jsonl"))
+    first = judge.judge(task, gold(task))
+    assert not first.cached and first.passed
+    import agent.envs.bigcodebench_judge as judge_module
+
+    def no_sandbox(*args, **kwargs):
+        raise AssertionError("a known solution started a sandbox")
+
+    monkeypatch.setattr(judge_module, "Sandbox", no_sandbox)
+    again = judge.judge(task, "Thought: reuse the pattern.\n" + gold(task))
+    assert again.cached and again.as_dict() | {"cached": False} == first.as_dict()
+    with pytest.raises(AssertionError, match="started a sandbox"):  # a new solution still goes to the sandbox
+        judge.judge(task, solution_reply(mutant(task)))
+
+
+@pytest.mark.parametrize("runner, timeout", [
+    ("import time\ntime.sleep(60)\n", 2.0),  # never ready: late
+    ("raise SystemExit(1)\n", 20.0),  # dies at start
+])
+def test_a_sanitiser_that_cannot_answer_leaves_the_judging_to_the_sandbox(tasks, venv, tmp_path, runner, timeout):
+    task = ci_subset(tasks)[1]
+    judge = BigCodeBenchJudge(venv, small_judge(venv, time_limit=60.0).settings,
+                              cache=VerdictCache(tmp_path / "verdicts.jsonl"))
+    judge.judge(task, gold(task))
+    judge.sanitiser = Sanitiser(venv, runner, timeout=timeout)
+    started = time.monotonic()
+    assert judge.sanitiser.sanitise(CANARY_RIGHT, "task_func") is None
+    assert time.monotonic() - started < timeout + 5 and judge.sanitiser.failures == 1
+    verdict = judge.judge(task, "Thought: again.\n" + gold(task))
+    assert verdict.cached and verdict.passed  # found by the sandboxed runner instead
+    assert judge.sanitiser.failures == 2
+    judge.sanitiser.close()
+
+
+def test_a_sanitiser_that_died_is_started_again(venv):
+    sanitiser = Sanitiser(venv, RUNNER)
+    assert sanitiser.sanitise(CANARY_RIGHT, "task_func").defines_entry_point
+    assert sanitiser._proc is not None
+    sanitiser._proc.kill()
+    sanitiser._proc.wait()
+    again = sanitiser.sanitise(CANARY_RIGHT, "task_func")
+    assert again is not None and again.solution.startswith("def task_func")
+    sanitiser.close()
+    assert sanitiser._proc is None
 
 
 # ------------------------------------------------------------------------- a broken evaluator stops the run

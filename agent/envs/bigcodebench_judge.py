@@ -28,7 +28,10 @@ Before its first judgement the judge checks the canary and a known-wrong solutio
 **Cost.** Judgements run at most :data:`JudgeSettings.slots` at a time per process (sandboxes of
 the streams of one run share them), and a :class:`~agent.envs.bigcodebench_verdicts.VerdictCache`
 returns the verdict of a reply already judged for the same task, and skips the tests of a solution
-already tested (the reply is still sanitised in a sandbox to know that).
+already tested. Which solution a reply holds is asked of the host's
+:class:`~agent.envs.bigcodebench_sanitiser.Sanitiser` first (the runner's sanitising code in one
+long-lived process of the venv: parsing, nothing of the reply runs; one per venv and process); where
+it cannot say, or the solution is new, the sandboxed runner sanitises and judges as before.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import os
 import secrets
 import shutil
 import tempfile
+import atexit
 import threading
 import time
 from importlib import resources
@@ -49,7 +53,8 @@ from typing import Any, Literal
 from agent.core.bigcodebench_venv import EvalVenv
 from agent.core.harness import BCB_TIME_LIMIT
 from agent.envs.base import InfrastructureError
-from agent.envs.bigcodebench_verdicts import VerdictCache, digest
+from agent.envs.bigcodebench_sanitiser import Sanitiser
+from agent.envs.bigcodebench_verdicts import VerdictCache, digest, solution_digest
 from agent.sandbox import DEFAULT_PATH, Sandbox, SandboxError, SandboxLimits
 from agent.tasks import BCBTask
 
@@ -129,6 +134,16 @@ def _slots(n: int) -> threading.BoundedSemaphore:
         return _SLOTS.setdefault(n, threading.BoundedSemaphore(n))
 
 
+_SANITISERS: dict[str, Sanitiser] = {}  # venv root -> its sanitiser, shared by the judges (streams) of a process
+
+
+def _sanitiser(venv: EvalVenv) -> Sanitiser:
+    with _SLOTS_LOCK:
+        if not _SANITISERS:
+            atexit.register(lambda: [s.close() for s in _SANITISERS.values()])
+        return _SANITISERS.setdefault(str(venv.root), Sanitiser(venv, RUNNER))
+
+
 class BigCodeBenchJudge:
     """Judges replies to BigCodeBench tasks (see the module docstring). Thread-safe."""
 
@@ -138,6 +153,7 @@ class BigCodeBenchJudge:
         self.settings = settings
         self.cache = cache
         self._slots = _slots(settings.slots)
+        self.sanitiser = _sanitiser(venv)
         self.env = {"PATH": f"{venv.python.parent}:{DEFAULT_PATH}", "HOME": "/root", "HOSTNAME": "sandbox",
                     "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp/mplconfig", "LC_ALL": "C.UTF-8"}
 
@@ -158,7 +174,7 @@ class BigCodeBenchJudge:
 
         def reached() -> dict[str, Any]:
             known = cache.solutions(task_key)
-            verdict = self._checked(fields, reply, known)
+            verdict = self._known(task.entry_point, reply, known) or self._checked(fields, reply, known)
             if verdict.cached:
                 cache.count("solution")
                 return verdict.as_dict()
@@ -182,6 +198,14 @@ class BigCodeBenchJudge:
             _PREFLIGHT[key] = True
 
     # ------------------------------------------------------------------ internals
+    def _known(self, entry_point: str, reply: str, known: dict[str, dict[str, Any]]) -> Verdict | None:
+        """The verdict kept for the solution ``reply`` holds, found without a sandbox; None: ask the sandbox."""
+        if not known:
+            return None
+        sanitised = self.sanitiser.sanitise(reply, entry_point)
+        kept = None if sanitised is None else known.get(solution_digest(sanitised.solution))
+        return None if kept is None else Verdict.from_dict(kept, cached=True)
+
     def _checked(self, fields: dict[str, str], reply: str, known: dict[str, dict[str, Any]] | None = None) -> Verdict:
         verdict = self._run(fields, reply, known or {})
         if not verdict.cached and verdict.reason in ("evaluator-died", "evaluator-error", "oom", "wall-cap"):

@@ -6,11 +6,13 @@ Why it is sound: a verdict is a function of what the evaluator is given: its ver
 levels follow:
 
 * by **reply**: the exact reply text → its verdict, answered on the host at no cost;
-* by **solution**: per task, the sanitised solutions already tested and their verdicts. Their
-  digests go into each judgement's request; the runner sanitises the new reply inside its sandbox
-  and, when the solution is one of them, reports that instead of running the tests again (a reply
-  that only differs in its prose, e.g. the simulator's ``Thought:`` line, costs one sandbox start
-  and the evaluator's import, not its test suite).
+* by **solution**: per task, the sanitised solutions already tested and their verdicts. The judge
+  asks the host's sanitiser (:mod:`agent.envs.bigcodebench_sanitiser`: the runner's own sanitising
+  code in a long-lived process, a few ms) which solution the new reply holds; when it is one of
+  them, that verdict is the answer (a reply that only differs in its prose, e.g. the simulator's
+  ``Thought:`` line, costs no sandbox). Where the host's sanitiser cannot say, the digests go into
+  the judgement's request and the runner sanitises inside its sandbox and reports a known solution
+  instead of running the tests again.
 
 A test that is not deterministic (one that reads the clock, a timeout under load) so gets one
 verdict per solution for every stream, the common-random-numbers choice the simulator makes too;
