@@ -3,7 +3,7 @@
 ``python -m bench.prefix_table RUN METHODS OUT_DIR`` (METHODS comma-separated): for a run that was
 stopped before its end (the simulated-backbone tables of docs/bigcodebench.md and
 bench/results/alfworld_sim/), every stream's first K records, K the fewest any stream has,
-summarised with the harness's own ``summarize``. Writes ``summary.md``, ``summary.json`` (the task
+summarised with the harness's own ``summarize`` (a finished run: all of them, and the title says so). Writes ``summary.md``, ``summary.json`` (the task
 count and one row per method) and ``cumulative_sr.png`` into OUT_DIR, and prints the table.
 """
 
@@ -29,7 +29,10 @@ def main(argv: list[str]) -> None:
     summaries = summarize(prefix)
     first = prefix[methods[0]][0]
     seed = (first.stream or {}).get("seed")
-    title = f"{first.env.upper()} · {run.name}{'' if seed is None else f' · seed {seed}'} · first {k} tasks of the stream"
+    config = run / "config.json"
+    total = json.loads(config.read_text()).get("tasks") if config.exists() else None
+    span = f"all {k} tasks of the stream" if k == total else f"first {k} tasks of the stream"
+    title = f"{first.env.upper()} · {run.name}{'' if seed is None else f' · seed {seed}'} · {span}"
     table = markdown_table(summaries, title)
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.md").write_text(table)

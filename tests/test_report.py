@@ -35,3 +35,6 @@ def test_the_prefix_table_summarises_the_tasks_every_stream_finished(tmp_path) -
         assert row["tasks"] == 4 and row["sr"] == 100.0 * sum(rewards) / 4
     assert "first 4 tasks" in (tmp_path / "table" / "summary.md").read_text()
     assert (tmp_path / "table" / "cumulative_sr.png").stat().st_size > 0
+    (run / "config.json").write_text(json.dumps({"tasks": 4}))  # a run of 4 tasks: every stream finished it
+    prefix_table.main([str(run), "memp,standard", str(tmp_path / "table")])
+    assert "all 4 tasks" in (tmp_path / "table" / "summary.md").read_text()
