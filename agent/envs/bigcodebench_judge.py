@@ -36,6 +36,7 @@ it cannot say, or the solution is new, the sandboxed runner sanitises and judges
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import hashlib
 import json
@@ -43,7 +44,6 @@ import os
 import secrets
 import shutil
 import tempfile
-import atexit
 import threading
 import time
 from importlib import resources
@@ -137,10 +137,15 @@ def _slots(n: int) -> threading.BoundedSemaphore:
 _SANITISERS: dict[str, Sanitiser] = {}  # venv root -> its sanitiser, shared by the judges (streams) of a process
 
 
+def _close_sanitisers() -> None:
+    for sanitiser in _SANITISERS.values():
+        sanitiser.close()
+
+
 def _sanitiser(venv: EvalVenv) -> Sanitiser:
     with _SLOTS_LOCK:
         if not _SANITISERS:
-            atexit.register(lambda: [s.close() for s in _SANITISERS.values()])
+            atexit.register(_close_sanitisers)
         return _SANITISERS.setdefault(str(venv.root), Sanitiser(venv, RUNNER))
 
 
