@@ -89,10 +89,14 @@ def test_record_written_after_checkpoint_is_dropped_and_remade(tmp_path) -> None
 
 def test_a_first_record_that_no_checkpoint_covers_is_dropped_and_remade(tmp_path) -> None:
     """The same window before the stream's first checkpoint: killed after task 0's record was
-    appended and before its checkpoint (tests/test_vllm_engine.py hit it with the real engine)."""
+    appended and before its checkpoint (tests/test_vllm_engine.py hit it with the real engine).
+    Seed 2 makes task 0 succeed and write a memory, so the first checkpoint must hold the state
+    from *before* task 0 (a Ray run that lost a node in this window once resumed with task 0's
+    memory already in the bank and injected it into task 0 itself)."""
     tasks = make_tasks(6)
     budget = Budget.for_env("db")
-    reference = run_stream("memp", "db", tasks, FakeBackbone(), budget, 0, tmp_path / "ref", env=FakeDBEnv())
+    reference = run_stream("memp", "db", tasks, FakeBackbone(), budget, 2, tmp_path / "ref", env=FakeDBEnv())
+    assert reference[0].reward == 1 and reference[0].bank_size == 1  # task 0 changes the policy's state
 
     out = tmp_path / "crash"
     import agent.storage.checkpoint as checkpoint
@@ -109,12 +113,12 @@ def test_a_first_record_that_no_checkpoint_covers_is_dropped_and_remade(tmp_path
     checkpoint.CheckpointWriter.save = killed_after_the_first_record
     try:
         with pytest.raises(Killed):
-            run_stream("memp", "db", tasks, FakeBackbone(), budget, 0, out, env=FakeDBEnv())
+            run_stream("memp", "db", tasks, FakeBackbone(), budget, 2, out, env=FakeDBEnv())
     finally:
         checkpoint.CheckpointWriter.save = real_save
     assert len(read_records(out / "memp" / "records.jsonl")) == 1  # task 0's record, which no checkpoint covers
     assert load_checkpoint(out / "memp" / "checkpoint.pkl")["next_index"] == 0  # the one saved just before it
-    resumed = run_stream("memp", "db", tasks, FakeBackbone(), budget, 0, out, env=FakeDBEnv())
+    resumed = run_stream("memp", "db", tasks, FakeBackbone(), budget, 2, out, env=FakeDBEnv())
     assert comparable(resumed) == comparable(reference)
 
 

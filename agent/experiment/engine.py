@@ -52,6 +52,7 @@ records equal the records of that stream run alone, field for field except ``tim
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import time
@@ -206,6 +207,7 @@ class _Stream:
         self.concurrent = False  # set by open(): whether its environment may be advanced in a worker thread
         self.log: RecordLog | None = None
         self.writer: CheckpointWriter | None = None
+        self.first_checkpoint: dict[str, Any] | None = None  # set by steps() before task 0 runs
         self.next_index, self.offset = self._resume_point()
 
     @property
@@ -259,6 +261,10 @@ class _Stream:
             if self.stop_after is not None and processed >= self.stop_after:
                 return
             guard.check()
+            if index == 0:
+                # The state task 0 starts from, copied now: the task updates the policy in place before
+                # its commit, and the stream's first checkpoint must resume *before* task 0.
+                self.first_checkpoint = copy.deepcopy(self._checkpoint(0))
             record = yield from task_steps(self.policy, self.env, self.tasks[index], index, self.spec.budget,
                                            self.spec.seed, self.describe)
             try:
@@ -278,11 +284,14 @@ class _Stream:
             if self.fence is not None:
                 self.fence()
             if index == 0:
-                # The stream's first checkpoint, just before its first record: a kill -9 between task 0's
-                # record and its checkpoint then resumes from here (the record is dropped and re-made), as
-                # between any later task's two writes. Not at open: a run that fails before its first task
-                # leaves no results, so the folder still takes other settings.
-                self.writer.save(self._checkpoint(0))
+                # The stream's first checkpoint (the state from before task 0, see steps), written just
+                # before its first record: a kill -9 between task 0's record and its checkpoint then
+                # resumes from here (the record is dropped and re-made), as between any later task's two
+                # writes. Not at open: a run that fails before its first task leaves no results, so the
+                # folder still takes other settings.
+                assert self.first_checkpoint is not None
+                self.writer.save(self.first_checkpoint)
+                self.first_checkpoint = None
             self.offset = self.log.append(record.to_json(), sync=False)
             if (index + 1) % self.checkpoint_every == 0 or finished:
                 self.writer.save(self._checkpoint(index + 1, finished), durable=finished)
