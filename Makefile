@@ -83,14 +83,11 @@ run: setup
 # Every environment the tests use, built side by side (the ALFWorld engine's C++ build, the
 # BigCodeBench libraries and the two Python environments do not wait for each other).
 test-envs: setup vllm-setup bcb-ci-setup alfworld-setup
-MAIN_ENVS := setup bcb-ci-setup alfworld-setup
 
 # The main suite (.venv) and the real-engine suite (.venv-vllm) run side by side: vLLM's CPU engine binds
-# its one compute thread to one core and the main suite averages about one core (fresh clone, 2026-12-03:
-# make test 41.9 min in all, where one suite after the other took 46.4). The main suite is the longer one
-# (~40 min against ~20), so it starts as soon as its own environments are built; .venv-vllm (the longest
-# build, and only after .venv) is built beside it, then the real-engine suite runs. That lane's build and
-# test output go to $(REAL_LOG), printed after the main suite's; both must pass.
+# its one compute thread to one core and the main suite averages about one core, so together they take
+# ~36 min where one after the other took ~42 (fresh clone, 2026-12-03: make test 41.9 min in all). The
+# real-engine suite's output goes to $(REAL_LOG), printed after the main suite's; both must pass.
 REAL_LOG := .test-logs/real-engines.log
 MAIN_TESTS := TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_BCB_VENV=$(abspath $(BCB_CI_VENV)) \
 	TOKENWORTH_ALFWORLD_VENV=$(abspath $(ALFWORLD_VENV)) $(PY) -m pytest -q --durations=25
@@ -99,14 +96,14 @@ REAL_TESTS := TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_VLLM_MODEL=$(abspath $(VLLM
 	$(VLLM_PY) -m pytest -q --durations=10 -m real_vllm tests/test_vllm_engine.py tests/test_alfworld_vllm.py
 
 test:
-	$(MAKE) --no-print-directory -j3 --output-sync=target $(MAIN_ENVS)
+	$(MAKE) --no-print-directory -j4 --output-sync=target test-envs
 	@mkdir -p $(dir $(REAL_LOG))
-	@echo "real-engine lane: .venv-vllm builds, then its tests run, beside the main suite; output in $(REAL_LOG), printed at the end"
-	@($(MAKE) --no-print-directory vllm-setup && $(REAL_TESTS)) > $(REAL_LOG) 2>&1 & real=$$!; \
+	@echo "real-engine tests (.venv-vllm) running beside the main suite; output in $(REAL_LOG), printed at the end"
+	@$(REAL_TESTS) > $(REAL_LOG) 2>&1 & real=$$!; \
 	$(MAIN_TESTS); main=$$?; \
 	wait $$real; real=$$?; \
-	echo "---- real-engine lane ($(REAL_LOG)) ----"; cat $(REAL_LOG); \
-	echo "main suite exit $$main, real-engine lane exit $$real"; \
+	echo "---- real-engine tests ($(REAL_LOG)) ----"; cat $(REAL_LOG); \
+	echo "main suite exit $$main, real-engine suite exit $$real"; \
 	test $$main -eq 0 && test $$real -eq 0
 
 bench: setup
