@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.core import interrupt
 from agent.results.record import comparable, read_records
 from agent.storage.checkpoint import load_checkpoint
 from tests.killing import running
@@ -41,6 +42,7 @@ if importlib.util.find_spec("ray") is None:
     pytest.skip("Ray is installed by the [ray] extra (make setup installs it)", allow_module_level=True)
 pytest.importorskip("submitit", reason="submitit is installed by the [slurm] extra (make setup installs it)")
 
+from agent.experiment.distributed.slurm import Preemption  # noqa: E402
 from tests.ray_nodes import RayNodes  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -321,7 +323,42 @@ def test_a_preempted_array_task_is_requeued_and_resumes_exactly(references, data
     attempts = node_notes(out)[name]["attempts"]
     assert len(attempts) >= 2 and attempts[-1]["pid"] != note["pid"] and attempts[-1]["from_task"] >= 1
     logs = "".join(p.read_text() for p in (out / ".slurm").glob("*_log.err"))
+    assert Preemption.NOTICE.strip() in logs  # stopped between steps first, then submitit's requeue
     assert "preempted" in logs and json.loads((out / "slurm.json").read_text())["tasks"] == 3
+
+
+def test_preemption_lets_a_commit_finish_then_stops_and_hands_over_to_submitit() -> None:
+    """The signal inside a commit (the engine's nested guard, deferred) cuts nothing: the commit ends,
+    the stop follows at its end, and only then does submitit's handler run (here a stand-in that
+    exits as submitit does). A Ctrl-C without the signal stays a Ctrl-C."""
+    handed: list[int] = []
+
+    def submitits(signum: int, frame: object) -> None:
+        handed.append(signum)
+        raise SystemExit(-1)
+
+    previous = signal.signal(signal.SIGUSR2, submitits)
+    steps: list[str] = []
+    try:
+        with pytest.raises(SystemExit):
+            with Preemption(signal.SIGUSR2) as preemption:
+                with interrupt.InterruptGuard() as guard:
+                    with guard.deferred():
+                        os.kill(os.getpid(), signal.SIGUSR2)
+                        time.sleep(0.05)  # the handler has run by now
+                        assert preemption.received and not handed
+                        steps.append("committed")
+                    steps.append("the next task")
+        assert steps == ["committed"] and handed == [signal.SIGUSR2]
+        assert signal.getsignal(signal.SIGUSR2) is submitits  # restored
+
+        with pytest.raises(KeyboardInterrupt):
+            with Preemption(signal.SIGUSR2):
+                interrupt.check()
+                raise KeyboardInterrupt  # a Ctrl-C: not requeued
+        assert handed == [signal.SIGUSR2]
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
 
 
 # ------------------------------------------------------------------------- what runs without a cluster

@@ -28,7 +28,8 @@ when the commit ends. The CLI turns the ``KeyboardInterrupt`` into exit status 1
 
 Guards nest and share one flag (an interrupt seen by the CLI's guard during start-up stops the
 runner's first task); off the main thread, where Python runs no signal handlers, they install
-nothing.
+nothing. Another signal's handler asks for the same stop with :func:`request_stop` (a Slurm
+array task on preemption, see :mod:`agent.experiment.distributed.slurm`).
 """
 
 from __future__ import annotations
@@ -102,6 +103,19 @@ class InterruptGuard:
         finally:
             self._flag.deferred -= 1
         self.check()
+
+
+def request_stop(notice: str) -> bool:
+    """Stop as a first Ctrl-C does, asked from another signal's handler; whether a guard was active.
+
+    With no active guard nothing is mid-task or mid-commit, so the caller may stop at once."""
+    if not _ACTIVE:
+        return False
+    flag = _ACTIVE[-1]._flag
+    if not flag.requested:
+        flag.requested = True
+        print(notice, file=sys.stderr, flush=True)
+    return True
 
 
 def check() -> None:

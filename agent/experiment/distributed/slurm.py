@@ -18,8 +18,10 @@ own offset and claims an unfinished one by taking its lock; it exits once every 
 is locked by someone else. On preemption or timeout Slurm sends ``SIGUSR2``
 (``--signal=USR2@120``), submitit requeues the task with the same arguments, the kernel drops its
 locks with its process, and the requeued task (or any other with room) resumes those streams from
-their checkpoints. An array that ends with streams still unfinished (a task that failed for good)
-is followed by a new array for them, :data:`MAX_ROUNDS` times at most.
+their checkpoints. The signal stops a task as a first Ctrl-C does (:class:`Preemption`): the tasks
+in flight are dropped at their next check, never cut mid-commit or mid-SQLite, and only then does
+submitit requeue and exit. An array that ends with streams still unfinished (a task that failed
+for good) is followed by a new array for them, :data:`MAX_ROUNDS` times at most.
 """
 
 from __future__ import annotations
@@ -30,12 +32,15 @@ import json
 import math
 import pickle
 import shutil
+import signal
 import time
 from pathlib import Path
+from types import FrameType
 from typing import Any, Callable
 
 import submitit
 
+from agent.core import interrupt
 from agent.experiment.config import ExecutorConfig
 from agent.experiment.distributed.worker import (pending_streams, progress, run_worker, where_here,
                                                  worker_backbone)
@@ -101,6 +106,47 @@ class ClaimLease:
         return [n for n in self.order if n not in self.finished_names]
 
 
+class Preemption:
+    """While active, the preemption signal stops this array task between steps, then requeues it.
+
+    submitit's own handler checkpoints, requeues and raises ``SystemExit`` wherever the main thread
+    is: inside a SQLite callback that becomes the task's error outcome, and between a record and its
+    checkpoint it costs the committed task. Here an :class:`~agent.core.interrupt.InterruptGuard`
+    spans the whole worker (the engine's own guards nest in it and share its flag, so a stop asked
+    between two experiments still holds for the next), the signal asks it to stop
+    (:func:`~agent.core.interrupt.request_stop`), and the ``KeyboardInterrupt`` that ends the tasks
+    in flight makes the block's exit hand over to submitit's handler (:meth:`requeue`)."""
+
+    NOTICE = "\npreempted: stopping after the current step, then requeued"
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self.received = False
+        self._submitit: Any = None
+        self._guard = interrupt.InterruptGuard()
+
+    def __enter__(self) -> "Preemption":
+        self._guard.__enter__()
+        self._submitit = signal.signal(self.signum, self._handler)
+        return self
+
+    def __exit__(self, kind: Any, exc: BaseException | None, trace: Any) -> None:
+        signal.signal(self.signum, self._submitit)
+        self._guard.__exit__(kind, exc, trace)
+        if self.received and isinstance(exc, KeyboardInterrupt):
+            self.requeue()  # the stop we asked for, not a Ctrl-C: hand over to submitit
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        self.received = True
+        if not interrupt.request_stop(self.NOTICE):
+            self.requeue()
+
+    def requeue(self) -> None:
+        """submitit's preemption handling: checkpoint, requeue and ``SystemExit``."""
+        if callable(self._submitit):
+            self._submitit(self.signum, None)
+
+
 class ArrayTask(submitit.helpers.Checkpointable):
     """One array task: ``task(shard)`` runs streams until none is left to claim; requeued as it is."""
 
@@ -112,7 +158,8 @@ class ArrayTask(submitit.helpers.Checkpointable):
         backbone = worker_backbone(plan, slots=self.slots)
         job = submitit.JobEnvironment()
         where = where_here(f"task{shard}", executor="slurm", job_id=job.job_id)
-        done = run_worker(plan, backbone, ClaimLease(plan, shard, self.shards), slots=self.slots, where=where)
+        with Preemption(getattr(signal, "SIG" + job.USR_SIG)):  # the signal submitit handles
+            done = run_worker(plan, backbone, ClaimLease(plan, shard, self.shards), slots=self.slots, where=where)
         return {"shard": shard, "job_id": job.job_id, **done}
 
 

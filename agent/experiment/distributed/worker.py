@@ -30,6 +30,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
+from agent.core import interrupt
 from agent.experiment.engine import HookFactory, StreamHook, StreamTakenOver, run_experiment
 from agent.experiment.plan import Plan, backbone_spec, engine_settings, note
 from agent.experiment.streams import StreamSpec
@@ -216,6 +217,7 @@ def run_worker(plan: Plan, backbone: Any, lease: Lease, *, slots: int, where: Ma
     batch_sizes: list[int] = []
     try:
         while True:
+            interrupt.check()  # a stop asked while idle (a Slurm preemption) claims nothing more
             result = run_experiment([], backbone, plan.out_dir, tasks=plan.tasks, schedule=plan.schedule,
                                     kg_endpoint=plan.kg_endpoint, harness=plan.harness, names=[], source=source,
                                     hooks=source.hooks())
