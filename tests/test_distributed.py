@@ -132,14 +132,18 @@ def wait_for(condition, proc: subprocess.Popen, timeout: float = 300, what: str 
 
 
 def running_stream(out: Path, node_id: str | None = None) -> tuple[str, dict] | None:
-    """A stream under way (at least one record, not finished) and its node.json (on ``node_id``, if given)."""
+    """A stream under way and its node.json (on ``node_id``, if given).
+
+    Under way: two records or more, and not finished. A kill right after the first record can fall
+    before that task's checkpoint (the task is then rightly redone, from task 0); after the second,
+    the checkpoint of the first is on disk, so a resume starts at task 1 or later."""
     for folder in out.rglob("node.json"):
         try:
             note = json.loads(folder.read_text())
             records = (folder.parent / "records.jsonl").read_bytes().count(b"\n")
         except (OSError, ValueError):
             continue
-        if 1 <= records < 10 and (node_id is None or note["node_id"] == node_id):
+        if 2 <= records < 10 and (node_id is None or note["node_id"] == node_id):
             return str(folder.parent.relative_to(out)), note
     return None
 
