@@ -146,3 +146,13 @@ def test_lab_runs_the_controller_on_the_simulated_db_stream(data_dir) -> None:
     for row in (plus, paper):
         assert 0 <= row["harmful"] <= row["injected"] and 0 <= row["j"] <= 1
         assert row["j_best"] >= row["j_top"] - 1e-9 and row["j_best"] >= row["j"] - 1e-9
+
+
+def test_lab_names_an_unknown_configuration_instead_of_a_traceback(capsys) -> None:
+    from bench.rank import lab
+
+    with pytest.raises(SystemExit) as stop:
+        lab.main(["--configs", "tokenworth+,cosine"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown 'cosine'" in err and "tokenworth+, tokenworth, no memory" in err and "--set" in err

@@ -213,7 +213,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", default=None, help="write <out>.json with the measures")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
-    configs = {name: CONFIGS[name] for name in args.configs.split(",") if name}
+    names = [name for name in args.configs.split(",") if name]
+    unknown = [name for name in names if name not in CONFIGS]
+    if unknown:
+        parser.error(f"--configs: unknown {', '.join(map(repr, unknown))}; named ones are {', '.join(CONFIGS)} "
+                     "(define others with --set NAME:KEY=VALUE)")
+    configs = {name: CONFIGS[name] for name in names}
     configs.update(parse_set(item) for item in args.set)
     lab = Lab(args.env, args.tasks, seeds, fits_from=[Path(p) for p in args.fits.split(",")] if args.fits else (),
               capacity=args.capacity, n_probes=args.probes)
