@@ -3,8 +3,8 @@
 ``RayNodes(cpus=(1, 1))`` starts ``python tests/ray_nodes.py`` which starts a head and one node
 per further entry with :class:`ray.cluster_utils.Cluster` (each a real raylet with its own node
 id, object store and workers), prints the address and node ids, and then obeys lines on stdin
-(``add CPUS``: one more node; ``remove I``: take node I away at once, as a crash would; the head
-is node 0). When stdin closes (``close()``, or the test process dying), it shuts the cluster down.
+(``add CPUS``: one more node; ``remove I``: take node I away at once, as a crash would, its
+workers with it; the head is node 0). When stdin closes (``close()``, or the test process dying), it shuts the cluster down.
 The constructor returns at once; :meth:`RayNodes.ready` waits for the cluster (so a test can do
 other work while it starts).
 
@@ -87,7 +87,8 @@ def _readline(proc: subprocess.Popen, timeout_s: float) -> str:
 
 
 # ------------------------------------------------------------------------- the helper process
-def _descendants() -> list[int]:
+def _descendants(*roots: int) -> list[int]:
+    """Every process below ``roots`` (this helper by default)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -96,7 +97,7 @@ def _descendants() -> list[int]:
             except (OSError, ValueError, IndexError):
                 continue
             children.setdefault(ppid, []).append(int(entry.name))
-    found, frontier = [], [os.getpid()]
+    found, frontier = [], list(roots or (os.getpid(),))
     while frontier:
         frontier = [c for f in frontier for c in children.get(f, [])]
         found += frontier
@@ -147,7 +148,17 @@ def _serve(cpus: list[int]) -> None:
                 cluster.wait_for_nodes()
                 print(nodes[-1].node_id, flush=True)
             elif command == "remove":
-                cluster.remove_node(nodes[int(argument)], allow_graceful=False)
+                node = nodes[int(argument)]
+                # A crash takes the whole machine: the node's workers too, which outlive a killed raylet
+                # (they notice it only at their next call into Ray, and may finish a stream first).
+                own = [info.process.pid for infos in node.all_processes.values() for info in infos]
+                doomed = own + _descendants(*own)
+                cluster.remove_node(node, allow_graceful=False)
+                for pid in doomed:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
                 print("removed", flush=True)
         try:
             cluster.shutdown()
