@@ -4,7 +4,8 @@
 per further entry with :class:`ray.cluster_utils.Cluster` (each a real raylet with its own node
 id, object store and workers), prints the address and node ids, and then obeys lines on stdin
 (``add CPUS``: one more node; ``remove I``: take node I away at once, as a crash would, its
-workers with it; the head is node 0). When stdin closes (``close()``, or the test process dying), it shuts the cluster down.
+workers with it; the head is node 0). When stdin closes (``close()``, or the test process
+dying), it shuts the cluster down.
 The constructor returns at once; :meth:`RayNodes.ready` waits for the cluster (so a test can do
 other work while it starts).
 
@@ -104,15 +105,18 @@ def _descendants(*roots: int) -> list[int]:
     return found
 
 
+def _signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
 def _end_descendants(grace_s: float = 5.0) -> None:
     """SIGTERM, then SIGKILL, every descendant of this helper; reap them all."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        pids = _descendants()
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
+        _signal_all(_descendants(), sig)
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:
             try:
@@ -154,11 +158,7 @@ def _serve(cpus: list[int]) -> None:
                 own = [info.process.pid for infos in node.all_processes.values() for info in infos]
                 doomed = own + _descendants(*own)
                 cluster.remove_node(node, allow_graceful=False)
-                for pid in doomed:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+                _signal_all(doomed, signal.SIGKILL)
                 print("removed", flush=True)
         try:
             cluster.shutdown()
