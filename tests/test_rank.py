@@ -156,3 +156,46 @@ def test_lab_names_an_unknown_configuration_instead_of_a_traceback(capsys) -> No
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert "unknown 'cosine'" in err and "tokenworth+, tokenworth, no memory" in err and "--set" in err
+
+
+def test_guard_trace_maps_a_full_ring_back_to_its_tasks() -> None:
+    from bench.plus.guard_trace import window_tasks
+
+    injected = np.array([3, 5, 8, 9, 12, 20, 21])
+    assert window_tasks(injected[:2], 2, False, 4).tolist() == [3, 5, -1, -1]
+    # 7 pushes into 4 rows: rows 0-2 were overwritten by the 5th-7th pushes, row 3 holds the 4th
+    assert window_tasks(injected, 3, True, 4).tolist() == [12, 20, 21, 9]
+
+
+def test_guard_trace_splits_the_guards_count_and_its_realised_gap_matches_the_no_memory_run(data_dir) -> None:
+    """The trace's realised gap is counted over the injected tasks only; it must equal the whole run's
+    successes less those of the lab's no-memory run (same coins, so the other tasks agree)."""
+    from pathlib import Path
+
+    from bench.plus import guard_trace
+    from bench.rank import lab
+
+    if not (Path(data_dir) / "db_bench").exists():
+        pytest.skip(f"DB task data not found under {data_dir}")
+    db = lab.Lab("db", 60, [0])
+    floor = {"plus_null_first": 10.0}  # 60 tasks: inject after 10 no-memory outcomes
+    r = guard_trace.trace(db, 0, floor)
+    plus, none = db.run(0, True, floor), db.run(0, *lab.CONFIGS["no memory"])
+    assert r["injections"] > 0 and r["in_window"] == r["injections"] and r["retired"] == 0.0
+    assert r["realised_gap"] == round((plus["sr"] - none["sr"]) * 60 / 100)
+    assert r["counted"] == pytest.approx(r["coin_luck"] + r["true_gain"] + r["baseline_error"], abs=1e-6)
+    assert 0 < r["p0_injected"] < 1 and 0 < r["p0_stream"] < 1
+
+
+def test_guard_trace_names_a_bad_override_before_running(data_dir, capsys) -> None:
+    from pathlib import Path
+
+    from bench.plus import guard_trace
+
+    if not (Path(data_dir) / "db_bench").exists():
+        pytest.skip(f"DB task data not found under {data_dir}")
+    for bad, says in (("plus_bogus=1", "unknown hyperparameter"), ("plus_guard_sds=-1", "out of range"),
+                      ("plus=0", "plus=0 has none to trace")):
+        with pytest.raises(SystemExit) as stop:
+            guard_trace.main(["--tasks", "20", "--seeds", "0", "--set", bad])
+        assert stop.value.code == 2 and says in capsys.readouterr().err

@@ -130,7 +130,7 @@ class Lab:
 
         @jax.jit
         def go(hp: tw.HParams, table: jax.Array, p0: jax.Array, v: jax.Array,
-               fits: jax.Array) -> tuple[tw.StepOutput, jax.Array]:
+               fits: jax.Array) -> tuple[tw.State, tw.StepOutput, jax.Array]:
             def prob(t: jax.Array, m: jax.Array) -> tuple[jax.Array, jax.Array]:
                 """(success probability, whether a success fits the budget)."""
                 j = simdb.overlap(table, t, m)
@@ -141,18 +141,24 @@ class Lab:
                 p, fit = prob(event.memory_id, selection.memory_id)
                 return ((v[event.memory_id] < p) & (fit > 0)).astype(jnp.int32)
 
-            _, out = tw.run(tw.init(spec, hp), events, hp, spec, reward)
+            state, out = tw.run(tw.init(spec, hp), events, hp, spec, reward)
             p, fit = jax.vmap(prob)(jnp.arange(p0.shape[0]), out.selection.memory_id)
-            return out, p * fit
+            return state, out, p * fit
 
         return go
 
-    def run(self, seed: int, plus: bool, overrides: dict[str, Any]) -> dict[str, Any]:
+    def final(self, seed: int, plus: bool, overrides: dict[str, Any]) -> tuple[tw.State, tw.StepOutput, np.ndarray]:
+        """One run: the controller's final state, its outputs (T, ...) and each task's true success
+        probability (T,) for the choice made, budget included."""
         sim = self.sims[seed]
         _, hp = self.setup(plus, overrides, seed)
-        out, probs = self._runner(plus)(hp, jnp.asarray(sim.skill_table), jnp.asarray(sim.p0, jnp.float32),
-                                        jnp.asarray(sim.outcome_u, jnp.float32), jnp.asarray(self.fits))
-        return self.measures(jax.device_get(out), np.asarray(probs))
+        state, out, probs = self._runner(plus)(hp, jnp.asarray(sim.skill_table), jnp.asarray(sim.p0, jnp.float32),
+                                               jnp.asarray(sim.outcome_u, jnp.float32), jnp.asarray(self.fits))
+        return state, jax.device_get(out), np.asarray(probs)
+
+    def run(self, seed: int, plus: bool, overrides: dict[str, Any]) -> dict[str, Any]:
+        _, out, probs = self.final(seed, plus, overrides)
+        return self.measures(out, probs)
 
     def measures(self, out: tw.StepOutput, probs: np.ndarray) -> dict[str, Any]:
         """The lab's measures of one run; memory ids are source task indices (the events' ids)."""

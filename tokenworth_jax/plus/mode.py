@@ -116,7 +116,7 @@ def pair_features(cos: jax.Array, s: jax.Array, features: jax.Array) -> jax.Arra
     return psi * features.reshape(lead + features.shape)
 
 
-def _null_totals(state: PlusState, hp: HParams) -> tuple[jax.Array, jax.Array]:
+def null_totals(state: PlusState, hp: HParams) -> tuple[jax.Array, jax.Array]:
     """(outcomes, successes) behind the global no-memory rate: the ring's, or with ``null_all`` every
     no-memory outcome so far (the kernel's local part always reads the ring)."""
     valid = ring_valid(state.null_ring)
@@ -128,7 +128,7 @@ def _null_totals(state: PlusState, hp: HParams) -> tuple[jax.Array, jax.Array]:
 
 def _null(state: PlusState, keys: jax.Array, hp: HParams) -> NullStats:
     """The no-memory evidence about P queries (P, D): local kernel sums and the global totals."""
-    return null_stats(keys, state.null_ring, hp.mode.bandwidth, _null_totals(state, hp))
+    return null_stats(keys, state.null_ring, hp.mode.bandwidth, null_totals(state, hp))
 
 
 def _p0(state: PlusState, keys: jax.Array, hp: HParams) -> jax.Array:
@@ -143,6 +143,15 @@ def lift_offsets(rows: tuple[jax.Array, ...], totals: tuple[jax.Array, jax.Array
     _, _, stored, k, ky = rows
     current = logit(null_mean(stored_stats(k, ky, totals), php.p0_prior, php.p0_strength))
     return jnp.where(_on(php.reoffset), current, stored)
+
+
+def guard_window(state: PlusState, totals: tuple[jax.Array, jax.Array],
+                 hp: HParams) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """What the no-harm guard counts of the injections in the lift window, in ring order: their
+    outcomes y (N,) in {0, 1}, their offsets (N,) against the no-memory rate of ``totals`` and
+    their validity (N,). Public so that a trace (``bench.plus.guard_trace``) reads what the guard reads."""
+    ring = state.lift_ring
+    return (ring.data[1] + 1) / 2, lift_offsets(ring.data, totals, hp), ring_valid(ring)
 
 
 def choose(state: PlusState, cands: Candidates, hp: HParams) -> tuple[PlusState, Choice]:
@@ -178,9 +187,8 @@ def choose(state: PlusState, cands: Candidates, hp: HParams) -> tuple[PlusState,
     totals = stats.n, stats.y
     sd_global = null_logit_sd(far_stats(totals, p0[None]), php.p0_prior, php.p0_strength)[0]
     allowance = php.guard_budget + php.guard_rate * (state.n_tasks + 1).astype(f)
-    safe = allows(chosen, o, (state.lift_ring.data[1] + 1) / 2, lift_offsets(state.lift_ring.data, totals, hp),
-                  ring_valid(state.lift_ring), state.retired, state.theta * features, state.chol, sd_global,
-                  php.guard_sds, allowance)
+    safe = allows(chosen, o, *guard_window(state, totals, hp), state.retired, state.theta * features, state.chol,
+                  sd_global, php.guard_sds, allowance)
     measured = state.null_n >= php.null_first  # "no memory" is measured before anything is injected
     inject = any_valid & (~_on(php.abstain) | (measured & propose & (~_on(php.guard) | safe)))
     abstained = any_valid & ~inject
@@ -224,14 +232,14 @@ def update(state: PlusState, fb: Feedback, hp: HParams) -> PlusState:
     ring = state.lift_ring
     leaving = fb.selected & ring.is_full
     old = jax.tree_util.tree_map(lambda a: a[ring.idx], ring.data)
-    old_offset = lift_offsets(old, _null_totals(state, hp), hp)
+    old_offset = lift_offsets(old, null_totals(state, hp), hp)
     state = state._replace(null_ring=ring_push(state.null_ring, (fb.query.key, r), ~fb.selected),
                            null_n=state.null_n + none, null_y=state.null_y + none * r,
                            retired=retire(state.retired, (old[1] + 1) / 2, old_offset, leaving),
                            lift_ring=ring_push(ring, (pend.psi, 2 * r - 1, logit(pend.p0), pend.k, pend.ky),
                                                fb.selected),
                            n_injected=n)
-    totals = _null_totals(state, hp)
+    totals = null_totals(state, hp)
     due = fb.selected & (n % hp.mode.refit_interval == 0)
     theta, chol = gated(due, _refit, lambda post, ring, tot, h: post, (state.theta, state.chol), state.lift_ring,
                         totals, hp)
