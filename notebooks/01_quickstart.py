@@ -18,8 +18,8 @@
 # memories, the worth scores of the bank, the base weights `w` and the metric `M`.
 #
 # The stream is the LifelongAgentBench DB task list; **the backbone is simulated** (success
-# is drawn from the skill-overlap model of `agent.sim`, see
-# `bench/controller/simdb.py`). 240 tasks by default, so that the first AGOP update of the
+# is drawn from the skill-overlap model of `tokenworth_agent.sim`, see
+# `harness/tokenworth_bench/controller/simdb.py`). 240 tasks by default, so that the first AGOP update of the
 # metric (every `agop_interval` = 200 tasks in the DB preset) has run; set
 # `TOKENWORTH_NOTEBOOK_FULL=1` for all 500 tasks.
 
@@ -36,7 +36,7 @@ import numpy as np
 ROOT = Path.cwd() if (Path.cwd() / "tokenworth_jax").exists() else Path.cwd().parent
 sys.path.insert(0, str(ROOT))
 import tokenworth_jax as tw  # noqa: E402
-from bench.controller import simdb  # noqa: E402
+from tokenworth_bench.controller import simdb  # noqa: E402
 
 FULL = os.environ.get("TOKENWORTH_NOTEBOOK_FULL") == "1"
 N_TASKS = 500 if FULL else 240  # > agop_interval (200): M has been updated once

@@ -17,7 +17,7 @@
 # One DB-preset controller runs over the DB stream in chunks (`tw.run` per chunk, the
 # state kept between chunks). After each chunk we record the metric diagonal `M`, the
 # residual weight `η = η_max · min(1, n_krr_fits / 3)`, and the bank. **The backbone is
-# simulated** (see `bench/controller/simdb.py`). It runs the whole DB stream (500 tasks,
+# simulated** (see `harness/tokenworth_bench/controller/simdb.py`). It runs the whole DB stream (500 tasks,
 # about 20 s on a laptop CPU) with the DB preset: the bank (B_max = 64) fills after about 130
 # tasks, so evictions and replacements appear, and AGOP (every 200 tasks) updates `M` twice.
 # At fewer tasks none of that would be visible.
@@ -34,7 +34,7 @@ import numpy as np
 ROOT = Path.cwd() if (Path.cwd() / "tokenworth_jax").exists() else Path.cwd().parent
 sys.path.insert(0, str(ROOT))
 import tokenworth_jax as tw  # noqa: E402
-from bench.controller import simdb  # noqa: E402
+from tokenworth_bench.controller import simdb  # noqa: E402
 
 FULL = os.environ.get("TOKENWORTH_NOTEBOOK_FULL") == "1"
 N_TASKS, CHUNK = 500, 10  # TOKENWORTH_NOTEBOOK_FULL changes nothing here: this is the full stream

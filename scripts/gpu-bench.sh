@@ -9,7 +9,7 @@ pack() { tar czf "$OUT/gpu_results.tgz" -C /tmp gpu-results; }
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   python3 -c "import jax; print('jax', jax.__version__, jax.devices())"
-  timeout 330 python3 -m bench.controller.suite --out "$RES"; echo "quick suite rc=$?"; pack
-  timeout 150 python3 -m bench.controller.suite --full --only sweep --out "$RES/full"; echo "full sweep rc=$?"; pack
+  timeout 330 python3 -m tokenworth_bench.controller.suite --out "$RES"; echo "quick suite rc=$?"; pack
+  timeout 150 python3 -m tokenworth_bench.controller.suite --full --only sweep --out "$RES/full"; echo "full sweep rc=$?"; pack
 } 2>&1 | tee "$OUT/log.txt"
 pack

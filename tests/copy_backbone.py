@@ -19,9 +19,9 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from agent.backbones.base import Generation
-from agent.core.budget import BLOCK_HEADER
-from agent.sim.facts import Facts
+from tokenworth_agent.backbones.base import Generation
+from tokenworth_agent.core.budget import BLOCK_HEADER
+from tokenworth_agent.sim.facts import Facts
 
 _ACTIONS = {
     "os": re.compile(r"Act: bash\n```bash\n.*?\n```|Act: finish", re.S),
@@ -48,7 +48,7 @@ def memory_actions(block: str, env: str) -> list[str]:
 
 class CopyingBackbone:
     name = "copy"
-    reads_facts = True  # it needs the task's env and the round (agent.sim.facts)
+    reads_facts = True  # it needs the task's env and the round (tokenworth_agent.sim.facts)
 
     def __init__(self) -> None:
         self.replies: list[str] = []

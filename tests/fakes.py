@@ -7,12 +7,12 @@ import hashlib
 import re
 from typing import TYPE_CHECKING, Any, Sequence
 
-from agent.backbones.base import Generation
-from agent.envs.base import Environment, Judgement, StepResult
-from agent.sim.facts import Facts
+from tokenworth_agent.backbones.base import Generation
+from tokenworth_agent.envs.base import Environment, Judgement, StepResult
+from tokenworth_agent.sim.facts import Facts
 
 if TYPE_CHECKING:
-    from agent.results.record import TaskRecord
+    from tokenworth_agent.results.record import TaskRecord
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +91,7 @@ class FakeBackbone:
     """
 
     name = "fake"
-    reads_facts = True  # it plays the task, as the simulator does (agent.sim.facts)
+    reads_facts = True  # it plays the task, as the simulator does (tokenworth_agent.sim.facts)
 
     def __init__(self, verbose_words: int = 10) -> None:
         self.calls: list[dict[str, Any]] = []
@@ -127,7 +127,7 @@ class FakeBackbone:
 
 def task_record(index: int, reward: int, **fields: Any) -> "TaskRecord":
     """A made-up per-task record (summaries and figures under test read only a few of its fields)."""
-    from agent.results.record import TaskRecord
+    from tokenworth_agent.results.record import TaskRecord
 
     base: dict[str, Any] = dict(method="standard", index=index, task_id=f"db-{index}", env="db", reward=reward,
                                 status="completed", rounds=1, output_tokens=10, execution_tokens=10,

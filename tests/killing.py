@@ -20,7 +20,7 @@ def running(pid: int) -> bool:
 
 def checkpointed_tasks(checkpoint: Path) -> int:
     """Tasks the checkpoint covers (0 before the first; -1 while it is being replaced)."""
-    from agent.storage.checkpoint import load_checkpoint
+    from tokenworth_agent.storage.checkpoint import load_checkpoint
 
     try:
         state = load_checkpoint(checkpoint)

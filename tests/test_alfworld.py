@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.core.alfworld_venv import VENV_VARIABLE, EngineVenvError, open_venv
-from agent.core.budget import Budget
-from agent.tasks import DataError, load_tasks
-from agent.tasks.registry import benchmarks
-from agent.tasks import alfworld as alf
+from tokenworth_agent.core.alfworld_venv import VENV_VARIABLE, EngineVenvError, open_venv
+from tokenworth_agent.core.budget import Budget
+from tokenworth_agent.tasks import DataError, load_tasks
+from tokenworth_agent.tasks.registry import benchmarks
+from tokenworth_agent.tasks import alfworld as alf
 
 MANIFEST_SHA256 = "bd84b9686c5b8e275cc5b70a7e684d5d391cc038029a1ab57b647254471ac855"  # phase-1 prototype's file
 
@@ -139,7 +139,7 @@ def test_corrupt_game_file_is_named(tasks: list, tmp_path: Path, edit, problem: 
     ("Thought: x\nAction: look\nAction: inventory", "look"),
 ])
 def test_parse_action(reply: str, command: str | None) -> None:
-    from agent.envs.alfworld import parse_action
+    from tokenworth_agent.envs.alfworld import parse_action
 
     assert parse_action(reply) == command
 
@@ -156,7 +156,7 @@ def test_budget_preset_is_appendix_c() -> None:
     budget = Budget.for_env("alfworld")
     assert (budget.max_output_tokens, budget.max_rounds, budget.bank_capacity, budget.max_memories,
             budget.max_injected_chars) == (128, 50, 128, 1, 4200)
-    from agent.core.budget import TokenLedger
+    from tokenworth_agent.core.budget import TokenLedger
 
     ledger = TokenLedger(budget)
     assert ledger.next_max_tokens() == 128 and ledger.next_max_tokens("auxiliary") == 512
@@ -176,7 +176,7 @@ class Scripted:
         self.replies, self.caps, self.conversations = list(replies), [], []
 
     def generate(self, conversations, max_tokens, stop=None, *, facts):
-        from agent.backbones.base import Generation
+        from tokenworth_agent.backbones.base import Generation
 
         out = []
         for conversation, cap in zip(conversations, max_tokens):
@@ -188,9 +188,9 @@ class Scripted:
 
 
 def _play(task, backbone, budget: Budget | None = None):
-    from agent.core.budget import EMPTY_BLOCK
-    from agent.envs.alfworld import ALFWorldEnvironment
-    from agent.experiment.episode import Episode, answer
+    from tokenworth_agent.core.budget import EMPTY_BLOCK
+    from tokenworth_agent.envs.alfworld import ALFWorldEnvironment
+    from tokenworth_agent.experiment.episode import Episode, answer
 
     budget = budget or Budget.for_env("alfworld")
     env = ALFWorldEnvironment(max_rounds=budget.max_rounds)
@@ -252,9 +252,9 @@ def test_j_max_counts_environment_steps_not_repair_calls(tasks: list) -> None:
 
 @needs_engine
 def test_a_game_file_that_is_not_the_manifests_is_not_played(tasks: list) -> None:
-    from agent.core.budget import EMPTY_BLOCK
-    from agent.envs.alfworld import ALFWorldEnvironment
-    from agent.experiment.episode import Episode
+    from tokenworth_agent.core.budget import EMPTY_BLOCK
+    from tokenworth_agent.envs.alfworld import ALFWorldEnvironment
+    from tokenworth_agent.experiment.episode import Episode
 
     other = dataclasses.replace(tasks[2], sha256="0" * 64)
     episode = Episode(ALFWorldEnvironment(), other, EMPTY_BLOCK, None, Budget.for_env("alfworld"), seed=0)
@@ -263,7 +263,7 @@ def test_a_game_file_that_is_not_the_manifests_is_not_played(tasks: list) -> Non
 
 @needs_engine
 def test_walkthrough_never_reaches_a_prompt_or_memory(tasks: list, tmp_path: Path) -> None:
-    from agent.memory.build import build_memory
+    from tokenworth_agent.memory.build import build_memory
 
     def poison(data: bytes) -> bytes:
         game = json.loads(data)
@@ -283,7 +283,7 @@ def test_walkthrough_never_reaches_a_prompt_or_memory(tasks: list, tmp_path: Pat
 
 @needs_engine
 def test_a_dead_worker_fails_the_game_in_play_and_the_next_game_plays(tasks: list) -> None:
-    from agent.envs.alfworld import ALFWorldEnvironment, EngineError, EnginePool, pool
+    from tokenworth_agent.envs.alfworld import ALFWorldEnvironment, EngineError, EnginePool, pool
 
     own = EnginePool(1, cache_games=0)  # every call reaches the worker (the shared pool may answer from its cache)
     try:
@@ -304,7 +304,7 @@ def test_the_workers_speed_ups_change_no_answer(tasks: list) -> None:
     """Two games of two task types, their walkthroughs, and for one a wrong plan (reversed, with an
     inadmissible command and a look around), in a plain worker (upstream's engine untouched) and a fast
     one: every answer equal. (Records of 11 methods x 8 games were compared too: docs/alfworld.md.)"""
-    from agent.envs.alfworld import EnginePool
+    from tokenworth_agent.envs.alfworld import EnginePool
 
     plain, fast = EnginePool(1, cache_games=0, plain=True), EnginePool(1, cache_games=0)
     try:
@@ -327,7 +327,7 @@ def _answer(text: str) -> dict:
 
 
 def test_the_transition_cache_keeps_the_most_recent_games_and_zero_keeps_none() -> None:
-    from agent.envs.alfworld import TransitionCache
+    from tokenworth_agent.envs.alfworld import TransitionCache
 
     cache = TransitionCache(2)
     for game in ("a", "b"):
@@ -358,7 +358,7 @@ def test_cached_answers_equal_the_engines_and_a_new_history_catches_up(tasks: li
     """Two streams on one cached pool: the second is answered from the cache while it repeats the first,
     then diverges, and its engine must catch up (a fresh start and the shared commands) before its new
     command; every answer equals an uncached engine's."""
-    from agent.envs.alfworld import ALFWorldEnvironment, EnginePool
+    from tokenworth_agent.envs.alfworld import ALFWorldEnvironment, EnginePool
 
     task = tasks[3]
     walk = list(task.walkthrough)
@@ -381,7 +381,7 @@ def test_cached_answers_equal_the_engines_and_a_new_history_catches_up(tasks: li
 
 @needs_engine
 def test_a_cached_start_still_refuses_a_game_file_that_is_not_the_manifests(tasks: list, tmp_path: Path) -> None:
-    from agent.envs.alfworld import EngineError, EnginePool
+    from tokenworth_agent.envs.alfworld import EngineError, EnginePool
 
     task = tasks[2]
     shared = EnginePool(1)
@@ -397,7 +397,7 @@ def test_a_cached_start_still_refuses_a_game_file_that_is_not_the_manifests(task
 
 def test_a_replay_that_answers_otherwise_is_an_engine_error() -> None:
     """The cache trusts the engine to be deterministic, and checks it on every replay."""
-    from agent.envs.alfworld import EngineError, RemoteEngine, TransitionCache
+    from tokenworth_agent.envs.alfworld import EngineError, RemoteEngine, TransitionCache
 
     class Drifting:  # stands in for a worker whose engine answers a replayed history differently
         generation, calls = 1, 0
@@ -428,9 +428,9 @@ def tempfile_game():
 @needs_engine
 def test_one_game_per_type_through_the_cli_run(data_dir: str, tmp_path: Path, episodes: list[dict]) -> None:
     """`run --env alfworld --limit 6`: the simulated backbone on the real engine, one game per type."""
-    from agent.experiment import DataConfig, OutputConfig, RunConfig, Streams
-    from agent.experiment.launch import launch
-    from agent.sim.backbone import SimBackbone
+    from tokenworth_agent.experiment import DataConfig, OutputConfig, RunConfig, Streams
+    from tokenworth_agent.experiment.launch import launch
+    from tokenworth_agent.sim.backbone import SimBackbone
 
     out = tmp_path / "run"
     result = launch(RunConfig(Streams(envs=("alfworld",), methods=("standard", "tokenworth"), seeds=(0,)),
@@ -451,7 +451,7 @@ def test_one_game_per_type_through_the_cli_run(data_dir: str, tmp_path: Path, ep
 
 @needs_engine
 def test_a_run_folder_with_another_manifest_is_refused(data_dir: str, tmp_path: Path) -> None:
-    from agent.experiment import DataConfig, LaunchError, OutputConfig, RunConfig, Streams, make_plan
+    from tokenworth_agent.experiment import DataConfig, LaunchError, OutputConfig, RunConfig, Streams, make_plan
 
     out = tmp_path / "run"
     config = RunConfig(Streams(envs=("alfworld",), methods=("standard",)),
@@ -461,7 +461,7 @@ def test_a_run_folder_with_another_manifest_is_refused(data_dir: str, tmp_path: 
     assert plan.settings["harness"]["alfworld_engine"]["textworld"] == "1.7.0"
     import contextlib
 
-    from agent.experiment.launch import prepare
+    from tokenworth_agent.experiment.launch import prepare
 
     with contextlib.ExitStack() as held:
         prepare(plan, held)  # the folder as a run makes it: config.json and the manifest
@@ -476,8 +476,8 @@ def test_a_run_folder_with_another_manifest_is_refused(data_dir: str, tmp_path: 
 
 # ------------------------------------------------------------------ the simulator's moves (no engine)
 def test_sim_moves_success_replays_the_walkthrough_failure_cannot_win(tasks: list) -> None:
-    from agent.sim.model import SimParams
-    from agent.sim.replies.alfworld import plan, receptacles, reply
+    from tokenworth_agent.sim.model import SimParams
+    from tokenworth_agent.sim.replies.alfworld import plan, receptacles, reply
 
     params = SimParams()
     opening = "You are in the middle of a room. Looking quickly around you, you see a bed 1, a desk 1, and a shelf 2.\n\n" \
@@ -496,7 +496,7 @@ def test_sim_moves_success_replays_the_walkthrough_failure_cannot_win(tasks: lis
             assert all((m.repair or m.action).startswith(("go to ", "look")) for m in failed[first_wander:])
             assert len(failed) >= 50
     task = tasks[0]
-    from agent.sim.model import Episode
+    from tokenworth_agent.sim.model import Episode
 
     episode = Episode(p0=0.5, p=0.9, overlap=None, harmful=False, success=True)
     moves = plan(task, True, False, 0.5, opening, params)

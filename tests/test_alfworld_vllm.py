@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _engine_missing() -> str | None:
-    from agent.core.alfworld_venv import EngineVenvError, open_venv
+    from tokenworth_agent.core.alfworld_venv import EngineVenvError, open_venv
 
     try:
         open_venv()
@@ -43,7 +43,7 @@ pytestmark = [pytest.mark.real_vllm, pytest.mark.slow, pytest.mark.skipif(REASON
 
 def test_smollm2_plays_an_alfworld_game_through_prompt_parse_repair_and_judge(tmp_path: Path, data_dir: str) -> None:
     out = tmp_path / "run"
-    command = [sys.executable, "-c", "from agent.cli import app; app()", "run", "--env", "alfworld",
+    command = [sys.executable, "-c", "from tokenworth_agent.cli import app; app()", "run", "--env", "alfworld",
                "--backbone", "vllm", "--model", str(MODEL), "--methods", "standard,tokenworth", "--limit", "1",
                "--grid", "j_max=3", "--max-model-len", "4096", *CPU_FLAGS, "--out", str(out), "--no-progress"]
     done = subprocess.run(command, cwd=REPO, env={**cli_env(), "TOKENWORTH_DATA_DIR": data_dir},

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from agent.backbones.engine_options import EngineOptionError, engine_for_run, engine_options_from_flags
-from agent.backbones.options import parse_extra_body, split_options
-from agent.experiment.runner import write_run_config
+from tokenworth_agent.backbones.engine_options import EngineOptionError, engine_for_run, engine_options_from_flags
+from tokenworth_agent.backbones.options import parse_extra_body, split_options
+from tokenworth_agent.experiment.runner import write_run_config
 
 
 def test_identity_and_connection_are_split():

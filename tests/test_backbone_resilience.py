@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.backbones.base import BackboneError
-from agent.backbones.openai_backbone import OpenAIBackbone
+from tokenworth_agent.backbones.base import BackboneError
+from tokenworth_agent.backbones.openai_backbone import OpenAIBackbone
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
@@ -175,7 +175,7 @@ def test_max_retries_bounds_the_count(stubs):
 
 # ------------------------------------------------------------------------- the whole CLI
 def cli(out: Path, url: str, *extra: str, limit: int = 4, timeout: float = 240) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "agent.cli", "run", "--env", "db", "--methods", "standard", "--backbone",
+    command = [sys.executable, "-m", "tokenworth_agent.cli", "run", "--env", "db", "--methods", "standard", "--backbone",
                "openai", "--model", "served", "--base-url", url, "--limit", str(limit), "--out", str(out),
                "--no-progress", *extra]
     return subprocess.run(command, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=timeout)
@@ -258,7 +258,7 @@ def test_a_dead_server_costs_one_retry_window_for_all_streams(tmp_path, data_dir
     own failure. One error line: the URL, the cause, and "rerun the same command to resume", once."""
     from typer.testing import CliRunner
 
-    from agent.cli import app
+    from tokenworth_agent.cli import app
 
     # long enough that a loaded machine's start-up (imports, JAX) cannot blur one window (~8 s)
     # against the six the old code waited (~48 s)
@@ -283,7 +283,7 @@ def test_a_dead_server_costs_one_retry_window_for_all_streams(tmp_path, data_dir
 def test_repeated_base_url_flags_are_replicas(tmp_path, data_dir):
     from typer.testing import CliRunner
 
-    from agent.cli import app
+    from tokenworth_agent.cli import app
 
     urls = [f"http://127.0.0.1:{free_port()}/v1", f"http://127.0.0.1:{free_port()}/v1"]
     result = CliRunner().invoke(app, ["run", "--methods", "standard", "--backbone", "openai", "--model", "served",

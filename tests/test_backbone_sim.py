@@ -10,13 +10,13 @@ import sqlite3
 import numpy as np
 import pytest
 
-from agent.backbones.base import BackboneError
-from agent.backbones.registry import make_backbone
-from agent.tasks import kg_gold_calls as kg_calls
-from agent.tasks import load_tasks
-from agent.sim import Facts, SimBackbone, SimParams, decide, skill_overlap
-from agent.sim.replies.db import wrong_sql
-from agent.sim.tokens import token_counter
+from tokenworth_agent.backbones.base import BackboneError
+from tokenworth_agent.backbones.registry import make_backbone
+from tokenworth_agent.tasks import kg_gold_calls as kg_calls
+from tokenworth_agent.tasks import load_tasks
+from tokenworth_agent.sim import Facts, SimBackbone, SimParams, decide, skill_overlap
+from tokenworth_agent.sim.replies.db import wrong_sql
+from tokenworth_agent.sim.tokens import token_counter
 
 USER = [{"role": "system", "content": "sys"}, {"role": "user", "content": "the task"}]
 
@@ -267,8 +267,8 @@ def test_registry_builds_the_sim():
 
 def test_the_real_db_environment_judges_the_simulated_replies(streams, sim):
     """Success draws mostly pass the real judge and failure draws fail it (a sample)."""
-    from agent.envs.base import conversation
-    from agent.envs.db import DBEnvironment
+    from tokenworth_agent.envs.base import conversation
+    from tokenworth_agent.envs.db import DBEnvironment
 
     outcomes = {True: [], False: []}
     env = DBEnvironment()

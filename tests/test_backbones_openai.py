@@ -15,9 +15,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from agent.backbones.base import BackboneError
-from agent.backbones.openai_backbone import OpenAIBackbone
-from agent.backbones.registry import make_backbone
+from tokenworth_agent.backbones.base import BackboneError
+from tokenworth_agent.backbones.openai_backbone import OpenAIBackbone
+from tokenworth_agent.backbones.registry import make_backbone
 
 MAX_REQUESTS = 200
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.backbones import vllm_api
-from agent.backbones.registry import make_backbone
-from agent.backbones.vllm_backbone import ENGINES, GREEDY_SAMPLING, VLLMBackbone, close_engines, passed_names
+from tokenworth_agent.backbones import vllm_api
+from tokenworth_agent.backbones.registry import make_backbone
+from tokenworth_agent.backbones.vllm_backbone import ENGINES, GREEDY_SAMPLING, VLLMBackbone, close_engines, passed_names
 from tests.killing import running
 
 REPO = Path(__file__).resolve().parents[1]
@@ -248,7 +248,7 @@ def test_the_real_vllm_has_every_name_the_project_passes():
 # --- no orphaned engine after kill -9 -----------------------------------------------------------
 REAPED_RUN = """
 import subprocess, sys, time
-from agent.backbones.vllm_backbone import child_processes, reap_on_exit
+from tokenworth_agent.backbones.vllm_backbone import child_processes, reap_on_exit
 before = child_processes()
 engine = subprocess.Popen(["bash", "-c", "sleep 600 & sleep 600"])  # stands for vLLM's engine core and its worker
 time.sleep(0.5)
@@ -282,7 +282,7 @@ def test_a_killed_run_takes_its_engine_processes_with_it():
 def test_a_normal_shutdown_stops_the_reaper(fake_vllm):
     import subprocess
 
-    from agent.backbones.vllm_backbone import REAPER_ATTRIBUTE, reap_on_exit, shutdown_engine
+    from tokenworth_agent.backbones.vllm_backbone import REAPER_ATTRIBUTE, reap_on_exit, shutdown_engine
 
     sleeper = subprocess.Popen(["sleep", "600"])
     llm = fake_vllm.LLM(model="m")

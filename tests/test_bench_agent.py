@@ -1,6 +1,6 @@
 """The agent benchmark's aggregation over seeds (the runs themselves are tested in test_runner)."""
 
-from bench.agent import aggregate, markdown
+from tokenworth_bench.agent import aggregate, markdown
 
 
 def test_aggregate_means_and_stds_over_seeds():

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.controller import suite
-from bench.controller.roofline import flops
+from tokenworth_bench.controller import suite
+from tokenworth_bench.controller.roofline import flops
 
 import tokenworth_jax as tw
 
@@ -122,14 +122,14 @@ def test_sharded_equals_unsharded(results):
 
 
 def test_simulated_db_reward_matches_the_simulator(data_dir):
-    """The JAX reward model in bench.controller.simdb gives the simulator's own outcome."""
+    """The JAX reward model in tokenworth_bench.controller.simdb gives the simulator's own outcome."""
     if not (Path(data_dir) / "db_bench").exists():
         pytest.skip(f"DB task data not found under {data_dir}")
     import jax.numpy as jnp
 
-    from agent.sim import decide
-    from agent.tasks import load_tasks
-    from bench.controller import simdb
+    from tokenworth_agent.sim import decide
+    from tokenworth_agent.tasks import load_tasks
+    from tokenworth_bench.controller import simdb
 
     stream = simdb.load_stream(40, seed=3, directory=data_dir)
     tasks = load_tasks("db", data_dir)[:40]

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from agent.experiment import plan as plan_module
-from agent.experiment.config import DataConfig, HarnessConfig, OutputConfig, RunConfig, Streams, Sweep
-from agent.experiment.launch import launch
-from agent.policies.registry import POLICIES
-from agent.results.record import read_records
-from agent.tasks import load_tasks
+from tokenworth_agent.experiment import plan as plan_module
+from tokenworth_agent.experiment.config import DataConfig, HarnessConfig, OutputConfig, RunConfig, Streams, Sweep
+from tokenworth_agent.experiment.launch import launch
+from tokenworth_agent.policies.registry import POLICIES
+from tokenworth_agent.results.record import read_records
+from tokenworth_agent.tasks import load_tasks
 from tests.bigcodebench_fixtures import ci_subset, eval_venv
 
 TABLE1 = ("standard", "rag", "memrl", "memp", "tokenworth", "mem0", "memskill", "reflexion", "evosc", "evoskill")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.tasks import BCBTask, DataError, load_tasks
-from agent.tasks.bigcodebench import EXPECTED_HARD, EXPECTED_TASKS, FILE, hard_numbers, read_rows, stream
-from agent.tasks.bigcodebench_patches import EDITS, ReleaseError, changed_tasks, to_release
+from tokenworth_agent.tasks import BCBTask, DataError, load_tasks
+from tokenworth_agent.tasks.bigcodebench import EXPECTED_HARD, EXPECTED_TASKS, FILE, hard_numbers, read_rows, stream
+from tokenworth_agent.tasks.bigcodebench_patches import EDITS, ReleaseError, changed_tasks, to_release
 
 
 @pytest.fixture(scope="module")

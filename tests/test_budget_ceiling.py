@@ -7,8 +7,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from agent.core.budget import Budget
-from bench.budget_ceiling import analyse, fits
+from tokenworth_agent.core.budget import Budget
+from tokenworth_bench.budget_ceiling import analyse, fits
 
 
 def test_fits_under_each_accounting():
@@ -20,7 +20,7 @@ def test_fits_under_each_accounting():
 
 
 def test_perfect_agent_on_real_db_tasks_matches_a_capped_run(data_dir):
-    from agent.tasks import load_tasks
+    from tokenworth_agent.tasks import load_tasks
 
     row = analyse("db", load_tasks("db", data_dir, limit=20))
     # per-call can only admit more tasks than per-task; the measured run agrees with the fit analysis
@@ -30,7 +30,7 @@ def test_perfect_agent_on_real_db_tasks_matches_a_capped_run(data_dir):
 
 
 def test_kg_and_os_ceilings_need_no_endpoint_or_sandbox(data_dir):
-    from agent.tasks import load_tasks
+    from tokenworth_agent.tasks import load_tasks
 
     for env in ("kg", "os"):
         row = analyse(env, load_tasks(env, data_dir, limit=10))
@@ -39,7 +39,7 @@ def test_kg_and_os_ceilings_need_no_endpoint_or_sandbox(data_dir):
 
 @pytest.mark.parametrize("accounting", ["per-task", "per-call"])
 def test_cli_flag_is_recorded_in_config_records_and_summary(tmp_path, data_dir, accounting):
-    from agent.cli import app
+    from tokenworth_agent.cli import app
 
     done = CliRunner().invoke(app, ["run", "--methods", "standard", "--limit", "3", "--out", str(tmp_path),
                                     "--data-dir", data_dir, "--no-progress", "--budget-accounting", accounting])
@@ -52,7 +52,7 @@ def test_cli_flag_is_recorded_in_config_records_and_summary(tmp_path, data_dir, 
 
 
 def test_cli_rejects_an_unknown_accounting(tmp_path):
-    from agent.cli import app
+    from tokenworth_agent.cli import app
 
     done = CliRunner().invoke(app, ["run", "--limit", "1", "--out", str(tmp_path), "--budget-accounting", "per-round"])
     assert done.exit_code == 2 and "per-call or per-task" in done.output

@@ -4,7 +4,7 @@ import json
 
 from typer.testing import CliRunner
 
-from agent.cli import app
+from tokenworth_agent.cli import app
 
 runner = CliRunner()
 
@@ -53,12 +53,12 @@ def test_sweep_command_writes_tables(tmp_path, data_dir) -> None:
 
 
 def test_data_fetch_reports_failure_clearly(tmp_path, monkeypatch) -> None:
-    import agent.tasks
+    import tokenworth_agent.tasks
 
     def offline(data_dir=None, envs=("db", "os", "kg")):
         raise ConnectionError("no route to host")
 
-    monkeypatch.setattr(agent.tasks, "fetch", offline)
+    monkeypatch.setattr(tokenworth_agent.tasks, "fetch", offline)
     result = runner.invoke(app, ["data", "fetch", "--data-dir", str(tmp_path)])
     assert result.exit_code == 2 and "download failed" in result.output and "no route" in result.output
 

@@ -13,9 +13,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-import agent.results.report as report
-from agent.cli import app
-from bench.cli import app as bench_app
+import tokenworth_agent.results.report as report
+from tokenworth_agent.cli import app
+from tokenworth_bench.cli import app as bench_app
 from tests.fakes import task_record
 
 runner = CliRunner()
@@ -68,7 +68,7 @@ def test_run_help_groups_its_options_into_panels() -> None:
 
 @pytest.mark.parametrize("command", ["", "controller", "agent", "engine-speed", "engine-projection"])
 def test_tokenworth_bench_help_fits_80_columns(command, monkeypatch) -> None:
-    from bench.agent import parser
+    from tokenworth_bench.agent import parser
 
     monkeypatch.setenv("COLUMNS", "80")  # argparse reads it too
     result = runner.invoke(bench_app, [*([command] if command else []), "--help"], env={"COLUMNS": "80"})
@@ -108,9 +108,9 @@ REFUSALS = {
 
 @pytest.mark.parametrize("case", list(REFUSALS))
 def test_a_refused_run_leaves_the_file_system_exactly_as_it_was(case, place, data_dir, monkeypatch) -> None:
-    import agent.backbones.colocation as colocation
+    import tokenworth_agent.backbones.colocation as colocation
 
-    import agent.backbones.vllm_api as vllm_api
+    import tokenworth_agent.backbones.vllm_api as vllm_api
 
     monkeypatch.setattr(colocation, "gpu_total_bytes", lambda: None)  # this machine's truth, made certain
     monkeypatch.setattr(vllm_api, "installed_build", lambda: None)  # and no vLLM build installed
@@ -132,11 +132,11 @@ def test_a_refused_run_leaves_the_file_system_exactly_as_it_was(case, place, dat
 def test_only_vllms_cpu_build_runs_without_a_gpu(build, refused, monkeypatch) -> None:
     """The GPU check refuses the CUDA build (or none) on a machine without a GPU; the CPU build,
     which .venv-vllm's real-engine tests run, goes on to the engine settings."""
-    import agent.backbones.colocation as colocation
-    import agent.backbones.engine_options as engine_options
-    import agent.backbones.vllm_api as vllm_api
-    from agent.experiment import BackboneConfig, LaunchError, RunConfig
-    from agent.experiment.plan import engine_settings
+    import tokenworth_agent.backbones.colocation as colocation
+    import tokenworth_agent.backbones.engine_options as engine_options
+    import tokenworth_agent.backbones.vllm_api as vllm_api
+    from tokenworth_agent.experiment import BackboneConfig, LaunchError, RunConfig
+    from tokenworth_agent.experiment.plan import engine_settings
 
     reached = object()  # what the next step (the engine flags and the split) would return
     monkeypatch.setattr(colocation, "gpu_total_bytes", lambda: None)
@@ -210,8 +210,8 @@ def test_sweep_prints_its_table_once(tmp_path, data_dir) -> None:
 
 
 def test_grid_folders_read_as_the_grid_and_old_ones_still_resume(place, data_dir) -> None:
-    from agent.experiment.plan import experiment_folder
-    from agent.experiment.streams import digest
+    from tokenworth_agent.experiment.plan import experiment_folder
+    from tokenworth_agent.experiment.streams import digest
 
     args = ["run", "--methods", "standard", "--grid", "o_max=64,128", "--limit", "2", "--data-dir", data_dir,
             "--no-progress"]
@@ -244,8 +244,8 @@ def figures(monkeypatch):
 
 
 def test_cumulative_sr_of_many_streams_groups_by_method_with_seeds_as_a_band(figures) -> None:
-    from agent.core.budget import Budget
-    from agent.experiment.streams import expand, grid_points
+    from tokenworth_agent.core.budget import Budget
+    from tokenworth_agent.experiment.streams import expand, grid_points
 
     methods = ["standard", "rag", "memrl", "memp", "tokenworth"]
     streams = expand(["db"], methods, [0, 1, 2], {"db": Budget.for_env("db")}, grid_points(["o_max=64,128"]))
@@ -275,14 +275,14 @@ def test_bench_agent_writes_a_run_folder_unless_asked_to_publish(place, data_dir
     args = ["agent", "--envs", "db", "--seeds", "0", "--methods", "standard", "--limit", "2", "--data-dir", data_dir,
             "--no-progress"]
     assert runner.invoke(bench_app, args).exit_code == 0
-    assert not (place / "bench").exists()
+    assert not (place / "harness").exists()
     assert (place / "runs" / "bench-agent-db-sim-per-call-seeds0-limit2" / "agent.md").exists()
     assert runner.invoke(bench_app, [*args, "--publish"]).exit_code == 0
-    assert (place / "bench" / "results" / "agent_db" / "agent.md").exists()
+    assert (place / "harness" / "tokenworth_bench" / "results" / "agent_db" / "agent.md").exists()
 
 
 def test_bench_agent_errors_print_once_and_name_only_its_own_flags(place, data_dir, monkeypatch) -> None:
-    from bench.agent import parser
+    from tokenworth_bench.agent import parser
 
     accepted = {s for a in parser()._actions for s in a.option_strings}
     monkeypatch.delenv("TOKENWORTH_KG_ENDPOINT", raising=False)

@@ -16,7 +16,7 @@ import pytest
 from jaxlib import xla_client
 
 import tokenworth_jax as tw
-from agent.backbones import colocation as co
+from tokenworth_agent.backbones import colocation as co
 
 REPO = Path(__file__).resolve().parents[1]
 GIB = 1 << 30
@@ -46,7 +46,7 @@ def test_the_cli_run_sets_an_environment_jaxlib_accepts(tmp_path, data_dir):
     XLA_PYTHON_CLIENT_MEM_FRACTION, or VLLM_BATCH_INVARIANT without --batch-invariant, must not
     change what runs."""
     report = tmp_path / "engine_start.json"
-    command = [sys.executable, "-m", "agent.cli", "run", "--env", "db", "--methods", "standard", "--backbone", "vllm",
+    command = [sys.executable, "-m", "tokenworth_agent.cli", "run", "--env", "db", "--methods", "standard", "--backbone", "vllm",
                "--model", "fake-model", "--limit", "1", "--out", str(tmp_path / "run"), "--no-progress",
                "--jax-mem-fraction", "0.1", "--max-model-len", "4096", "--engine-arg", "max_num_seqs=16"]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300,
@@ -75,7 +75,7 @@ def test_the_cli_run_sets_an_environment_jaxlib_accepts(tmp_path, data_dir):
 
 def test_batch_invariance_is_set_only_by_the_flag(tmp_path, data_dir):
     report = tmp_path / "engine_start.json"
-    command = [sys.executable, "-m", "agent.cli", "run", "--env", "db", "--methods", "standard", "--backbone", "vllm",
+    command = [sys.executable, "-m", "tokenworth_agent.cli", "run", "--env", "db", "--methods", "standard", "--backbone", "vllm",
                "--model", "fake-model", "--limit", "1", "--out", str(tmp_path / "run"), "--no-progress",
                "--batch-invariant"]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300,
@@ -90,7 +90,7 @@ def test_an_untested_vllm_is_refused_in_one_line_before_anything_is_written(tmp_
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise RuntimeError('must not be imported')\n")
     (fake / "_version.py").write_text("__version__ = version = '0.11.2'\n")
-    command = [sys.executable, "-m", "agent.cli", "run", "--backbone", "vllm", "--model", "fake-model", "--limit", "1",
+    command = [sys.executable, "-m", "tokenworth_agent.cli", "run", "--backbone", "vllm", "--model", "fake-model", "--limit", "1",
                "--out", str(tmp_path / "run"), "--no-progress"]
     env = {**clean_env(), "PYTHONPATH": f"{tmp_path / 'site'}{os.pathsep}{REPO}"}
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
@@ -120,7 +120,7 @@ def test_set_environment_keeps_the_current_variable_and_clears_the_deprecated_on
 def test_after_jax_started_only_the_same_split_passes():
     script = (
         "import os\n"
-        "from agent.backbones.colocation import apply_colocation\n"
+        "from tokenworth_agent.backbones.colocation import apply_colocation\n"
         "p = apply_colocation('vllm', {}, jax_mem_fraction=0.25, total_bytes=80 << 30, state_bytes=1 << 20)\n"
         "import jax; jax.devices()\n"
         "q = apply_colocation('vllm', {}, jax_mem_fraction=0.25, total_bytes=80 << 30, state_bytes=1 << 20)\n"
@@ -241,7 +241,7 @@ def test_a_float32_checkpoint_is_served_at_16_bits_unless_asked(tmp_path, key):
 
 def test_a_cli_split_that_cannot_work_fails_before_anything_loads(tmp_path, data_dir):
     report = tmp_path / "engine_start.json"
-    command = [sys.executable, "-m", "agent.cli", "run", "--backbone", "vllm", "--model", "fake-model", "--limit", "1",
+    command = [sys.executable, "-m", "tokenworth_agent.cli", "run", "--backbone", "vllm", "--model", "fake-model", "--limit", "1",
                "--out", str(tmp_path / "run"), "--jax-mem-fraction", "0.3", "--gpu-memory-utilization", "0.7"]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120,
                           env=clean_env(FAKE_VLLM_REPORT=str(report)))
@@ -269,7 +269,7 @@ def test_the_engine_loads_only_after_the_run_folder_checks(tmp_path, data_dir):
     foreign = tmp_path / "notes"
     foreign.mkdir()
     (foreign / "draft.txt").write_text("not a run")
-    command = [sys.executable, "-m", "agent.cli", "run", "--backbone", "vllm", "--model", "fake-model", "--limit", "1",
+    command = [sys.executable, "-m", "tokenworth_agent.cli", "run", "--backbone", "vllm", "--model", "fake-model", "--limit", "1",
                "--methods", "standard", "--out", str(foreign), "--no-progress", "--jax-mem-fraction", "0.05"]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120,
                           env=clean_env(FAKE_VLLM_REPORT=str(report)))
@@ -279,7 +279,7 @@ def test_the_engine_loads_only_after_the_run_folder_checks(tmp_path, data_dir):
 
 def test_the_benchmark_loads_one_engine_for_all_its_runs_and_shuts_it_down(tmp_path, data_dir):
     events = tmp_path / "events.txt"
-    command = [sys.executable, "-m", "bench", "agent", "--envs", "db", "--seeds", "0,1", "--limit", "1",
+    command = [sys.executable, "-m", "tokenworth_bench", "agent", "--envs", "db", "--seeds", "0,1", "--limit", "1",
                "--methods", "standard", "--backbone", "vllm", "--model", "fake-model", "--out", str(tmp_path / "b"),
                "--no-progress", "--jax-mem-fraction", "0.05", "--max-model-len", "2048"]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300,

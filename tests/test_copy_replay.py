@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from agent.backbones.base import Generation
-from agent.core.budget import EMPTY_BLOCK, Budget, build_injection_block
-from agent.tasks import kg_gold_replies as gold_replies
-from agent.tasks import load_tasks
-from agent.envs.kg import KGEnvironment
-from agent.sandbox import sandbox_unavailable_reason
-from agent.envs.sparql import OxigraphEndpoint
-from agent.experiment.episode import Episode, answer
-from agent.memory import build_memory, instance_names, memory_char_limit
-from agent.sim.facts import Facts
-from bench.copy_replay import replay_task
+from tokenworth_agent.backbones.base import Generation
+from tokenworth_agent.core.budget import EMPTY_BLOCK, Budget, build_injection_block
+from tokenworth_agent.tasks import kg_gold_replies as gold_replies
+from tokenworth_agent.tasks import load_tasks
+from tokenworth_agent.envs.kg import KGEnvironment
+from tokenworth_agent.sandbox import sandbox_unavailable_reason
+from tokenworth_agent.envs.sparql import OxigraphEndpoint
+from tokenworth_agent.experiment.episode import Episode, answer
+from tokenworth_agent.memory import build_memory, instance_names, memory_char_limit
+from tokenworth_agent.sim.facts import Facts
+from tokenworth_bench.copy_replay import replay_task
 from tests.copy_backbone import NOTHING, CopyingBackbone, memory_actions
 from tests.kg_fixture import REPLAYED_RECORDS, build_fixture_store
 
@@ -89,7 +89,7 @@ def test_kg_gold_memory_is_copied_to_reward_one_under_labs_parser(data_dir: str,
 def test_bench_writes_json_and_markdown_and_keeps_other_envs(tmp_path, data_dir: str) -> None:
     import json
 
-    from bench.copy_replay import main
+    from tokenworth_bench.copy_replay import main
 
     out = tmp_path / "copy_replay.json"
     earlier = {"env": "db", "memory_format": "compact", "tasks": 1, "gold_passed": 1, "seconds": 0.1,

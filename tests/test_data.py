@@ -9,10 +9,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from agent.tasks import LAB, Benchmark, data_folder
-from agent.tasks.base import benchmark_dir
+from tokenworth_agent.tasks import LAB, Benchmark, data_folder
+from tokenworth_agent.tasks.base import benchmark_dir
 
-from agent.tasks import ENV_SUBDIR, EXPECTED_ROWS, PARQUET_NAME, DataError, DBTask, KGTask, OSTask, load_tasks, resolve_data_root
+from tokenworth_agent.tasks import ENV_SUBDIR, EXPECTED_ROWS, PARQUET_NAME, DataError, DBTask, KGTask, OSTask, load_tasks, resolve_data_root
 
 
 @pytest.mark.parametrize("env,cls", [("db", DBTask), ("os", OSTask), ("kg", KGTask)])

@@ -13,14 +13,14 @@ import time
 
 import pytest
 
-from agent.tasks import load_tasks
-from agent.envs import db as db_module
-from agent.envs.db import DBEnvironment, answer_matches, replay_gold
-from agent.sqlite_mysql import Deadline, Limits, MySQLError, MySQLOnSQLite
-from agent.sqlite_mysql.database import mysql_filesort
-from agent.sqlite_mysql.transpile import SortPlan
+from tokenworth_agent.tasks import load_tasks
+from tokenworth_agent.envs import db as db_module
+from tokenworth_agent.envs.db import DBEnvironment, answer_matches, replay_gold
+from tokenworth_agent.sqlite_mysql import Deadline, Limits, MySQLError, MySQLOnSQLite
+from tokenworth_agent.sqlite_mysql.database import mysql_filesort
+from tokenworth_agent.sqlite_mysql.transpile import SortPlan
 from tests.test_db_env import COLUMNS, ROWS, make_task, op
-from agent.sqlite_mysql.mysql_sort import std_sort
+from tokenworth_agent.sqlite_mysql.mysql_sort import std_sort
 
 @pytest.fixture()
 def db():
@@ -304,7 +304,7 @@ def test_judge_returns_a_verdict_for_deeply_nested_answers():
 
 def test_large_answer_is_judged_quickly():
     """5,000 tuples took about 80 s with the per-element source lookup; now milliseconds.
-    The bound is loose on purpose; ``bench.db_fidelity`` records the 300k-tuple time."""
+    The bound is loose on purpose; ``tokenworth_bench.db_fidelity`` records the 300k-tuple time."""
     gold = [(i, f"name {i}", i / 3) for i in range(5_000)]
     text = repr(gold)
     started = time.monotonic()

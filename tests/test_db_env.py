@@ -9,10 +9,10 @@ from decimal import Decimal
 
 import pytest
 
-from agent.tasks import ColumnInfo, DBTask, TableInfo, load_tasks
-from agent.envs.db import DBEnvironment, answer_matches, parse_action, replay_gold
-from agent.sqlite_mysql import MySQLOnSQLite, table_md5
-from agent.sqlite_mysql.mysql_sort import std_sort
+from tokenworth_agent.tasks import ColumnInfo, DBTask, TableInfo, load_tasks
+from tokenworth_agent.envs.db import DBEnvironment, answer_matches, parse_action, replay_gold
+from tokenworth_agent.sqlite_mysql import MySQLOnSQLite, table_md5
+from tokenworth_agent.sqlite_mysql.mysql_sort import std_sort
 
 COLUMNS = (("id", "INT"), ("name", "TEXT"), ("dept", "TEXT"), ("salary", "INT"))
 ROWS = (

@@ -10,7 +10,7 @@ same command resumes on another cluster; the refusals (no cluster, a silent port
 too few GPUs) are one line within a minute, with nothing written; a Slurm array task preempted
 (SIGUSR2) is requeued and resumes. And Ray is never imported by ``tokenworth_jax`` or a local run.
 
-The drivers are ``python -m agent.cli`` subprocesses, so they can be killed. Fault runs use methods
+The drivers are ``python -m tokenworth_agent.cli`` subprocesses, so they can be killed. Fault runs use methods
 without a JAX controller (faster; the engine's resume of ``tokenworth`` is tested in
 test_experiment.py); the equality run includes ``tokenworth``.
 """
@@ -30,9 +30,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.core import interrupt
-from agent.results.record import comparable, read_records
-from agent.storage.checkpoint import load_checkpoint
+from tokenworth_agent.core import interrupt
+from tokenworth_agent.results.record import comparable, read_records
+from tokenworth_agent.storage.checkpoint import load_checkpoint
 from tests.killing import running
 
 # Found, never imported: importing Ray into this process installs its own signal handling (later tests
@@ -42,7 +42,7 @@ if importlib.util.find_spec("ray") is None:
     pytest.skip("Ray is installed by the [ray] extra (make setup installs it)", allow_module_level=True)
 pytest.importorskip("submitit", reason="submitit is installed by the [slurm] extra (make setup installs it)")
 
-from agent.experiment.distributed.slurm import Preemption  # noqa: E402
+from tokenworth_agent.experiment.distributed.slurm import Preemption  # noqa: E402
 from tests.ray_nodes import RayNodes  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,7 +55,7 @@ LONG_FAULT = ["--methods", "standard,rag,memrl", "--seeds", "0,1", "--limit", "3
 
 
 def command(data_dir: str, what: list[str], out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "agent.cli", "run", *what, "--data-dir", data_dir, "--out", str(out),
+    return [sys.executable, "-m", "tokenworth_agent.cli", "run", *what, "--data-dir", data_dir, "--out", str(out),
             "--no-progress", *extra]
 
 
@@ -106,7 +106,7 @@ def references(tmp_path_factory, data_dir, two_nodes) -> dict[str, Path]:
     """The local runs every distributed run is compared with (made while the cluster starts)."""
     from typer.testing import CliRunner
 
-    from agent.cli import app
+    from tokenworth_agent.cli import app
 
     root = tmp_path_factory.mktemp("reference")
     found = {}
@@ -269,7 +269,7 @@ def free_port() -> int:
 def test_refusals_are_one_line_within_a_minute_and_write_nothing(two_nodes, data_dir, tmp_path) -> None:
     two_nodes.ready()
     silent, port = silent_port()
-    skewed = [sys.executable, "-c", "import ray; ray.__version__ = '2.59.0'; from agent.cli import app; app()"]
+    skewed = [sys.executable, "-c", "import ray; ray.__version__ = '2.59.0'; from tokenworth_agent.cli import app; app()"]
     cases = {  # name: (command, what the line must say)
         "nothing listening": (command(data_dir, FAULT, tmp_path / "a", "--executor", "ray", "--ray-address",
                                       f"127.0.0.1:{free_port()}"), "no Ray cluster answers at 127.0.0.1"),
@@ -300,8 +300,8 @@ def test_refusals_are_one_line_within_a_minute_and_write_nothing(two_nodes, data
 
 
 def test_a_node_that_cannot_see_the_folder_or_its_locks_is_refused(tmp_path) -> None:
-    from agent.experiment.distributed.storage import storage_probe
-    from agent.storage import runfolder
+    from tokenworth_agent.experiment.distributed.storage import storage_probe
+    from tokenworth_agent.storage import runfolder
 
     (tmp_path / "config.json").write_text('{"env": "db"}')
     import hashlib
@@ -373,10 +373,10 @@ def test_preemption_lets_a_commit_finish_then_stops_and_hands_over_to_submitit()
 def test_ray_and_submitit_stay_out_of_the_library_and_of_a_local_run(tmp_path, data_dir) -> None:
     code = f"""
 import sys
-import tokenworth_jax, agent.experiment, agent.cli
+import tokenworth_jax, tokenworth_agent.experiment, tokenworth_agent.cli
 assert not {{'ray', 'submitit'}} & set(sys.modules), 'imported by the packages'
 from typer.testing import CliRunner
-result = CliRunner().invoke(agent.cli.app, ['run', '--methods', 'standard', '--limit', '1', '--data-dir', {data_dir!r},
+result = CliRunner().invoke(tokenworth_agent.cli.app, ['run', '--methods', 'standard', '--limit', '1', '--data-dir', {data_dir!r},
                                            '--out', {str(tmp_path / 'run')!r}, '--no-progress'])
 assert result.exit_code == 0, result.output
 print(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'submitit')))
@@ -387,7 +387,7 @@ print(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'submitit')))
 
 
 def test_the_lease_queue_deals_fair_shares_after_every_worker_is_up() -> None:
-    from agent.experiment.distributed.leases import StreamLeases
+    from tokenworth_agent.experiment.distributed.leases import StreamLeases
 
     now = [0.0]
     leases = StreamLeases([f"s{i}" for i in range(7)], workers=2, barrier_s=30, clock=lambda: now[0])
@@ -417,9 +417,9 @@ def test_the_lease_queue_deals_fair_shares_after_every_worker_is_up() -> None:
 
 
 def test_executor_settings_are_checked_as_they_are_made() -> None:
-    from agent.experiment import ConfigError, ExecutorConfig, RunConfig, SlurmConfig
-    from agent.experiment.config import EXECUTOR_NAMES
-    from agent.experiment.executor import EXECUTORS
+    from tokenworth_agent.experiment import ConfigError, ExecutorConfig, RunConfig, SlurmConfig
+    from tokenworth_agent.experiment.config import EXECUTOR_NAMES
+    from tokenworth_agent.experiment.executor import EXECUTORS
 
     assert EXECUTORS.names == EXECUTOR_NAMES
     for make, message in [(lambda: ExecutorConfig(name="dask"), "unknown executor 'dask'"),

@@ -1,4 +1,4 @@
-"""The GPU-model server of bench/engine_speed.py: its economics, its replies, its bookkeeping.
+"""The GPU-model server of harness/tokenworth_bench/engine_speed.py: its economics, its replies, its bookkeeping.
 
 Every check counts steps, tokens and modelled GPU seconds (a fake clock where time matters);
 nothing asserts on wall-clock durations.
@@ -13,8 +13,8 @@ from http.server import ThreadingHTTPServer
 
 import pytest
 
-from bench.engine_speed import ScheduleRun, compare, record_digest, render, totals
-from bench.gpu_model_server import (QWEN_TOKENS_PER_S_INPUT_1, QWEN_TOKENS_PER_S_INPUT_6144, BusyClock, DecodeCost,
+from tokenworth_bench.engine_speed import ScheduleRun, compare, record_digest, render, totals
+from tokenworth_bench.gpu_model_server import (QWEN_TOKENS_PER_S_INPUT_1, QWEN_TOKENS_PER_S_INPUT_6144, BusyClock, DecodeCost,
                                     DecodeLoop, GPUModel, PrefixCache, SimReplies, handler_for)
 from tests.fakes import task_record
 
@@ -98,7 +98,7 @@ def test_a_batch_cap_keeps_the_rest_waiting_first_come_first_served() -> None:
 
 
 def test_the_cap_is_the_full_context_concurrency_of_the_kv_pool() -> None:
-    from bench.gpu_model_server import kv_max_num_seqs
+    from tokenworth_bench.gpu_model_server import kv_max_num_seqs
 
     cap = kv_max_num_seqs()
     assert cap["kv_bytes_per_token"] == 48 * 8 * 128 * 2 * 2  # Qwen2.5-14B: layers x KV heads x dim x (K, V) x bf16
@@ -169,7 +169,7 @@ def test_prefix_cache_counts_only_new_leading_messages() -> None:
 
 @pytest.fixture(scope="module")
 def server(data_dir):
-    from agent.tasks import load_tasks
+    from tokenworth_agent.tasks import load_tasks
 
     tasks = load_tasks("db", data_dir, limit=5)
     model = GPUModel(SimReplies("db", tasks), DecodeCost(A, B, 0.0), scale=1e-3)
@@ -187,11 +187,11 @@ def post(url: str, path: str, body: dict) -> dict:
 
 
 def test_the_server_replies_as_the_sim_would_and_reports_its_tokens(server) -> None:
-    from agent.core.budget import Budget
-    from agent.envs.base import conversation
-    from agent.envs.registry import make_environment
-    from agent.sim import Facts, SimBackbone
-    from agent.sim.tokens import token_counter
+    from tokenworth_agent.core.budget import Budget
+    from tokenworth_agent.envs.base import conversation
+    from tokenworth_agent.envs.registry import make_environment
+    from tokenworth_agent.sim import Facts, SimBackbone
+    from tokenworth_agent.sim.tokens import token_counter
 
     url, model, tasks = server
     env = make_environment("db", Budget.for_env("db"))
@@ -220,7 +220,7 @@ def test_the_server_replies_as_the_sim_would_and_reports_its_tokens(server) -> N
 
 
 def test_memory_skills_come_from_the_quoted_questions(server) -> None:
-    from agent.core.budget import BLOCK_HEADER
+    from tokenworth_agent.core.budget import BLOCK_HEADER
 
     _, model, tasks = server
     block = f"{BLOCK_HEADER}\n\nExperience 1:\nQuestion: {tasks[1].query_text}\nSQL: SELECT 1;"
@@ -257,7 +257,7 @@ def test_the_report_pairs_runs_of_one_scale_and_judges_the_targets() -> None:
 
 
 def test_projection_steps_per_schedule_on_synthetic_streams() -> None:
-    from bench.engine_projection import gpu_seconds, schedule_steps
+    from tokenworth_bench.engine_projection import gpu_seconds, schedule_steps
 
     streams = {"a": [[3, 1], [2]], "b": [[1], [4, 0]]}  # an empty reply still decodes one step
     steps = schedule_steps(streams)

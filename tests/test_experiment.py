@@ -10,18 +10,18 @@ from typing import Any, Sequence
 
 import pytest
 
-from agent.policies.auxiliary import AuxRequest
-from agent.backbones.base import BackboneError
-from agent.core.budget import Budget
-from agent.results.record import read_records
-from agent.storage.checkpoint import load_checkpoint
-from agent.envs.base import StepResult
-from agent.experiment import GridError, StreamSpec, comparable, expand, grid_points, run_experiment, stream_names
-from agent.experiment.engine import StreamHook
-from agent.core.harness import DEFAULT_HARNESS, HarnessOptions
-from agent.policies.base import MemoryPolicy
-from agent.policies.registry import POLICIES
-from agent.experiment.runner import run_stream
+from tokenworth_agent.policies.auxiliary import AuxRequest
+from tokenworth_agent.backbones.base import BackboneError
+from tokenworth_agent.core.budget import Budget
+from tokenworth_agent.results.record import read_records
+from tokenworth_agent.storage.checkpoint import load_checkpoint
+from tokenworth_agent.envs.base import StepResult
+from tokenworth_agent.experiment import GridError, StreamSpec, comparable, expand, grid_points, run_experiment, stream_names
+from tokenworth_agent.experiment.engine import StreamHook
+from tokenworth_agent.core.harness import DEFAULT_HARNESS, HarnessOptions
+from tokenworth_agent.policies.base import MemoryPolicy
+from tokenworth_agent.policies.registry import POLICIES
+from tokenworth_agent.experiment.runner import run_stream
 from tests.killing import kill_at
 from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks
 
@@ -262,7 +262,7 @@ def test_a_controller_grid_needs_controller_methods_only() -> None:
 def test_cli_refuses_bad_grids_in_one_line_before_any_model_loads(tmp_path, data_dir, args, match) -> None:
     from typer.testing import CliRunner
 
-    from agent.cli import app
+    from tokenworth_agent.cli import app
 
     # vllm is not installed here: had the backbone been built first, its import error would show instead
     result = CliRunner().invoke(app, ["run", "--backbone", "vllm", "--model", "m", "--out", str(tmp_path / "o"),
@@ -275,8 +275,8 @@ def test_cli_refuses_bad_grids_in_one_line_before_any_model_loads(tmp_path, data
 
 # ------------------------------------------------------------------------- real env, CLI, kill -9
 def test_real_db_streams_in_lockstep_equal_their_solo_runs(tmp_path, data_dir) -> None:
-    from agent.backbones.registry import make_backbone
-    from agent.tasks import load_tasks
+    from tokenworth_agent.backbones.registry import make_backbone
+    from tokenworth_agent.tasks import load_tasks
 
     tasks = load_tasks("db", data_dir, limit=10)
     streams = streams_of(["rag", "tokenworth+"], [0, 1])
@@ -289,7 +289,7 @@ def test_real_db_streams_in_lockstep_equal_their_solo_runs(tmp_path, data_dir) -
 def test_sweep_plus_at_the_preset_equals_run_tokenworth_plus(tmp_path, data_dir) -> None:
     from typer.testing import CliRunner
 
-    from agent.cli import app
+    from tokenworth_agent.cli import app
 
     runner = CliRunner()
     base = ["--seed", "1", "--limit", "8", "--data-dir", data_dir, "--no-progress"]
@@ -304,11 +304,11 @@ def test_sweep_plus_at_the_preset_equals_run_tokenworth_plus(tmp_path, data_dir)
 
 @pytest.mark.slow
 def test_kill_9_at_several_points_then_the_same_command_resumes_every_stream_exactly(tmp_path, data_dir) -> None:
-    from agent.backbones.registry import make_backbone
-    from agent.tasks import load_tasks
+    from tokenworth_agent.backbones.registry import make_backbone
+    from tokenworth_agent.tasks import load_tasks
 
     limit, out = 12, tmp_path / "killed"
-    cmd = [sys.executable, "-m", "agent.cli", "run", "--methods", "standard,memrl,tokenworth", "--seeds", "0,1",
+    cmd = [sys.executable, "-m", "tokenworth_agent.cli", "run", "--methods", "standard,memrl,tokenworth", "--seeds", "0,1",
            "--limit", str(limit), "--out", str(out), "--data-dir", data_dir, "--no-progress"]
     watched = out / "seed1" / "tokenworth" / "checkpoint.pkl"
 
@@ -443,7 +443,7 @@ class QueueSource:
         return given
 
     def check_owner(self, name: str) -> None:
-        from agent.experiment.engine import StreamTakenOver
+        from tokenworth_agent.experiment.engine import StreamTakenOver
 
         if self.commits.get(name, 0) == self.taken_over.get(name, -1):
             self.frozen[name] = folder_state(self.out / name)
@@ -462,9 +462,9 @@ def folder_state(folder) -> dict[str, tuple[int, int]]:
 def test_streams_that_join_as_others_end_make_the_records_of_one_batch_of_all(tmp_path, data_dir) -> None:
     """A worker with two slots takes the next stream whenever one ends (between ticks): every stream's
     records equal those of the same streams run as one batch, and each stream is reported once, finished."""
-    from agent.backbones.registry import make_backbone
-    from agent.storage import runfolder
-    from agent.tasks import load_tasks
+    from tokenworth_agent.backbones.registry import make_backbone
+    from tokenworth_agent.storage import runfolder
+    from tokenworth_agent.tasks import load_tasks
 
     tasks = load_tasks("db", data_dir, limit=6)
     streams = streams_of(["standard", "rag", "memrl"], [0, 1])
@@ -484,8 +484,8 @@ def test_streams_that_join_as_others_end_make_the_records_of_one_batch_of_all(tm
 
 
 def test_a_stream_taken_over_by_another_process_stops_without_writing_anything_more(tmp_path, data_dir) -> None:
-    from agent.backbones.registry import make_backbone
-    from agent.tasks import load_tasks
+    from tokenworth_agent.backbones.registry import make_backbone
+    from tokenworth_agent.tasks import load_tasks
 
     tasks = load_tasks("db", data_dir, limit=5)
     streams = streams_of(["standard", "rag"], [0])

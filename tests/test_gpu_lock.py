@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.backbones import vllm_api
+from tokenworth_agent.backbones import vllm_api
 
 REPO = Path(__file__).resolve().parents[1]
 LOCK = REPO / "requirements" / "gpu-lock.txt"

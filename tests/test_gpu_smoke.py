@@ -1,4 +1,4 @@
-"""scripts/gpu-smoke.sh and bench/gpu_smoke.py where there is no GPU: the CPU path runs and
+"""scripts/gpu-smoke.sh and harness/tokenworth_bench/gpu_smoke.py where there is no GPU: the CPU path runs and
 archives its numbers; the GPU path refuses in one line."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def test_the_script_runs_on_cpu_and_leaves_one_archive(tmp_path):
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU machine: the real check applies")
 def test_without_a_gpu_it_refuses_in_one_line(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "bench.gpu_smoke", "--out", str(tmp_path)], cwd=REPO,
+    done = subprocess.run([sys.executable, "-m", "tokenworth_bench.gpu_smoke", "--out", str(tmp_path)], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("error: nvidia-smi reports no GPU")

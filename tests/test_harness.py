@@ -8,10 +8,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from agent.core.budget import Budget
-from agent.envs.base import conversation, instructions_digest
-from agent.envs.registry import make_environment
-from agent.core.harness import DEFAULT_HARNESS, HarnessError, HarnessOptions, harness_from_cli, load_kg_vocabulary
+from tokenworth_agent.core.budget import Budget
+from tokenworth_agent.envs.base import conversation, instructions_digest
+from tokenworth_agent.envs.registry import make_environment
+from tokenworth_agent.core.harness import DEFAULT_HARNESS, HarnessError, HarnessOptions, harness_from_cli, load_kg_vocabulary
 
 
 def test_defaults_are_labs_rules() -> None:
@@ -46,7 +46,7 @@ def test_instructions_file_is_read_hashed_and_used(tmp_path) -> None:
 
 
 def _first_db_task():
-    from agent.tasks import load_tasks
+    from tokenworth_agent.tasks import load_tasks
     from tests.conftest import DATA_DIR
 
     return load_tasks("db", DATA_DIR, limit=1)[0]
@@ -95,9 +95,9 @@ def test_kg_vocabulary_errors_name_the_file(tmp_path, damage, message) -> None:
 
 
 def test_kg_vocabulary_filters_listings_and_sets_types(tmp_path) -> None:
-    from agent.tasks import load_tasks
-    from agent.envs.kg import KGEnvironment
-    from agent.envs.sparql import FreebaseQueries, OxigraphEndpoint
+    from tokenworth_agent.tasks import load_tasks
+    from tokenworth_agent.envs.kg import KGEnvironment
+    from tokenworth_agent.envs.sparql import FreebaseQueries, OxigraphEndpoint
     from tests.conftest import DATA_DIR
     from tests.kg_fixture import build_fixture_store
 
@@ -123,7 +123,7 @@ def test_kg_factory_takes_parser_vocabulary_and_instructions(tmp_path, monkeypat
 
 
 def test_cli_run_uses_the_instructions_and_refuses_to_resume_with_others(tmp_path, data_dir) -> None:
-    from agent.cli import app
+    from tokenworth_agent.cli import app
 
     words = tmp_path / "words"
     words.mkdir()
@@ -147,7 +147,7 @@ def test_cli_run_uses_the_instructions_and_refuses_to_resume_with_others(tmp_pat
                                             (["--env", "kg", "--kg-endpoint", "http://127.0.0.1:9/sparql",
                                               "--kg-vocab", "/nonexistent"], "not a readable folder")])
 def test_cli_rejects_bad_harness_flags_with_one_line(tmp_path, data_dir, flags, message) -> None:
-    from agent.cli import app
+    from tokenworth_agent.cli import app
 
     result = CliRunner().invoke(app, ["run", "--methods", "standard", "--limit", "1", "--out", str(tmp_path / "r"),
                                       "--data-dir", data_dir, "--no-progress", *flags])

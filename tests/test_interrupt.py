@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.core.budget import Budget
-from agent.storage.checkpoint import load_checkpoint, read_records
-from agent.core.interrupt import InterruptGuard
-from agent.experiment.runner import comparable, run_stream
+from tokenworth_agent.core.budget import Budget
+from tokenworth_agent.storage.checkpoint import load_checkpoint, read_records
+from tokenworth_agent.core.interrupt import InterruptGuard
+from tokenworth_agent.experiment.runner import comparable, run_stream
 from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks
 from tests.test_resume import lines
 
@@ -126,7 +126,7 @@ def test_sigint_swallowed_by_a_callee_stops_the_run_and_commits_nothing(tmp_path
 
 
 def test_sigint_during_the_commit_is_deferred_until_the_task_is_written(tmp_path, monkeypatch) -> None:
-    from agent.storage.checkpoint import CheckpointWriter
+    from tokenworth_agent.storage.checkpoint import CheckpointWriter
 
     real_save = CheckpointWriter.save
 
@@ -161,14 +161,14 @@ METHODS = ("standard", "memp")
 
 
 def cli(out: Path, data_dir: str) -> list[str]:
-    return [sys.executable, "-m", "agent.cli", "run", "--env", "db", "--methods", ",".join(METHODS), "--limit",
+    return [sys.executable, "-m", "tokenworth_agent.cli", "run", "--env", "db", "--methods", ",".join(METHODS), "--limit",
             str(LIMIT), "--seed", "2", "--out", str(out), "--data-dir", data_dir, "--no-progress"]
 
 
 @pytest.mark.slow
 def test_real_sigint_at_many_points_exits_130_and_resumes_to_identical_records(tmp_path, data_dir) -> None:
-    from agent.backbones.registry import make_backbone
-    from agent.tasks import load_tasks
+    from tokenworth_agent.backbones.registry import make_backbone
+    from tokenworth_agent.tasks import load_tasks
 
     out = tmp_path / "run"
     cmd = cli(out, data_dir)

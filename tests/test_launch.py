@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import typer
 
-from agent.cli import ExperimentFlags, app
-from agent.experiment import (BackboneConfig, ConfigError, DataConfig, LocalExecutor, OutputConfig, RunConfig, Streams,
+from tokenworth_agent.cli import ExperimentFlags, app
+from tokenworth_agent.experiment import (BackboneConfig, ConfigError, DataConfig, LocalExecutor, OutputConfig, RunConfig, Streams,
                               Sweep, comparable, launch, run_shard, shards)
-from agent.results.record import read_records
+from tokenworth_agent.results.record import read_records
 
 
 def test_the_flags_defaults_are_the_typed_runs() -> None:
@@ -80,7 +80,7 @@ def test_another_executor_fills_the_seam_with_the_records_of_the_local_one(tmp_p
 
 
 def test_shards_deal_every_stream_once(tmp_path, data_dir) -> None:
-    from agent.experiment import make_plan
+    from tokenworth_agent.experiment import make_plan
 
     plan = make_plan(RunConfig(Streams(methods=("standard", "rag", "memp")), data=DataConfig(data_dir=Path(data_dir),
                                                                                              limit=2),

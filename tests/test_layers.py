@@ -2,7 +2,7 @@
 
 Every import statement counts, wherever it stands: at module level, inside a function, under
 ``if TYPE_CHECKING``; so do the registries' lazy ``"module:attribute"`` entries
-(:class:`agent.core.registry.Registry`), which import their module on first use. A module may import
+(:class:`tokenworth_agent.core.registry.Registry`), which import their module on first use. A module may import
 only modules of lower layers, or of its own layer (except across the independent standalone products),
 and the import graph has no loop at all.
 
@@ -20,25 +20,27 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("agent", "tokenworth_jax", "bench")
+PACKAGES = ("tokenworth_agent", "tokenworth_jax", "tokenworth_bench")
+# Where each package's folder stands: the library at the root, the harness's two under harness/.
+HOMES = {"tokenworth_jax": Path("."), "tokenworth_agent": Path("harness"), "tokenworth_bench": Path("harness")}
 
 # Top layer first: one package per layer (docs/layout.md). A module belongs to the first entry that is it
 # or one of its packages; the package root ``agent`` (its __init__) matches only itself. Members of an
 # INDEPENDENT layer may not import each other.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("cli", ("agent.cli",)),
-    ("application", ("agent.experiment",)),
-    ("results", ("agent.results",)),
-    ("policies", ("agent.policies",)),
-    ("backbone registry", ("agent.backbones.registry",)),
-    ("environments", ("agent.envs",)),
-    ("simulator", ("agent.sim",)),
-    ("backbones", ("agent.backbones",)),
-    ("memory", ("agent.memory",)),
-    ("tasks", ("agent.tasks",)),
-    ("storage", ("agent.storage",)),
-    ("core", ("agent.core", "agent")),
-    ("standalone products", ("agent.sandbox", "agent.sqlite_mysql")),
+    ("cli", ("tokenworth_agent.cli",)),
+    ("application", ("tokenworth_agent.experiment",)),
+    ("results", ("tokenworth_agent.results",)),
+    ("policies", ("tokenworth_agent.policies",)),
+    ("backbone registry", ("tokenworth_agent.backbones.registry",)),
+    ("environments", ("tokenworth_agent.envs",)),
+    ("simulator", ("tokenworth_agent.sim",)),
+    ("backbones", ("tokenworth_agent.backbones",)),
+    ("memory", ("tokenworth_agent.memory",)),
+    ("tasks", ("tokenworth_agent.tasks",)),
+    ("storage", ("tokenworth_agent.storage",)),
+    ("core", ("tokenworth_agent.core", "tokenworth_agent")),
+    ("standalone products", ("tokenworth_agent.sandbox", "tokenworth_agent.sqlite_mysql")),
 ]
 # The controller library, top first: each part (bank, base scorer, residual, probes, worth cache)
 # sits below the scorers and modes that use it, the controller composes a scorer and a mode it is
@@ -55,12 +57,12 @@ JAX_LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("primitives", ("tokenworth_jax.config", "tokenworth_jax.features", "tokenworth_jax.krr", "tokenworth_jax.kernels",
                     "tokenworth_jax.agop", "tokenworth_jax.ring", "tokenworth_jax.pytree", "tokenworth_jax.batching",
                     "tokenworth_jax.featurize", "tokenworth_jax.bookkeeping", "tokenworth_jax.inputs",
-                    "tokenworth_jax.protocol")),
+                    "tokenworth_jax.protocol", "tokenworth_jax._version")),
     ("independent reference", ("tokenworth_jax.reference_numpy",)),
 ]
-TABLES = {"agent": LAYERS, "tokenworth_jax": JAX_LAYERS}
+TABLES = {"tokenworth_agent": LAYERS, "tokenworth_jax": JAX_LAYERS}
 INDEPENDENT = frozenset({"standalone products"})
-REGISTRY_ENTRY = re.compile(r"^((?:agent|tokenworth_jax|bench)(?:\.\w+)+):\w+$")
+REGISTRY_ENTRY = re.compile(r"^((?:tokenworth_agent|tokenworth_jax|tokenworth_bench)(?:\.\w+)+):\w+$")
 
 Edge = tuple[str, int, str]  # (imported module, line, how: "import", "local import", "registry entry")
 
@@ -70,8 +72,9 @@ def module_files(root: Path = REPO) -> dict[str, Path]:
     """Every module of the three packages, by dotted name."""
     modules = {}
     for package in PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
-            parts = list(path.relative_to(root).with_suffix("").parts)
+        home = root / HOMES[package]
+        for path in sorted((home / package).rglob("*.py")):
+            parts = list(path.relative_to(home).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
             modules[".".join(parts)] = path
@@ -156,7 +159,7 @@ def violations(graph: dict[str, set[Edge]]) -> list[str]:
         root = module.split(".")[0]
         if root == "tokenworth_jax":
             found += [f"{module} -> {t} (line {line}): tokenworth_jax imports nothing of the harness or benches"
-                      for t, line, _ in sorted(edges) if t.split(".")[0] in ("agent", "bench")]
+                      for t, line, _ in sorted(edges) if t.split(".")[0] in ("tokenworth_agent", "tokenworth_bench")]
         if root not in TABLES:
             continue
         layers = TABLES[root]
@@ -165,7 +168,7 @@ def violations(graph: dict[str, set[Edge]]) -> list[str]:
             found.append(f"{module}: in no layer; place it in tests/test_layers.py LAYERS and docs/layout.md")
             continue
         for target, line, how in sorted(edges):
-            if root == "agent" and target.split(".")[0] == "bench":
+            if root == "tokenworth_agent" and target.split(".")[0] == "tokenworth_bench":
                 found.append(f"{module} -> {target} ({how}, line {line}): agent never imports bench")
             if target.split(".")[0] != root:
                 continue
@@ -238,40 +241,40 @@ def test_every_harness_and_library_module_has_a_layer(graph) -> None:
 
 def test_the_reader_sees_local_imports_and_registry_entries(graph) -> None:
     """The edges the contract relies on are read: a function-local import and a lazy registry entry."""
-    assert any(t == "agent.experiment.sweep" and how == "local import" for t, _, how in graph["agent.experiment.plan"])
-    assert ("agent.sim", "registry entry") in {(t, how) for t, _, how in graph["agent.backbones.registry"]}
-    assert any(t == "agent.envs.db" and how == "local import" for t, _, how in graph["agent.envs.registry"])
+    assert any(t == "tokenworth_agent.experiment.sweep" and how == "local import" for t, _, how in graph["tokenworth_agent.experiment.plan"])
+    assert ("tokenworth_agent.sim", "registry entry") in {(t, how) for t, _, how in graph["tokenworth_agent.backbones.registry"]}
+    assert any(t == "tokenworth_agent.envs.db" and how == "local import" for t, _, how in graph["tokenworth_agent.envs.registry"])
 
 
 def test_the_rules_catch_what_they_forbid() -> None:
     """Hand-made graphs: each breach is reported, and a loop behind a local import is a loop."""
-    modules = {m: Path(m) for m in ("agent.sim.aux", "agent.sim.backbone", "agent.policies.aux_text",
-                                    "agent.experiment.runner", "agent.experiment.sweep", "agent.newthing", "bench.x",
-                                    "tokenworth_jax.y", "agent.tasks", "agent.sandbox.box", "agent.sqlite_mysql")}
-    upward = module_imports("agent.sim.aux", "from agent.policies import aux_text\n", modules, False)
-    local_loop = module_imports("agent.sim.aux", "def f():\n    from agent.sim.backbone import g\n", modules, False)
-    back = module_imports("agent.sim.backbone", "from . import aux\n", modules, False)
-    registry = module_imports("agent.tasks", 'X = {"a": "agent.experiment.runner:Thing"}\n', modules, False)
-    graph = {"agent.sim.aux": upward | local_loop, "agent.sim.backbone": back, "agent.tasks": registry,
-             "agent.sandbox.box": module_imports("agent.sandbox.box", "import agent.sqlite_mysql\n", modules, False),
-             "agent.newthing": set(),
-             "tokenworth_jax.y": module_imports("tokenworth_jax.y", "import agent.tasks\n", modules, False),
-             "agent.experiment.sweep": module_imports("agent.experiment.sweep", "import bench.x\n", modules, False)}
+    modules = {m: Path(m) for m in ("tokenworth_agent.sim.aux", "tokenworth_agent.sim.backbone", "tokenworth_agent.policies.aux_text",
+                                    "tokenworth_agent.experiment.runner", "tokenworth_agent.experiment.sweep", "tokenworth_agent.newthing", "tokenworth_bench.x",
+                                    "tokenworth_jax.y", "tokenworth_agent.tasks", "tokenworth_agent.sandbox.box", "tokenworth_agent.sqlite_mysql")}
+    upward = module_imports("tokenworth_agent.sim.aux", "from tokenworth_agent.policies import aux_text\n", modules, False)
+    local_loop = module_imports("tokenworth_agent.sim.aux", "def f():\n    from tokenworth_agent.sim.backbone import g\n", modules, False)
+    back = module_imports("tokenworth_agent.sim.backbone", "from . import aux\n", modules, False)
+    registry = module_imports("tokenworth_agent.tasks", 'X = {"a": "tokenworth_agent.experiment.runner:Thing"}\n', modules, False)
+    graph = {"tokenworth_agent.sim.aux": upward | local_loop, "tokenworth_agent.sim.backbone": back, "tokenworth_agent.tasks": registry,
+             "tokenworth_agent.sandbox.box": module_imports("tokenworth_agent.sandbox.box", "import tokenworth_agent.sqlite_mysql\n", modules, False),
+             "tokenworth_agent.newthing": set(),
+             "tokenworth_jax.y": module_imports("tokenworth_jax.y", "import tokenworth_agent.tasks\n", modules, False),
+             "tokenworth_agent.experiment.sweep": module_imports("tokenworth_agent.experiment.sweep", "import tokenworth_bench.x\n", modules, False)}
     found = "\n".join(violations(graph))
-    assert "agent.sim.aux -> agent.policies.aux_text (import, line 1): simulator may not import policies" in found
-    assert "agent.tasks -> agent.experiment.runner (registry entry, line 1): tasks may not import application" in found
-    assert ("agent.sandbox.box -> agent.sqlite_mysql (import, line 1): the standalone products are independent"
+    assert "tokenworth_agent.sim.aux -> tokenworth_agent.policies.aux_text (import, line 1): simulator may not import policies" in found
+    assert "tokenworth_agent.tasks -> tokenworth_agent.experiment.runner (registry entry, line 1): tasks may not import application" in found
+    assert ("tokenworth_agent.sandbox.box -> tokenworth_agent.sqlite_mysql (import, line 1): the standalone products are independent"
             in found)
     assert "agent.newthing: in no layer" in found
-    assert "tokenworth_jax.y -> agent.tasks (line 1): tokenworth_jax imports nothing" in found
-    assert "agent.experiment.sweep -> bench.x (import, line 1): agent never imports bench" in found
+    assert "tokenworth_jax.y -> tokenworth_agent.tasks (line 1): tokenworth_jax imports nothing" in found
+    assert "tokenworth_agent.experiment.sweep -> tokenworth_bench.x (import, line 1): agent never imports bench" in found
     lib = {m: Path(m) for m in ("tokenworth_jax.bank", "tokenworth_jax.controller")}
     upward_lib = {"tokenworth_jax.bank": module_imports("tokenworth_jax.bank", "from .controller import State\n",
                                                         lib, False)}
     assert ("tokenworth_jax.bank -> tokenworth_jax.controller (import, line 1): parts may not import controller, "
             "a higher layer") in violations(upward_lib)
-    assert ("agent.sim.backbone", 2, "local import") in local_loop
-    assert cycles(graph) == [["agent.sim.aux", "agent.sim.backbone"]]
+    assert ("tokenworth_agent.sim.backbone", 2, "local import") in local_loop
+    assert cycles(graph) == [["tokenworth_agent.sim.aux", "tokenworth_agent.sim.backbone"]]
 
 
 # ------------------------------------------------------------------------- the core knows no extension

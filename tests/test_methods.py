@@ -13,15 +13,15 @@ from typing import Any, Sequence
 
 import pytest
 
-from agent.policies.auxiliary import AuxRequest, drive
-from agent.backbones.base import Generation
-from agent.core.budget import Budget
-from agent.memory import Memory
-from agent.policies import aux_text
-from agent.policies.base import Outcome
-from agent.policies.evosc import EvoSCPolicy
-from agent.policies.memskill import MemSkillPolicy
-from agent.policies.registry import METHOD_NAMES, POLICIES, make_policy
+from tokenworth_agent.policies.auxiliary import AuxRequest, drive
+from tokenworth_agent.backbones.base import Generation
+from tokenworth_agent.core.budget import Budget
+from tokenworth_agent.memory import Memory
+from tokenworth_agent.policies import aux_text
+from tokenworth_agent.policies.base import Outcome
+from tokenworth_agent.policies.evosc import EvoSCPolicy
+from tokenworth_agent.policies.memskill import MemSkillPolicy
+from tokenworth_agent.policies.registry import METHOD_NAMES, POLICIES, make_policy
 from tests.fakes import FakeTask
 from tests.test_policies import db_trajectory
 
@@ -66,7 +66,7 @@ def seed_bank(policy, *items: tuple[str, Sequence[str]]) -> list[Memory]:
 def test_the_five_are_opt_in_and_listed_in_run_help() -> None:
     from typer.testing import CliRunner
 
-    from agent.cli import app
+    from tokenworth_agent.cli import app
 
     assert all(m in POLICIES for m in NEW_METHODS) and not set(NEW_METHODS) & set(METHOD_NAMES)
     assert METHOD_NAMES == ("standard", "rag", "memrl", "memp", "tokenworth")
@@ -257,7 +257,7 @@ def test_memskill_controller_is_seeded_and_malformed_executor_reply_writes_nothi
 
 # ------------------------------------------------------------------ through the runner: budget, resume
 def _tasks(data_dir: str, n: int):
-    from agent.tasks import load_tasks
+    from tokenworth_agent.tasks import load_tasks
 
     return load_tasks("db", data_dir, limit=n)
 
@@ -265,9 +265,9 @@ def _tasks(data_dir: str, n: int):
 @pytest.mark.parametrize("method", NEW_METHODS)
 def test_the_budget_skips_auxiliary_calls_when_o_max_is_spent(method, data_dir) -> None:
     """Per-task accounting with O_max = 16: the first round spends it all, so every auxiliary call is skipped."""
-    from agent.envs.registry import make_environment
-    from agent.experiment.runner import run_task
-    from agent.sim import SimBackbone
+    from tokenworth_agent.envs.registry import make_environment
+    from tokenworth_agent.experiment.runner import run_task
+    from tokenworth_agent.sim import SimBackbone
 
     budget = Budget.for_env("db", "per-task").replace(max_output_tokens=16)
     policy = make_policy(method, "db", budget, 0)
@@ -294,9 +294,9 @@ def test_the_budget_skips_auxiliary_calls_when_o_max_is_spent(method, data_dir) 
 
 @pytest.mark.parametrize("method", NEW_METHODS)
 def test_state_round_trip_and_stopped_stream_resume_exactly(method, tmp_path, data_dir) -> None:
-    from agent.storage.checkpoint import load_checkpoint
-    from agent.experiment.runner import comparable, run_stream
-    from agent.sim import SimBackbone
+    from tokenworth_agent.storage.checkpoint import load_checkpoint
+    from tokenworth_agent.experiment.runner import comparable, run_stream
+    from tokenworth_agent.sim import SimBackbone
 
     tasks = _tasks(data_dir, 24)
     budget = Budget.for_env("db")
@@ -317,13 +317,13 @@ def test_state_round_trip_and_stopped_stream_resume_exactly(method, tmp_path, da
 def test_sigkill_then_resume_matches_uninterrupted(tmp_path, data_dir) -> None:
     import subprocess
 
-    from agent.results.record import read_records
-    from agent.experiment.runner import comparable, run_stream
-    from agent.sim import SimBackbone
+    from tokenworth_agent.results.record import read_records
+    from tokenworth_agent.experiment.runner import comparable, run_stream
+    from tokenworth_agent.sim import SimBackbone
     from tests.test_resume import run_and_kill
 
     limit = 30
-    cmd = [__import__("sys").executable, "-m", "agent.cli", "run", "--env", "db", "--methods", ",".join(NEW_METHODS),
+    cmd = [__import__("sys").executable, "-m", "tokenworth_agent.cli", "run", "--env", "db", "--methods", ",".join(NEW_METHODS),
            "--limit", str(limit), "--seed", "3", "--out", str(tmp_path / "killed"), "--data-dir", data_dir,
            "--no-progress"]
     for method, at in (("mem0", 11), ("memskill", 5), ("reflexion", 17), ("evosc", 23), ("evoskill", 8)):
@@ -340,7 +340,7 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path, data_dir) -> None:
 
 # ------------------------------------------------------------------ the simulated backbone's auxiliary replies
 def _sim_reply(task: Any, purpose: str, hint: Any, cap: int = 128) -> Generation:
-    from agent.sim import Facts, SimBackbone
+    from tokenworth_agent.sim import Facts, SimBackbone
 
     [generation] = SimBackbone().generate([[{"role": "user", "content": "x"}]], [cap],
                                           facts=[Facts(task, 0, aux=purpose, hint=hint)])
@@ -348,7 +348,7 @@ def _sim_reply(task: Any, purpose: str, hint: Any, cap: int = 128) -> Generation
 
 
 def test_sim_answers_auxiliary_forms_in_the_grammar_the_parsers_accept(data_dir) -> None:
-    from agent.sim import AuxHint
+    from tokenworth_agent.sim import AuxHint
 
     [t] = _tasks(data_dir, 1)
     skills = tuple(t.skill_list)
@@ -374,7 +374,7 @@ def test_sim_answers_auxiliary_forms_in_the_grammar_the_parsers_accept(data_dir)
 def test_methods_table_reports_mean_and_std_over_seeds(tmp_path) -> None:
     import json
 
-    from bench.methods_table import main
+    from tokenworth_bench.methods_table import main
 
     def summary(folder, sr_std, sr_mem0, aux):
         folder.mkdir()

@@ -9,16 +9,16 @@ import time
 
 import pytest
 
-from agent.tasks import CommandItem, OSTask, load_tasks
-from agent.envs.base import conversation
-from agent.envs.os_env import (
+from tokenworth_agent.tasks import CommandItem, OSTask, load_tasks
+from tokenworth_agent.envs.base import conversation
+from tokenworth_agent.envs.os_env import (
     INSTRUCTIONS,
     OSEnvironment,
     TaskInitError,
     format_observation,
     parse_action,
 )
-from agent.sandbox import CommandResult, sandbox_unavailable_reason
+from tokenworth_agent.sandbox import CommandResult, sandbox_unavailable_reason
 from tests.sandbox_fakes import ManualClock
 
 needs_sandbox = pytest.mark.skipif(
@@ -228,7 +228,7 @@ def test_failing_init_script_refuses_the_task(env):
 
 @needs_sandbox
 def test_sampled_reference_solutions_pass(data_dir):
-    from bench.os_fidelity import replay
+    from tokenworth_bench.os_fidelity import replay
 
     tasks = load_tasks("os", data_dir)
     sample = tasks[::25]  # 20 tasks spread over the stream

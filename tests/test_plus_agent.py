@@ -2,9 +2,9 @@
 
 import pytest
 
-from agent.core.budget import Budget
-from agent.experiment.runner import comparable, make_policy, run_stream
-from agent.experiment.sweep import SweepError, sweep_streams
+from tokenworth_agent.core.budget import Budget
+from tokenworth_agent.experiment.runner import comparable, make_policy, run_stream
+from tokenworth_agent.experiment.sweep import SweepError, sweep_streams
 from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks
 from tests.test_sweep import run_sweep
 
@@ -12,7 +12,7 @@ DB = Budget.for_env("db")
 
 
 def test_policy_is_registered_and_opt_in() -> None:
-    from agent.experiment.runner import METHOD_NAMES
+    from tokenworth_agent.experiment.runner import METHOD_NAMES
 
     policy = make_policy("tokenworth+", "db", DB, seed=4)
     assert "tokenworth+" not in METHOD_NAMES  # not part of the default run

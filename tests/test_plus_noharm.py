@@ -1,6 +1,6 @@
 """TokenWorth+ must never make an agent worse than no memory (issue 30): the no-memory arm's own
 posterior, the no-harm guard, the decision on streams where injecting hurts, plain-text memories,
-and the harm-majority stream family of ``bench.plus.streams``."""
+and the harm-majority stream family of ``tokenworth_bench.plus.streams``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tokenworth_jax as tw
-from bench.plus import streams
+from tokenworth_bench.plus import streams
 from tokenworth_jax.modes import Feedback
 from tokenworth_jax.plus.abstain import null_logit_sd, null_stats
 from tokenworth_jax.plus.config import N_LIFT_FEATURES as F
@@ -321,7 +321,7 @@ def test_family_oracle_beats_no_memory_and_injecting_blindly_loses():
 
 
 def test_the_no_harm_target_is_inclusive_of_exactly_one_point():
-    from bench.plus.targets import stream_checks
+    from tokenworth_bench.plus.targets import stream_checks
 
     def result(plus_sr: float, none_sr: float) -> dict:
         rows = {"tokenworth+": [dict(sr=plus_sr, injected=0.1)], "no memory": [dict(sr=none_sr, injected=0.0)]}

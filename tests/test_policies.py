@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
-from agent.core.budget import Budget
-from agent.memory import Turn, abstract_bash, build_memory, instance_names, memory_char_limit
-from agent.policies.base import Outcome
-from agent.policies.memp import MemPPolicy
-from agent.policies.memrl import MemRLPolicy, zscore
-from agent.policies.rag import RAGPolicy
-from agent.policies.standard import StandardPolicy
+from tokenworth_agent.core.budget import Budget
+from tokenworth_agent.memory import Turn, abstract_bash, build_memory, instance_names, memory_char_limit
+from tokenworth_agent.policies.base import Outcome
+from tokenworth_agent.policies.memp import MemPPolicy
+from tokenworth_agent.policies.memrl import MemRLPolicy, zscore
+from tokenworth_agent.policies.rag import RAGPolicy
+from tokenworth_agent.policies.standard import StandardPolicy
 from tests.fakes import FakeTask
 
 DB = Budget.for_env("db")
@@ -103,7 +103,7 @@ def os_turns(*scripts: str) -> list[Turn]:
 
 
 def test_compact_os_memory_is_what_the_os_parser_runs() -> None:
-    from agent.envs.os_env import parse_action
+    from tokenworth_agent.envs.os_env import parse_action
 
     memory = build_memory("os", task(0, "Create alice", env="os"), os_turns("useradd -m alice", "passwd -d alice"), 1,
                           Budget.for_env("os"))
@@ -116,7 +116,7 @@ def test_compact_os_memory_is_what_the_os_parser_runs() -> None:
 
 
 def test_compact_db_memory_actions_parse_as_the_db_parser_reads_them() -> None:
-    from agent.envs.db import parse_action
+    from tokenworth_agent.envs.db import parse_action
 
     memory = build_memory("db", task(0, "names?"), db_trajectory(), 1, DB)
     assert memory is not None
@@ -136,7 +136,7 @@ def test_memory_needs_a_completed_episode_unless_memory_from_reward(status, memo
 
 
 def test_policy_candidate_applies_the_runs_harness_options() -> None:
-    from agent.core.harness import HarnessOptions
+    from tokenworth_agent.core.harness import HarnessOptions
 
     policy = RAGPolicy("db", DB)
     assert policy.candidate(task(0, "q?"), Outcome(1, "round_limit"), db_trajectory()) is None  # LAB's rule by default
@@ -288,7 +288,7 @@ def test_state_dict_round_trip_replays_identically(cls) -> None:
 
 
 def test_tokenworth_policy_selects_offers_and_checkpoints() -> None:
-    from agent.policies.tokenworth import TokenWorthPolicy
+    from tokenworth_agent.policies.tokenworth import TokenWorthPolicy
 
     policy = TokenWorthPolicy("db", DB)
     assert policy.retrieve(task(0, "count orders shipped yesterday")) == []

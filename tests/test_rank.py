@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agent.core.budget import Budget
-from agent.memory import Memory, Turn, build_memory
-from agent.policies.base import Outcome
+from tokenworth_agent.core.budget import Budget
+from tokenworth_agent.memory import Memory, Turn, build_memory
+from tokenworth_agent.policies.base import Outcome
 
 DB = Budget.for_env("db")
 
@@ -54,7 +54,7 @@ def _drive(policy: Any, scramble: bool) -> list[dict[str, Any]]:
 
 
 def test_policy_decisions_ignore_skills_task_ids_and_gold_answers() -> None:
-    from agent.policies.registry import make_policy
+    from tokenworth_agent.policies.registry import make_policy
 
     floor = {"plus_null_first": 5.0}  # 24 tasks: inject after 5 no-memory outcomes (the default 50 would not)
     real = _drive(make_policy("tokenworth+", "db", DB, seed=2, **floor), scramble=False)
@@ -70,8 +70,8 @@ def test_policy_reads_only_question_and_memory_texts(monkeypatch: pytest.MonkeyP
     policy's constructor takes no simulator parameters."""
     import inspect
 
-    from agent.policies import tokenworth_plus
-    from agent.policies.registry import make_policy
+    from tokenworth_agent.policies import tokenworth_plus
+    from tokenworth_agent.policies.registry import make_policy
     from tokenworth_jax import host
     from tokenworth_jax.plus import mode
 
@@ -103,7 +103,7 @@ def test_memory_action_text_holds_the_actions_the_text_shows() -> None:
 
 # ------------------------------------------------------------------ the instrument
 def test_ranking_instrument_measures_j_harm_and_auc() -> None:
-    from bench.ranking import pair_auc, summarise, task_rows
+    from tokenworth_bench.ranking import pair_auc, summarise, task_rows
     from tests.fakes import task_record
 
     assert pair_auc([0.9, 0.1, 0.5], [True, False, False]) == 1.0
@@ -130,11 +130,11 @@ def test_ranking_instrument_measures_j_harm_and_auc() -> None:
 # ------------------------------------------------------------------ the research lab
 def test_lab_runs_the_controller_on_the_simulated_db_stream(data_dir) -> None:
     """Smoke: the lab's runs (the controller's own tw.run with the simulator as reward) give sane
-    measures; the lab's reward is the simulator's own (bench.controller.simdb, checked against
+    measures; the lab's reward is the simulator's own (tokenworth_bench.controller.simdb, checked against
     sim.decide elsewhere)."""
     from pathlib import Path
 
-    from bench.rank import lab
+    from tokenworth_bench.rank import lab
 
     if not (Path(data_dir) / "db_bench").exists():
         pytest.skip(f"DB task data not found under {data_dir}")
@@ -149,7 +149,7 @@ def test_lab_runs_the_controller_on_the_simulated_db_stream(data_dir) -> None:
 
 
 def test_lab_names_an_unknown_configuration_instead_of_a_traceback(capsys) -> None:
-    from bench.rank import lab
+    from tokenworth_bench.rank import lab
 
     with pytest.raises(SystemExit) as stop:
         lab.main(["--configs", "tokenworth+,cosine"])
@@ -159,7 +159,7 @@ def test_lab_names_an_unknown_configuration_instead_of_a_traceback(capsys) -> No
 
 
 def test_guard_trace_maps_a_full_ring_back_to_its_tasks() -> None:
-    from bench.plus.guard_trace import window_tasks
+    from tokenworth_bench.plus.guard_trace import window_tasks
 
     injected = np.array([3, 5, 8, 9, 12, 20, 21])
     assert window_tasks(injected[:2], 2, False, 4).tolist() == [3, 5, -1, -1]
@@ -172,8 +172,8 @@ def test_guard_trace_splits_the_guards_count_and_its_realised_gap_matches_the_no
     successes less those of the lab's no-memory run (same coins, so the other tasks agree)."""
     from pathlib import Path
 
-    from bench.plus import guard_trace
-    from bench.rank import lab
+    from tokenworth_bench.plus import guard_trace
+    from tokenworth_bench.rank import lab
 
     if not (Path(data_dir) / "db_bench").exists():
         pytest.skip(f"DB task data not found under {data_dir}")
@@ -190,7 +190,7 @@ def test_guard_trace_splits_the_guards_count_and_its_realised_gap_matches_the_no
 def test_guard_trace_names_a_bad_override_before_running(data_dir, capsys) -> None:
     from pathlib import Path
 
-    from bench.plus import guard_trace
+    from tokenworth_bench.plus import guard_trace
 
     if not (Path(data_dir) / "db_bench").exists():
         pytest.skip(f"DB task data not found under {data_dir}")

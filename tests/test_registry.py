@@ -5,11 +5,11 @@ import sys
 
 import pytest
 
-from agent.backbones.registry import BACKBONES, make_backbone
-from agent.core.budget import Budget
-from agent.envs.registry import ENVIRONMENTS, make_environment
-from agent.policies.registry import METHOD_NAMES, POLICIES, make_policy
-from agent.core.registry import Registry
+from tokenworth_agent.backbones.registry import BACKBONES, make_backbone
+from tokenworth_agent.core.budget import Budget
+from tokenworth_agent.envs.registry import ENVIRONMENTS, make_environment
+from tokenworth_agent.policies.registry import METHOD_NAMES, POLICIES, make_policy
+from tokenworth_agent.core.registry import Registry
 
 
 def test_all_three_kinds_use_the_same_registry() -> None:
@@ -30,6 +30,6 @@ def test_entries_are_lazy_and_registration_is_checked() -> None:
         registry.register("od", dict)
     with pytest.raises(ValueError, match="module:attribute"):
         registry.register("bad", "collections.OrderedDict")
-    code = "import sys; from agent.policies.registry import make_policy; print('jax' in sys.modules)"
+    code = "import sys; from tokenworth_agent.policies.registry import make_policy; print('jax' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == "False", result.stderr  # naming the registry imports no policy

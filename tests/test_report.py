@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from agent.results.report import cumulative_sr, rolling_sr, rolling_window
+from tokenworth_agent.results.report import cumulative_sr, rolling_sr, rolling_window
 
 
 def test_rolling_sr_is_the_mean_of_the_last_window_tasks() -> None:
@@ -14,14 +14,14 @@ def test_rolling_sr_is_the_mean_of_the_last_window_tasks() -> None:
 
 
 def test_the_prefix_table_summarises_the_tasks_every_stream_finished(tmp_path) -> None:
-    """bench.prefix_table on a stopped run: every stream cut to the fewest finished tasks, the harness's
+    """tokenworth_bench.prefix_table on a stopped run: every stream cut to the fewest finished tasks, the harness's
     own summary of that prefix, and its figure."""
     import json
 
-    from agent.core.budget import Budget
-    from agent.experiment.runner import run_stream
-    from agent.results.record import read_records
-    from bench import prefix_table
+    from tokenworth_agent.core.budget import Budget
+    from tokenworth_agent.experiment.runner import run_stream
+    from tokenworth_agent.results.record import read_records
+    from tokenworth_bench import prefix_table
     from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks
 
     run = tmp_path / "run"

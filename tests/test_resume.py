@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.core.budget import Budget
-from agent.storage.checkpoint import RecordLog, load_checkpoint, read_records
-from agent.experiment.runner import comparable, run_stream
+from tokenworth_agent.core.budget import Budget
+from tokenworth_agent.storage.checkpoint import RecordLog, load_checkpoint, read_records
+from tokenworth_agent.experiment.runner import comparable, run_stream
 from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks
 
 LIMIT = 30
@@ -19,7 +19,7 @@ METHODS = ("memrl", "tokenworth")
 
 
 def cli(out: Path, data_dir: str) -> list[str]:
-    return [sys.executable, "-m", "agent.cli", "run", "--env", "db", "--methods", ",".join(METHODS), "--limit",
+    return [sys.executable, "-m", "tokenworth_agent.cli", "run", "--env", "db", "--methods", ",".join(METHODS), "--limit",
             str(LIMIT), "--seed", "3", "--out", str(out), "--data-dir", data_dir, "--no-progress"]
 
 
@@ -48,8 +48,8 @@ def run_and_kill(cmd: list[str], watch: Path, at_lines: int, timeout: float = 12
 
 @pytest.mark.slow
 def test_sigkill_at_several_points_then_resume_matches_uninterrupted(tmp_path, data_dir) -> None:
-    from agent.backbones.registry import make_backbone
-    from agent.tasks import load_tasks
+    from tokenworth_agent.backbones.registry import make_backbone
+    from tokenworth_agent.tasks import load_tasks
 
     out = tmp_path / "killed"
     cmd = cli(out, data_dir)
@@ -99,7 +99,7 @@ def test_a_first_record_that_no_checkpoint_covers_is_dropped_and_remade(tmp_path
     assert reference[0].reward == 1 and reference[0].bank_size == 1  # task 0 changes the policy's state
 
     out = tmp_path / "crash"
-    import agent.storage.checkpoint as checkpoint
+    import tokenworth_agent.storage.checkpoint as checkpoint
 
     class Killed(BaseException):
         pass
@@ -146,7 +146,7 @@ def test_finished_stream_is_not_rerun(tmp_path) -> None:
 
 
 def test_checkpoint_is_synced_on_the_injected_clock_and_when_the_stream_stops(tmp_path, monkeypatch) -> None:
-    import agent.storage.checkpoint as checkpoint
+    import tokenworth_agent.storage.checkpoint as checkpoint
 
     now = {"t": 0.0}
     made: list[checkpoint.CheckpointWriter] = []
@@ -183,7 +183,7 @@ def test_power_loss_falls_back_to_the_durable_checkpoint(tmp_path) -> None:
     """A power cut can leave the newest (unsynced) checkpoint torn or ahead of the records."""
     import shutil
 
-    from agent.storage.checkpoint import durable_path
+    from tokenworth_agent.storage.checkpoint import durable_path
 
     tasks = make_tasks(10)
     budget = Budget.for_env("db")

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agent.core.budget import Budget
-from agent.storage.checkpoint import CheckpointError, load_checkpoint, read_records
-from agent.cli import app
-from agent.experiment.plan import default_out
-from agent.results.report import ReportError, summarize
-from agent.storage.runfolder import FolderLocked, locked
-from agent.experiment.runner import comparable, run_stream
+from tokenworth_agent.core.budget import Budget
+from tokenworth_agent.storage.checkpoint import CheckpointError, load_checkpoint, read_records
+from tokenworth_agent.cli import app
+from tokenworth_agent.experiment.plan import default_out
+from tokenworth_agent.results.report import ReportError, summarize
+from tokenworth_agent.storage.runfolder import FolderLocked, locked
+from tokenworth_agent.experiment.runner import comparable, run_stream
 from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks, task_record
 
 runner = CliRunner()
@@ -83,7 +83,7 @@ def test_overwrite_with_other_settings_keeps_other_methods(tmp_path, data_dir) -
 
 # ------------------------------------------------------------------------- 2. locks and the summary
 def hold_lock(path: Path) -> subprocess.Popen:
-    code = ("import sys; from pathlib import Path; from agent.storage.runfolder import locked\n"
+    code = ("import sys; from pathlib import Path; from tokenworth_agent.storage.runfolder import locked\n"
             f"with locked(Path({str(path)!r}), 'x'):\n    print('held', flush=True); sys.stdin.read()")
     proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -141,7 +141,7 @@ def test_cli_refuses_to_summarise_duplicated_records(tmp_path, data_dir) -> None
     lines = path.read_text().splitlines(keepends=True)
     path.write_text("".join(lines[:2] + lines[1:]))  # what two writers produced before the lock
     state = load_checkpoint(out / "standard" / "checkpoint.pkl")
-    from agent.storage.checkpoint import save_checkpoint
+    from tokenworth_agent.storage.checkpoint import save_checkpoint
     save_checkpoint(out / "standard" / "checkpoint.pkl", {**state, "jsonl_offset": path.stat().st_size})
     result = runner.invoke(app, run_args(out, data_dir, "standard", 3))
     assert result.exit_code == 2 and "duplicated" in one_error_line(result.output)
@@ -203,7 +203,7 @@ def test_garbage_config_is_one_error_line_naming_the_file(tmp_path, data_dir) ->
 
 
 def test_disk_full_is_one_error_line_and_the_run_resumes(tmp_path, data_dir, monkeypatch) -> None:
-    from agent.storage import checkpoint
+    from tokenworth_agent.storage import checkpoint
 
     out = tmp_path / "run"
     real_append = checkpoint.RecordLog.append
@@ -225,8 +225,8 @@ def test_disk_full_is_one_error_line_and_the_run_resumes(tmp_path, data_dir, mon
 
 
 def test_backbone_failure_before_any_task_leaves_the_folder_usable(tmp_path, data_dir, monkeypatch) -> None:
-    import agent.backbones.registry as registry
-    from agent.backbones.base import BackboneError
+    import tokenworth_agent.backbones.registry as registry
+    from tokenworth_agent.backbones.base import BackboneError
 
     class Down:
         name = "openai"
@@ -265,13 +265,13 @@ def test_help_shows_bracketed_defaults() -> None:
 
 @pytest.mark.parametrize("command,option", [("controller", "--full"), ("agent", "--seeds")])
 def test_bench_help_lists_the_benchmarks_options(command, option) -> None:
-    result = subprocess.run([sys.executable, "-m", "bench", command, "--help"], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "tokenworth_bench", command, "--help"], capture_output=True, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
     assert result.returncode == 0 and option in result.stdout, result.stdout + result.stderr
 
 
 def test_agent_does_not_import_bench() -> None:
-    code = "import sys, agent.cli, agent.experiment.runner, agent.experiment.sweep; print([m for m in sys.modules if m.split('.')[0] == 'bench'])"
+    code = "import sys, tokenworth_agent.cli, tokenworth_agent.experiment.runner, tokenworth_agent.experiment.sweep; print([m for m in sys.modules if m.split('.')[0] == 'bench'])"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
     assert result.stdout.strip() == "[]", result.stdout + result.stderr
@@ -289,7 +289,7 @@ def test_stale_checkpoint_temp_files_are_removed_on_start(tmp_path) -> None:
 
 def test_parallel_methods_into_one_folder_summarise_every_finished_method(tmp_path, data_dir) -> None:
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "agent.cli", *run_args(out, data_dir, "standard", 6)]
+    cmd = [sys.executable, "-m", "tokenworth_agent.cli", *run_args(out, data_dir, "standard", 6)]
     first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)})
     second = subprocess.run([*cmd[:5], "memp", *cmd[6:]], capture_output=True, text=True, timeout=300,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -310,7 +310,7 @@ def test_finished_run_in_a_read_only_folder_can_be_summarised(tmp_path, data_dir
     for name in ("summary.md", "summary.json", "cumulative_sr.png", ".lock", "memp/.lock"):
         (out / name).unlink()  # as if the run had been copied without them
     elsewhere = tmp_path / "report"
-    cli = " ".join([sys.executable, "-m", "agent.cli", *run_args(out, data_dir, "standard,memp", 3)])
+    cli = " ".join([sys.executable, "-m", "tokenworth_agent.cli", *run_args(out, data_dir, "standard,memp", 3)])
     script = (f"mount --bind {out} {out} && mount -o remount,bind,ro {out} && "
               f"{cli} && {cli} --summary-dir {elsewhere}")
     result = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=300,

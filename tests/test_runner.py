@@ -4,12 +4,12 @@ import json
 
 import pytest
 
-from agent.backbones.base import Generation
-from agent.core.budget import Budget
-from agent.experiment.runner import comparable, injection_for, run_stream, run_task
-from agent.policies.rag import RAGPolicy
-from agent.policies.standard import StandardPolicy
-from agent.sim.facts import Facts
+from tokenworth_agent.backbones.base import Generation
+from tokenworth_agent.core.budget import Budget
+from tokenworth_agent.experiment.runner import comparable, injection_for, run_stream, run_task
+from tokenworth_agent.policies.rag import RAGPolicy
+from tokenworth_agent.policies.standard import StandardPolicy
+from tokenworth_agent.sim.facts import Facts
 from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks
 
 DB = Budget.for_env("db")
@@ -132,9 +132,9 @@ def test_checkpoint_refuses_a_different_run(tmp_path) -> None:
 
 
 def test_real_db_env_with_sim_backbone_all_methods(tmp_path, data_dir) -> None:
-    from agent.backbones.registry import make_backbone
-    from agent.tasks import load_tasks
-    from agent.experiment.runner import METHOD_NAMES
+    from tokenworth_agent.backbones.registry import make_backbone
+    from tokenworth_agent.tasks import load_tasks
+    from tokenworth_agent.experiment.runner import METHOD_NAMES
 
     tasks = load_tasks("db", data_dir, limit=25)
     backbone = make_backbone("sim", seed=0)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.sandbox import Sandbox, SandboxLimits, sandbox_unavailable_reason
-from agent.sandbox import leftovers
-from agent.sandbox.cgroups import _GROUP_DIR, Cgroup, _cgroup_mounts
+from tokenworth_agent.sandbox import Sandbox, SandboxLimits, sandbox_unavailable_reason
+from tokenworth_agent.sandbox import leftovers
+from tokenworth_agent.sandbox.cgroups import _GROUP_DIR, Cgroup, _cgroup_mounts
 
 needs_sandbox = pytest.mark.skipif(
     sandbox_unavailable_reason() is not None, reason=f"OS sandbox unavailable: {sandbox_unavailable_reason()}"
@@ -58,7 +58,7 @@ def test_owner_of_a_finished_process_is_dead():
 
 _HARNESS = """
 import json, sys, time
-from agent.sandbox import Sandbox
+from tokenworth_agent.sandbox import Sandbox
 box = Sandbox().start()
 print(json.dumps({"mount": box._mount_point, "cgroups": [str(d) for d in box._cgroup.dirs]}), flush=True)
 time.sleep(600)
@@ -140,7 +140,7 @@ def test_a_parent_removed_by_another_harness_mid_mkdir_is_made_again(tmp_path):
     """Two judges at once: one removes the empty ``tokenworth-sandboxes`` while the other's
     ``mkdir(exist_ok=True)`` has seen EEXIST but not yet checked that it is a directory, which
     raises FileExistsError (it stopped a BigCodeBench run). The group is made on the next try."""
-    from agent.sandbox.cgroups import _mkdir_group
+    from tokenworth_agent.sandbox.cgroups import _mkdir_group
 
     raced: list[str] = []
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import agent.sandbox as sandbox_pkg
+import tokenworth_agent.sandbox as sandbox_pkg
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -18,7 +18,7 @@ def test_data_files_are_declared_for_installed_packages():
     """Every non-Python file of the package must be listed in pyproject's package-data,
     or a wheel (a non-editable install) would lack it."""
     config = tomllib.loads((REPO / "pyproject.toml").read_text())
-    patterns = config["tool"]["setuptools"]["package-data"]["agent.sandbox"]
+    patterns = config["tool"]["setuptools"]["package-data"]["tokenworth_agent.sandbox"]
     package_dir = Path(sandbox_pkg.__file__).parent
     data = [p.name for p in package_dir.iterdir() if p.is_file() and p.suffix not in (".py", ".pyc")]
     data.append("holder.py")  # run as a program inside the sandbox, not imported
@@ -28,7 +28,7 @@ def test_data_files_are_declared_for_installed_packages():
 
 
 def test_resources_are_readable_through_importlib():
-    files = resources.files("agent.sandbox")
+    files = resources.files("tokenworth_agent.sandbox")
     assert "\nset -eu\n" in files.joinpath("setup.sh").read_text()
     holder = files.joinpath("holder.py").read_text()
     compile(holder, "holder.py", "exec")  # valid Python for the sandbox's python3
@@ -38,7 +38,7 @@ def test_resources_are_readable_through_importlib():
 def test_seccomp_policy_compiles_and_missing_libseccomp_is_a_clear_error(monkeypatch):
     import sys
 
-    from agent.sandbox import SandboxError, seccomp
+    from tokenworth_agent.sandbox import SandboxError, seccomp
 
     program = seccomp.compile_filter()
     assert program and len(program) % 8 == 0  # struct sock_filter[], 8 bytes each

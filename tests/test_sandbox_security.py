@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.sandbox import Sandbox, SandboxError, SandboxLimits, sandbox_unavailable_reason
+from tokenworth_agent.sandbox import Sandbox, SandboxError, SandboxLimits, sandbox_unavailable_reason
 
 pytestmark = pytest.mark.skipif(
     sandbox_unavailable_reason() is not None, reason=f"OS sandbox unavailable: {sandbox_unavailable_reason()}"

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from agent.core.budget import Budget
-from agent.experiment import run_experiment, stream_names
-from agent.experiment.runner import run_stream
-from agent.experiment.sweep import SweepError, SweepResult, configs_from_grid, sweep_streams, table_a3_configs, write_sweep_results
+from tokenworth_agent.core.budget import Budget
+from tokenworth_agent.experiment import run_experiment, stream_names
+from tokenworth_agent.experiment.runner import run_stream
+from tokenworth_agent.experiment.sweep import SweepError, SweepResult, configs_from_grid, sweep_streams, table_a3_configs, write_sweep_results
 from tests.killing import kill_at
 from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks
 
@@ -16,7 +16,7 @@ DB = Budget.for_env("db")
 
 
 def run_sweep(tasks, backbone, configs, out, *, envs=None, plus=False, stop_after=None) -> SweepResult:
-    """What ``tokenworth sweep`` runs (agent.cli ``run_sweep_command``): the sweep's streams through the
+    """What ``tokenworth sweep`` runs (tokenworth_agent.cli ``run_sweep_command``): the sweep's streams through the
     experiment engine, then its rows; on DB, seed 0, with the test's backbone and environments."""
     streams = sweep_streams("db", DB, configs, 0, plus=plus)
     names = stream_names(streams)
@@ -63,8 +63,8 @@ def test_sixteen_streams_one_batched_call_per_round_and_match_single_runs(tmp_pa
 
 
 def test_sweep_on_real_db_env_matches_tokenworth_run(tmp_path, data_dir) -> None:
-    from agent.backbones.registry import make_backbone
-    from agent.tasks import load_tasks
+    from tokenworth_agent.backbones.registry import make_backbone
+    from tokenworth_agent.tasks import load_tasks
 
     tasks = load_tasks("db", data_dir, limit=20)
     backbone = make_backbone("sim", seed=0)
@@ -80,7 +80,7 @@ def comparable_sweep(result) -> list[dict]:
 
 
 def test_sweep_checkpoints_every_task_and_resumes_exactly(tmp_path) -> None:
-    from agent.storage.checkpoint import load_checkpoint
+    from tokenworth_agent.storage.checkpoint import load_checkpoint
 
     tasks = make_tasks(10)
     configs = configs_from_grid(["eta=0.05,0.3", "gamma=0.5,2"])
@@ -100,7 +100,7 @@ def test_sweep_checkpoints_every_task_and_resumes_exactly(tmp_path) -> None:
 def test_sweep_refuses_a_folder_holding_another_sweep(tmp_path, data_dir) -> None:
     from typer.testing import CliRunner
 
-    from agent.cli import app
+    from tokenworth_agent.cli import app
 
     runner = CliRunner()
     out = tmp_path / "sweep"
@@ -124,7 +124,7 @@ def test_sweep_refuses_a_folder_holding_another_sweep(tmp_path, data_dir) -> Non
 
 
 def test_sweep_interrupt_commits_nothing_of_the_task_in_flight(tmp_path) -> None:
-    from agent.storage.checkpoint import load_checkpoint
+    from tokenworth_agent.storage.checkpoint import load_checkpoint
     from tests.test_interrupt import AT_TASK, InterruptedEnv
 
     tasks = make_tasks(7)
@@ -144,12 +144,12 @@ def test_sweep_sigkill_at_several_points_then_resume_matches_uninterrupted(tmp_p
     import subprocess
     import sys
 
-    from agent.backbones.registry import make_backbone
-    from agent.tasks import load_tasks
+    from tokenworth_agent.backbones.registry import make_backbone
+    from tokenworth_agent.tasks import load_tasks
 
     limit = 14
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "agent.cli", "sweep", "--grid", "eta=0.1,0.3", "--limit", str(limit), "--out",
+    cmd = [sys.executable, "-m", "tokenworth_agent.cli", "sweep", "--grid", "eta=0.1,0.3", "--limit", str(limit), "--out",
            str(out), "--data-dir", data_dir, "--no-progress"]
 
     kill_at(cmd, out / "tokenworth@eta_max=0.3" / "checkpoint.pkl", (2, 6, 11))
@@ -167,7 +167,7 @@ def test_an_older_sweep_folder_is_never_overwritten(tmp_path, data_dir) -> None:
     """A folder from before sweeps were run folders (sweep-config.json, no config.json) is refused, even with --overwrite."""
     from typer.testing import CliRunner
 
-    from agent.cli import app
+    from tokenworth_agent.cli import app
 
     out = tmp_path / "sweep-db-seed0"
     out.mkdir()

@@ -4,10 +4,10 @@ records and never charged."""
 
 from __future__ import annotations
 
-from agent.policies.auxiliary import AuxRequest, book
-from agent.backbones.base import Generation
-from agent.core.budget import Budget, TokenLedger
-from agent.experiment.episode import round_entry
+from tokenworth_agent.policies.auxiliary import AuxRequest, book
+from tokenworth_agent.backbones.base import Generation
+from tokenworth_agent.core.budget import Budget, TokenLedger
+from tokenworth_agent.experiment.episode import round_entry
 
 
 def test_round_entries_keep_prompt_and_cached_tokens_where_the_engine_reports_them():

@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from agent.backbones.base import Generation
-from agent.core.budget import Budget
-from agent.envs.base import StepResult
-from agent.experiment.engine import StreamHook
-from agent.policies.standard import StandardPolicy
-from agent.experiment.runner import OBSERVATION_CAP, OVER_MAX_TOKENS, run_stream, run_task
-from agent.results.record import read_records
-from agent.results.show import ShowError, find_record, render
+from tokenworth_agent.backbones.base import Generation
+from tokenworth_agent.core.budget import Budget
+from tokenworth_agent.envs.base import StepResult
+from tokenworth_agent.experiment.engine import StreamHook
+from tokenworth_agent.policies.standard import StandardPolicy
+from tokenworth_agent.experiment.runner import OBSERVATION_CAP, OVER_MAX_TOKENS, run_stream, run_task
+from tokenworth_agent.results.record import read_records
+from tokenworth_agent.results.show import ShowError, find_record, render
 from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks, task_record
 
 DB = Budget.for_env("db")
@@ -48,8 +48,8 @@ def test_rounds_hold_reply_parsed_action_observation_and_finish():
 
 
 def test_an_invalid_action_records_the_parsers_reason_and_fills_error(data_dir):
-    from agent.tasks import load_tasks
-    from agent.envs.db import DBEnvironment
+    from tokenworth_agent.tasks import load_tasks
+    from tokenworth_agent.envs.db import DBEnvironment
 
     task = load_tasks("db", data_dir, limit=1)[0]
     env = DBEnvironment(max_rounds=3)
@@ -110,21 +110,21 @@ def test_show_errors_name_the_problem(tmp_path):
         find_record(tmp_path, "rag")
     with pytest.raises(ShowError, match=r"indices: 0\.\.1"):
         find_record(tmp_path, "standard", 7)
-    from agent.cli import app
+    from tokenworth_agent.cli import app
 
     result = CliRunner().invoke(app, ["show", str(tmp_path), "--task", "7"])
     assert result.exit_code == 2 and "no record for task 7" in result.output
 
 
 def test_real_db_run_shown_through_the_cli(tmp_path, data_dir):
-    from agent.cli import app
+    from tokenworth_agent.cli import app
 
     done = CliRunner().invoke(app, ["run", "--methods", "standard", "--limit", "2", "--out", str(tmp_path),
                                     "--data-dir", data_dir, "--no-progress"])
     assert done.exit_code == 0, done.output
     shown = CliRunner().invoke(app, ["show", str(tmp_path), "--task", "1"])
     assert shown.exit_code == 0, shown.output
-    from agent.envs.db import INSTRUCTIONS
+    from tokenworth_agent.envs.db import INSTRUCTIONS
 
     assert INSTRUCTIONS.splitlines()[0] in shown.output and "instructions changed" not in shown.output
     record = find_record(tmp_path, "standard", 1)
@@ -149,7 +149,7 @@ def test_resumed_records_are_counted_as_done_not_as_new_work(tmp_path):
     run_stream("standard", "db", tasks, FakeBackbone(), DB, 0, tmp_path, env=FakeDBEnv(), hook=hook)
     assert hook.resumed_with == [0, 1, 2] and hook.new == [3, 4]
 
-    from agent.experiment.progress import Progress
+    from tokenworth_agent.experiment.progress import Progress
 
     import io
 

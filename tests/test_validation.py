@@ -115,7 +115,7 @@ def test_from_state_dict_validates_phase_and_hyperparameters():
 
 
 def test_sweep_grid_uses_the_same_check():
-    from agent.experiment.sweep import SweepError, configs_from_grid
+    from tokenworth_agent.experiment.sweep import SweepError, configs_from_grid
 
     with pytest.raises(SweepError, match=r"eta_max = -1.0 is out of range: must be a finite number in \[0, 1\]"):
         configs_from_grid(["eta=-1,0.1"])

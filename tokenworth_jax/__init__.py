@@ -25,6 +25,7 @@ Host wrapper for agent loops: :class:`Controller`; its memory-id bookkeeping is
 """
 
 from . import checked, modes, presets, protocol, scorers
+from ._version import __version__
 from .bank import Bank
 from .batching import Strategy, gated
 from .bookkeeping import MemoryTable
@@ -66,7 +67,7 @@ from .pytree import Empty, tree_where
 from .scorers import Scorer
 
 __all__ = [
-    "Admission", "Bank", "Controller", "ControllerFunctions", "Decision", "Empty", "Event", "Feature", "HParams",
+    "__version__", "Admission", "Bank", "Controller", "ControllerFunctions", "Decision", "Empty", "Event", "Feature", "HParams",
     "HostDecision", "HostSelection", "MemoryTable", "MemoryText", "Mode", "OpenTask", "PlusHParams", "Predictor",
     "ProtocolError", "Query", "Schema", "Scorer", "Selection", "Spec", "State", "StepOutput", "Strategy", "Worth",
     "action_vectors", "advance", "checked", "controller", "end_task", "featurize", "finish_task", "gated", "hparams",

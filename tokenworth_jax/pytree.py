@@ -35,7 +35,7 @@ def fetch(tree: Any) -> Any:
 
     ``jax.device_get`` of the whole tree (its copies run in parallel); on the CPU backend the arrays
     already live in host memory, and reading each one (``np.asarray``, no copy) costs about a tenth of
-    that (bench/controller/per_task.py measures the host path)."""
+    that (harness/tokenworth_bench/controller/per_task.py measures the host path)."""
     if jax.default_backend() == "cpu":
         return jax.tree_util.tree_map(np.asarray, tree)
     return jax.device_get(tree)

@@ -149,7 +149,7 @@ def guard_window(state: PlusState, totals: tuple[jax.Array, jax.Array],
                  hp: HParams) -> tuple[jax.Array, jax.Array, jax.Array]:
     """What the no-harm guard counts of the injections in the lift window, in ring order: their
     outcomes y (N,) in {0, 1}, their offsets (N,) against the no-memory rate of ``totals`` and
-    their validity (N,). Public so that a trace (``bench.plus.guard_trace``) reads what the guard reads."""
+    their validity (N,). Public so that a trace (``tokenworth_bench.plus.guard_trace``) reads what the guard reads."""
     ring = state.lift_ring
     return (ring.data[1] + 1) / 2, lift_offsets(ring.data, totals, hp), ring_valid(ring)
 

@@ -2,7 +2,7 @@
 
 ``LLM``, ``LLM.chat`` and ``SamplingParams`` accept exactly the keyword names of :data:`API`:
 the real vLLM's in ``.venv-vllm`` when that environment exists (``make test`` builds it), else
-the pinned release's (``agent/backbones/vllm_api.json``), so a misspelt argument fails here as
+the pinned release's (``harness/tokenworth_agent/backbones/vllm_api.json``), so a misspelt argument fails here as
 it would on a GPU. ``__version__`` is that API's version, so the backbone's version check passes.
 
 Replies: item i of a batch has ``3 + i`` text tokens, then the EOS token when it fits the cap
@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agent.backbones.vllm_api import llm_keywords, pinned_api, venv_api
+from tokenworth_agent.backbones.vllm_api import llm_keywords, pinned_api, venv_api
 
 FAKE = True
 VLLM_VENV = Path(__file__).resolve().parents[3] / ".venv-vllm"

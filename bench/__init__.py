@@ -1,1 +1,0 @@
-"""Benchmarks and fidelity replays (results under bench/results/)."""

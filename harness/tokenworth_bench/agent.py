@@ -1,0 +1,222 @@
+"""Agent-level benchmark: the Table-1-shaped comparison of every policy on DB and OS.
+
+Runs every (environment, seed, method) as the streams of one lockstep experiment
+(``tokenworth run --env db,os --seeds 0,1,2``, one process and one model engine), then writes
+the mean ± std over seeds of SR, OutputTok and ΔTok per method to ``agent.md`` / ``agent.json``
+and a bar plot to ``agent.png``. It takes ``tokenworth run``'s flags (the budget, data and
+harness, backbone, OpenAI-server and vLLM ones, ``--limit``, ``--overwrite``, ``--no-progress``),
+read from the same declaration (:class:`tokenworth_agent.cli.ExperimentFlags`), so the two never drift, and
+runs them as ``tokenworth run`` does: a :class:`~tokenworth_agent.experiment.config.RunConfig` given to
+:func:`tokenworth_agent.experiment.launch.launch`.
+
+Where it writes (decision: nothing lands in the repository unless asked):
+
+- by default into one run folder, ``runs/bench-agent-<envs>-<backbone>-<accounting>-seeds<s>
+  [-limit<N>]``: the streams and the tables side by side (an interrupted benchmark resumes);
+- ``--publish``: the tables to ``harness/tokenworth_bench/results/agent_<envs>[_per_task]/`` (the committed results),
+  the streams under its ``runs/`` (ignored by git);
+- ``--out DIR``: the tables to ``DIR``, the streams under ``DIR/runs/``.
+
+With ``--backbone vllm`` the process loads one engine, on the first run's first call, and every
+later (env, seed) run reuses it (same settings; the seed does not matter to greedy decoding);
+it is shut down explicitly when the benchmark ends, also after an error.
+
+With the simulated backbone the numbers measure the harness and the policies under the sim's
+documented generative model (``harness/tokenworth_agent/sim/``), not an LLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from tokenworth_agent.policies.registry import METHOD_NAMES
+from tokenworth_agent.storage.checkpoint import atomic_write_json, atomic_write_text
+
+METHODS = ",".join(METHOD_NAMES)  # the default run's methods
+
+
+KEYS = ("sr", "output_tok", "delta_tok", "auxiliary_tok")
+
+
+def aggregate(per_seed: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per method, (mean, population std) over seeds of SR, OutputTok, ΔTok and auxiliary tokens.
+
+    A method missing from some seeds is reported over the seeds that have it (``seeds``)."""
+    methods = list(dict.fromkeys(row["method"] for summary in per_seed for row in summary))
+    out = []
+    for method in methods:
+        rows = [row for summary in per_seed for row in summary if row["method"] == method]
+        entry: dict[str, Any] = {"method": method, "seeds": len(rows), "tasks": rows[0].get("tasks")}
+        for key in KEYS:
+            vals = np.array([r[key] for r in rows if r.get(key) is not None], dtype=float)
+            entry[key] = (float(vals.mean()), float(vals.std())) if vals.size else None
+        out.append(entry)
+    return out
+
+
+def seed_summaries(run_dir: Path, envs: Sequence[str], methods: Sequence[str], seeds: Sequence[int],
+                   accounting: str) -> dict[str, list[list[dict[str, Any]]]]:
+    """Per env, one summary per seed (a row per finished method) from an experiment's stream records."""
+    from tokenworth_agent.core.budget import Budget
+    from tokenworth_agent.experiment import expand, stream_names
+    from tokenworth_agent.results.report import finished_records, summarize
+
+    streams = expand(envs, methods, seeds, {e: Budget.for_env(e, accounting) for e in envs})
+    names = dict(zip([(s.env, s.seed, s.method) for s in streams], stream_names(streams)))
+    out: dict[str, list[list[dict[str, Any]]]] = {}
+    for env in envs:
+        for seed in seeds:
+            found = finished_records(run_dir, [names[(env, seed, m)] for m in methods])
+            by_method = {m: found[names[(env, seed, m)]] for m in methods if names[(env, seed, m)] in found}
+            out.setdefault(env, []).append(
+                [{"method": s.method, "tasks": s.tasks, "sr": s.sr, "output_tok": s.output_tok,
+                  "delta_tok": s.delta_tok, "auxiliary_tok": s.auxiliary_tok} for s in summarize(by_method)])
+    return out
+
+
+def markdown(results: dict[str, list[dict[str, Any]]], backbone: str, seeds: Sequence[int], limit: int | None,
+             accounting: str = "per-call") -> str:
+    lines = [f"# Agent benchmark · backbone {backbone} · O_max {accounting} · seeds {list(seeds)}"
+             + (f" · first {limit} tasks" if limit else " · full streams"), ""]
+    for env, rows in results.items():
+        lines += [f"## {env.upper()}", "", "| method | SR (%) | OutputTok | ΔTok vs Standard |", "|---|---:|---:|---:|"]
+        for r in rows:
+            sr = f"{r['sr'][0]:.1f} ± {r['sr'][1]:.1f}" if r["sr"] else "–"
+            tok = f"{r['output_tok'][0]:.1f} ± {r['output_tok'][1]:.1f}" if r["output_tok"] else "–"
+            dt = f"{100 * r['delta_tok'][0]:+.1f}% ± {100 * r['delta_tok'][1]:.1f}" if r["delta_tok"] else "–"
+            lines.append(f"| {r['method']} | {sr} | {tok} | {dt} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, list[dict[str, Any]]], path: Path, accounting: str = "per-call") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 3.5), squeeze=False)
+    for ax, (env, rows) in zip(axes[0], results.items()):
+        names = [r["method"] for r in rows]
+        means = [r["sr"][0] for r in rows]
+        stds = [r["sr"][1] for r in rows]
+        ax.bar(names, means, yerr=stds, capsize=4, color="tab:blue")
+        ax.set_title(f"{env.upper()}: SR, mean ± std over seeds (O_max {accounting})")
+        ax.set_ylabel("SR (%)")
+        ax.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _flag_arguments(parser: argparse.ArgumentParser) -> None:
+    """``tokenworth run``'s shared flags (:class:`tokenworth_agent.cli.ExperimentFlags`), grouped as in its --help."""
+    import dataclasses
+    import typing
+
+    from tokenworth_agent.cli import ExperimentFlags
+
+    groups: dict[str, Any] = {}
+    hints = typing.get_type_hints(ExperimentFlags, include_extras=True)
+    for field in dataclasses.fields(ExperimentFlags):
+        kind, info = typing.get_args(hints[field.name])[:2]
+        panel = info.rich_help_panel
+        group = groups.setdefault(panel, parser.add_argument_group(panel))
+        flag = (info.default if isinstance(info.default, str) and info.default.startswith("--")
+                else "--" + field.name.replace("_", "-"))
+        default = field.default
+        shown = info.show_default if isinstance(info.show_default, str) else default
+        text = info.help + (f" [default: {shown}]" if shown not in (None, False) else "")
+        if kind is bool:
+            group.add_argument(flag, dest=field.name, action="store_true", help=info.help)
+            continue
+        inner = [t for t in typing.get_args(kind) if t is not type(None)] or [kind]
+        base = inner[0]
+        if typing.get_origin(base) is list:
+            group.add_argument(flag, dest=field.name, action="append", default=None, help=text, metavar="TEXT")
+        else:
+            group.add_argument(flag, dest=field.name, type=base, default=default, help=text,
+                               metavar={int: "N", float: "X", Path: "DIR"}.get(base, "TEXT"))
+
+
+def parser() -> argparse.ArgumentParser:
+    """``tokenworth-bench agent``'s options."""
+    out = argparse.ArgumentParser(prog="tokenworth-bench agent", description=__doc__.splitlines()[0])
+    bench = out.add_argument_group("Benchmark")
+    bench.add_argument("--envs", "--env", default="db,os", help="Comma-separated envs [default: db,os].")
+    bench.add_argument("--methods", default=METHODS, help=f"Comma-separated methods [default: {METHODS}].")
+    bench.add_argument("--seeds", default="0,1,2", help="Comma-separated seeds [default: 0,1,2].")
+    where = out.add_argument_group("Where it writes (default: one run folder under runs/)")
+    where.add_argument("--out", type=Path, default=None, help="Tables in OUT, the streams under OUT/runs/.")
+    where.add_argument("--publish", action="store_true",
+                       help="Tables in harness/tokenworth_bench/results/agent_<envs>[_per_task]/ (the committed results).")
+    _flag_arguments(out)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    args = parser().parse_args(argv)
+    from tokenworth_agent.backbones.vllm_backbone import close_engines
+    from tokenworth_agent.cli import fail
+
+    if args.publish and args.out is not None:
+        fail("use either --out or --publish, not both")
+    try:
+        return _run_all(args)
+    finally:
+        close_engines()  # one engine per process, shut down explicitly
+
+
+def folders(args: argparse.Namespace) -> tuple[Path, Path]:
+    """(the experiment's run folder, the folder for agent.md/.json/.png): see the module docstring."""
+    envs = args.envs.split(",")
+    name = f"{'+'.join(envs)}-{args.backbone}-{args.budget_accounting}-seeds{args.seeds.replace(',', '-')}"
+    if args.out is not None or args.publish:
+        tables = args.out if args.out is not None else Path("harness/tokenworth_bench/results") / (
+            f"agent_{'+'.join(envs)}" + ("_per_task" if args.budget_accounting == "per-task" else ""))
+        return tables / "runs" / name, tables
+    run = Path("runs") / (f"bench-agent-{name}" + (f"-limit{args.limit}" if args.limit is not None else ""))
+    return run, run
+
+
+def _run_all(args: argparse.Namespace) -> dict[str, Any]:
+    """Every (env, seed, method) as streams of ONE lockstep experiment, then mean ± std over seeds."""
+    import dataclasses
+
+    from tokenworth_agent.cli import ExperimentFlags, expected_failures, parse_list, present
+    from tokenworth_agent.experiment import Streams, launch
+
+    flags = ExperimentFlags(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ExperimentFlags)})
+    accounting = args.budget_accounting
+    envs = args.envs.split(",")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    methods = args.methods.split(",")
+    run_dir, out = folders(args)
+
+    @expected_failures
+    def run() -> None:
+        what = Streams(envs=parse_list("--envs", args.envs), methods=parse_list("--methods", args.methods),
+                       seeds=tuple(seeds), grid=())
+        present(launch(flags.config(what, out=run_dir)))
+
+    run()
+    results = {env: aggregate(per_seed)
+               for env, per_seed in seed_summaries(run_dir, envs, methods, seeds, accounting).items()}
+    out.mkdir(parents=True, exist_ok=True)
+    table = markdown(results, args.backbone, seeds, args.limit, accounting)
+    atomic_write_text(out / "agent.md", table)
+    atomic_write_json(out / "agent.json", {"backbone": args.backbone, "accounting": accounting, "seeds": seeds,
+                                           "limit": args.limit, "results": results})
+    plot(results, out / "agent.png", accounting)
+    print(table)
+    print(f"tables: {out}/agent.md, agent.json, agent.png; streams: {run_dir}", file=sys.stderr)
+    return results
+
+
+if __name__ == "__main__":
+    main()
