@@ -23,7 +23,18 @@ BCB_BUILD   := bash scripts/bigcodebench-venv.sh
 # ~/.cache/tokenworth/wheels/<platform>-cp<XY>/ ($TOKENWORTH_WHEEL_CACHE), so a rebuild of the venv takes ~10 s.
 ALFWORLD_VENV ?= .venv-alfworld
 
-.PHONY: setup system-deps vllm-setup bcb-setup bcb-tf bcb-ci-setup alfworld-setup test-envs run test bench notebooks clean
+# What a user installs (scripts/wheels.sh, docs/release.md): both wheels built from this checkout; the
+# library's wheel alone in fresh venvs at the two ends of its jax range (Python 3.12 takes the newest
+# jax the range allows; the lower bound's pins on Python 3.11), each running the library's tests from a
+# folder without our source, and notebook 01; the harness's wheel, non-editable, running
+# `tokenworth run --limit 5`.
+DIST        ?= dist
+PYTHON_NEW  ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12) $(PYTHON))
+LOWER_PINS  := jax==0.10.0 jaxlib==0.10.0 optax==0.2.4 numpy==2.0.2
+WHEEL_LOG   := .test-logs/wheels.log
+
+.PHONY: setup system-deps wheels wheel-checks vllm-setup bcb-setup bcb-tf bcb-ci-setup alfworld-setup test-envs run test bench notebooks clean \
+	docs typecheck
 
 # The two distributions of this repository, installed editable: the library (pyproject.toml) and the
 # harness (harness/pyproject.toml, which depends on the library at the same version).
@@ -81,8 +92,16 @@ system-deps:
 
 setup: system-deps $(VENV)/.installed
 
+# With $(DATA) there (the shared data), as always; without it, `data fetch --env db` first puts the DB
+# file, checked, in the default data root ($TOKENWORTH_DATA_DIR, else ~/.cache/tokenworth): a no-op once
+# it is there, one `error:` line naming the file to fetch by hand when offline (then make stops).
 run: setup
+ifneq ($(wildcard $(DATA)),)
 	TOKENWORTH_DATA_DIR=$(DATA) $(VENV)/bin/tokenworth run
+else
+	$(VENV)/bin/tokenworth data fetch --env db
+	$(VENV)/bin/tokenworth run
+endif
 
 # Every environment the tests use, built side by side (the ALFWorld engine's C++ build, the
 # BigCodeBench libraries and the two Python environments do not wait for each other).
@@ -102,13 +121,23 @@ REAL_TESTS := TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_VLLM_MODEL=$(abspath $(VLLM
 test:
 	$(MAKE) --no-print-directory -j4 --output-sync=target test-envs
 	@mkdir -p $(dir $(REAL_LOG))
-	@echo "real-engine tests (.venv-vllm) running beside the main suite; output in $(REAL_LOG), printed at the end"
-	@$(REAL_TESTS) > $(REAL_LOG) 2>&1 & real=$$!; \
+	@echo "real-engine tests (.venv-vllm), then the wheel checks, running beside the main suite; output in $(REAL_LOG) and $(WHEEL_LOG), printed at the end"
+	@( $(REAL_TESTS) > $(REAL_LOG) 2>&1; echo $$? > $(REAL_LOG).rc; \
+	   $(MAKE) --no-print-directory wheel-checks > $(WHEEL_LOG) 2>&1; echo $$? > $(WHEEL_LOG).rc ) & lane=$$!; \
 	$(MAIN_TESTS); main=$$?; \
-	wait $$real; real=$$?; \
+	wait $$lane; real=$$(cat $(REAL_LOG).rc); wheels=$$(cat $(WHEEL_LOG).rc); \
 	echo "---- real-engine tests ($(REAL_LOG)) ----"; cat $(REAL_LOG); \
-	echo "main suite exit $$main, real-engine suite exit $$real"; \
-	test $$main -eq 0 && test $$real -eq 0
+	echo "---- wheel checks ($(WHEEL_LOG)) ----"; grep -v "^WARNING: Location" $(WHEEL_LOG); \
+	echo "main suite exit $$main, real-engine suite exit $$real, wheel checks exit $$wheels"; \
+	test $$main -eq 0 && test $$real -eq 0 && test $$wheels -eq 0
+
+wheels:
+	bash scripts/wheels.sh build $(DIST)
+
+wheel-checks: wheels
+	bash scripts/wheels.sh library $(DIST) .venv-lib $(PYTHON_NEW)
+	bash scripts/wheels.sh library $(DIST) .venv-lib-lower $(PYTHON) $(LOWER_PINS)
+	bash scripts/wheels.sh harness $(DIST) .venv-wheel $(PYTHON) $(DATA)
 
 bench: setup
 	TOKENWORTH_DATA_DIR=$(DATA) $(PY) -m tokenworth_bench controller
@@ -119,5 +148,16 @@ notebooks: setup
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	cd notebooks && TOKENWORTH_DATA_DIR=$(DATA) ../$(VENV)/bin/jupytext --to ipynb --execute 0*.py
 
+# The library's API reference (docs/api: Sphinx autodoc + napoleon, warnings are errors), then its doctests:
+# every example on those pages and the README's controller example. The HTML lands in docs/api/_build/html.
+docs: $(VENV)/.installed
+	$(PY) -m sphinx -W --keep-going -q -b html docs/api docs/api/_build/html
+	$(PY) -m sphinx -W --keep-going -q -b doctest docs/api docs/api/_build/doctest
+
+# The library's types: mypy over tokenworth_jax with the settings of pyproject.toml's [tool.mypy].
+typecheck: $(VENV)/.installed
+	$(VENV)/bin/mypy
+
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(BCB_VENV) $(BCB_CI_VENV) $(ALFWORLD_VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) $(BCB_VENV) $(BCB_CI_VENV) $(ALFWORLD_VENV) .venv-lib .venv-lib-lower .venv-wheel $(DIST) \
+	       .pytest_cache .hypothesis

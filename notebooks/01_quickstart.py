@@ -17,29 +17,88 @@
 # Featurise task texts, step the controller over a stream, and look inside: the selected
 # memories, the worth scores of the bank, the base weights `w` and the metric `M`.
 #
-# The stream is the LifelongAgentBench DB task list; **the backbone is simulated** (success
-# is drawn from the skill-overlap model of `tokenworth_agent.sim`, see
-# `harness/tokenworth_bench/controller/simdb.py`). 240 tasks by default, so that the first AGOP update of the
-# metric (every `agop_interval` = 200 tasks in the DB preset) has run; set
-# `TOKENWORTH_NOTEBOOK_FULL=1` for all 500 tasks.
+# It needs only the installed library (`pip install tokenworth-jax`, plus matplotlib for the
+# figure): the stream is **generated** here, a SQL-flavoured task family whose success is drawn
+# from a skill-overlap model. Each task exercises one to three skills; a memory of a past task
+# helps in proportion to the skills the two share and hurts when they share almost none, so a
+# memory's worth is not its text similarity. 240 tasks by default, so that the first AGOP
+# update of the metric (every `agop_interval` = 200 tasks in the DB preset) has run; set
+# `TOKENWORTH_NOTEBOOK_FULL=1` for 500.
 
 # %%
 import json
 import os
-import sys
-from pathlib import Path
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-ROOT = Path.cwd() if (Path.cwd() / "tokenworth_jax").exists() else Path.cwd().parent
-sys.path.insert(0, str(ROOT))
-import tokenworth_jax as tw  # noqa: E402
-from tokenworth_bench.controller import simdb  # noqa: E402
+import tokenworth_jax as tw
 
 FULL = os.environ.get("TOKENWORTH_NOTEBOOK_FULL") == "1"
 N_TASKS = 500 if FULL else 240  # > agop_interval (200): M has been updated once
+
+# %% [markdown]
+# ## 0. A generated stream
+# Skills are SQL operations, each with its own phrasing; a task's text names its skills on
+# random tables and columns. Success: `v < p`, with `p = p0 + 0.4 J` for a memory whose skill
+# overlap (Jaccard) with the task is `J >= 0.2`, `p = p0 - 0.15 (1 - J)` below that, and
+# `p = p0` with no memory.
+
+# %%
+SKILLS = {
+    "filter": "keep only the rows where {col} is over {n}",
+    "join": "join {table} with {other} on their {col}",
+    "group": "group the {table} rows by {col}",
+    "count": "count how many {table} rows there are",
+    "order": "sort the result by {col} descending",
+    "limit": "return only the first {n} rows",
+    "update": "set {col} to {n} in {table}",
+    "insert": "add a new {table} row with {col} equal to {n}",
+    "delete": "remove the {table} rows whose {col} is missing",
+    "distinct": "list each distinct {col} once",
+}
+TABLES = ["orders", "customers", "invoices", "shipments", "products", "employees", "tickets", "payments"]
+COLUMNS = ["price", "region", "status", "created_at", "quantity", "owner", "score", "category"]
+
+
+@dataclass(frozen=True)
+class Stream:
+    instructions: list[str]
+    skills: list[tuple[str, ...]]
+    skill_table: np.ndarray  # (T, n_skills) 0/1
+    p0: np.ndarray  # (T,) success probability without a memory
+    outcome_u: np.ndarray  # (T,) the outcome's uniform draw
+    queries: np.ndarray  # (T, D) featurised instructions
+
+
+def make_stream(n_tasks: int, seed: int = 0, dim: int = 512) -> Stream:
+    rng = np.random.default_rng(seed)
+    names = list(SKILLS)
+    instructions, skills = [], []
+    table = np.zeros((n_tasks, len(names)), np.float32)
+    for i in range(n_tasks):
+        chosen = sorted(rng.choice(len(names), size=rng.integers(1, 4), replace=False))
+        t, o = rng.choice(TABLES, 2, replace=False)
+        parts = [SKILLS[names[k]].format(table=t, other=o, col=rng.choice(COLUMNS), n=int(rng.integers(2, 500)))
+                 for k in chosen]
+        instructions.append(f"In the {t} table: " + ", then ".join(parts) + ".")
+        skills.append(tuple(names[k] for k in chosen))
+        table[i, chosen] = 1.0
+    p0 = rng.uniform(0.2, 0.6, n_tasks) - 0.05 * (table.sum(1) - 1)
+    return Stream(instructions, skills, table, p0, rng.random(n_tasks), tw.featurize(instructions, dim))
+
+
+def success_probability(stream: Stream, task: int, memory: int) -> float:
+    """p for task ``task`` with the memory of source task ``memory`` (-1: none)."""
+    if memory < 0:
+        return float(np.clip(stream.p0[task], 0.02, 0.98))
+    s_i, s_j = stream.skill_table[task], stream.skill_table[memory]
+    j = float((s_i * s_j).sum() / max(np.maximum(s_i, s_j).sum(), 1.0))
+    p = stream.p0[task] + 0.4 * j if j >= 0.2 else stream.p0[task] - 0.15 * (1.0 - j)
+    return float(np.clip(p, 0.02, 0.98))
+
 
 # %% [markdown]
 # ## 1. Featurise
@@ -47,7 +106,7 @@ N_TASKS = 500 if FULL else 240  # > agop_interval (200): M has been updated once
 # L2-normalises (deterministic across processes).
 
 # %%
-stream = simdb.load_stream(N_TASKS)
+stream = make_stream(N_TASKS)
 print(stream.instructions[0])
 print("vector shape", stream.queries.shape, "norm", float(np.linalg.norm(stream.queries[0])))
 sims = stream.queries[:5] @ stream.queries[:5].T
@@ -64,8 +123,8 @@ log = []
 for i in range(N_TASKS):
     q = jnp.asarray(stream.queries[i])
     state, sel = tw.select(state, q, hp, spec)
-    p = simdb.success_probability(stream, jnp.int32(i), sel.memory_id)
-    reward = int(stream.outcome_u[i] < float(p))
+    p = success_probability(stream, i, int(sel.memory_id))
+    reward = int(stream.outcome_u[i] < p)
     state = tw.observe(state, jnp.int32(reward), hp, spec)
     code = "NOT_OFFERED"
     if reward:

@@ -143,7 +143,7 @@ def test_engine_start_checks_the_version(fake_vllm, monkeypatch, capsys):
     VLLMBackbone("m", allow_untested_vllm=True).open()
     assert len(fake_vllm.instances) == 1
     assert capsys.readouterr().err.strip() == ("note: vLLM 0.11.2 is installed, but this project is tested with vLLM "
-                                               ">=0.32,<0.34 (pip install 'tokenworth-jax[vllm]'); going on "
+                                               ">=0.32,<0.34 (pip install 'tokenworth-agent[vllm]'); going on "
                                                "because of --allow-untested-vllm")
 
 

@@ -13,6 +13,8 @@ import pytest
 
 from tokenworth_jax.batching import gated
 
+pytestmark = pytest.mark.library  # imports nothing of the harness: runs in the library's own venvs too
+
 
 def fn(x, y):
     return x * 2 + y

@@ -12,6 +12,8 @@ import tokenworth_jax as tw
 
 from tests.controller_helpers import clustered_stream, precision, small_setup
 
+pytestmark = pytest.mark.library  # imports nothing of the harness: runs in the library's own venvs too
+
 
 @pytest.fixture(scope="module")
 def setup():

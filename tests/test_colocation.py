@@ -97,7 +97,7 @@ def test_an_untested_vllm_is_refused_in_one_line_before_anything_is_written(tmp_
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1] == (
         "error: vLLM 0.11.2 is installed, but this project is tested with vLLM >=0.32,<0.34 "
-        "(pip install 'tokenworth-jax[vllm]'); pass --allow-untested-vllm to use it anyway")
+        "(pip install 'tokenworth-agent[vllm]'); pass --allow-untested-vllm to use it anyway")
     assert not (tmp_path / "run").exists()
 
 

@@ -15,6 +15,8 @@ from tokenworth_jax import agop, base_scorer, kernels, krr
 from tokenworth_jax import reference_numpy as ref
 from tokenworth_jax.ring import ring_valid
 
+pytestmark = pytest.mark.library  # imports nothing of the harness: runs in the library's own venvs too
+
 DTYPES = ["float32", "float64"]
 
 

@@ -28,6 +28,8 @@ from tokenworth_jax.ring import Ring, ring_count, ring_init, ring_push
 
 from tests.controller_helpers import FAST_SCHEDULE, SMALL_SPEC, clustered_stream
 
+pytestmark = pytest.mark.library  # imports nothing of the harness: runs in the library's own venvs too
+
 SKIP = "no memory"  # a question containing this asks for no memory
 
 

@@ -4,8 +4,9 @@ on the tested vLLM and JAX; and it is still what the resolver gives.
 The file is ``uv pip compile`` output (the command is in its header, with ``--exclude-newer``).
 The first tests read the committed file; the last re-runs the recorded command with the lock
 itself as constraints (metadata only: no wheel is downloaded) and compares: the committed set
-must still be a complete resolution of the ``[gpu]`` extra (a changed requirement in
-pyproject.toml conflicts with it, a new one adds a package). Why the constraints: the registry
+must still be a complete resolution of the harness's ``[gpu]`` extra with the library
+(requirements/gpu.in: a changed requirement in either pyproject.toml conflicts with it, a new one
+adds a package). Why the constraints: the registry
 this project installs from serves no upload times, so ``--exclude-newer`` alone does not hold the
 answer still, and a release made after the lock (uvicorn 0.55.0 after 0.54.0, on 2 December 2026)
 changed it while nothing here had.
@@ -28,6 +29,7 @@ from tokenworth_agent.backbones import vllm_api
 
 REPO = Path(__file__).resolve().parents[1]
 LOCK = REPO / "requirements" / "gpu-lock.txt"
+HARNESS = REPO / "harness" / "pyproject.toml"  # the [gpu] extra is the harness's
 # The CUDA libraries a process loads: no two may come from different CUDA majors or be installed twice.
 CUDA_LIBRARIES = ("cublas", "cuda-cupti", "cuda-nvrtc", "cuda-runtime", "cudnn", "cufft", "cufile", "curand",
                   "cusolver", "cusparse", "cusparselt", "nccl", "nvjitlink", "nvshmem", "nvtx", "cuda-nvcc")
@@ -62,7 +64,7 @@ def test_one_set_of_cuda_13_libraries():
 
 def test_the_locked_vllm_and_jax_are_the_tested_ones():
     locked = pins(LOCK.read_text())
-    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    extras = tomllib.loads(HARNESS.read_text())["project"]["optional-dependencies"]
     assert vllm_api.is_supported(locked["vllm"])
     jax_spec = next(r for r in extras["gpu"] if r.startswith("jax[cuda13]"))
     low, high = re.fullmatch(r"jax\[cuda13\]>=([\d.]+),<([\d.]+)", jax_spec).groups()
@@ -81,7 +83,9 @@ def test_the_recorded_command_still_resolves_to_the_committed_set(tmp_path):
     assert header and "--exclude-newer" in header.group(1), "the lock must record its --exclude-newer date"
     args = shlex.split(header.group(1))[1:]
     args[args.index("-o") + 1] = str(tmp_path / "lock.txt")
-    done = subprocess.run([*uv_command(), *args, "-c", str(LOCK), "--no-header", "--quiet"], cwd=REPO,
+    pinned = tmp_path / "pinned.txt"  # the lock's pins as constraints (uv takes no `-e .` line there)
+    pinned.write_text("".join(f"{name}=={version}\n" for name, version in pins(LOCK.read_text()).items()))
+    done = subprocess.run([*uv_command(), *args, "-c", str(pinned), "--no-header", "--quiet"], cwd=REPO,
                           capture_output=True, text=True, timeout=600, env={**os.environ, "UV_NO_PROGRESS": "1"})
     if done.returncode != 0 and re.search(r"(?i)connect|dns|network|timed? ?out|offline", done.stderr):
         pytest.skip(f"the package registry cannot be reached: {done.stderr.strip().splitlines()[-1:]}")
@@ -95,7 +99,7 @@ def test_the_readme_install_line_installs_the_locked_gpu_set():
     text = (REPO / "README.md").read_text()
     block = re.search(r"```bash\n(.*?)```", text[text.index("\n## GPU\n"):], re.S).group(1)
     [line] = [shlex.split(line, comments=True) for line in block.splitlines() if line.startswith("pip install")]
-    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    target = next(w for w in line if w.startswith(".["))
-    assert set(re.fullmatch(r"\.\[(.*)\]", target).group(1).split(",")) <= set(extras)
-    assert "gpu" in target and line[line.index("-c") + 1] == str(LOCK.relative_to(REPO))
+    extras = tomllib.loads(HARNESS.read_text())["project"]["optional-dependencies"]
+    target = next(w for w in line if w.startswith("./harness["))
+    assert set(re.fullmatch(r"\./harness\[(.*)\]", target).group(1).split(",")) <= set(extras)
+    assert "." in line and "gpu" in target and line[line.index("-c") + 1] == str(LOCK.relative_to(REPO))

@@ -10,6 +10,8 @@ import tokenworth_jax as tw
 from tokenworth_jax.controller import with_progress
 from tokenworth_jax.pytree import to_numpy
 
+pytestmark = pytest.mark.library  # imports nothing of the harness: runs in the library's own venvs too
+
 
 def _snapshot(ctl):
     return to_numpy(ctl.state), dict(ctl.texts), ctl.phase

@@ -30,6 +30,7 @@ HOMES = {"tokenworth_jax": Path("."), "tokenworth_agent": Path("harness"), "toke
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("cli", ("tokenworth_agent.cli",)),
     ("application", ("tokenworth_agent.experiment",)),
+    ("tracking", ("tokenworth_agent.tracking",)),
     ("results", ("tokenworth_agent.results",)),
     ("policies", ("tokenworth_agent.policies",)),
     ("backbone registry", ("tokenworth_agent.backbones.registry",)),
@@ -57,7 +58,7 @@ JAX_LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("primitives", ("tokenworth_jax.config", "tokenworth_jax.features", "tokenworth_jax.krr", "tokenworth_jax.kernels",
                     "tokenworth_jax.agop", "tokenworth_jax.ring", "tokenworth_jax.pytree", "tokenworth_jax.batching",
                     "tokenworth_jax.featurize", "tokenworth_jax.bookkeeping", "tokenworth_jax.inputs",
-                    "tokenworth_jax.protocol", "tokenworth_jax._version")),
+                    "tokenworth_jax.protocol", "tokenworth_jax._version", "tokenworth_jax._doc")),
     ("independent reference", ("tokenworth_jax.reference_numpy",)),
 ]
 TABLES = {"tokenworth_agent": LAYERS, "tokenworth_jax": JAX_LAYERS}

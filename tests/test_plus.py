@@ -222,7 +222,7 @@ def test_choose_prefers_the_predicted_procedure_and_abstains_only_on_evidence_of
     cands = _candidates(jnp.zeros(WORDS).at[0].set(1.0))
     # by default nothing is injected before "no memory" has been measured (plus_null_first outcomes)
     assert int(choose(state, cands, defaults)[1].index) == -1
-    # the rule before issue 30: posterior means ranked, an upper bound on the gain decides, no floor, no guard
+    # the first rule (no floor, no guard): posterior means ranked, an upper bound on the gain decides, no floor, no guard
     hp = with_plus(defaults, null_first=0.0, explore=0.0, null_explore=0.0, optimism=1.0, margin=-0.05, guard=0.0)
     _, choice = choose(state, cands, hp)
     assert int(choice.index) == 1 and np.isnan(float(choice.scores["gain"][2]))  # affinity beats cosine; invalid never chosen

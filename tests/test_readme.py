@@ -5,7 +5,11 @@ import io
 import os
 import re
 
+import pytest
+
 from tests.conftest import REPO
+
+pytestmark = pytest.mark.library  # imports nothing of the harness: runs in the library's own venvs too
 
 
 def test_readme_controller_example_runs():

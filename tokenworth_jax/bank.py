@@ -10,22 +10,40 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
+from . import _doc
 from .features import MemoryStats
 
 
 class Bank(NamedTuple):
-    """B_max memory slots. Empty slots have ``valid == False`` and ``ids == -1``."""
+    """The memory bank, ``State.bank``: B = ``spec.capacity`` fixed slots. Empty slots have ``valid == False`` and
+    ``ids == -1``. Floats have the spec's dtype."""
 
-    emb: jax.Array  # (B, D) unit-norm text vectors
-    valid: jax.Array  # (B,) bool
-    ids: jax.Array  # (B,) int32 caller's id of the memory text
-    u: jax.Array  # (B,) utility
-    h: jax.Array  # (B,) successes while selected
-    d: jax.Array  # (B,) failures while selected
-    c: jax.Array  # (B,) access count
-    last: jax.Array  # (B,) int32 last access step
-    tau: jax.Array  # (B,) int32 creation step
+    emb: jax.Array
+    valid: jax.Array
+    ids: jax.Array
+    u: jax.Array
+    h: jax.Array
+    d: jax.Array
+    c: jax.Array
+    last: jax.Array
+    tau: jax.Array
+
+
+_doc.fields(
+    Bank,
+    emb="(B, D) float: each memory's unit-norm recall vector (zeros in empty slots).",
+    valid="(B,) bool: the slot holds a memory.",
+    ids="(B,) int32: the caller's id of each memory (the ``memory_id`` it was offered with); -1 in empty slots.",
+    u="(B,) float: utility, raised by u_success after a success and lowered by u_failure after a failure while "
+      "injected, clipped to [u_min, u_max]; a new memory starts at u_init.",
+    h="(B,) float: successes while injected.",
+    d="(B,) float: failures while injected.",
+    c="(B,) float: how often the memory was injected.",
+    last="(B,) int32: the task index of its last injection (its creation when never injected).",
+    tau="(B,) int32: the task index at which it entered the bank.",
+)
 
 
 class Recall(NamedTuple):
@@ -81,7 +99,7 @@ def write(bank: Bank, slot: jax.Array, enabled: jax.Array, emb: jax.Array, memor
     f = bank.u.dtype
     slot = jnp.maximum(slot, 0)
 
-    def put(arr: jax.Array, value: jax.Array) -> jax.Array:
+    def put(arr: jax.Array, value: ArrayLike) -> jax.Array:
         return arr.at[slot].set(jnp.where(enabled, jnp.asarray(value, arr.dtype), arr[slot]))
 
     zero = jnp.zeros((), f)

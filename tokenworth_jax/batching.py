@@ -8,8 +8,9 @@ configuration, and, through :func:`jax.custom_batching.custom_vmap`, one ``lax.c
 configuration needs it" followed by a per-configuration :func:`~tokenworth_jax.pytree.tree_where`
 when vmapped. So ``jax.vmap(tw.step)`` is the batched controller, and stays cheap.
 
-``"auto"`` picks ``"map"`` on the CPU backend (each configuration keeps its own real branches
-and small matmuls stay small) and ``"vmap"`` elsewhere (measurements: docs/performance.md).
+``"auto"`` picks ``"map"`` when the states live on the CPU, whatever the default backend (each
+configuration keeps its own real branches and small matmuls stay small), and ``"vmap"`` elsewhere
+(measurements: docs/performance.md; the rule: :func:`resolve`).
 
 What :func:`gated` guarantees, and where it stops (``tests/test_batching.py`` checks each):
 
@@ -42,18 +43,28 @@ import jax.numpy as jnp
 from jax import custom_batching
 from jax.extend.core import ClosedJaxpr, jaxpr_as_fun
 
-from .pytree import tree_where
+from .pytree import platform, tree_where
 
 Strategy = Literal["auto", "vmap", "map"]
+Strategy.__doc__ = """How :func:`tokenworth_jax.run_batched` maps C configurations: ``"vmap"`` (``jax.vmap``: one
+batched program), ``"map"`` (``jax.lax.map``: one configuration after another, each with its own branches), or
+``"auto"`` (``"map"`` when the states live on the CPU, ``"vmap"`` elsewhere: :func:`resolve`)."""
 T = TypeVar("T")
 
 
-def resolve(strategy: Strategy) -> Literal["vmap", "map"]:
-    """``"auto"`` -> ``"map"`` on CPU, ``"vmap"`` elsewhere; anything else must be a Strategy."""
+def resolve(strategy: Strategy, like: Any = None) -> Literal["vmap", "map"]:
+    """``"auto"`` -> ``"map"`` where the configurations live on the CPU, ``"vmap"`` elsewhere; anything else
+    must be a Strategy.
+
+    Where they live is the platform of ``like``'s arrays (the stacked states; :func:`~tokenworth_jax.pytree.platform`),
+    so a controller kept on the CPU beside a GPU that serves the model gets the CPU strategy. When that is
+    unknown (no ``like``, NumPy values, or tracers: ``run_batched`` inside a user's own ``jax.jit``) it is
+    ``jax.default_backend()``, where JAX places uncommitted values. ``tw.run_batched`` resolves ``"auto"``
+    before its jitted program, on the states it is given."""
     if strategy not in get_args(Strategy):
         raise ValueError(f"strategy must be one of {get_args(Strategy)}, got {strategy!r}")
     if strategy == "auto":
-        return "map" if jax.default_backend() == "cpu" else "vmap"
+        return "map" if (platform(like) or jax.default_backend()) == "cpu" else "vmap"
     return strategy
 
 

@@ -46,11 +46,13 @@ class MemoryTable(Generic[T]):
         return new_id
 
     def state_dict(self, encode: Optional[Callable[[T], Any]] = None) -> dict[str, Any]:
+        """The table as plain data: ``{"items": {id: encode(payload)}, "next_id": n}`` (``encode``: identity)."""
         enc = encode or (lambda x: x)
         return {"items": {int(k): enc(v) for k, v in self.items.items()}, "next_id": self.next_id}
 
     @classmethod
     def from_state_dict(cls, data: dict[str, Any], decode: Optional[Callable[[Any], T]] = None) -> "MemoryTable[T]":
+        """The table :meth:`state_dict` wrote, each payload ``decode``-d; a ValueError if its ids are inconsistent."""
         dec = decode or (lambda x: x)
         items = {int(k): dec(v) for k, v in data["items"].items()}
         next_id = int(data["next_id"])

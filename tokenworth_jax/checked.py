@@ -1,14 +1,26 @@
-"""Checked mode: the pure API with NaN/inf checks, via ``jax.experimental.checkify``.
+"""Checked mode: the pure API with value, protocol and NaN/inf checks, via ``jax.experimental.checkify``.
 
-The plain entry points (``tw.select`` etc.) cannot raise under ``jit`` and do not look at
-their inputs: one non-finite query or memory vector is admitted and spreads into w, M, the
-bank and the windows for good. Each function here runs the same computation with checks
-compiled in, and raises ``jax.experimental.checkify.JaxRuntimeError`` naming the *first*
-non-finite value in program order:
+The plain entry points (``tw.select`` etc.) cannot raise under ``jit``: one non-finite query or
+memory vector is admitted and spreads into w, M, the bank and the windows for good, and a call out
+of the protocol's order is answered by its documented fallback (a no-op, or NOT_OFFERED). Each
+function here runs the same computation with checks compiled in, and raises
+``jax.experimental.checkify.JaxRuntimeError`` naming a problem and what to do about it: the first
+in program order, of these kinds (where a call has several, jax 0.10 may report a protocol check,
+which runs inside the controller's own jitted program, ahead of an earlier input check):
 
-1. an input (``query``, ``reward``, ``memory``, a hyperparameter leaf such as ``hp.gamma``);
-2. the incoming state (e.g. ``state.bank.emb`` already poisoned by an unchecked call);
-3. the outgoing state (a non-finite value the step itself produced).
+1. a wrong input value: a reward other than 0 or 1 (``observe: input reward must be 0 or 1 ...,
+   got 2``; ``run: input events.reward ...`` names the first bad task);
+2. a non-finite input (``query``, ``reward``, ``memory``, a hyperparameter leaf such as ``hp.gamma``);
+3. the incoming state (e.g. ``state.bank.emb`` already poisoned by an unchecked call);
+4. the protocol's order, read from the open task's phase in the state (``State.task.progress``), so
+   it holds under ``jit``, ``vmap`` and ``scan``: ``select(): a task is still open: call
+   observe(reward) before the next select()``, a second ``observe``, ``offer`` before ``observe``
+   or twice, ``end_task`` before ``observe``; the rules are :func:`tokenworth_jax.protocol.refusals`'
+   eager walk (the host ``Controller`` raises the same messages);
+5. the outgoing state (a non-finite value the step itself produced).
+
+Shapes, a batch given to a function of one configuration, and a float64 spec without 64-bit JAX
+are refused by the plain functions too, at trace time (a ``ValueError``).
 
 Usage: ``tw.checked.select(state, q, hp, spec)`` instead of ``tw.select(...)`` (same signature
 and results), for every function of the controller (``init``, ``select``, ``observe``, ``offer``,
@@ -21,22 +33,56 @@ untrusted.
 Which entry points validate (see docs/controller.md): ``tw.hparams``/``tw.preset``/``Spec``
 and ``tw.stack_hparams`` check every value on the host at construction; the host
 ``Controller`` checks its inputs (shape, finiteness, reward in {0, 1}) and the protocol;
-the pure API checks nothing (this module is its checked twin).
+the pure API checks shapes, batches and the float64 setting at trace time and answers an
+out-of-order call with a documented no-op, but cannot raise on values (this module is its checked
+twin).
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.experimental import checkify
 
-from .controller import COMPOSED, State, controller
+from .controller import COMPOSED, Event, Spec, State, cast_arguments, controller
+from .inputs import MemoryText, Query
+from .controller import signature as _signature
+from .protocol import REWARD_RULE
 
 STATE_ARGS = ("state", "states")  # checked as the incoming state
+
+
+def _check_reward(reward: Any, what: str) -> Any:
+    """Check that every entry of ``reward`` (as given: an int or float array) is 0 or 1, reporting the first bad
+    one; returns ``reward`` with bad entries as 0, so the controller's own reward check (which would report
+    the int32 it casts to, -1 for 0.5) does not fire too (the call raises and its result is discarded)."""
+    r = jnp.ravel(jnp.asarray(reward))
+    bad = ~((r == 0) | (r == 1))
+    first = jnp.argmax(bad)
+    where = " (first at index {i})" if jnp.ndim(reward) else ""
+    checkify.check(~jnp.any(bad), f"{what} {REWARD_RULE[len('reward '):]}, got {{v}}{where}", v=r[first],
+                   **({"i": first} if jnp.ndim(reward) else {}))  # type: ignore[arg-type]  # format values
+    return jnp.where(bad.reshape(jnp.shape(reward)), jnp.zeros((), r.dtype), reward)
+
+
+def _with_reward(event: Event, reward: Any) -> Event:
+    """``event`` with its rewards replaced (an input, not state)."""
+    return Event(event.query, reward, event.memory, event.memory_id)
+
+
+def _raw_reward(reward: Any, spec: Spec) -> Any:
+    """A reward as the checked program takes it: its value kept (0.5 stays 0.5, so the check can report it),
+    Python and NumPy values as int32 or the spec's float dtype (so a new value never compiles again)."""
+    if isinstance(reward, jax.Array):
+        return reward
+    r = np.asarray(reward)
+    if r.dtype == bool or np.issubdtype(r.dtype, np.integer):
+        return r.astype(np.int32) if np.all(np.abs(r) < 2**31) else r.astype(spec.float_dtype)
+    return r.astype(spec.float_dtype)
 
 
 def _check_finite(tree: Any, what: str) -> None:
@@ -46,12 +92,6 @@ def _check_finite(tree: Any, what: str) -> None:
             checkify.check(jnp.all(jnp.isfinite(leaf)), f"{what}{jax.tree_util.keystr(path)} has a non-finite entry")
 
 
-def _signature(name: str) -> inspect.Signature:
-    """The public signature of ``name``: its composition's, without the bound parts."""
-    params = list(inspect.signature(COMPOSED[name][0]).parameters.values())[1:]
-    return inspect.Signature(params)
-
-
 @functools.lru_cache(maxsize=None)
 def _compiled(name: str, statics: tuple[Any, ...]) -> Callable[..., Any]:
     static_names = COMPOSED[name][1]
@@ -59,7 +99,13 @@ def _compiled(name: str, statics: tuple[Any, ...]) -> Callable[..., Any]:
     public = getattr(controller(spec.scorer, spec.mode), name)
     arrays = [p for p in _signature(name).parameters if p not in static_names]
 
-    def body(*args: Any) -> Any:
+    def body(*arguments: Any) -> Any:
+        args = list(arguments)
+        for i, arg_name in enumerate(arrays):
+            if arg_name == "reward":
+                args[i] = _check_reward(args[i], f"{name}: input reward")
+            if arg_name in ("event", "events") and statics[static_names.index("reward_fn")] is None:
+                args[i] = _with_reward(args[i], _check_reward(args[i].reward, f"{name}: input {arg_name}.reward"))
         for arg_name, arg in zip(arrays, args):
             if arg_name not in STATE_ARGS:
                 _check_finite(arg, f"{name}: input {arg_name}")
@@ -82,7 +128,22 @@ def _derive(name: str) -> Callable[..., Any]:
     def checked(*args: Any, **kwargs: Any) -> Any:
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        values = bound.arguments
+        raw = dict(bound.arguments)
+        values = cast_arguments(name, raw)  # as the plain function casts (no new compile for a new input dtype)
+        for key in ("query", "memory"):  # a bare vector stays one, so a message names it "input query"
+            if key in raw and not isinstance(raw[key], (Query, MemoryText)):
+                values[key] = values[key].key
+        for key in ("event", "events"):
+            if isinstance(raw.get(key), Event):
+                event = values[key]
+                values[key] = Event(*(getattr(event, f).key if f in ("query", "memory") and not isinstance(
+                    getattr(raw[key], f), (Query, MemoryText)) else getattr(event, f) for f in Event._fields))
+        spec = raw["spec"]
+        if "reward" in raw:  # rewards as given, for their check to report the value
+            values["reward"] = _raw_reward(raw["reward"], spec)
+        for key in ("event", "events"):
+            if isinstance(raw.get(key), Event):
+                values[key] = _with_reward(values[key], _raw_reward(raw[key].reward, spec))
         err, out = _compiled(name, tuple(values[s] for s in static_names))(
             *(v for k, v in values.items() if k not in static_names))
         err.throw()
@@ -96,3 +157,19 @@ def _derive(name: str) -> Callable[..., Any]:
 
 __all__ = list(COMPOSED)
 globals().update({_name: _derive(_name) for _name in COMPOSED})
+
+if TYPE_CHECKING:  # what a type checker sees of the derived functions: the controller's own signatures
+    from .controller import (AdvanceFn, EndTaskFn, FinishTaskFn, InitFn, ObserveFn, OfferFn, RunBatchedFn, RunFn,
+                             SelectFn, StepFn, WorthFn)
+
+    init: InitFn
+    select: SelectFn
+    observe: ObserveFn
+    offer: OfferFn
+    end_task: EndTaskFn
+    finish_task: FinishTaskFn
+    advance: AdvanceFn
+    step: StepFn
+    run: RunFn
+    run_batched: RunBatchedFn
+    worth: WorthFn

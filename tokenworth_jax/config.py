@@ -21,8 +21,9 @@ from typing import Any, Mapping, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.typing import ArrayLike, DTypeLike
+from jax.typing import DTypeLike
 
+from . import _doc
 from .pytree import Empty
 
 N_BASE_FEATURES = 4  # phi = [cos, u, rel, rec]
@@ -48,6 +49,16 @@ def check_dtype(owner: str, dtype: Any) -> None:
         name = None
     if name not in DTYPES:
         raise ValueError(f"{owner}.dtype = {dtype!r} is not supported: must be one of {DTYPES}")
+    check_x64(owner, name)
+
+
+def check_x64(owner: str, dtype: Any) -> None:
+    """Refuse (ValueError) a float64 ``dtype`` while JAX's 64-bit mode is off: every array would silently be
+    float32 under a spec that says float64. Reads the current setting, so a ``jax.enable_x64`` block counts."""
+    if jnp.dtype(dtype) == np.float64 and jax.dtypes.canonicalize_dtype(np.float64) != np.float64:
+        raise ValueError(f"{owner}.dtype = float64 needs JAX's 64-bit mode, which is off (every array would be "
+                         "float32): enable it first with jax.config.update('jax_enable_x64', True) (or "
+                         "JAX_ENABLE_X64=1), or use dtype='float32'")
 
 
 def as_int(value: Any) -> Any:
@@ -92,6 +103,17 @@ class Schema:
     ``fields`` are the leaves of ``cls`` (a NamedTuple) in order; outside the pytree each goes by
     its flat name, ``prefix + field.rstrip("_")`` (``x_lambda`` for ``lambda_`` under prefix ``x_``). Integers are
     int32 leaves, everything else of the configuration's float dtype.
+
+    Attributes:
+        cls: the NamedTuple of the hyperparameters (its fields are the leaves).
+        fields: its field names, in order.
+        ranges: the allowed :class:`Range` of every field, by field.
+        defaults: default values by field; a field without one must be given.
+        prefix: prepended to every field's flat name, so that no two parts share one.
+        ints: the integer fields (int32 leaves).
+        sizes: the vector fields and their lengths.
+        broadcast: vector fields for which a scalar stands for ``sizes[field]`` equal entries.
+        order: ``(lo, hi)`` pairs of fields that need ``lo <= hi``, entry by entry.
     """
 
     cls: type
@@ -118,6 +140,7 @@ class Schema:
         return self.prefix + field.rstrip("_")
 
     def names(self) -> tuple[str, ...]:
+        """Every field's flat name, in order."""
         return tuple(self.flat(f) for f in self.fields)
 
     def field(self, name: str) -> str:
@@ -199,38 +222,78 @@ class HParams(NamedTuple):
 
     Build with ``tw.hparams`` / ``tw.preset``. ``scorer`` and ``mode`` hold the hyperparameters
     the controller's scorer and mode declare (their :class:`Schema`), :class:`~tokenworth_jax.pytree.Empty`
-    for a part that has none.
+    for a part that has none. Every leaf is a JAX array: integers (marked *int*) are int32, the
+    rest of the configuration's float dtype; shapes are () unless given. Stacked for ``jax.vmap``
+    (``tw.stack_hparams``), every leaf gains a leading axis C.
     """
 
-    w0: ArrayLike  # (4,) prior weights for [cos, u, rel, rec]
-    lambda_w: ArrayLike
-    beta_w: ArrayLike
-    w_min: ArrayLike  # (4,)
-    w_max: ArrayLike  # (4,)
-    base_interval: ArrayLike  # int
-    lambda_krr: ArrayLike
-    gamma: ArrayLike
-    beta_m: ArrayLike
-    m_min: ArrayLike
-    m_max: ArrayLike
-    krr_interval: ArrayLike  # int
-    agop_interval: ArrayLike  # int
-    warmup: ArrayLike  # int: feedback examples a KRR fit needs
-    fit_at_warmup: ArrayLike  # int 0/1: the first KRR fit runs at `warmup` examples (else at the first interval)
-    eta_max: ArrayLike
-    kappa: ArrayLike
-    tau_nov: ArrayLike
-    delta_write: ArrayLike
-    tau_pos: ArrayLike
-    tau_util: ArrayLike
-    delta_rep: ArrayLike
-    u_init: ArrayLike
-    u_success: ArrayLike
-    u_failure: ArrayLike
-    u_min: ArrayLike
-    u_max: ArrayLike
-    scorer: Any = Empty()  # the scorer's own (Spec.scorer.hparams)
-    mode: Any = Empty()  # the mode's own (Spec.mode.hparams)
+    w0: jax.Array
+    lambda_w: jax.Array
+    beta_w: jax.Array
+    w_min: jax.Array
+    w_max: jax.Array
+    base_interval: jax.Array
+    lambda_krr: jax.Array
+    gamma: jax.Array
+    beta_m: jax.Array
+    m_min: jax.Array
+    m_max: jax.Array
+    krr_interval: jax.Array
+    agop_interval: jax.Array
+    warmup: jax.Array
+    fit_at_warmup: jax.Array
+    eta_max: jax.Array
+    kappa: jax.Array
+    tau_nov: jax.Array
+    delta_write: jax.Array
+    tau_pos: jax.Array
+    tau_util: jax.Array
+    delta_rep: jax.Array
+    u_init: jax.Array
+    u_success: jax.Array
+    u_failure: jax.Array
+    u_min: jax.Array
+    u_max: jax.Array
+    scorer: Any = Empty()
+    mode: Any = Empty()
+
+
+_doc.fields(
+    HParams,
+    w0="(4,): the prior of the base scorer's weights w over phi = [cos, u, rel, rec]; w starts here.",
+    lambda_w="> 0: the strength of the pull of a base fit towards w0 (lambda_w ||w - w0||^2).",
+    beta_w="in [0, 1]: how far each base refit moves w towards the new fit.",
+    w_min="(4,): the lower clip of w.",
+    w_max="(4,): the upper clip of w.",
+    base_interval="int >= 1: the base scorer refits after every this many feedback examples.",
+    lambda_krr="> 0: the ridge of the residual's kernel ridge regression.",
+    gamma="> 0: the Laplacian kernel's scale, K(z, z') = exp(-gamma ||z - z'||_M).",
+    beta_m="in [0, 1]: how far each AGOP step moves the metric M towards the new gradient outer product.",
+    m_min="> 0: the lower clip of the metric's entries.",
+    m_max="> 0: the upper clip of the metric's entries.",
+    krr_interval="int >= 1: the KRR refits after every this many feedback examples (once ``warmup`` are there).",
+    agop_interval="int >= 1: the metric is updated by AGOP after every this many feedback examples.",
+    warmup="int >= 0: how many feedback examples a KRR fit needs.",
+    fit_at_warmup="int 0 or 1: 1, the first KRR fit runs as soon as ``warmup`` examples exist; 0, at the first "
+                  "interval.",
+    eta_max="in [0, 1]: the residual's full weight in s = s_base + eta f (eta ramps up to it over the first "
+            "three fits).",
+    kappa=">= 0: the decay rate of a memory's recency, rec = exp(-kappa (t - last)).",
+    tau_nov="in [0, 2]: a memory offered to a full bank is admitted as novel when 1 - its highest cosine to the "
+            "bank exceeds this.",
+    delta_write=">= 0: the margin by which the offered memory's worth must beat the bank's best to pass the "
+                "worth gate.",
+    tau_pos="in [0, 1]: the fraction of probes with positive worth the worth gate also needs.",
+    tau_util="when no gate passes, the nearest memory can be replaced only if its utility is below this.",
+    delta_rep=">= 0: ... and only if the offered memory's worth beats the nearest one's by this margin.",
+    u_init="the utility a new memory starts with.",
+    u_success=">= 0: the utility added after a success with the memory injected.",
+    u_failure=">= 0: the utility taken away after a failure with the memory injected.",
+    u_min="the lower clip of utility.",
+    u_max="the upper clip of utility.",
+    scorer="The scorer's own hyperparameters (its Schema's NamedTuple), ``Empty()`` when it has none.",
+    mode="The mode's own hyperparameters (its Schema's NamedTuple), ``Empty()`` when it has none.",
+)
 
 
 PART_SLOTS = ("scorer", "mode")  # the HParams fields (and tw.Spec fields) that hold the parts
@@ -311,6 +374,7 @@ def schemas(parts: Mapping[str, Any]) -> dict[str, Schema | None]:
 def make_hparams(values: Mapping[str, Any], parts: Mapping[str, Any], dtype: DTypeLike) -> HParams:
     """HParams for the controller whose parts are ``parts`` from ``{flat name: value}``, each part's over its
     own defaults; an unknown name is an error that lists the known ones."""
+    check_x64("hparams", dtype)
     owned = schemas(parts)
     known = [n for s in owned.values() if s is not None for n in s.names()]
     unknown = sorted(set(values) - set(known))

@@ -26,18 +26,19 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional, Protocol
 
 import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from . import _doc
 from . import bank as bank_lib
 from . import base_scorer, inputs, lifecycle, probes, protocol, residual, schedule
 from .bank import Bank
 from .base_scorer import BaseScorer
-from .batching import Strategy, gated, over_configs
-from .config import N_STAT_FEATURES, PART_SLOTS, HParams, check_dtype, check_parts, check_shapes
+from .batching import Strategy, gated, over_configs, resolve
+from .config import N_STAT_FEATURES, PART_SLOTS, HParams, check_dtype, check_parts, check_shapes, check_x64
 from .features import new_memory_stats
 from .featurize import DIM
 from .inputs import MemoryText, Query
@@ -56,28 +57,51 @@ SHAPE_MINIMUM = dict(dim=1, capacity=1, base_window=1, fast_window=1, slow_windo
 
 
 class _SpecFields(NamedTuple):
-    dim: int = DIM  # D, the hashed text vectors (tokenworth_jax.featurize)
-    capacity: int = 64  # B_max
+    dim: int = DIM
+    capacity: int = 64
     base_window: int = 256
     fast_window: int = 128
     slow_window: int = 256
     k_candidates: int = 12
-    n_probes: int = 8  # earlier queries kept as probes; |P| <= n_probes + 1
+    n_probes: int = 8
     dtype: str = "float32"
-    # Worth is computed over the bank in chunks of this many memories (0 = all at once).
-    # Bounds peak memory for very large banks; decisions are identical, values equal to
-    # rounding (XLA blocks the smaller matmuls differently; tests/test_transforms.py).
     worth_chunk: int = 0
-    scorer: Scorer = full()  # how pairs are scored: full() or incremental() (tokenworth_jax.scorers)
-    mode: Mode = paper()  # how a memory is chosen and credited (tokenworth_jax.modes; any Mode value)
+    scorer: Scorer = full()
+    mode: Mode = paper()
+
+
+_doc.fields(
+    _SpecFields,
+    dim="int, default 512: D, the width of the hashed recall vectors of queries and memories "
+        "(:func:`tokenworth_jax.featurize`).",
+    capacity="int, default 64: B_max, the number of bank slots (the environment presets set it).",
+    base_window="int, default 256: how many (phi, y) examples the base scorer's window keeps.",
+    fast_window="int, default 128: how many (z, delta) examples the residual's fast window keeps; the KRR "
+                "support set is a snapshot of it (N rows).",
+    slow_window="int, default 256: how many (z, delta) examples the residual's slow window keeps for AGOP.",
+    k_candidates="int, default 12: K, how many memories recall returns (at most ``capacity``).",
+    n_probes="int, default 8: how many earlier queries are kept as probes of a memory's worth; with the "
+             "current query, P + 1 <= n_probes + 1 probes.",
+    dtype='str, ``"float32"`` (default) or ``"float64"``: the dtype of every float array of the state.',
+    worth_chunk="int, default 0: the worth of the bank is computed in chunks of this many memories (0: all "
+                "at once). It bounds peak memory for very large banks; decisions are the same, values equal "
+                "to rounding.",
+    scorer="Scorer, default :func:`tokenworth_jax.scorers.full`: how pair scores are computed "
+           "(:func:`~tokenworth_jax.scorers.full` or :func:`~tokenworth_jax.scorers.incremental`).",
+    mode="Mode, default :data:`tokenworth_jax.paper_mode` ``()``: how a memory is chosen, credited and "
+         "valued (any :class:`~tokenworth_jax.Mode` value).",
+)
 
 
 class Spec(_SpecFields):
     """Static settings: the shape fields and the two parts. Hashable, so it is a static jit argument.
 
-    Every field is checked when a Spec is made (also by ``_replace``): a ValueError names the
-    field, its value and the allowed range. The parts bring their own shape fields
-    (``spec.mode.shapes``), hyperparameters (``hp.mode``) and inputs (``spec.mode.features``).
+    Every field fixes an array shape or a program (the scorer and the mode), so a new value
+    compiles anew; everything else is a traced leaf of :class:`~tokenworth_jax.HParams`. Every
+    field is checked when a Spec is made (also by ``_replace``): a ValueError names the field, its
+    value and the allowed range. The parts bring their own shape fields (``spec.mode.shapes``),
+    hyperparameters (``hp.mode``) and inputs (``spec.mode.features``). Build one with
+    :func:`tokenworth_jax.preset`, or directly: ``Spec(capacity=32, dim=256)``.
     """
 
     __slots__ = ()
@@ -104,10 +128,12 @@ class Spec(_SpecFields):
 
     @property
     def feature_dim(self) -> int:
+        """F = D + 5: the width of the residual's pair features z (``|e_q - e_m|`` and five statistics)."""
         return self.dim + N_STAT_FEATURES
 
     @property
     def float_dtype(self) -> jnp.dtype:
+        """``dtype`` as a NumPy dtype object."""
         return jnp.dtype(self.dtype)
 
 
@@ -115,64 +141,168 @@ class Spec(_SpecFields):
 class OpenTask(NamedTuple):
     """The open task: where it stands in the protocol, and what select left for observe and offer."""
 
-    progress: Progress  # phase, judged reward (-1 before), offered (tokenworth_jax.protocol)
-    query: Query  # the open task's query
-    retrieved: jax.Array  # bool: the bank was non-empty at select
-    selected: jax.Array  # bool: a memory was chosen
-    slot: jax.Array  # int32 chosen bank slot (-1 if none)
-    phi: jax.Array  # (4,) phi* at selection time
-    z: jax.Array  # (F,) z* at selection time
-    s_base: jax.Array  # scalar s_base* at selection time
+    progress: Progress
+    query: Query
+    retrieved: jax.Array
+    selected: jax.Array
+    slot: jax.Array
+    phi: jax.Array
+    z: jax.Array
+    s_base: jax.Array
+
+
+_doc.fields(
+    OpenTask,
+    progress="Progress: the phase, the judged reward (-1 before ``observe``) and whether the task offered its "
+             "memory (:mod:`tokenworth_jax.protocol`).",
+    query="Query: the open task's query (zeros before the first ``select``).",
+    retrieved="() bool: the bank held at least one memory at ``select`` (the query then becomes a probe).",
+    selected="() bool: a memory was injected.",
+    slot="() int32: the injected memory's bank slot; -1 when none.",
+    phi="(4,) float: the base features phi* = [cos, u, rel, rec] of the injected pair.",
+    z="(F,) float: the residual features z* of the injected pair (F = D + 5).",
+    s_base="() float: the base score s_base* of the injected pair.",
+)
 
 
 class Clock(NamedTuple):
-    t: jax.Array  # int32 current task index
-    n_feedback: jax.Array  # int32 feedback examples seen (tasks with an injected memory)
+    """The controller's counters."""
+
+    t: jax.Array
+    n_feedback: jax.Array
+
+
+_doc.fields(
+    Clock,
+    t="() int32: the index of the current task (0-based); ``end_task`` advances it.",
+    n_feedback="() int32: feedback examples seen so far, one per task on which a memory was injected; the "
+               "refit schedule counts them.",
+)
 
 
 class State(NamedTuple):
-    """The controller's state: one field per part, each written only by its own module."""
+    """The controller's state, a pytree of arrays: one field per part, each written only by its own module.
+
+    Make it with :func:`init`; every pure function takes it and returns the next one (the old one
+    is left as it was). Under ``jax.vmap`` over configurations every leaf has a leading axis C.
+    """
 
     bank: Bank
     base: BaseScorer
     residual: Residual
-    probes: Ring  # data = the last P probe queries (a stacked Query)
-    scorer: Any  # the scorer's own state (Empty for the full scorer)
-    mode: Any  # the mode's own state (Empty for the paper's)
+    probes: Ring
+    scorer: Any
+    mode: Any
     task: OpenTask
     clock: Clock
 
 
+_doc.fields(
+    State,
+    bank="Bank: the B memory slots, their vectors, ids and statistics.",
+    base="BaseScorer: the base scorer's weights w (4,) and its window of (phi, y) examples.",
+    residual="Residual: the residual RFM: its fast and slow windows of (z, delta), the metric M (F,) and the "
+             "fitted KRR predictor.",
+    probes="Ring: the last ``n_probes`` queries on which retrieval happened (a stacked Query), the probes of a "
+           "memory's worth.",
+    scorer="The scorer's own state: :class:`~tokenworth_jax.Empty` for the full scorer, a ``WorthCache`` for "
+           "the incremental one.",
+    mode="The mode's own state (whatever its ``init`` returns): :class:`~tokenworth_jax.Empty` for the paper's "
+         "mode.",
+    task="OpenTask: the open task's protocol progress and what ``select`` kept for ``observe`` and ``offer``.",
+    clock="Clock: the task index t and the feedback count.",
+)
+
+
 class Selection(NamedTuple):
-    candidates: jax.Array  # (K,) int32 bank slots in recall-rank order, -1 where invalid
-    candidate_ids: jax.Array  # (K,) int32 memory ids, -1 where invalid
-    scores: jax.Array  # (K,) s = s_base + eta f, -inf where invalid
-    base_scores: jax.Array  # (K,) s_base
-    relevance: jax.Array  # (K,) recall cosine
-    chosen: jax.Array  # int32 index into candidates, -1 if nothing was selected
-    slot: jax.Array  # int32 chosen bank slot, -1 if none
-    memory_id: jax.Array  # int32 chosen memory id, -1 if none
-    p0: jax.Array  # the mode's success probability without a memory (NaN: it has no estimate)
-    advantage: jax.Array  # its predicted gain of its best candidate (NaN: none, or no candidate)
-    abstained: jax.Array  # bool: candidates existed but the mode injected nothing
-    mode_scores: dict[str, jax.Array]  # the mode's own per-candidate scores by name, each (K,) ({} for the paper's)
+    """What :func:`select` reports: the recalled candidates, their scores and the mode's choice.
+
+    K = ``min(spec.k_candidates, spec.capacity)``. The candidates are in recall order (highest
+    cosine first, ties to the lower slot). When the bank holds fewer than K memories the trailing
+    entries are padding, marked ``-1`` in the integer fields and ``-inf`` in the float ones. ``-1``
+    in ``chosen``, ``slot`` and ``memory_id`` means that nothing is injected (the bank was empty,
+    or the mode abstained). Float fields have the spec's dtype. Under ``jax.vmap`` or
+    :func:`run` every field gains the leading configuration or time axes.
+    """
+
+    candidates: jax.Array
+    candidate_ids: jax.Array
+    scores: jax.Array
+    base_scores: jax.Array
+    relevance: jax.Array
+    chosen: jax.Array
+    slot: jax.Array
+    memory_id: jax.Array
+    p0: jax.Array
+    advantage: jax.Array
+    abstained: jax.Array
+    mode_scores: dict[str, jax.Array]
+
+
+_doc.fields(
+    Selection,
+    candidates="(K,) int32: each candidate's bank slot, in recall order; -1 for padding.",
+    candidate_ids="(K,) int32: each candidate's memory id (the ``memory_id`` it was offered with); -1 for "
+                  "padding.",
+    scores="(K,) float: each candidate's score s = s_base + eta f(z), the base score plus the residual RFM's "
+           "correction; -inf for padding.",
+    base_scores="(K,) float: each candidate's base score s_base = w . phi; -inf for padding.",
+    relevance="(K,) float: the recall cosine between the query and each candidate; -inf for padding.",
+    chosen="() int32: the index into the candidates of the memory to inject; -1 when nothing is injected.",
+    slot="() int32: the bank slot of the memory to inject (``candidates[chosen]``); -1 when none.",
+    memory_id="() int32: the id of the memory to inject (``candidate_ids[chosen]``); -1 when none.",
+    p0="() float: the mode's estimate of the success probability without a memory; NaN when the mode makes "
+       "none (the paper's mode).",
+    advantage="() float: the mode's predicted gain in success probability from its best candidate; NaN when "
+              "it predicts none or there is no candidate.",
+    abstained="() bool: candidates existed but the mode injected nothing (always False for the paper's mode).",
+    mode_scores="dict[str, (K,) float]: the mode's own per-candidate scores by name, NaN for padding; ``{}`` "
+                "for the paper's mode.",
+)
 
 
 class Event(NamedTuple):
-    """One task of a pre-featurised stream, for ``step`` / ``run``."""
+    """One task of a pre-featurised stream, for :func:`step` and :func:`run`.
 
-    query: jax.Array | Query  # (D,), or a Query (with the features the parts read)
-    reward: jax.Array  # int32 0/1 (ignored when a reward_fn is given)
-    memory: jax.Array | MemoryText  # (D,) the memory this task would offer on success, or a MemoryText
-    memory_id: jax.Array  # int32 id of that memory
+    For :func:`run` every field is stacked on a leading time axis T: ``query`` (T, D),
+    ``reward`` (T,), ``memory`` (T, D), ``memory_id`` (T,).
+    """
+
+    query: jax.Array | Query
+    reward: jax.Array
+    memory: jax.Array | MemoryText
+    memory_id: jax.Array
+
+
+_doc.fields(
+    Event,
+    query="(D,) float recall vector of the task's question, or a :class:`~tokenworth_jax.Query` with the "
+          "features the parts read.",
+    reward="() int32 0 or 1: the task's judged outcome (ignored when ``step`` is given a ``reward_fn``).",
+    memory="(D,) float vector of the memory this task offers if it succeeds (its key text's recall vector), "
+           "or a :class:`~tokenworth_jax.MemoryText`.",
+    memory_id="() int32: the id that memory gets in the bank (the caller's, >= 0).",
+)
 
 
 class StepOutput(NamedTuple):
+    """What :func:`step` reports for one task (stacked on a time axis by :func:`run`)."""
+
     selection: Selection
     reward: jax.Array
     decision: Decision
 
 
+_doc.fields(
+    StepOutput,
+    selection="Selection: the task's candidates and choice.",
+    reward="() int32: the reward the task was credited with (the event's, or ``reward_fn``'s).",
+    decision="Decision: what the lifecycle did with the offered memory (``NOT_OFFERED`` after a failure).",
+)
+
+
+#: ``reward_fn(event, selection) -> () int32``: a task's reward given what was selected, for :func:`step` and
+#: :func:`run` (an environment simulated inside the scan).
 RewardFn = Callable[[Event, Selection], jax.Array]
 
 
@@ -190,14 +320,28 @@ def with_progress(state: State, progress: Progress) -> State:
 
 
 # ----- the composition (each function takes its parts first; controller() binds them) ----------
-def _check(p: Parts, spec: Spec, hp: HParams) -> None:
-    """The spec names these parts and ``hp`` is built for them (structure only: free under jit)."""
+def _check(p: Parts, spec: Spec, hp: HParams, state: Optional[State] = None) -> None:
+    """The spec names these parts, ``hp`` is built for them, and neither ``hp`` nor ``state`` is a batch of
+    configurations (structure and shapes only, at trace time: free under jit)."""
     if not isinstance(spec, Spec):
         raise TypeError(f"spec must be a tokenworth_jax.Spec, got {type(spec).__name__}")
     if (spec.scorer, spec.mode) != tuple(p):
         raise ValueError(f"this controller is built from scorer {p.scorer.name!r} and mode {p.mode.name!r}, but the "
                          f"spec names {spec.scorer.name!r} and {spec.mode.name!r}")
+    check_x64("Spec", spec.dtype)  # a float64 spec made under jax.enable_x64, used after it
     check_parts(hp, spec.parts)
+    _one_configuration(hyperparameters=hp.gamma, state=None if state is None else state.clock.t)
+
+
+def _one_configuration(**scalars: Any) -> None:
+    """Refuse (ValueError, at trace time) a batch of configurations given to a function of one: each value is
+    a leaf that is a scalar for one configuration (``hp.gamma``, ``state.clock.t``); None is skipped."""
+    for what, leaf in scalars.items():
+        if leaf is not None and jnp.ndim(leaf) != 0:
+            raise ValueError(f"these {what} are a batch of configurations (a leading axis of {jnp.shape(leaf)[0]}), "
+                             "but this function runs one configuration: map it with jax.vmap over the stacked states "
+                             "and tw.stack_hparams(...) (e.g. jax.vmap(lambda s, h: tw.select(s, q, h, spec))(states, "
+                             "hps)), or run a stream with tw.run_batched")
 
 
 def _model(state: State, hp: HParams) -> ScoreModel:
@@ -231,8 +375,15 @@ def _init(p: Parts, spec: Spec, hp: HParams) -> State:
 
 
 def _select(p: Parts, state: State, query: ArrayLike | Query, hp: HParams, spec: Spec) -> tuple[State, Selection]:
-    """Recall K candidates for ``query`` ((D,) or a Query), score them, and let the mode choose at most one."""
-    _check(p, spec, hp)
+    """Recall K candidates for ``query`` ((D,) or a Query), score them, and let the mode choose at most one.
+
+    Out of the protocol's order (a task still open, or judged but not ended) the plain function replaces
+    that task: it is abandoned without feedback, its query does not join the probes and the clock does not
+    tick; ``tw.checked.select`` refuses it (call ``observe`` / ``end_task`` first). The query is cast to the
+    spec's dtype before the jitted program (no new compile for a float64 or bfloat16 query); a batch of
+    queries (a leading axis) is refused with a ValueError: map the call with ``jax.vmap``."""
+    _check(p, spec, hp, state)
+    protocol.device_check(state.task.progress, "select")
     query = _as_query(query, spec)
     i32 = jnp.int32
     bank = state.bank
@@ -269,35 +420,59 @@ def _agop(res: Residual, hp: HParams) -> Residual:
     return residual.agop(res, hp.gamma, hp.lambda_krr, hp.beta_m, hp.m_min, hp.m_max)
 
 
-def _unchanged(x: object, hp: HParams) -> object:
-    return x
+def _same_base(base: BaseScorer, hp: HParams) -> BaseScorer:
+    return base
+
+
+def _same_residual(res: Residual, hp: HParams) -> Residual:
+    return res
 
 
 def _observe(p: Parts, state: State, reward: ArrayLike, hp: HParams, spec: Spec) -> State:
-    """Record the judged reward (0/1) of the open task, then run the refits it makes due."""
-    _check(p, spec, hp)
+    """Record the judged reward (0/1) of the open task, then run the refits it makes due.
+
+    ``reward`` is 0 or 1 (cast to int32). The plain function is a no-op, returning the state unchanged
+    (nothing credited, recorded or refitted, the phase kept), for a reward other than 0 or 1 and for a
+    call out of the protocol's order (no task open, or a second observe of the same task);
+    ``tw.checked.observe`` refuses both, naming the problem. A host ``Controller``'s judged task (its
+    feedback pending) takes its feedback here."""
+    _check(p, spec, hp, state)
     task = state.task
+    if jnp.ndim(reward) != 0:
+        raise ValueError(f"observe takes one reward (a scalar 0 or 1), got shape {jnp.shape(reward)}: map a batch of "
+                         "tasks with jax.vmap, or run a stream with tw.run")
     reward = jnp.asarray(reward, jnp.int32)
-    sel = task.selected
+    progress = task.progress
+    protocol.device_check(progress, "observe")
+    protocol.reward_check(reward)
+    # Out of protocol (no open task, a second observe) or a reward other than 0/1: a no-op. Only the open task
+    # (selected, or a host's judged task whose feedback is pending) takes a reward; the learners see `sel`.
+    valid = (((progress.phase == protocol.SELECTED) | (progress.phase == protocol.JUDGED)
+              | (progress.phase == protocol.ENDED)) & ((reward == 0) | (reward == 1)))
+    sel = task.selected & valid
     y = 2 * reward.astype(task.s_base.dtype) - 1
     clock = state.clock._replace(n_feedback=state.clock.n_feedback + sel.astype(jnp.int32))
     due = schedule.due(clock.n_feedback, hp)
 
-    base = gated(sel & due.base, _fit_base, _unchanged, base_scorer.record(state.base, task.phi, y, sel), hp)
+    base = gated(sel & due.base, _fit_base, _same_base, base_scorer.record(state.base, task.phi, y, sel), hp)
     res = residual.record(state.residual, task.z, p.mode.target(state.mode, y, task.s_base, hp), sel)
-    res = gated(sel & due.krr, _fit_krr, _unchanged, res, hp)
+    res = gated(sel & due.krr, _fit_krr, _same_residual, res, hp)
     run_agop = sel & due.agop & (res.n_fits > 0)  # AGOP needs a fitted KRR
-    res = gated(run_agop, _agop, _unchanged, res, hp)
+    res = gated(run_agop, _agop, _same_residual, res, hp)
     queries, _ = probes.queries(state.probes, task.query)
     scorer = p.scorer.refit(state.scorer, (sel & due.krr) | run_agop, queries.key, state.bank.emb, res.predictor,
                             res.metric)
+    feedback = Feedback(query=task.query, selected=sel, slot=task.slot, reward=reward)
+    if jax.tree_util.tree_leaves(state.mode):  # a mode with state learns only from a valid observe
+        mode = gated(valid, lambda m, fb, h: p.mode.update(m, fb, h), lambda m, fb, h: m, state.mode, feedback, hp)
+    else:
+        mode = p.mode.update(state.mode, feedback, hp)
+    progress = jax.tree_util.tree_map(lambda new, old: jnp.where(valid, new, old),
+                                      protocol.on_device(protocol.after(progress, "feedback", reward)), progress)
     return State(bank=bank_lib.credit(state.bank, task.slot, sel, reward, state.clock.t, hp.u_success, hp.u_failure,
                                       hp.u_min, hp.u_max),
-                 base=base, residual=res, probes=state.probes, scorer=scorer,
-                 mode=p.mode.update(state.mode, Feedback(query=task.query, selected=sel, slot=task.slot, reward=reward),
-                                    hp),
-                 task=task._replace(progress=protocol.on_device(protocol.after(task.progress, "observe", reward))),
-                 clock=clock)
+                 base=base, residual=res, probes=state.probes, scorer=scorer, mode=mode,
+                 task=task._replace(progress=progress), clock=clock)
 
 
 def _probe_worth(p: Parts, state: State, memory: MemoryText, hp: HParams, spec: Spec) -> tuple[Worth, object]:
@@ -320,7 +495,7 @@ def _probe_worth(p: Parts, state: State, memory: MemoryText, hp: HParams, spec: 
 
 def _worth(p: Parts, state: State, memory: ArrayLike | MemoryText, hp: HParams, spec: Spec) -> Worth:
     """V(m) = mean over valid probes of the mode's per-probe worth, for the whole bank and ``memory``."""
-    _check(p, spec, hp)
+    _check(p, spec, hp, state)
     return _probe_worth(p, state, _as_memory(memory, spec), hp, spec)[0]
 
 
@@ -338,10 +513,14 @@ def _offer_if(p: Parts, state: State, memory: ArrayLike | MemoryText, memory_id:
     Only the decision is computed under the condition (its inputs are read, its outputs small); each
     part then writes what the decision says with masked updates, so the conditional never carries
     the whole state in and out."""
-    _check(p, spec, hp)
+    _check(p, spec, hp, state)
     memory = _as_memory(memory, spec)
     progress = state.task.progress
-    success = (progress.reward == 1) & jnp.asarray(offered, bool)
+    offered = jnp.asarray(offered, bool)
+    protocol.device_check(progress, "offer", offered)
+    # only the task's first offer after its observe(1) (the eager walk's phase OBSERVED) can write
+    success = ((progress.phase == protocol.OBSERVED) & (progress.reward == 1) & ~jnp.asarray(progress.offered, bool)
+               & offered)
     assess = functools.partial(_assess, p, spec=spec)
     shapes = jax.eval_shape(assess, state, memory, hp)[1]  # static: the branches close over no tracer
 
@@ -362,12 +541,23 @@ def _offer_if(p: Parts, state: State, memory: ArrayLike | MemoryText, memory_id:
 
 def _offer(p: Parts, state: State, memory: ArrayLike | MemoryText, memory_id: ArrayLike, hp: HParams,
            spec: Spec) -> tuple[State, Decision]:
-    """Offer the memory of the current task. Only a judged success can write (else NOT_OFFERED)."""
+    """Offer the memory of the current task. Only a judged success can write (else NOT_OFFERED).
+
+    Out of the protocol's order (before ``observe``, after a failure, a second offer of the same task)
+    the plain function answers NOT_OFFERED with the state unchanged; ``tw.checked.offer`` refuses all but
+    the failure's offer (NOT_OFFERED is its answer). The memory is cast to the spec's dtype before the
+    jitted program."""
     return _offer_if(p, state, memory, memory_id, True, hp, spec)
 
 
 def _end_task(p: Parts, state: State, spec: Spec) -> State:
-    """Close the task: its query joins the probes (if the bank was non-empty), the clock ticks."""
+    """Close the task: its query joins the probes (if the bank was non-empty), the clock ticks.
+
+    Out of the protocol's order the plain function still closes: a selected task not yet judged is
+    abandoned without feedback, and with no task open the clock ticks (an empty task);
+    ``tw.checked.end_task`` refuses both."""
+    _one_configuration(state=state.clock.t)
+    protocol.device_check(state.task.progress, "end_task")
     task = state.task
     i32 = jnp.int32
     return state._replace(
@@ -417,21 +607,116 @@ def _run_batched(p: Parts, states: State, events: Event, hps: HParams, spec: Spe
     return over_configs(lambda s, h: _run(p, s, events, h, spec, reward_fn), strategy)(states, hps)
 
 
-class ControllerFunctions(NamedTuple):
-    """The pure functions of one controller (one scorer, one mode), each jit-compiled with ``spec``
-    (and ``reward_fn``, ``strategy``) static. They compose inside a user's own jit / vmap / scan."""
+# ----- the signatures of the controller's functions (what a type checker sees of tw.controller(...)) ---------
+class InitFn(Protocol):
+    """The type of :func:`init`: ``(spec, hp) -> State``."""
 
-    init: Callable[..., State]  # (spec, hp)
-    select: Callable[..., tuple[State, Selection]]  # (state, query, hp, spec)
-    observe: Callable[..., State]  # (state, reward, hp, spec)
-    offer: Callable[..., tuple[State, Decision]]  # (state, memory, memory_id, hp, spec)
-    end_task: Callable[..., State]  # (state, spec)
-    finish_task: Callable[..., tuple[State, Decision]]  # (state, reward, memory, memory_id, offered, hp, spec)
-    advance: Callable[..., tuple[State, Decision, Selection]]  # (..., offered, next query, hp, spec)
-    step: Callable[..., tuple[State, StepOutput]]  # (state, event, hp, spec, reward_fn=None)
-    run: Callable[..., tuple[State, StepOutput]]  # (state, events, hp, spec, reward_fn=None)
-    run_batched: Callable[..., tuple[State, StepOutput]]  # (states, events, hps, spec, reward_fn=None, strategy)
-    worth: Callable[..., Worth]  # (state, memory, hp, spec)
+    def __call__(self, spec: Spec, hp: HParams) -> State: ...
+
+
+class SelectFn(Protocol):
+    """The type of :func:`select`: ``(state, query, hp, spec) -> (State, Selection)``."""
+
+    def __call__(self, state: State, query: ArrayLike | Query, hp: HParams,
+                 spec: Spec) -> tuple[State, Selection]: ...
+
+
+class ObserveFn(Protocol):
+    """The type of :func:`observe`: ``(state, reward, hp, spec) -> State``."""
+
+    def __call__(self, state: State, reward: ArrayLike, hp: HParams, spec: Spec) -> State: ...
+
+
+class OfferFn(Protocol):
+    """The type of :func:`offer`: ``(state, memory, memory_id, hp, spec) -> (State, Decision)``."""
+
+    def __call__(self, state: State, memory: ArrayLike | MemoryText, memory_id: ArrayLike, hp: HParams,
+                 spec: Spec) -> tuple[State, Decision]: ...
+
+
+class EndTaskFn(Protocol):
+    """The type of :func:`end_task`: ``(state, spec) -> State``."""
+
+    def __call__(self, state: State, spec: Spec) -> State: ...
+
+
+class FinishTaskFn(Protocol):
+    """The type of :func:`finish_task`: ``(state, reward, memory, memory_id, offered, hp, spec) -> (State,
+    Decision)``."""
+
+    def __call__(self, state: State, reward: ArrayLike, memory: ArrayLike | MemoryText, memory_id: ArrayLike,
+                 offered: ArrayLike, hp: HParams, spec: Spec) -> tuple[State, Decision]: ...
+
+
+class AdvanceFn(Protocol):
+    """The type of :func:`advance`: ``(state, reward, memory, memory_id, offered, query, hp, spec) -> (State,
+    Decision, Selection)``."""
+
+    def __call__(self, state: State, reward: ArrayLike, memory: ArrayLike | MemoryText, memory_id: ArrayLike,
+                 offered: ArrayLike, query: ArrayLike | Query, hp: HParams,
+                 spec: Spec) -> tuple[State, Decision, Selection]: ...
+
+
+class StepFn(Protocol):
+    """The type of :func:`step`: ``(state, event, hp, spec, reward_fn=None) -> (State, StepOutput)``."""
+
+    def __call__(self, state: State, event: Event, hp: HParams, spec: Spec,
+                 reward_fn: Optional[RewardFn] = None) -> tuple[State, StepOutput]: ...
+
+
+class RunFn(Protocol):
+    """The type of :func:`run`: ``(state, events, hp, spec, reward_fn=None) -> (State, StepOutput)``."""
+
+    def __call__(self, state: State, events: Event, hp: HParams, spec: Spec,
+                 reward_fn: Optional[RewardFn] = None) -> tuple[State, StepOutput]: ...
+
+
+class RunBatchedFn(Protocol):
+    """The type of :func:`run_batched`: ``(states, events, hps, spec, reward_fn=None, strategy="auto") ->
+    (State, StepOutput)``."""
+
+    def __call__(self, states: State, events: Event, hps: HParams, spec: Spec, reward_fn: Optional[RewardFn] = None,
+                 strategy: Strategy = "auto") -> tuple[State, StepOutput]: ...
+
+
+class WorthFn(Protocol):
+    """The type of :func:`worth`: ``(state, memory, hp, spec) -> Worth``."""
+
+    def __call__(self, state: State, memory: ArrayLike | MemoryText, hp: HParams, spec: Spec) -> Worth: ...
+
+
+class ControllerFunctions(NamedTuple):
+    """The pure functions of one controller (one scorer, one mode), as :func:`controller` returns them.
+
+    Each is jit-compiled with ``spec`` (and ``reward_fn``, ``strategy``) static, and has the
+    signature of the module-level function of the same name (``tw.select`` is
+    ``tw.controller(spec.scorer, spec.mode).select``). They compose inside a user's own
+    ``jax.jit``, ``jax.vmap`` and ``lax.scan``.
+    """
+
+    init: InitFn
+    select: SelectFn
+    observe: ObserveFn
+    offer: OfferFn
+    end_task: EndTaskFn
+    finish_task: FinishTaskFn
+    advance: AdvanceFn
+    step: StepFn
+    run: RunFn
+    run_batched: RunBatchedFn
+    worth: WorthFn
+
+
+_doc.fields(ControllerFunctions, **{name: f"{name}{sig}: see :func:`tokenworth_jax.{name}`." for name, sig in dict(
+    init="(spec, hp) -> State", select="(state, query, hp, spec) -> (State, Selection)",
+    observe="(state, reward, hp, spec) -> State", offer="(state, memory, memory_id, hp, spec) -> (State, Decision)",
+    end_task="(state, spec) -> State",
+    finish_task="(state, reward, memory, memory_id, offered, hp, spec) -> (State, Decision)",
+    advance="(state, reward, memory, memory_id, offered, query, hp, spec) -> (State, Decision, Selection)",
+    step="(state, event, hp, spec, reward_fn=None) -> (State, StepOutput)",
+    run="(state, events, hp, spec, reward_fn=None) -> (State, StepOutput)",
+    run_batched='(states, events, hps, spec, reward_fn=None, strategy="auto") -> (State, StepOutput)',
+    worth="(state, memory, hp, spec) -> Worth").items()})
 
 
 # Each function's composition and its static arguments (also what tw.checked derives its wrappers from).
@@ -451,7 +736,6 @@ COMPOSED: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
 assert tuple(COMPOSED) == ControllerFunctions._fields
 
 
-@functools.lru_cache(maxsize=None)
 def controller(scorer: Scorer, mode: Mode, *, donate: bool = False) -> ControllerFunctions:
     """The controller built from ``scorer`` and ``mode``: its pure functions, jit-compiled.
 
@@ -459,11 +743,78 @@ def controller(scorer: Scorer, mode: Mode, *, donate: bool = False) -> Controlle
     take a ``spec`` that names the same parts (its shape fields size the state). ``donate=True``: each
     function consumes the state it is given (its buffers are updated in place; the host ``Controller``
     calls these)."""
+    return _controller(scorer, mode, donate)
+
+
+@functools.lru_cache(maxsize=None)
+def _controller(scorer: Scorer, mode: Mode, donate: bool) -> ControllerFunctions:
     p = Parts(scorer=scorer, mode=mode)
-    return ControllerFunctions(**{
-        name: jax.jit(_bind(fn, p), static_argnames=static,
-                      donate_argnames=("state",) if donate and "state" in inspect.signature(fn).parameters else ())
-        for name, (fn, static) in COMPOSED.items()})
+    functions: dict[str, Any] = {
+        name: _public(name, jax.jit(_bind(fn, p), static_argnames=static,
+                                    donate_argnames=("state",) if donate and "state" in inspect.signature(fn).parameters
+                                    else ()))
+        for name, (fn, static) in COMPOSED.items()}
+    return ControllerFunctions(**functions)
+
+
+def signature(name: str) -> inspect.Signature:
+    """The public signature of the controller function ``name``: its composition's, without the bound parts."""
+    return inspect.Signature(list(inspect.signature(COMPOSED[name][0]).parameters.values())[1:])
+
+
+def cast_arguments(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The arguments of the controller function ``name`` (by parameter name, ``spec`` among them) with every
+    input cast to what its program takes: queries and memories (a Query / MemoryText: each vector) to the
+    spec's dtype, rewards and memory ids to int32, ``offered`` to bool (an Event's fields alike), and
+    ``strategy="auto"`` resolved by where the states live (:func:`tokenworth_jax.batching.resolve`).
+
+    The public functions call this before their jitted programs, so an input of another dtype (a float64
+    or bfloat16 query, a Python int) never compiles a program again and the outputs are of the spec's
+    dtype; under a user's own jit / vmap / scan the casts are convert ops of their program."""
+    spec = arguments.get("spec")
+    f = spec.float_dtype if isinstance(spec, Spec) else None
+    out = dict(arguments)
+    for key, value in arguments.items():
+        if key in ("query", "memory") and f is not None:
+            out[key] = inputs.cast(value, f, Query if key == "query" else MemoryText)
+        elif key == "reward":
+            out[key] = inputs.cast_reward(value)
+        elif key == "memory_id":
+            out[key] = inputs.cast_index(value)
+        elif key == "offered":
+            out[key] = inputs.cast_flag(value)
+        elif key in ("event", "events") and isinstance(value, Event) and f is not None:
+            out[key] = Event(query=inputs.cast(value.query, f, Query), reward=inputs.cast_reward(value.reward),
+                             memory=inputs.cast(value.memory, f, MemoryText),
+                             memory_id=inputs.cast_index(value.memory_id))
+        elif key == "strategy":
+            out[key] = resolve(value, arguments.get("states"))
+    return out
+
+
+def _public(name: str, jitted: Any) -> Callable[..., Any]:
+    """The public function ``name``: casts its inputs (:func:`cast_arguments`), then calls its jitted program
+    (``jitted``; its ``_cache_size``, ``lower`` and ``eval_shape`` are the program's)."""
+    sig = signature(name)
+    params = tuple(sig.parameters)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if kwargs or len(args) != len(params):
+            bound = sig.bind(*args, **kwargs)
+            bound.apply_defaults()
+            arguments = dict(bound.arguments)
+        else:
+            arguments = dict(zip(params, args))
+        return jitted(*cast_arguments(name, arguments).values())
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = jitted.__doc__
+    call.__signature__ = sig  # type: ignore[attr-defined]
+    for attr in ("_cache_size", "lower", "eval_shape", "trace", "clear_cache"):
+        if hasattr(jitted, attr):
+            setattr(call, attr, getattr(jitted, attr))
+    call.jitted = jitted  # type: ignore[attr-defined]
+    return call
 
 
 def _bind(fn: Callable[..., Any], p: Parts) -> Callable[..., Any]:
@@ -482,23 +833,44 @@ def init(spec: Spec, hp: HParams) -> State:
 
 
 def select(state: State, query: ArrayLike | Query, hp: HParams, spec: Spec) -> tuple[State, Selection]:
-    """Recall K candidates for ``query`` ((D,) or a Query), score them, and let the mode choose at most one."""
+    """Recall K candidates for ``query`` ((D,) or a Query), score them, and let the mode choose at most one.
+
+    Out of the protocol's order (a task still open, or judged but not ended) the plain function replaces
+    that task: it is abandoned without feedback, its query does not join the probes and the clock does not
+    tick; ``tw.checked.select`` refuses it (call ``observe`` / ``end_task`` first). The query is cast to the
+    spec's dtype before the jitted program (no new compile for a float64 or bfloat16 query); a batch of
+    queries (a leading axis) is refused with a ValueError: map the call with ``jax.vmap``."""
     return controller(spec.scorer, spec.mode).select(state, query, hp, spec)
 
 
 def observe(state: State, reward: ArrayLike, hp: HParams, spec: Spec) -> State:
-    """Record the judged reward (0/1) of the open task, then run the refits it makes due."""
+    """Record the judged reward (0/1) of the open task, then run the refits it makes due.
+
+    ``reward`` is 0 or 1 (cast to int32). The plain function is a no-op, returning the state unchanged
+    (nothing credited, recorded or refitted, the phase kept), for a reward other than 0 or 1 and for a
+    call out of the protocol's order (no task open, or a second observe of the same task);
+    ``tw.checked.observe`` refuses both, naming the problem. A host ``Controller``'s judged task (its
+    feedback pending) takes its feedback here."""
     return controller(spec.scorer, spec.mode).observe(state, reward, hp, spec)
 
 
 def offer(state: State, memory: ArrayLike | MemoryText, memory_id: ArrayLike, hp: HParams,
           spec: Spec) -> tuple[State, Decision]:
-    """Offer the memory of the current task. Only a judged success can write (else NOT_OFFERED)."""
+    """Offer the memory of the current task. Only a judged success can write (else NOT_OFFERED).
+
+    Out of the protocol's order (before ``observe``, after a failure, a second offer of the same task)
+    the plain function answers NOT_OFFERED with the state unchanged; ``tw.checked.offer`` refuses all but
+    the failure's offer (NOT_OFFERED is its answer). The memory is cast to the spec's dtype before the
+    jitted program."""
     return controller(spec.scorer, spec.mode).offer(state, memory, memory_id, hp, spec)
 
 
 def end_task(state: State, spec: Spec) -> State:
-    """Close the task: its query joins the probes (if the bank was non-empty), the clock ticks."""
+    """Close the task: its query joins the probes (if the bank was non-empty), the clock ticks.
+
+    Out of the protocol's order the plain function still closes: a selected task not yet judged is
+    abandoned without feedback, and with no task open the clock ticks (an empty task);
+    ``tw.checked.end_task`` refuses both."""
     return controller(spec.scorer, spec.mode).end_task(state, spec)
 
 
@@ -528,7 +900,10 @@ def run(state: State, events: Event, hp: HParams, spec: Spec,
 
 def run_batched(states: State, events: Event, hps: HParams, spec: Spec, reward_fn: Optional[RewardFn] = None,
                 strategy: Strategy = "auto") -> tuple[State, StepOutput]:
-    """C configurations (stacked states and hyperparameters) over one shared stream. Outputs (C, T, ...)."""
+    """C configurations (stacked states and hyperparameters) over one shared stream. Outputs (C, T, ...).
+
+    ``strategy="auto"`` is ``"map"`` (``lax.map``) when the states live on the CPU and ``"vmap"`` elsewhere,
+    read from the states' arrays, not from ``jax.default_backend()`` (:func:`tokenworth_jax.batching.resolve`)."""
     return controller(spec.scorer, spec.mode).run_batched(states, events, hps, spec, reward_fn, strategy)
 
 

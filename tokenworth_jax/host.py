@@ -35,7 +35,7 @@ and what :attr:`HostSelection.memory` returns when it is selected.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence, cast
 
 import jax
 import jax.numpy as jnp
@@ -48,7 +48,7 @@ from .config import HParams, flatten, hparams_from_arrays, validate_hparams
 from .controller import Spec, State, controller, with_progress
 from .featurize import featurize
 from .inputs import Feature, MemoryText, Query, declared
-from .lifecycle import Admission, Decision
+from .lifecycle import Admission
 from .presets import describe, preset, spec_from_dict
 from .protocol import ProtocolError
 from .pytree import fetch, from_numpy, to_numpy
@@ -62,20 +62,38 @@ __all__ = ["Controller", "HostDecision", "HostSelection", "ProtocolError", "LAYO
 
 @dataclasses.dataclass(frozen=True)
 class HostSelection:
-    memory_id: int | None  # the selected memory, None when nothing was selected
+    """What :meth:`Controller.select` returns: the device's :class:`~tokenworth_jax.Selection` as Python values.
+
+    The lists hold the valid candidates only (n <= K of them, recall order: highest cosine first);
+    padding is dropped, and "none" is ``None`` rather than -1 or NaN.
+
+    Attributes:
+        memory_id: the id of the memory to inject, None when nothing is injected.
+        memory_text: its text (the payload's ``text`` attribute for a non-string payload), None when none.
+        candidate_ids: the n candidates' memory ids.
+        scores: their scores s = s_base + eta f.
+        base_scores: their base scores s_base.
+        relevance: their recall cosines.
+        chosen: the index into ``candidate_ids`` of the memory to inject, -1 when nothing is injected.
+        memory: its payload (its text unless ``offer`` was given a ``payload``), None when none.
+        p0: the mode's estimate of the success probability without a memory, None when it makes none.
+        advantage: the mode's predicted gain from its best candidate, None when it makes none or the bank
+            was empty.
+        abstained: candidates existed but the mode injected nothing.
+        scorers: the mode's own per-candidate scores by name (n each), None when it reports none.
+    """
+
+    memory_id: int | None
     memory_text: str | None
-    candidate_ids: list[int]  # recall order
+    candidate_ids: list[int]
     scores: list[float]
     base_scores: list[float]
     relevance: list[float]
-    chosen: int  # index into candidate_ids, -1 if nothing was selected
-    memory: Any = None  # the selected memory's payload (its text unless offer() was given one)
-    # the mode's estimates (None where it has none): success probability without a memory, the
-    # chosen candidate's predicted gain (None when the bank was empty), and abstention
+    chosen: int
+    memory: Any = None
     p0: float | None = None
     advantage: float | None = None
     abstained: bool = False
-    # the mode's own per-candidate scores by name, recall order (None: the mode reports none)
     scorers: dict[str, list[float]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -90,8 +108,22 @@ class HostSelection:
 
 @dataclasses.dataclass(frozen=True)
 class HostDecision:
-    code: str  # an :class:`Admission` name
-    memory_id: int | None  # the offered memory's id if it is now in the bank
+    """What :meth:`Controller.offer` returns: the device's :class:`~tokenworth_jax.Decision` as Python values.
+
+    Attributes:
+        code: the :class:`~tokenworth_jax.Admission` name (``"ADMITTED_ROOM"``, ``"REJECTED"``, ...).
+        memory_id: the id the offered memory got, if it is now in the bank; None when it was not written.
+        evicted_id: the id of the memory that left the bank to make room, None when none did.
+        slot: the bank slot written, -1 when none.
+        novelty: 1 - the highest cosine to a memory in the bank (1 for an empty bank).
+        v_new: the offered memory's worth V.
+        v_max_bank: the highest worth in the bank (-inf for an empty bank).
+        v_near: the nearest memory's worth.
+        rho_pos: the fraction of probes on which the offered memory's worth is > 0.
+    """
+
+    code: str
+    memory_id: int | None
     evicted_id: int | None
     slot: int
     novelty: float
@@ -102,9 +134,11 @@ class HostDecision:
 
     @property
     def admitted(self) -> bool:
+        """The offered memory is now in the bank."""
         return self.memory_id is not None
 
     def as_dict(self) -> dict[str, Any]:
+        """The decision as a plain dict (for a decision log)."""
         return dataclasses.asdict(self)
 
 
@@ -115,7 +149,7 @@ def _reward(value: Any) -> int:
         return int(value)
     if isinstance(value, (float, np.floating)) and float(value) in (0.0, 1.0):
         return int(value)
-    raise ValueError(f"reward must be 0 or 1, got {value!r}")
+    raise ValueError(f"{protocol.REWARD_RULE}, got {value!r}")
 
 
 def _text_of(payload: Any) -> Optional[str]:
@@ -126,12 +160,29 @@ def _finite(x: float) -> float | None:
     return x if np.isfinite(x) else None
 
 
+def _device_input(vector: np.ndarray) -> jax.Array:
+    """A host vector where a Query or MemoryText holds an array: kept as NumPy on purpose (the jitted call
+    transfers it once), typed as what the device sees."""
+    return cast(jax.Array, vector)
+
+
 def _recall_vector(text: str, dim: int) -> np.ndarray:
     return featurize(text, dim, dtype=np.float64)
 
 
 class Controller:
-    """Stateful host-side controller. Not thread-safe; one per task stream."""
+    """Stateful host-side controller for agent loops: texts in, typed Python values out.
+
+    It keeps the device state, the memories' payloads (:attr:`memories`) and its own copy of the
+    task protocol, and per task calls :meth:`select`, :meth:`observe`, then :meth:`offer` (after a
+    success) or :meth:`end_task`. Every input and the protocol's order are checked before anything
+    is touched: a violation raises (:class:`~tokenworth_jax.ProtocolError`, ``ValueError``) and
+    leaves the controller unchanged. Not thread-safe; one per task stream.
+
+    Args:
+        spec: the static configuration (:func:`tokenworth_jax.preset` makes one).
+        hp: its hyperparameters; validated against the spec's parts.
+    """
 
     def __init__(self, spec: Spec, hp: HParams) -> None:
         if not isinstance(spec, Spec):
@@ -158,7 +209,8 @@ class Controller:
     def state(self) -> State:
         """A copy of the controller state (the calls donate the live state's buffers to XLA), with the open
         task's progress as the protocol stands (observe and end_task move only the host's copy)."""
-        return jax.tree_util.tree_map(jnp.copy, self._current())
+        state: State = jax.tree_util.tree_map(jnp.copy, self._current())
+        return state
 
     def _current(self) -> State:
         """The live state with the host's progress written in (the buffers are the live ones: no copy)."""
@@ -166,6 +218,7 @@ class Controller:
 
     @property
     def phase(self) -> str:
+        """Where the protocol stands: ``"idle"``, ``"selected"``, ``"judged"`` or ``"ended"``."""
         return protocol.PHASES[self._progress.phase]
 
     @property
@@ -195,7 +248,7 @@ class Controller:
         return np.asarray(vec, self.spec.float_dtype)  # NumPy: the jitted call transfers it
 
     def _read(self, features: Sequence[Feature], text: str | None, given: Mapping[str, Any],
-              call: str) -> dict[str, np.ndarray]:
+              call: str) -> dict[str, jax.Array]:
         """The declared ``features``: each from its keyword, else hashed from ``text``."""
         out = {}
         for f in features:
@@ -203,12 +256,12 @@ class Controller:
             if value is None:
                 raise ValueError(f"this controller reads {f.what}: give {call} text, or {f.name}= (a text or a "
                                  "vector)")
-            out[f.name] = self._unit(value, f.size, f.featurize, f.name)
+            out[f.name] = _device_input(self._unit(value, f.size, f.featurize, f.name))
         return out
 
     def query(self, query: str | np.ndarray, **features: Any) -> Query:
         """The device's view of a question: its recall vector, and the features the parts read."""
-        return Query(key=self.vector(query), features=self._read(
+        return Query(key=_device_input(self.vector(query)), features=self._read(
             self._features["query"], query if isinstance(query, str) else None, features, "select() the question's"))
 
     def memory(self, memory_text: str, key_text: str | np.ndarray | None = None, **features: Any) -> MemoryText:
@@ -216,11 +269,24 @@ class Controller:
         if not isinstance(memory_text, str) or not memory_text.strip():
             raise ValueError("memory_text must be a non-empty string")
         key = self.vector(key_text if key_text is not None else memory_text, what="memory")
-        return MemoryText(key=key, features=self._read(self._features["memory"], memory_text, features,
+        return MemoryText(key=_device_input(key), features=self._read(self._features["memory"], memory_text, features,
                                                        "offer() the memory's"))
 
     # ----- protocol -----------------------------------------------------------------------
     def select(self, query: str | np.ndarray, **features: Any) -> HostSelection:
+        """Open a task: recall candidates for ``query`` and choose the memory to inject, if any.
+
+        Args:
+            query: the question's text (hashed with :func:`~tokenworth_jax.featurize`), or its (D,) vector.
+            **features: the features the parts declare, by name (a text or a vector); a name no part of this
+                controller reads is ignored.
+
+        Returns:
+            The candidates and the choice; ``memory_id`` is None when nothing is injected.
+
+        Raises:
+            ProtocolError: the previous task is still open (not yet observed).
+        """
         protocol.check(self._progress, "select")
         q = self.query(query, **features)
         if protocol.pending(self._progress):  # the last task's feedback and end run first, in the same call
@@ -243,6 +309,12 @@ class Controller:
             scorers={k: v[:n].tolist() for k, v in sel.mode_scores.items()} if sel.mode_scores else None)
 
     def observe(self, reward: int) -> None:
+        """Record the open task's judged reward, 0 or 1 (``True``/``False`` and ``0.0``/``1.0`` are accepted).
+
+        Raises:
+            ProtocolError: no task is open, or it was observed already.
+            ValueError: ``reward`` is not 0 or 1.
+        """
         protocol.check(self._progress, "observe")
         # Host only: the call that closes the task (offer, or the next select) is given the reward and
         # records it on the device itself.
@@ -250,13 +322,32 @@ class Controller:
 
     def offer(self, memory_text: str, key_text: str | np.ndarray | None = None, *, payload: Any = None,
               **features: Any) -> HostDecision:
+        """Offer the memory a successful task produced; the bank's lifecycle decides whether it is kept.
+
+        This also closes the task (no :meth:`end_task` is needed after it).
+
+        Args:
+            memory_text: the memory (non-empty).
+            key_text: the text whose vector represents the memory in recall (default: ``memory_text``); the
+                agent harness passes the task's question, so that recall compares questions with questions.
+                A (D,) vector is accepted too.
+            payload: what :attr:`memories` keeps for the memory and a later selection returns as ``memory``
+                (default: ``memory_text``).
+            **features: the memory-side features the parts declare, by name.
+
+        Returns:
+            The admission decision; ``memory_id`` is the id the memory got, or None when it was not kept.
+
+        Raises:
+            ProtocolError: the task is not judged, failed (observe(0)), or has offered already.
+        """
         protocol.check(self._progress, "offer")
         m = self.memory(memory_text, key_text, **features)
         new_id = self.memories.next_id
         self._state, dec = self._calls.finish_task(self._state, np.int32(self._progress.reward), m, np.int32(new_id),
                                                    np.bool_(True), self.hp, self.spec)  # feedback + admission + end
         self._progress = protocol.START
-        dec: Decision = fetch(dec)
+        dec = fetch(dec)
         slot, evicted = int(dec.slot), int(dec.evicted_id)
         written = slot >= 0
         self.memories.apply(memory_text if payload is None else payload, written=written, evicted_id=evicted)
@@ -266,6 +357,11 @@ class Controller:
                             rho_pos=float(dec.rho_pos))
 
     def end_task(self) -> None:
+        """Close a judged task that offers nothing (optional: the next :meth:`select` closes it too).
+
+        Raises:
+            ProtocolError: the open task is not judged yet.
+        """
         protocol.check(self._progress, "end_task")
         if self._progress.phase == protocol.JUDGED:  # host only, as observe
             self._progress = protocol.deferred_end(self._progress)

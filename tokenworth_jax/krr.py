@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.linalg import cho_solve
 
+from . import _doc
 from .kernels import kernel_matrix, safe_sqrt, sqdist_gram
 
 MAX_RIDGE_RETRIES = 6
@@ -20,10 +21,19 @@ class Predictor(NamedTuple):
     Shapes: N = ``Spec.fast_window`` support rows of F = D + 5 features.
     """
 
-    support: jax.Array  # (N, F)
-    support_valid: jax.Array  # (N,) bool
-    alpha: jax.Array  # (N,), zero on invalid rows
-    ridge: jax.Array  # scalar: the ridge the last solve needed (>= lambda_krr)
+    support: jax.Array
+    support_valid: jax.Array
+    alpha: jax.Array
+    ridge: jax.Array
+
+
+_doc.fields(
+    Predictor,
+    support="(N, F) float: the support rows z_j, the fast window's examples at the last fit.",
+    support_valid="(N,) bool: which support rows hold an example.",
+    alpha="(N,) float: the KRR coefficients (zero on invalid rows; all zero before the first fit, so f = 0).",
+    ridge="() float: the ridge the last solve needed (lambda_krr, or larger after a retry).",
+)
 
 
 def predictor_init(n: int, F: int, lambda_krr: jax.Array, dtype: jnp.dtype) -> Predictor:

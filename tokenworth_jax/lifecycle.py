@@ -14,39 +14,91 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from . import _doc
 from .bank import Bank
 
 
 class Admission(enum.IntEnum):
-    """What happened to a candidate memory. Stored as int32 in :class:`Decision`."""
+    """What happened to an offered memory: the code a :class:`Decision` stores as int32.
 
-    NOT_OFFERED = 0  # the task failed: no candidate, bank untouched
-    ADMITTED_ROOM = 1  # bank not full
-    ADMITTED_NOVEL = 2  # full; novelty > tau_nov; the lowest-worth memory was evicted
-    ADMITTED_WORTH = 3  # full; worth gate passed; the lowest-worth memory was evicted
-    SELF_EVICTED = 4  # gate passed but the candidate itself had the lowest worth
-    REPLACED_NEAREST = 5  # gate failed; the weak nearest neighbour was replaced
-    REJECTED = 6  # nothing applied
+    ``Admission(int(decision.code)).name`` reads it on the host. The codes, in the order the rules
+    are tried: 0 ``NOT_OFFERED`` (the task failed or offered nothing; the bank is untouched),
+    1 ``ADMITTED_ROOM`` (the bank had a free slot), 2 ``ADMITTED_NOVEL`` (full; the memory is novel,
+    novelty > tau_nov, and took the slot of the lowest-worth memory), 3 ``ADMITTED_WORTH`` (full;
+    the worth gate passed and the lowest-worth memory was evicted), 4 ``SELF_EVICTED`` (a gate
+    passed but the offered memory had the lowest worth itself: bank unchanged), 5
+    ``REPLACED_NEAREST`` (no gate passed; the weak nearest neighbour was replaced), 6 ``REJECTED``
+    (no rule applied).
+    """
+
+    NOT_OFFERED = 0  #: the task failed or offered nothing: bank untouched
+    ADMITTED_ROOM = 1  #: the bank was not full: written into the lowest free slot
+    ADMITTED_NOVEL = 2  #: full; novelty > tau_nov: the lowest-worth memory was evicted
+    ADMITTED_WORTH = 3  #: full; the worth gate passed: the lowest-worth memory was evicted
+    SELF_EVICTED = 4  #: a gate passed but the offered memory itself had the lowest worth: bank unchanged
+    REPLACED_NEAREST = 5  #: no gate passed; the weak nearest neighbour was replaced
+    REJECTED = 6  #: no rule applied: bank unchanged
 
 
 class Worth(NamedTuple):
-    bank: jax.Array  # (B,) V(m) for every slot (meaningless on invalid slots)
-    new: jax.Array  # V(m_new)
-    rho_pos: jax.Array  # fraction of probes with s(q, m_new) > 0
-    scores: jax.Array  # (P+1, B+1) the per-probe worth; last column is the candidate
-    probe_valid: jax.Array  # (P+1,)
+    """The worth V(m) of every bank slot and of an offered memory, as :func:`tokenworth_jax.worth` returns it.
+
+    V(m) is the mean over the valid probes (the current query and up to ``n_probes`` earlier ones)
+    of the mode's per-probe worth; for the paper's mode that is the score s(q, m). B =
+    ``spec.capacity``, P + 1 = ``spec.n_probes + 1`` probe rows. Floats have the spec's dtype.
+    """
+
+    bank: jax.Array
+    new: jax.Array
+    rho_pos: jax.Array
+    scores: jax.Array
+    probe_valid: jax.Array
+
+
+_doc.fields(
+    Worth,
+    bank="(B,) float: V(m) of the memory in each slot (meaningless on empty slots).",
+    new="() float: V of the offered memory.",
+    rho_pos="() float in [0, 1]: the fraction of valid probes on which the offered memory's worth is > 0.",
+    scores="(P+1, B+1) float: the per-probe worth; row i is probe i, the last column the offered memory.",
+    probe_valid="(P+1,) bool: which probe rows hold a query (row 0, the current query, always does).",
+)
 
 
 class Decision(NamedTuple):
-    code: jax.Array  # int32 Admission
-    slot: jax.Array  # int32 bank slot written, -1 if none
-    evicted_id: jax.Array  # int32 id removed from the bank, -1 if none
+    """What the lifecycle did with an offered memory (:func:`tokenworth_jax.offer`).
+
+    ``-1`` in an integer field means "none"; a task that offered nothing (``NOT_OFFERED``) has
+    ``-1`` slots and NaN values. Floats have the spec's dtype.
+    """
+
+    code: jax.Array
+    slot: jax.Array
+    evicted_id: jax.Array
     novelty: jax.Array
-    near_slot: jax.Array  # int32 nearest valid bank slot, -1 for an empty bank
+    near_slot: jax.Array
     v_new: jax.Array
     v_max_bank: jax.Array
     v_near: jax.Array
     rho_pos: jax.Array
+
+
+_doc.fields(
+    Decision,
+    code="() int32: an :class:`Admission` code (``Admission(int(code)).name``).",
+    slot="() int32: the bank slot the memory was written to; -1 when it was not written.",
+    evicted_id="() int32: the id of the memory that left the bank to make room; -1 when none did.",
+    novelty="() float in [0, 2]: 1 - the highest cosine to a memory in the bank (1 for an empty bank); NaN "
+            "when nothing was offered.",
+    near_slot="() int32: the bank slot of the nearest memory (highest cosine); -1 for an empty bank or when "
+              "nothing was offered.",
+    v_new="() float: V of the offered memory; NaN when nothing was offered.",
+    v_max_bank="() float: the highest V over the bank's memories (-inf for an empty bank); NaN when nothing "
+               "was offered.",
+    v_near="() float: V of the nearest memory; NaN when nothing was offered.",
+    rho_pos="() float: the fraction of valid probes on which the offered memory's worth is > 0; NaN when "
+            "nothing was offered.",
+)
 
 
 def probe_worth(scores: jax.Array, probe_valid: jax.Array) -> Worth:

@@ -19,6 +19,7 @@ from typing import Any, Callable, Generic, NamedTuple, TypeVar
 import jax
 import jax.numpy as jnp
 
+from . import _doc
 from .config import HParams, Schema
 from .inputs import Feature, MemoryText, Query
 from .pytree import Empty
@@ -29,51 +30,110 @@ class Candidates(NamedTuple):
     """The recall set at selection time (K candidates, recall order)."""
 
     query: Query
-    slots: jax.Array  # (K,) int32 bank slots
-    relevance: jax.Array  # (K,) recall cosines
-    valid: jax.Array  # (K,) bool
-    score: jax.Array  # (K,) the paper's s, -inf where invalid
-    base: jax.Array  # (K,) s_base
+    slots: jax.Array
+    relevance: jax.Array
+    valid: jax.Array
+    score: jax.Array
+    base: jax.Array
+
+
+_doc.fields(
+    Candidates,
+    query="Query: the open task's query, with the features the parts read.",
+    slots="(K,) int32: the candidates' bank slots (meaningless where not ``valid``).",
+    relevance="(K,) float: their recall cosines, -inf where not valid.",
+    valid="(K,) bool: the entry holds a memory.",
+    score="(K,) float: the paper's score s, -inf where not valid.",
+    base="(K,) float: the base score s_base.",
+)
 
 
 class Choice(NamedTuple):
     """A mode's selection: what to inject, and what it reports about its choice."""
 
-    index: jax.Array  # int32 index into the candidates, -1 for nothing
-    p0: jax.Array  # estimated success probability without a memory (NaN: the mode has no estimate)
-    advantage: jax.Array  # predicted success-probability change of the best candidate (NaN: none)
-    abstained: jax.Array  # bool: candidates existed but nothing was injected
-    scores: dict[str, jax.Array]  # the mode's own per-candidate scores by name, each (K,) (NaN where invalid)
+    index: jax.Array  # type: ignore[assignment]  # the field shadows tuple.index, on purpose (the public name)
+    p0: jax.Array
+    advantage: jax.Array
+    abstained: jax.Array
+    scores: dict[str, jax.Array]
+
+
+_doc.fields(
+    Choice,
+    index="() int32: the index into the candidates of the memory to inject, -1 for nothing.",
+    p0="() float: the estimated success probability without a memory (NaN: the mode makes no estimate).",
+    advantage="() float: the predicted change in success probability from the best candidate (NaN: none).",
+    abstained="() bool: candidates existed but nothing is injected.",
+    scores="dict[str, (K,) float]: the mode's own per-candidate scores by name (NaN where not valid); ``{}`` for "
+           "none.",
+)
 
 
 class Feedback(NamedTuple):
     """The judged task, as the mode sees it."""
 
     query: Query
-    selected: jax.Array  # bool: a memory was injected
-    slot: jax.Array  # int32 its bank slot (-1 if none)
-    reward: jax.Array  # int32 0/1
+    selected: jax.Array
+    slot: jax.Array
+    reward: jax.Array
+
+
+_doc.fields(
+    Feedback,
+    query="Query: the task's query.",
+    selected="() bool: a memory was injected.",
+    slot="() int32: its bank slot, -1 when none.",
+    reward="() int32: the judged reward, 0 or 1.",
+)
 
 
 S = TypeVar("S")  # a mode's own state
 
 
 class Mode(NamedTuple, Generic[S]):
-    name: str  # how presets, checkpoints and messages name it
-    # (spec, hp) -> its state; its own shape fields are spec.mode.shapes
+    """How the controller chooses a memory, credits it and values it: a NamedTuple of pure functions over the
+    mode's own state ``S``, plus what the mode declares about itself.
+
+    ``Spec(mode=...)`` names the mode a controller is built with; the controller keeps the mode's
+    state in ``State.mode`` and its hyperparameters in ``HParams.mode``, and never looks inside
+    either. The paper's is :func:`paper` (``tw.paper_mode``); the preset table names the others;
+    a new mode is a new value (see the API reference's page on modes). Every function must be
+    traceable by JAX (no Python branching on array values). Shapes: K candidates, P + 1 probes,
+    B bank slots.
+    """
+
+    name: str
     init: Callable[[Any, HParams], S]
     choose: Callable[[S, Candidates, HParams], tuple[S, Choice]]
-    target: Callable[[S, jax.Array, jax.Array, HParams], jax.Array]  # (state, y, s_base, hp) -> residual target
+    target: Callable[[S, jax.Array, jax.Array, HParams], jax.Array]
     update: Callable[[S, Feedback, HParams], S]
-    # (state, probes (P+1 stacked), the paper's probe scores (a function: computed only if called), the offered
-    #  memory, the creation step of every slot and of the offered memory (B+1,), hp) -> per-probe worth (P+1, B+1)
     worth: Callable[[S, Query, Callable[[], ProbeScores], MemoryText, jax.Array, HParams], jax.Array]
-    # (state, slot, writes, memory, offered): where ``offered``, a judged success offered ``memory``; it
-    # entered ``slot`` where ``writes``
     write: Callable[[S, jax.Array, jax.Array, MemoryText, jax.Array], S]
-    shapes: Any = Empty()  # static shape fields (a hashable NamedTuple)
-    hparams: Schema | None = None  # its traced hyperparameters (hp.mode), None if it has none
-    features: tuple[Feature, ...] = ()  # what it reads beyond the recall keys
+    shapes: Any = Empty()
+    hparams: Schema | None = None
+    features: tuple[Feature, ...] = ()
+
+
+_doc.fields(
+    Mode,
+    name="str: how presets, checkpoints and messages name the mode (unique among the modes in use).",
+    init="``(spec, hp) -> S``: the mode's fresh state (its own shape fields are ``spec.mode.shapes``).",
+    choose="``(state, candidates, hp) -> (state, Choice)``: which of the K recalled candidates to inject, if any.",
+    target="``(state, y, s_base, hp) -> () float``: the residual RFM's training target for the injected pair, "
+           "from y = 2r - 1 and its base score (the paper's: y - (2 sigmoid(s_base) - 1)).",
+    update="``(state, Feedback, hp) -> state``: learn from the judged task (called by ``observe``).",
+    worth="``(state, probes, scores, memory, created, hp) -> (P+1, B+1) float``: the per-probe worth of every "
+          "bank slot and of the offered memory (last column), which the lifecycle averages into V(m). "
+          "``probes`` is a stacked Query (P+1 rows); ``scores()`` computes the paper's probe scores "
+          "(ProbeScores) only if called; ``created`` (B+1,) int32 is each slot's creation step and the "
+          "offered memory's (now).",
+    write="``(state, slot, writes, memory, offered) -> state``: where ``offered``, a judged success offered "
+          "``memory``; where ``writes`` it entered bank slot ``slot``.",
+    shapes="A hashable NamedTuple of the mode's static shape fields (default ``Empty()``: none).",
+    hparams="Schema or None: the mode's traced hyperparameters (they arrive as ``hp.mode``); None when it has "
+            "none.",
+    features="tuple[Feature, ...]: the inputs it reads beyond the recall keys (default: none).",
+)
 
 
 def best(score: jax.Array, valid: jax.Array) -> jax.Array:

@@ -205,23 +205,28 @@ def spec_from_dict(data: Mapping[str, Any], parts: Mapping[str, Any] | None = No
 
 
 # The environments' presets as functions (``presets.db()``), for the quickstart.
-def db(**overrides: ArrayLike) -> tuple[Spec, HParams]:
+def db(**overrides: Any) -> tuple[Spec, HParams]:
+    """``preset("db", **overrides)``: the paper's method at the DB environment (Table A1)."""
     return preset("db", **overrides)
 
 
-def os(**overrides: ArrayLike) -> tuple[Spec, HParams]:  # noqa: A001 - the environment's name
+def os(**overrides: Any) -> tuple[Spec, HParams]:  # noqa: A001 - the environment's name
+    """``preset("os", **overrides)``: the paper's method at the OS environment (Table A1)."""
     return preset("os", **overrides)
 
 
-def kg(**overrides: ArrayLike) -> tuple[Spec, HParams]:
+def kg(**overrides: Any) -> tuple[Spec, HParams]:
+    """``preset("kg", **overrides)``: the paper's method at the KG environment (Table A1)."""
     return preset("kg", **overrides)
 
 
-def bigcodebench(**overrides: ArrayLike) -> tuple[Spec, HParams]:
+def bigcodebench(**overrides: Any) -> tuple[Spec, HParams]:
+    """``preset("bigcodebench", **overrides)``: the paper's method at BigCodeBench (App. C)."""
     return preset("bigcodebench", **overrides)
 
 
-def alfworld(**overrides: ArrayLike) -> tuple[Spec, HParams]:
+def alfworld(**overrides: Any) -> tuple[Spec, HParams]:
+    """``preset("alfworld", **overrides)``: the paper's method at ALFWorld (App. C)."""
     return preset("alfworld", **overrides)
 
 

@@ -33,12 +33,26 @@ def tree_where(mask: jax.Array, new: Any, old: Any) -> Any:
 def fetch(tree: Any) -> Any:
     """A pytree of device arrays as the same pytree of NumPy arrays: what crosses to the host, typed.
 
-    ``jax.device_get`` of the whole tree (its copies run in parallel); on the CPU backend the arrays
-    already live in host memory, and reading each one (``np.asarray``, no copy) costs about a tenth of
+    ``jax.device_get`` of the whole tree (its copies run in parallel); when the arrays live on the CPU
+    (:func:`platform`, whatever the default backend) they already are in host memory, and reading each one (``np.asarray``, no copy) costs about a tenth of
     that (harness/tokenworth_bench/controller/per_task.py measures the host path)."""
-    if jax.default_backend() == "cpu":
+    if (platform(tree) or jax.default_backend()) == "cpu":  # where the arrays live, not the default backend
         return jax.tree_util.tree_map(np.asarray, tree)
     return jax.device_get(tree)
+
+
+def platform(tree: Any) -> str | None:
+    """The platform (``"cpu"``, ``"gpu"``, ``"tpu"``) of the device that ``tree``'s arrays live on: that of its
+    first concrete ``jax.Array`` leaf. None when it has none: NumPy or Python values (not placed yet), or
+    tracers (inside jit, vmap or scan a value's placement is not known while tracing). Callers then fall back
+    to ``jax.default_backend()``, where JAX places uncommitted values."""
+    for leaf in jax.tree_util.tree_leaves(tree):
+        if isinstance(leaf, jax.Array) and not isinstance(leaf, jax.core.Tracer):
+            try:
+                return next(iter(leaf.devices())).platform
+            except (RuntimeError, StopIteration):  # a deleted (donated) buffer: try the next leaf
+                continue
+    return None
 
 
 def to_numpy(tree: Any) -> dict[str, np.ndarray]:

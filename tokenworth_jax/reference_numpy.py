@@ -39,6 +39,7 @@ import types
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 # Admission codes, as in docs/controller.md.
 NOT_OFFERED = 0
@@ -121,7 +122,7 @@ def default_spec(**overrides: int) -> types.SimpleNamespace:
 
 
 def _read_hparams(hp: Any) -> types.SimpleNamespace:
-    out = {}
+    out: dict[str, Any] = {}
     for name in FLOAT_HPARAMS:
         if not hasattr(hp, name):
             raise ValueError(f"hyperparameter object lacks {name!r}")
@@ -171,7 +172,8 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def _loss_grad_hess(w, Phi, y, w0, lam):
+def _loss_grad_hess(w: np.ndarray, Phi: np.ndarray, y: np.ndarray, w0: np.ndarray,
+                    lam: float) -> tuple[np.ndarray, np.ndarray]:
     margins = y * (Phi @ w)
     # d/dw log(1+exp(-m)) = -sigmoid(-m) * y * phi
     grad = -(Phi.T @ (y * _sigmoid(-margins))) + 2.0 * lam * (w - w0)
@@ -242,7 +244,7 @@ def laplacian_kernel(A: np.ndarray, B: np.ndarray, m_diag: np.ndarray, gamma: fl
 
 
 def krr_fit(Z: np.ndarray, delta: np.ndarray, m_diag: np.ndarray, gamma: float, lam: float,
-            *, return_ridge: bool = False):
+            *, return_ridge: bool = False) -> np.ndarray | tuple[np.ndarray, float]:
     """alpha = (K_M + lam I)^-1 delta by Cholesky, over the (already valid-only) rows ``Z``.
 
     If the factorisation fails or is not finite, the ridge is multiplied by 10 and the solve
@@ -311,7 +313,8 @@ def agop_update(m_diag: np.ndarray, grads: np.ndarray, beta: float, m_min: float
 
 # --------------------------------------------------------------------------- features
 
-def features(q, emb, u, h, d, c, last, tau, t, kappa) -> tuple[np.ndarray, np.ndarray]:
+def features(q: np.ndarray, emb: np.ndarray, u: npt.ArrayLike, h: npt.ArrayLike, d: npt.ArrayLike, c: npt.ArrayLike,
+             last: npt.ArrayLike, tau: npt.ArrayLike, t: float, kappa: float) -> tuple[np.ndarray, np.ndarray]:
     """phi (B,4) = [cos, u, rel, rec] and z (B, D+5) = [|q - e|, cos, u, rel, rec, freq]."""
     q = np.asarray(q, dtype=np.float64)
     emb = np.atleast_2d(np.asarray(emb, dtype=np.float64))
@@ -372,7 +375,7 @@ class ReferenceController:
         self._reward: int | None = None
         self._offered = False
 
-    def _check_vector(self, v, name: str) -> np.ndarray:
+    def _check_vector(self, v: Any, name: str) -> np.ndarray:
         v = np.asarray(v, dtype=np.float64)
         if v.shape != (self.spec.dim,):
             raise ValueError(f"{name} must have shape ({self.spec.dim},), got {v.shape}")
@@ -406,7 +409,7 @@ class ReferenceController:
         return [int(i) for i in order[:n]]
 
     # ---------------------------------------------------------------- phases
-    def select(self, q) -> dict:
+    def select(self, q: Any) -> dict[str, Any]:
         if self._query is not None:
             raise RuntimeError("select called twice in one task; call end_task first")
         q = self._check_vector(q, "q")
@@ -459,7 +462,7 @@ class ReferenceController:
         self._scheduled_refits()
 
     @staticmethod
-    def _push(window: list, item, size: int) -> None:
+    def _push(window: list[Any], item: Any, size: int) -> None:
         window.append((np.array(item[0], dtype=np.float64), float(item[1])))
         if len(window) > size:
             del window[0]
@@ -502,7 +505,7 @@ class ReferenceController:
         self._refit_krr()
 
     # ---------------------------------------------------------------- bank lifecycle
-    def worth(self, e_new) -> dict:
+    def worth(self, e_new: Any) -> dict[str, Any]:
         if self._query is None:
             raise RuntimeError("worth needs the current query: call select first")
         e_new = self._check_vector(e_new, "e_new")
@@ -538,7 +541,7 @@ class ReferenceController:
         self.last[slot] = self.tau[slot] = self.t
         self.ids[slot] = new_id
 
-    def offer(self, e_new, new_id: int) -> dict:
+    def offer(self, e_new: Any, new_id: int) -> dict[str, Any]:
         if self._query is None:
             raise RuntimeError("offer called before select")
         if self._reward is None:
@@ -581,13 +584,14 @@ class ReferenceController:
 
     def end_task(self) -> None:
         if self._retrieved:
+            assert self._query is not None  # select stored it
             self.probe_ring.append(self._query.copy())
             if len(self.probe_ring) > self.spec.n_probes:
                 del self.probe_ring[0]
         self.t += 1
         self._reset_task()
 
-    def step(self, q, reward: int, e_new=None, new_id: int = -1) -> dict:
+    def step(self, q: Any, reward: int, e_new: Any = None, new_id: int = -1) -> dict[str, Any]:
         """select, observe, offer (only if reward == 1), end_task; one flat dict of results."""
         out = self.select(q)
         self.observe(reward)

@@ -22,7 +22,7 @@ from typing import Any, Callable, Generic, NamedTuple, TypeVar
 import jax
 import jax.numpy as jnp
 
-from . import worth_cache
+from . import _doc, worth_cache
 from .bank import Bank, Recall
 from .batching import gated
 from .config import HParams, Schema
@@ -37,18 +37,35 @@ from .worth_cache import WorthCache
 class CandidateScores(NamedTuple):
     """The recalled candidates' scores and the features the learners train on."""
 
-    score: jax.Array  # (K,) s
-    base: jax.Array  # (K,) s_base
-    phi: jax.Array  # (K, 4)
-    z: jax.Array  # (K, F)
+    score: jax.Array
+    base: jax.Array
+    phi: jax.Array
+    z: jax.Array
+
+
+_doc.fields(
+    CandidateScores,
+    score="(K,) float: the score s of each candidate.",
+    base="(K,) float: its base score s_base.",
+    phi="(K, 4) float: its base features [cos, u, rel, rec].",
+    z="(K, F) float: its residual features ``[|e_q - e_m|, cos, u, rel, rec, freq]``.",
+)
 
 
 class ProbeScores(NamedTuple):
     """Every probe against every bank slot and the offered memory (last column)."""
 
-    score: jax.Array  # (P+1, B+1)
-    base: jax.Array  # (P+1, B+1)
-    cos: jax.Array  # (P+1, B+1)
+    score: jax.Array
+    base: jax.Array
+    cos: jax.Array
+
+
+_doc.fields(
+    ProbeScores,
+    score="(P+1, B+1) float: the score s of each (probe, memory) pair.",
+    base="(P+1, B+1) float: the base score s_base of each pair.",
+    cos="(P+1, B+1) float: the cosine of each pair.",
+)
 
 
 S = TypeVar("S")  # the scorer's own state
@@ -56,22 +73,46 @@ C = TypeVar("C")  # what it keeps of an offered memory until it is written
 
 
 class Scorer(NamedTuple, Generic[S, C]):
-    name: str  # how presets, checkpoints and messages name it
-    init: Callable[[Any, HParams], S]  # (spec, hp) -> its state; its own shape fields are spec.scorer.shapes
-    # (state, query (D,), bank, recall, bank stats (B,), model) -> (state, CandidateScores)
+    """How pair scores over the bank are computed: a NamedTuple of pure functions over the scorer's own state
+    ``S``, plus what it declares about itself (as a :class:`~tokenworth_jax.Mode` does).
+
+    ``C`` is what the scorer keeps of an offered memory between computing its worth and writing it
+    to the bank. The values: :func:`full` and :func:`incremental` (same decisions). Shapes: K
+    candidates, B bank slots, P + 1 probes, D = ``spec.dim``, F = D + 5.
+    """
+
+    name: str
+    init: Callable[[Any, HParams], S]
     candidates: Callable[[S, jax.Array, Bank, Recall, MemoryStats, ScoreModel], tuple[S, CandidateScores]]
-    # (state, probes (P+1, D), new emb (D,), model) -> what write() stores of the offered memory (its column)
     column: Callable[[S, jax.Array, jax.Array, ScoreModel], C]
-    # (state, probes (P+1, D), bank emb (B, D), new emb (D,), bank stats (B,), new stats, model, chunk, column)
-    #   -> ProbeScores: every probe against every bank slot and the offered memory
     probes: Callable[[S, jax.Array, jax.Array, jax.Array, MemoryStats, MemoryStats, ScoreModel, int, C], ProbeScores]
-    write: Callable[[S, jax.Array, C, jax.Array], S]  # (state, slot, column, writes) -> state
-    end_task: Callable[[S, jax.Array, jax.Array], S]  # (state, probe ring index, pushed) -> state
-    # (state, fitted, probes (P+1, D), bank emb (B, D), predictor, metric) -> state
+    write: Callable[[S, jax.Array, C, jax.Array], S]
+    end_task: Callable[[S, jax.Array, jax.Array], S]
     refit: Callable[[S, jax.Array, jax.Array, jax.Array, Predictor, jax.Array], S]
-    shapes: Any = Empty()  # static shape fields (a hashable NamedTuple)
-    hparams: Schema | None = None  # its traced hyperparameters (hp.scorer), None if it has none
-    features: tuple[Feature, ...] = ()  # what it reads beyond the recall keys
+    shapes: Any = Empty()
+    hparams: Schema | None = None
+    features: tuple[Feature, ...] = ()
+
+
+_doc.fields(
+    Scorer,
+    name="str: how presets, checkpoints and messages name the scorer.",
+    init="``(spec, hp) -> S``: its fresh state (its own shape fields are ``spec.scorer.shapes``).",
+    candidates="``(state, query (D,), bank, recall, bank stats (B,), model) -> (state, CandidateScores)``: the "
+               "scores and features of the K recalled candidates.",
+    column="``(state, probes (P+1, D), offered emb (D,), model) -> C``: what ``write`` stores of the offered "
+           "memory.",
+    probes="``(state, probes (P+1, D), bank emb (B, D), offered emb (D,), bank stats (B,), offered stats, model, "
+           "chunk, column) -> ProbeScores``: every probe against every bank slot and the offered memory.",
+    write="``(state, slot, column, writes) -> state``: the offered memory entered ``slot`` where ``writes``.",
+    end_task="``(state, probe ring index, pushed) -> state``: the task ended; its query joined the probes where "
+             "``pushed``.",
+    refit="``(state, fitted, probes (P+1, D), bank emb (B, D), predictor, metric) -> state``: the residual was "
+          "refitted where ``fitted``.",
+    shapes="A hashable NamedTuple of the scorer's static shape fields (default ``Empty()``).",
+    hparams="Schema or None: its traced hyperparameters (``hp.scorer``); None when it has none.",
+    features="tuple[Feature, ...]: the inputs it reads beyond the recall keys (default: none).",
+)
 
 
 # ----- full --------------------------------------------------------------------------------------

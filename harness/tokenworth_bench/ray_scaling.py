@@ -244,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         try:
             import ray  # noqa: F401
         except ImportError:
-            raise SystemExit("error: the ray modes need Ray: pip install -e '.[ray]'") from None
+            raise SystemExit("error: the ray modes need Ray: pip install -e './harness[ray]'") from None
     settings = {"methods": args.methods, "seeds": args.seeds, "tasks": args.tasks, "scale": args.scale,
                 "max_num_seqs": args.max_num_seqs, "repeats": args.repeats,
                 "streams": len(args.methods.split(",")) * args.seeds}

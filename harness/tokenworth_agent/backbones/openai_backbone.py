@@ -66,7 +66,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from tokenworth_agent.backbones.base import BackboneError, Conversation, Generation, ServerUnreachable, checked_caps
 
-INSTALL_HINT = "pip install 'tokenworth-jax[openai]'"
+INSTALL_HINT = "pip install 'tokenworth-agent[openai]'"
 TRANSIENT_STATUS = frozenset({408, 409, 429})  # plus every 5xx
 MAX_TOKENS_FIELDS = ("max_tokens", "max_completion_tokens")
 

@@ -215,7 +215,7 @@ def check_version(version: str | None, allow_untested: bool = False) -> str | No
     if version is None or is_supported(version):
         return None
     line = (f"vLLM {version} is installed, but this project is tested with vLLM {SUPPORTED} "
-            f"(pip install 'tokenworth-jax[vllm]')")
+            f"(pip install 'tokenworth-agent[vllm]')")
     if not allow_untested:
         raise UntestedVLLMError(f"{line}; pass {ALLOW_FLAG} to use it anyway")
     return f"{line}; going on because of {ALLOW_FLAG}"

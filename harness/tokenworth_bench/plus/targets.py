@@ -11,7 +11,7 @@ Reads (all written by other benches, nothing re-run here):
   ``--run`` is taken from the run);
 * ``--ranking ENV=FILE`` JSON of :mod:`tokenworth_bench.ranking`: the harmful-injection share per method.
 
-Targets (issue 30): TokenWorth+ ≥ no memory − 1 point on every stream and seed; on each env SR ≥
+Targets: TokenWorth+ ≥ no memory − 1 point on every stream and seed; on each env SR ≥
 the best other method + 2 with OutputTok no higher than that method's; harmful ≤ half of RAG's;
 trap and mixed close ≥ 85 % of the gap to the oracle. Writes ``<out>.md`` and ``<out>.json``.
 
@@ -105,7 +105,7 @@ def env_checks(table: dict[str, dict[str, dict[str, Any]]], harm: dict[str, dict
 
 
 def markdown(streams: list[dict[str, Any]], envs: dict[str, Any]) -> str:
-    lines = ["# TokenWorth+ against issue 30's targets", "",
+    lines = ["# TokenWorth+ against its targets (gain on DB and OS, no harm on the harm-majority family)", "",
              "Per-call accounting, simulated backbone, seeds 0–2. Streams: 1,000 tasks each, Δ₀ = SR − no memory "
              "per seed (points), gap = share of the oracle's gap closed, explore = expected SR points lost by the "
              "decisions that differ from the posterior-mean decision, valued with the true probabilities (per "

@@ -241,7 +241,7 @@ def placement(nodes: Sequence[Node], plan: Plan, config: ExecutorConfig) -> Plac
         if gpu_nodes:
             bare = [label for label, build in builds.items() if build is None]
             if bare:
-                raise ClusterRefused(f"node {bare[0]} has no vLLM installed (pip install 'tokenworth-jax[gpu]' on "
+                raise ClusterRefused(f"node {bare[0]} has no vLLM installed (pip install 'tokenworth-agent[gpu]' on "
                                      "every node)")
             slots = {n.label(): int(n.gpus // per) for n in gpu_nodes}
             cpus = max(1, min(math.floor(n.cpus / slots[n.label()]) for n in gpu_nodes))

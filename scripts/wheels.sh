@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# What a user installs, checked from the built wheels (make test runs all three):
+#   scripts/wheels.sh build DIST                      both wheels from this checkout into DIST
+#   scripts/wheels.sh library DIST VENV PYTHON [PIN...]
+#       a fresh venv with the library's wheel alone (PINs: e.g. jax==0.10.0 for the range's lower
+#       bound; what it installed is listed), then the library's tests and notebook 01 run against
+#       it from a folder that holds no source
+#   scripts/wheels.sh harness DIST VENV PYTHON DATA
+#       a fresh venv with both wheels, non-editable, then `tokenworth run --limit 5` in an empty folder
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+# The library's tests: the files that declare `pytestmark = pytest.mark.library` (they import nothing
+# of the harness).
+library_tests() { grep -l '^pytestmark = .*pytest\.mark\.library' tests/test_*.py | sort; }
+
+fresh_venv() {  # VENV PYTHON
+  rm -rf "$1"
+  "$2" -m venv "$1"
+  "$1/bin/python" -m pip install -q --upgrade pip
+}
+
+case "${1:?usage: scripts/wheels.sh build|library|harness ...}" in
+build)
+  dist=${2:?DIST}
+  rm -rf "$dist" build harness/build
+  python3 -m pip wheel -q --no-deps -w "$dist" . ./harness
+  rm -rf build harness/build
+  ls "$dist"
+  ;;
+library)
+  dist=$(realpath -m "${2:?DIST}") venv=$(realpath -m "${3:?VENV}") python=${4:?PYTHON}; shift 4
+  fresh_venv "$venv" "$python"
+  wheel=$(ls "$dist"/tokenworth_jax-*.whl)
+  # The library alone first: what a user's `pip install tokenworth-jax` brings (the pins too, if any).
+  "$venv/bin/python" -m pip install -q "$wheel" "$@"
+  (cd / && "$venv/bin/python" -c "import importlib.metadata as md; n = sorted(d.metadata['Name'].lower() for d in md.distributions()); n.remove('pip'); print(f'the library wheel installs {len(n)} distributions: {\" \".join(n)}')")
+  # Then what the checks need: the test extra, and matplotlib for notebook 01's figure.
+  "$venv/bin/python" -m pip install -q "$wheel[test]" matplotlib "$@"
+  # Everything below runs in a copy that holds no source of ours (the checkout's folder would put its
+  # own packages and egg-info on sys.path), so it sees only what the wheel installed.
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  cp -r tests examples notebooks README.md pyproject.toml "$work/"
+  mapfile -t files < <(library_tests)
+  cd "$work"
+  "$venv/bin/python" - <<'PY'
+import importlib.metadata as md, importlib.util, sys
+names = sorted(d.metadata["Name"].lower() for d in md.distributions())
+ours = [n for n in names if n.startswith("tokenworth")]
+assert ours == ["tokenworth-jax"], f"the library's wheel brought {ours}"
+for generic in ("agent", "bench", "tokenworth_agent", "tokenworth_bench"):
+    assert importlib.util.find_spec(generic) is None, f"`import {generic}` resolves after installing the library"
+import jax, tokenworth_jax
+assert "site-packages" in tokenworth_jax.__file__, tokenworth_jax.__file__
+print(f"library venv: tokenworth-jax {tokenworth_jax.__version__}, jax {jax.__version__}, python "
+      f"{sys.version.split()[0]}, {len(names)} distributions: {' '.join(names)}")
+PY
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider --durations=5 "${files[@]}"
+  # Notebook 01 as a script: it generates its own stream and needs only the library (and matplotlib).
+  MPLBACKEND=Agg "$venv/bin/python" notebooks/01_quickstart.py | grep '^KEY_OUTPUTS ' 
+  ;;
+harness)
+  dist=$(realpath -m "${2:?DIST}") venv=$(realpath -m "${3:?VENV}") python=${4:?PYTHON} data=${5:?DATA}
+  fresh_venv "$venv" "$python"
+  "$venv/bin/python" -m pip install -q "$dist"/tokenworth_jax-*.whl "$dist"/tokenworth_agent-*.whl
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  cd "$work"
+  TOKENWORTH_DATA_DIR=$data "$venv/bin/tokenworth" run --limit 5 --no-progress --out run
+  test -s run/summary.md
+  "$venv/bin/python" -c "import tokenworth_agent, tokenworth_jax; assert '$REPO' not in tokenworth_agent.__file__"
+  echo "harness wheel: tokenworth run --limit 5 wrote $(ls run | wc -l) entries in its run folder"
+  ;;
+*) echo "scripts/wheels.sh: unknown command $1" >&2; exit 2 ;;
+esac

@@ -1,0 +1,146 @@
+"""The library's API reference (docs/api): every public name documented, field by field; the pages build
+with Sphinx with warnings as errors; every example on them and the README's controller example run as
+doctests; and nothing on them points into ../shared/ (a user of the package has no such folder).
+
+The build test runs both Sphinx builders (about 30-60 s on two cores): it is marked ``slow``."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tokenworth_jax as tw
+from tokenworth_jax import modes, protocol, scorers
+from tokenworth_jax.controller import Clock
+
+REPO = Path(__file__).resolve().parents[1]
+API = REPO / "docs" / "api"
+PAGES = sorted(API.glob("*.rst"))
+DIRECTIVE = re.compile(r"^\.\. (?:autoclass|autofunction|autodata|autoexception|automodule|automethod|py:data)::"
+                       r"\s*(\S+)", re.M)
+
+# NamedTuples the pages document besides those in tw.__all__: what a mode or a scorer is given and returns.
+EXTRA_NAMEDTUPLES = (modes.Candidates, modes.Choice, modes.Feedback, scorers.ProbeScores, scorers.CandidateScores,
+                     Clock, protocol.Progress)
+
+
+def _generated(obj: object) -> bool:
+    """No docstring, or only the one Python writes for a NamedTuple: ``Name(field, ...)``."""
+    doc = (getattr(obj, "__doc__", None) or "").strip()
+    name = getattr(obj, "__name__", "")
+    return not doc or re.fullmatch(rf"{re.escape(name)}\(.*\)", doc, re.S) is not None
+
+
+def _undocumented(names: list[str]) -> list[str]:
+    """Which of ``tw``'s ``names`` (and their fields) lack a real docstring."""
+    bad = []
+    for name in names:
+        obj = getattr(tw, name)
+        if name != "__version__" and _generated(obj):
+            bad.append(name)
+        bad += _field_problems(obj, name)
+    return bad
+
+
+def _field_problems(obj: object, name: str) -> list[str]:
+    bad = []
+    if isinstance(obj, type) and hasattr(obj, "_fields"):
+        for field in obj._fields:
+            doc = getattr(obj, field).__doc__ or ""
+            if not doc.strip() or doc.startswith("Alias for field number"):
+                bad.append(f"{name}.{field}")
+    if isinstance(obj, type) and dataclasses.is_dataclass(obj):  # a dataclass lists its fields in its docstring
+        for field in dataclasses.fields(obj):
+            if not re.search(rf"^\s+{field.name}: \S", obj.__doc__ or "", re.M):
+                bad.append(f"{name}.{field.name}")
+    return bad
+
+
+def test_every_public_name_and_field_has_a_docstring() -> None:
+    assert _undocumented(list(tw.__all__)) == []
+    assert [p for cls in EXTRA_NAMEDTUPLES for p in _field_problems(cls, cls.__name__)] == []
+
+
+def test_the_docstring_check_fails_on_a_generated_docstring() -> None:
+    from typing import NamedTuple
+
+    class Bare(NamedTuple):
+        a: int
+
+    setattr(tw, "_Bare", Bare)
+    try:
+        assert _undocumented(["_Bare"]) == ["_Bare", "_Bare.a"]
+        Bare.__doc__ = "Something real."
+        Bare.a.__doc__ = "What a is."
+        assert _undocumented(["_Bare"]) == []
+    finally:
+        delattr(tw, "_Bare")
+
+
+def test_every_public_name_is_on_a_page() -> None:
+    documented = {m for page in PAGES for m in DIRECTIVE.findall(page.read_text())}
+    missing = []
+    for name in tw.__all__:
+        full = f"tokenworth_jax.{name}"
+        if full not in documented and not any(d.startswith(full + ".") for d in documented):
+            missing.append(name)
+    assert missing == []
+
+
+def test_pages_hold_no_code_but_doctests() -> None:
+    """A literal block (``::``, ``code-block``) would be an example that nothing runs."""
+    for page in PAGES:
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            if line.strip().startswith(".. "):
+                assert not re.match(r"\s*\.\. (code-block|code|sourcecode|literalinclude)::", line), (page.name, number)
+            else:
+                assert not line.rstrip().endswith("::"), f"{page.name}:{number} starts a literal block"
+
+
+def _conf() -> object:
+    spec = importlib.util.spec_from_file_location("tokenworth_api_conf", API / "conf.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_quickstart_shows_the_readme_example() -> None:
+    code = _conf().readme_example()  # type: ignore[attr-defined]
+    assert "tw.init(spec, hp)" in code and "print(tw.Admission(int(dec.code)).name)" in code
+    assert ".. readme-example::" in (API / "quickstart.rst").read_text()
+
+
+def _shared_references(texts: dict[str, str]) -> list[str]:
+    return [name for name, text in texts.items() if re.search(r"(\.\./)+shared/|\bshared/data\b", text)]
+
+
+def test_pages_do_not_point_into_shared() -> None:
+    sources = {p.name: p.read_text() for p in [*PAGES, API / "conf.py"]}
+    sources["README example"] = _conf().readme_example()  # type: ignore[attr-defined]
+    assert _shared_references(sources) == []
+    assert _shared_references({"page": "the spec (../shared/docs/spec.md)"}) == ["page"]  # the check can fail
+
+
+def _sphinx(builder: str, out: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", builder, str(API),
+                             str(out / builder)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.slow
+def test_api_reference_builds_without_warnings_and_its_doctests_pass(tmp_path: Path) -> None:
+    html, doctest = _sphinx("html", tmp_path), _sphinx("doctest", tmp_path)  # side by side: two cores
+    html_log, doctest_log = html.communicate(timeout=600)[0], doctest.communicate(timeout=600)[0]
+    assert html.returncode == 0, html_log
+    report = (tmp_path / "doctest" / "output.txt").read_text()
+    assert doctest.returncode == 0, doctest_log + report
+    assert re.search(r"^\s+0 failures in tests$", report, re.M), report
+    built = {p.name: p.read_text() for p in (tmp_path / "html").glob("*.html")}
+    assert set(built) >= {f"{p.stem}.html" for p in PAGES}
+    assert _shared_references(built) == []
