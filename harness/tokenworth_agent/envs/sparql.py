@@ -23,16 +23,19 @@ Decisions (the original left them to Virtuoso quirks or did not say):
 * COUNT counts distinct members; its result is the decimal number as a string ("45"),
   which is how the dataset's ``answer_list`` writes counts.
 * Standard SPARQL 1.1 only (``COUNT(DISTINCT ?x)``, not Virtuoso's ``COUNT DISTINCT``),
-  so one query text runs on oxigraph and on a Freebase Virtuoso alike. Every name is
-  written as a full IRI after validation, so an agent cannot inject SPARQL.
+  so one query text runs on oxigraph and on a Freebase Virtuoso alike (tests/test_kg_virtuoso.py
+  runs both, Virtuoso 7.2.5 as AgentBench used). Every name is written as a full IRI after
+  validation, so an agent cannot inject SPARQL.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import http.client
 import json
 import re
+import struct
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -129,6 +132,7 @@ class HttpSparqlEndpoint:
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 body = response.read()
+                _check_complete(response.headers, self.url)
         except urllib.error.HTTPError as exc:
             detail = exc.read()[:500].decode("utf-8", "replace")
             raise SparqlEndpointError(
@@ -143,11 +147,129 @@ class HttpSparqlEndpoint:
         return _rows_from_json(body, self.url)
 
 
+def _check_complete(headers: "http.client.HTTPMessage", source: str) -> None:
+    """Refuse an answer that Virtuoso cut short: it still says HTTP 200, only a header tells.
+
+    ``X-SPARQL-MaxRows``: the result reached the server's ``ResultSetMaxRows`` cap (the rest
+    was dropped). ``X-SQL-State`` (e.g. ``S1TAT``): an "anytime" query stopped at
+    ``MaxQueryExecutionTime`` and returned what it had. Either would give a listing or an
+    answer set that silently misses members, so both are endpoint errors.
+    """
+    cap = headers.get("X-SPARQL-MaxRows")
+    if cap is not None:
+        raise SparqlEndpointError(
+            f"{source} cut the result at {cap} rows (Virtuoso's [SPARQL] ResultSetMaxRows); raise that limit "
+            f"in the server's virtuoso.ini"
+        )
+    state = headers.get("X-SQL-State")
+    if state is not None:
+        message = headers.get("X-SQL-Message", "")
+        raise SparqlEndpointError(
+            f"{source} returned a partial result (SQL state {state}: {message}); raise Virtuoso's [SPARQL] "
+            f"MaxQueryExecutionTime"
+        )
+
+
+# SPARQL JSON term types. "typed-literal" is the SPARQL XML-era spelling that Virtuoso 7 still
+# writes for a literal with a datatype (W3C's JSON format says "literal" plus "datatype").
+_TERM_TYPES = frozenset({"uri", "literal", "typed-literal", "bnode"})
+
+
+def _term_value(cell: Mapping[str, object]) -> str:
+    """A result term as the endpoints report it: an IRI in full, a literal's lexical form.
+
+    Only the lexical form is kept (datatypes and language tags are not), which is what
+    oxigraph's ``term.value`` gives. A number or boolean is written in the form oxigraph
+    stores it in (:func:`canonical_lexical`): Virtuoso hands back the dump's own spelling
+    (``"140.0"^^xsd:float``) where oxigraph says ``140``, and a value must not depend on the
+    engine. (LAB's answers are MIDs or counts, which both engines already write alike.)
+    """
+    kind = cell["type"]
+    if kind not in _TERM_TYPES:
+        raise ValueError(f"unknown RDF term type {kind!r}")
+    value = str(cell["value"])
+    datatype = cell.get("datatype")
+    return canonical_lexical(value, str(datatype)) if kind != "uri" and datatype else value
+
+
+_INTEGER_TYPES = frozenset(XSD + t for t in (
+    "integer", "int", "long", "short", "byte", "nonNegativeInteger", "positiveInteger", "negativeInteger",
+    "nonPositiveInteger", "unsignedLong", "unsignedInt", "unsignedShort", "unsignedByte"))
+# XSD lexical spaces (Python's int/float/Decimal also take "1_000", "infinity", "1e5" as a decimal).
+_XSD_INTEGER = re.compile(r"[+-]?[0-9]+")
+_XSD_DECIMAL = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)")
+_XSD_FLOAT = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
+def _positional(number: decimal.Decimal) -> str:
+    """A decimal without exponent or trailing zeros ("1E+2" -> "100", "1.50" -> "1.5")."""
+    return "0" if number.is_zero() else format(number.normalize(), "f")
+
+
+def _shortest(value: float, single: bool) -> str:
+    """The shortest digits that read back as the same double (or float32), written positionally.
+
+    Among equally short candidates the nearest wins and a tie rounds half up, as oxigraph's
+    (Rust's) float formatting does; Python's ``repr`` would round a tie to even.
+    """
+    code, most = ("f", 9) if single else ("d", 17)
+    try:
+        target = struct.unpack(code, struct.pack(code, value))[0]
+    except OverflowError:
+        target = float("inf") if value > 0 else float("-inf")
+    if target in (float("inf"), float("-inf")):  # beyond the type's range
+        return "-INF" if target < 0 else "INF"
+    if target == 0:  # below its range
+        return "-0" if value < 0 else "0"
+    exact = decimal.Decimal(target)
+    with decimal.localcontext() as context:
+        context.prec = 1200  # more than the exact decimal expansion of any double has
+        for digits in range(1, most + 1):
+            rounded = exact.quantize(decimal.Decimal(1).scaleb(exact.adjusted() - digits + 1), decimal.ROUND_HALF_UP)
+            if struct.unpack(code, struct.pack(code, float(rounded)))[0] == target:
+                return _positional(rounded)
+        return _positional(exact)
+
+
+def canonical_lexical(value: str, datatype: str) -> str:
+    """A number's or boolean's lexical form as oxigraph writes it; anything else unchanged.
+
+    Integers lose signs and leading zeros (``+012`` -> ``12``), decimals their trailing zeros
+    (``1.50`` -> ``1.5``), floats and doubles are the shortest digits that denote the same
+    value, without exponent (``140.0`` -> ``140``, ``1e20`` -> ``100000000000000000000``),
+    booleans are ``true``/``false``. A malformed value is returned as it is, as oxigraph does.
+    """
+    try:
+        if datatype in _INTEGER_TYPES and _XSD_INTEGER.fullmatch(value):
+            return str(int(value))
+        if datatype == XSD + "decimal" and _XSD_DECIMAL.fullmatch(value):
+            return _positional(decimal.Decimal(value))
+        if datatype in (XSD + "float", XSD + "double"):
+            special = value.lstrip("+-").lower()  # oxigraph (Rust) reads inf, infinity and nan in any case
+            if special in ("inf", "infinity"):
+                return "-INF" if value.startswith("-") else "INF"
+            if special == "nan":
+                return "NaN"
+            if not _XSD_FLOAT.fullmatch(value):
+                return value
+            number = float(value)
+            if number in (float("inf"), float("-inf")):  # a double overflowed: oxigraph says INF too
+                return "-INF" if number < 0 else "INF"
+            if number == 0:
+                return "-0" if value.startswith("-") else "0"
+            return _shortest(number, single=datatype == XSD + "float")
+        if datatype == XSD + "boolean":
+            return {"1": "true", "0": "false"}.get(value, value)
+    except (ValueError, ArithmeticError, struct.error):
+        return value
+    return value
+
+
 def _rows_from_json(body: bytes, source: str) -> list[Row]:
     try:
         document = json.loads(body)
         bindings = document["results"]["bindings"]
-        return [{name: str(cell["value"]) for name, cell in binding.items()} for binding in bindings]
+        return [{name: _term_value(cell) for name, cell in binding.items()} for binding in bindings]
     except (ValueError, KeyError, TypeError) as exc:
         raise SparqlEndpointError(
             f"{source} did not return SPARQL JSON results ({exc}): {body[:200]!r}"

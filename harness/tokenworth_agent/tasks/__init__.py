@@ -5,7 +5,8 @@
 * :mod:`~tokenworth_agent.tasks.db`, :mod:`~tokenworth_agent.tasks.os_env`, :mod:`~tokenworth_agent.tasks.kg` — each environment's record;
 * :mod:`~tokenworth_agent.tasks.bigcodebench` — BigCodeBench's file, record and stream order (v0.1.4 rebuilt by
   :mod:`~tokenworth_agent.tasks.bigcodebench_patches`);
-* :mod:`~tokenworth_agent.tasks.registry` — :func:`load_tasks` by environment name.
+* :mod:`~tokenworth_agent.tasks.registry` — :func:`load_tasks` by environment name, and :func:`fetch`;
+* :mod:`~tokenworth_agent.tasks.download` — what ``tokenworth data fetch`` downloads, checked, resumable.
 """
 
 from tokenworth_agent.tasks.base import DEFAULT_DATA_ROOT, Benchmark, DataError, EnvName, Task, resolve_data_root

@@ -1,7 +1,10 @@
 """ALFWorld's games, the paper's 574-episode manifest (Appendix C) and the task record.
 
-**Data.** The data root's ``alfworld/`` folder holds ALFWorld's ``json_2.1.1`` release, either as
-``json_2.1.1.tar.xz`` (the shared copy) or unpacked as ``json_2.1.1/``. An archive is unpacked once,
+**Data.** The data root's ``alfworld/`` folder holds ALFWorld's ``json_2.1.1`` games, either as
+``json_2.1.1.tar.xz`` (the shared copy: a third party's repack of the games, not a file ALFWorld
+publishes) or unpacked as ``json_2.1.1/`` (what ``tokenworth data fetch --env alfworld`` makes from the
+official release zip, :func:`install_release_zip`, checked by what the harness reads from it:
+:data:`MANIFEST_SHA256`). An archive is unpacked once,
 sha256-checked, into a cache outside the repository (``$TOKENWORTH_ALFWORLD_CACHE``, default
 ``~/.cache/tokenworth/alfworld``), with a ``.complete`` marker so a killed unpack is redone; tar's
 ``data`` filter refuses links and paths that leave the cache. A game is named by its path relative
@@ -42,9 +45,13 @@ import json
 import os
 import random
 import re
+import shutil
 import tarfile
+import tempfile
+import zipfile
+import zlib
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from tokenworth_agent.tasks.base import Benchmark, DataError, Task, benchmark_dir, data_error
 
@@ -52,6 +59,11 @@ ENV = "alfworld"
 RELEASE = "json_2.1.1"
 ARCHIVE = "json_2.1.1.tar.xz"
 ARCHIVE_SHA256 = "106c9127f8588944e4647ad22a2d62eb5e1d329437ee74727337f2f2f79c7bd4"
+# What the harness reads from a release, as one digest: sha256 of manifest_text(build_manifest(root)), i.e. each
+# of the 574 episodes' game path, split, type, seed, rank and the sha256 of its game file, in stream order (an
+# order that depends on every game path of the three splits). Computed from the shared json_2.1.1.tar.xz; a
+# release fetched from ALFWorld's zip must give the same (check_release).
+MANIFEST_SHA256 = "bd84b9686c5b8e275cc5b70a7e684d5d391cc038029a1ab57b647254471ac855"
 GAME_FILE = "game.tw-pddl"
 SPLITS: tuple[str, ...] = ("train", "valid_seen", "valid_unseen")
 EXPECTED_GAMES = {"train": 3553, "valid_seen": 140, "valid_unseen": 134}
@@ -74,8 +86,9 @@ DEFAULT_CACHE = Path("~/.cache/tokenworth/alfworld")
 
 ALFWORLD = Benchmark(
     "alfworld", markers=(ARCHIVE, RELEASE),
-    how_to_get=(f"{{folder}} must hold ALFWorld's {ARCHIVE} (sha256 {ARCHIVE_SHA256[:12]}…, the release "
-                f"`alfworld-download` fetches) or the unpacked {RELEASE}/ folder."))
+    how_to_get=(f"{{folder}} must hold the unpacked {RELEASE}/ folder (`tokenworth data fetch --env alfworld` "
+                f"makes it from ALFWorld's release zip) or {ARCHIVE} (sha256 {ARCHIVE_SHA256[:12]}…, a third "
+                f"party's repack of the same games, not a file ALFWorld publishes)."))
 
 _TASK_DIR = re.compile(r"^(?P<type>[a-z_]+)-(?P<object>[A-Za-z]+)-(?P<mrecep>[A-Za-z]+)-(?P<parent>[A-Za-z]+)"
                        r"-(?P<scene>\d+)$")
@@ -169,11 +182,96 @@ def unpack_release(archive: Path, cache: Path) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     with tarfile.open(archive, "r:xz") as tar:
         tar.extractall(cache, filter="data")
-    counts = {s: len(list((root / s).glob(f"*/*/{GAME_FILE}"))) for s in SPLITS}
+    counts = game_counts(root)
     if counts != EXPECTED_GAMES:
         raise DataError(f"{archive}: unpacked {counts}, expected {EXPECTED_GAMES}")
     (root / ".complete").write_text(digest + "\n")
     return root
+
+
+def game_counts(root: Path) -> dict[str, int]:
+    return {s: len(list((root / s).glob(f"*/*/{GAME_FILE}"))) for s in SPLITS}
+
+
+def check_release(root: Path) -> None:
+    """Refuse (DataError) a release whose games are not the ones the harness reads from the shipped archive:
+    other game counts, or another manifest (:data:`MANIFEST_SHA256`)."""
+    _check_games(game_counts(root), lambda: build_manifest(root))
+
+
+def _check_games(counts: dict[str, int], episodes: Callable[[], list[dict[str, Any]]]) -> None:
+    if counts != EXPECTED_GAMES:
+        raise DataError(f"it holds {counts} games, expected {EXPECTED_GAMES}")
+    digest = hashlib.sha256(manifest_text(episodes()).encode("utf-8")).hexdigest()
+    if digest != MANIFEST_SHA256:
+        raise DataError(f"its manifest's digest is {digest[:16]}…, expected {MANIFEST_SHA256[:16]}… (the games of "
+                        f"the shipped {ARCHIVE})")
+
+
+# A game file inside ALFWorld's release zips: json_2.1.1/<split>/<task folder>/<trial>/game.tw-pddl (no dots in
+# the folder names, so no member can leave the folder it is unpacked into). Every other member is skipped.
+_ZIP_GAME = re.compile(rf"{re.escape(RELEASE)}/({'|'.join(SPLITS)})/([\w-]+)/([\w-]+)/{re.escape(GAME_FILE)}",
+                       re.ASCII)
+
+
+def _zip_games(zipped: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:
+    """relpath -> member, for the game files of the three splits a release zip lists."""
+    found = {}
+    for info in zipped.infolist():
+        match = _ZIP_GAME.fullmatch(info.filename)
+        if match and not info.is_dir():
+            found[info.filename[len(RELEASE) + 1:]] = info
+    return found
+
+
+def zip_game_counts(archive: Path) -> dict[str, int]:
+    """The game files per split a release zip lists (its directory only); DataError if it is not a zip."""
+    try:
+        with zipfile.ZipFile(archive) as zipped:
+            games = _zip_games(zipped)
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise DataError(f"not a readable zip ({exc})") from None
+    return {s: sum(1 for rel in games if rel.startswith(s + "/")) for s in SPLITS}
+
+
+def install_release_zip(archive: Path, folder: Path) -> Path:
+    """Unpack the game files of ALFWorld's release zip ``archive`` as ``folder/json_2.1.1``, checked.
+
+    The games are checked twice: in the zip, before anything is written (the game paths and the manifest's
+    games, read from the zip), then unpacked into a temporary folder beside the target and checked there
+    (:func:`check_release`); only then is that folder renamed to ``json_2.1.1``. On any failure the folder
+    is removed and DataError says why, so the target name only ever holds a checked release. Other members
+    of the zip (``traj_data.json``, other splits) are not unpacked: the harness reads the game files alone."""
+    target = folder / RELEASE
+    if target.exists():
+        raise DataError(f"{target} is there already; move it away first")
+    for stale in folder.glob(f".{RELEASE}.*.unpack"):  # left by a killed install
+        shutil.rmtree(stale, ignore_errors=True)
+    temp: Path | None = None
+    try:
+        with zipfile.ZipFile(archive) as zipped:
+            games = _zip_games(zipped)
+            listing = {s: [parse_relpath(rel) for rel in sorted(games) if rel.startswith(s + "/")] for s in SPLITS}
+            _check_games({s: len(refs) for s, refs in listing.items()},
+                         lambda: manifest_of(listing.__getitem__,
+                                             lambda rel: hashlib.sha256(zipped.read(games[rel])).hexdigest()))
+            temp = Path(tempfile.mkdtemp(prefix=f".{RELEASE}.", suffix=".unpack", dir=folder))
+            for relpath, info in games.items():
+                out = temp / relpath
+                out.parent.mkdir(parents=True, exist_ok=True)
+                with zipped.open(info) as source, open(out, "wb") as sink:
+                    shutil.copyfileobj(source, sink, 1 << 20)
+        check_release(temp)
+        os.replace(temp, target)
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
+        if temp is not None:
+            shutil.rmtree(temp, ignore_errors=True)
+        raise DataError(f"cannot unpack it ({exc})") from None
+    except BaseException:
+        if temp is not None:
+            shutil.rmtree(temp, ignore_errors=True)
+        raise
+    return target
 
 
 def release_root(data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[Benchmark] = ()) -> Path:
@@ -213,12 +311,18 @@ def phase_order(games: Sequence[GameRef], seed: int, take: int | None) -> list[G
 
 def build_manifest(root: Path, phases: Iterable[tuple[str, int, int | None]] = PHASES) -> list[dict[str, Any]]:
     """The ordered episodes: index, phase, split, seed, rank in phase, task type, game, the game file's sha256."""
+    return manifest_of(lambda split: discover(root, split), lambda relpath: file_sha256(root / relpath), phases)
+
+
+def manifest_of(games: Callable[[str], Sequence[GameRef]], sha256_of: Callable[[str], str],
+                phases: Iterable[tuple[str, int, int | None]] = PHASES) -> list[dict[str, Any]]:
+    """:func:`build_manifest` over any listing: ``games(split)`` and ``sha256_of(relpath)`` (a folder, a zip)."""
     episodes: list[dict[str, Any]] = []
     for phase, (split, seed, take) in enumerate(phases):
-        for rank, game in enumerate(phase_order(discover(root, split), seed, take)):
+        for rank, game in enumerate(phase_order(games(split), seed, take)):
             episodes.append({"index": len(episodes), "phase": phase, "split": split, "seed": seed,
                              "rank_in_phase": rank, "task_type": game.task_type, "game": game.relpath,
-                             "sha256": file_sha256(root / game.relpath)})
+                             "sha256": sha256_of(game.relpath)})
     return episodes
 
 
@@ -339,6 +443,8 @@ SOURCE = ALFWorldSource()
 
 __all__ = ["REPAIR_END", "REPAIR_INADMISSIBLE", "REPAIR_LIST", "REPAIR_NO_ACTION", "is_repair_turn",
            "repair_prompt", "ALFWorldTask", "ALFWORLD", "ENV", "EPISODES", "MANIFEST_NAME", "PHASES", "SOURCE", "TASK_TYPES",
-           "GameRef", "build_manifest", "check_follows", "discover", "file_sha256", "goal_of", "make_task",
+           "GameRef", "MANIFEST_SHA256", "build_manifest", "check_follows", "check_release", "discover",
+           "file_sha256", "game_counts", "goal_of", "install_release_zip", "make_task", "manifest_of",
+           "zip_game_counts",
            "manifest", "manifest_text", "parse_relpath", "phase_order", "read_game", "read_manifest",
            "release_root", "unpack_release"]

@@ -1,9 +1,13 @@
 """BigCodeBench (Zhuo et al. 2024, arXiv 2406.15877) as one lifelong stream: App. C's protocol.
 
-**The data.** ``<data root>/bigcodebench/BigCodeBench.jsonl.gz``: the 1,140 tasks of the first
-Hugging Face release (``v0.1.0_hf``), one JSON object a line. The loader rebuilds ``v0.1.4``, the
-paper's release, from it (:mod:`tokenworth_agent.tasks.bigcodebench_patches`) and refuses a file the edits
-do not match.
+**The data.** Either of two files under ``<data root>/bigcodebench/`` (the first wins when both are there):
+
+* ``BigCodeBench.jsonl.gz``: the 1,140 tasks of the first Hugging Face release (``v0.1.0_hf``),
+  one JSON object a line. The loader rebuilds ``v0.1.4``, the paper's release, from it
+  (:mod:`tokenworth_agent.tasks.bigcodebench_patches`) and refuses a file the edits do not match.
+* ``BigCodeBench-v0.1.4.parquet``: the hub's parquet file of split ``v0.1.4`` (hub dataset
+  ``bigcode/bigcodebench``), as ``tokenworth data fetch`` stores it; read as it is. Both give the
+  same records (``tests/test_data_fetch.py`` compares them).
 
 **The stream.** Instruct format, one pass: the 992 tasks that are not in BigCodeBench-Hard in
 file order (ascending task number), then the 148 Hard tasks in ascending order, as the Hard
@@ -28,17 +32,20 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tokenworth_agent.tasks.base import Benchmark, DataError, Task, benchmark_dir, corrupt, data_error, literal, text
-from tokenworth_agent.tasks.bigcodebench_patches import PAPER_RELEASE, ReleaseError, to_release
+from tokenworth_agent.tasks.bigcodebench_patches import BASE_RELEASE, PAPER_RELEASE, ReleaseError, to_release
 
 ENV = "bigcodebench"
 FILE = "BigCodeBench.jsonl.gz"
+SPLIT_FILE = "BigCodeBench-v0.1.4.parquet"  # the hub's split v0.1.4, as `tokenworth data fetch` stores it
+HARD_SPLIT_FILE = "BigCodeBench-Hard-v0.1.4.parquet"  # the Hard split, kept as the check of the shipped ids
 EXPECTED_TASKS = 1140
 EXPECTED_HARD = 148
 
 BCB = Benchmark(
-    "bigcodebench", markers=(FILE,),
+    "bigcodebench", markers=(FILE, SPLIT_FILE),
     how_to_get=(f"{FILE} (BigCodeBench v0.1.0_hf: bigcode-project/bigcodebench-annotation, hf_data/{FILE}) "
-                "must be in {folder}."))
+                f"or {SPLIT_FILE} (the hub's split v0.1.4) must be in {{folder}}; with internet, "
+                "`tokenworth data fetch --env bigcodebench --data-dir {root}` downloads the second."))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,8 +118,46 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def stream(rows: Sequence[dict[str, Any]], path: Path, hard: Sequence[int]) -> list[BCBTask]:
-    """The v0.1.4 records in stream order: non-Hard tasks ascending, then Hard ones ascending."""
+def read_parquet_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a hub parquet file, in file order; DataError if it is not one."""
+    import pyarrow.parquet as pq  # heavy import kept out of module import time
+
+    try:
+        return pq.read_table(path).to_pylist()
+    except Exception as exc:  # pyarrow raises several types for truncated/garbled files
+        raise DataError(f"{path} is not a readable parquet file ({exc}); the file looks corrupt") from exc
+
+
+def load_release_split(path: Path) -> list[BCBTask]:
+    """The stream from the hub's split v0.1.4 file (no edits applied: it is v0.1.4 already)."""
+    rows = read_parquet_rows(path)
+    if len(rows) != EXPECTED_TASKS:
+        raise DataError(f"{path} holds {len(rows)} tasks, but BigCodeBench has {EXPECTED_TASKS}; the file is "
+                        "incomplete or not the public release")
+    for row in rows:  # should a parquet hold these as nested values, write them as the jsonl does (text)
+        if isinstance(row.get("libs"), (list, tuple)):
+            row["libs"] = repr(list(row["libs"]))
+        if isinstance(row.get("doc_struct"), (dict, list)):
+            row["doc_struct"] = json.dumps(row["doc_struct"])
+    return stream(rows, path, hard_numbers(), release=PAPER_RELEASE)
+
+
+def hard_split_numbers(path: Path) -> tuple[int, ...]:
+    """The task numbers of a Hard split file (the hub's ``bigcode/bigcodebench-hard``), ascending."""
+    numbers = []
+    for index, row in enumerate(read_parquet_rows(path)):
+        head, _, tail = str(row.get("task_id", "")).rpartition("/")
+        if head != "BigCodeBench" or not tail.isdigit():
+            raise corrupt(path, index, "task_id", f"is {row.get('task_id')!r}, expected BigCodeBench/<n>")
+        numbers.append(int(tail))
+    return tuple(sorted(numbers))
+
+
+def stream(rows: Sequence[dict[str, Any]], path: Path, hard: Sequence[int],
+           release: str = BASE_RELEASE) -> list[BCBTask]:
+    """The v0.1.4 records in stream order: non-Hard tasks ascending, then Hard ones ascending.
+
+    ``rows`` are ``release``'s: the first release is brought to v0.1.4 by the edits; v0.1.4 is read as it is."""
     for index, row in enumerate(rows):
         missing = [name for name in _REQUIRED if name not in row]
         if missing:
@@ -120,8 +165,10 @@ def stream(rows: Sequence[dict[str, Any]], path: Path, hard: Sequence[int]) -> l
         if not all(isinstance(row[name], str) for name in _REQUIRED):
             wrong = next(name for name in _REQUIRED if not isinstance(row[name], str))
             raise corrupt(path, index, wrong, f"holds a {type(row[wrong]).__name__}, expected text")
+    if release not in (BASE_RELEASE, PAPER_RELEASE):
+        raise ValueError(f"release must be {BASE_RELEASE} or {PAPER_RELEASE}, got {release!r}")
     try:
-        patched = to_release(rows, PAPER_RELEASE)
+        patched = to_release(rows, PAPER_RELEASE) if release == BASE_RELEASE else [dict(r) for r in rows]
     except ReleaseError as exc:
         raise DataError(f"{path}: {exc}") from exc
     numbers = []
@@ -145,12 +192,19 @@ class BigCodeBenchSource:
     benchmark: Benchmark = BCB
 
     def load(self, data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[Benchmark] = ()) -> list[Task]:
-        """All 1,140 tasks in stream order; DataError (saying how to get the file) if it is missing,
-        unreadable, incomplete, not v0.1.0_hf or has a malformed record (naming its line and field)."""
+        """All 1,140 tasks in stream order, from the first release (preferred) or the hub's v0.1.4 split;
+        DataError (saying how to get the file) if neither is there, or the file is unreadable, incomplete,
+        not the release it is named for or has a malformed record (naming its line and field)."""
         folder = benchmark_dir(BCB, data_dir, benchmarks)
         path = folder / FILE
         if not path.is_file():
-            raise data_error(f"no BigCodeBench task data at {path}", BCB, data_dir, folder)
+            split = folder / SPLIT_FILE
+            if split.is_file():
+                try:
+                    return list(load_release_split(split))
+                except DataError as exc:
+                    raise data_error(str(exc), BCB, data_dir, folder) from exc
+            raise data_error(f"no BigCodeBench task data at {path} (nor {SPLIT_FILE})", BCB, data_dir, folder)
         rows = read_rows(path)
         if len(rows) != EXPECTED_TASKS:
             raise data_error(f"{path} holds {len(rows)} tasks, but BigCodeBench has {EXPECTED_TASKS}; the file is "
@@ -160,5 +214,6 @@ class BigCodeBenchSource:
 
 SOURCE = BigCodeBenchSource()
 
-__all__ = ["BCBTask", "BCB", "ENV", "FILE", "EXPECTED_TASKS", "EXPECTED_HARD", "SOURCE", "hard_numbers", "read_rows",
+__all__ = ["BCBTask", "BCB", "ENV", "FILE", "SPLIT_FILE", "HARD_SPLIT_FILE", "EXPECTED_TASKS", "EXPECTED_HARD",
+           "SOURCE", "hard_numbers", "hard_split_numbers", "read_rows", "read_parquet_rows", "load_release_split",
            "stream", "decode"]

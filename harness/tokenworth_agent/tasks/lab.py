@@ -20,6 +20,9 @@ HUB_ID = "csyq/LifelongAgentBench"
 ENV_SUBDIR: dict[str, str] = {"db": "db_bench", "os": "os_interaction", "kg": "knowledge_graph"}
 PARQUET_NAME = "train-00000-of-00001.parquet"
 EXPECTED_ROWS: dict[str, int] = {"db": 500, "os": 500, "kg": 396}
+# LAB's KG ontology (not on the hub; AgentBench's files), read by default when present (docs/kg.md)
+ONTOLOGY_DIR = "knowledge_graph/ontology"
+ONTOLOGY_FILES = ("vocab.json", "fb_roles")
 
 LAB = Benchmark(
     "lifelongagentbench", markers=tuple(ENV_SUBDIR.values()),
@@ -78,14 +81,11 @@ class LabSource:
         return records
 
 
-def download(folder: Path, envs: Sequence[str] = tuple(ENV_SUBDIR)) -> None:
-    """Download the parquet files of ``envs`` into LAB's ``folder`` (needs internet and ``huggingface_hub``)."""
-    try:
-        from huggingface_hub import hf_hub_download
-    except ImportError as exc:  # pragma: no cover - depends on the machine
-        raise DataError("`tokenworth data fetch` needs huggingface_hub: pip install huggingface_hub") from exc
-    for env in envs:
-        hf_hub_download(HUB_ID, f"{ENV_SUBDIR[env]}/{PARQUET_NAME}", repo_type="dataset", local_dir=str(folder))
+def ontology_folder(folder: Path) -> Path | None:
+    """LAB's KG ontology under LAB's ``folder`` when it holds both files the KG task reads, else None."""
+    ontology = folder / ONTOLOGY_DIR
+    return ontology if all((ontology / name).is_file() for name in ONTOLOGY_FILES) else None
 
 
-__all__ = ["HUB_ID", "ENV_SUBDIR", "PARQUET_NAME", "EXPECTED_ROWS", "LAB", "LabSource", "download"]
+__all__ = ["HUB_ID", "ENV_SUBDIR", "PARQUET_NAME", "EXPECTED_ROWS", "LAB", "LabSource", "ONTOLOGY_DIR",
+           "ONTOLOGY_FILES", "ontology_folder"]

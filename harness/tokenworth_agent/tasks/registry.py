@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from tokenworth_agent.core.registry import Registry
 from tokenworth_agent.tasks.base import Benchmark, Task, benchmark_dir
@@ -41,17 +41,34 @@ def load_tasks(env: str, data_dir: str | os.PathLike[str] | None = None, *, limi
     return records[:limit] if limit is not None else records
 
 
-def fetch(data_dir: str | os.PathLike[str] | None = None, envs: Sequence[str] | None = None) -> Path:
-    """Download LifelongAgentBench (``envs``: all its streams) into its folder under the data root, and check
-    what arrived."""
-    from tokenworth_agent.tasks.lab import ENV_SUBDIR, LAB, download
+def fetch(data_dir: str | os.PathLike[str] | None = None, envs: Sequence[str] | None = None,
+          say: Callable[[str], None] = print) -> dict[str, Path]:
+    """Download ``envs``' task data (default: all five benchmarks) under the data root, each file checked
+    (:mod:`tokenworth_agent.tasks.download`), then load each env's tasks once; env -> the folder its tasks are in.
 
-    target = benchmark_dir(LAB, data_dir, benchmarks())
-    envs = tuple(ENV_SUBDIR) if envs is None else tuple(envs)
-    download(target, envs)
+    A file already there and verified is not downloaded again; the first failure is a one-line DataError."""
+    from tokenworth_agent.tasks.base import DataError
+    from tokenworth_agent.tasks.download import (FETCH_ENVS, downloads, fetch_alfworld, fetch_file,
+                                                 present_first_release)
+
+    envs = FETCH_ENVS if envs is None else tuple(dict.fromkeys(envs))
+    unknown = [e for e in envs if e not in FETCH_ENVS]
+    if unknown:
+        raise DataError(f"--env {','.join(unknown)}: unknown; data fetch knows {', '.join(FETCH_ENVS)}")
+    folders = {}
     for env in envs:
-        load_tasks(env, target)
-    return target
+        shipped = present_first_release(data_dir, benchmarks()) if env == "bigcodebench" else None
+        if shipped is not None:
+            say(f"bigcodebench: {shipped} (the first release, verified) is there; nothing to download")
+        elif env == "alfworld":  # a zip unpacked into a folder, not a file: download.fetch_alfworld
+            fetch_alfworld(data_dir, benchmarks(), say)
+        else:
+            for item in downloads(env, data_dir, benchmarks()):
+                fetch_file(item, say)
+        if env != "alfworld":  # checked already by the manifest its games give (or the archive's sha256)
+            load_tasks(env, data_dir)  # what arrived reads as the env's tasks
+        folders[env] = data_folder(env, data_dir)
+    return folders
 
 
 __all__ = ["TASK_SOURCES", "benchmarks", "data_folder", "load_tasks", "fetch"]

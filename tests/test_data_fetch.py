@@ -1,0 +1,315 @@
+"""`tokenworth data fetch` against loopback servers standing in for the hub and the release hosts.
+
+The servers (127.0.0.1 only) serve files built from the shared data: the real download code runs,
+with the checksum refusal (a corrupted file), the resume (half a file, then a Range request),
+idempotence (no request when the verified file is there) and the offline one-liner (a closed port).
+BigCodeBench's two on-disk forms (the shipped first release, the hub's v0.1.4 split) are compared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import http.server
+import re
+import socket
+import threading
+import urllib.parse
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from tokenworth_agent.cli import app
+from tokenworth_agent.tasks import load_tasks
+from tokenworth_agent.tasks.bigcodebench import FILE, HARD_SPLIT_FILE, SPLIT_FILE, hard_numbers, read_rows
+from tokenworth_agent.tasks.bigcodebench_patches import EVERY_FIELD, to_release
+from tokenworth_agent.tasks.download import (ALFWORLD_URL_VARIABLE, BCB_HUB_FILE, ONTOLOGY_SHA256,
+                                             ONTOLOGY_URL_VARIABLE, tasks_digest)
+
+runner = CliRunner()
+LAB_DB = "/datasets/csyq/LifelongAgentBench/resolve/main/db_bench/train-00000-of-00001.parquet"
+LAB_KG = "/datasets/csyq/LifelongAgentBench/resolve/main/knowledge_graph/train-00000-of-00001.parquet"
+BCB_PATH = f"/datasets/bigcode/bigcodebench/resolve/main/{BCB_HUB_FILE}"
+BCB_HARD_PATH = f"/datasets/bigcode/bigcodebench-hard/resolve/main/{BCB_HUB_FILE}"
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    """GET with single open-ended ranges; ``cut[path] = n`` sends n bytes of the next answer, then hangs up."""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        server: _Server = self.server  # type: ignore[assignment]
+        path = urllib.parse.urlsplit(self.path).path
+        asked = self.headers.get("Range")
+        server.log.append((path, asked))
+        if path in server.redirect:  # as the hub sends a file's bytes from another host
+            self.send_response(302)
+            self.send_header("Location", server.url + server.redirect[path])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        body = server.files.get(path)
+        if body is None:
+            self.send_error(404)
+            return
+        start = 0
+        match = re.fullmatch(r"bytes=(\d+)-", asked or "")
+        if match and server.ranges:
+            start = int(match[1])
+            if start >= len(body):
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{len(body)}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+        else:
+            self.send_response(200)
+        rest = body[start:]
+        self.send_header("Content-Length", str(len(rest)))
+        self.end_headers()
+        cut = server.cut.pop(path, None)
+        self.wfile.write(rest if cut is None else rest[:cut])
+        self.wfile.flush()
+        self.close_connection = True
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.files: dict[str, bytes] = {}
+        self.cut: dict[str, int] = {}
+        self.log: list[tuple[str, str | None]] = []
+        self.redirect: dict[str, str] = {}
+        self.ranges = True
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+@pytest.fixture
+def server():
+    srv = _Server()
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    thread.join(timeout=5)
+
+
+@pytest.fixture
+def hub(server, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    return server
+
+
+@pytest.fixture(scope="module")
+def shared(data_dir) -> Path:
+    return Path(data_dir).parent  # the data root (LAB's folder stands for it)
+
+
+def fetch(root: Path, env: str):
+    return runner.invoke(app, ["data", "fetch", "--env", env, "--data-dir", str(root)])
+
+
+def errors(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith("error:")]
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# ------------------------------------------------------------------ LAB: download, idempotence, refusal, resume
+def test_fetch_downloads_verifies_and_a_second_fetch_downloads_nothing(hub, shared, tmp_path) -> None:
+    body = (shared / "lifelongagentbench/db_bench/train-00000-of-00001.parquet").read_bytes()
+    hub.files[LAB_DB] = body
+    first = fetch(tmp_path, "db")
+    assert first.exit_code == 0, first.output
+    target = tmp_path / "lifelongagentbench/db_bench/train-00000-of-00001.parquet"
+    assert target.read_bytes() == body and not list(tmp_path.rglob("*.part"))
+    assert hub.log == [(LAB_DB, None)] and "downloaded and verified" in first.output
+    second = fetch(tmp_path, "db")
+    assert second.exit_code == 0, second.output
+    assert len(hub.log) == 1 and "already there, verified" in second.output  # no request at all
+    assert len(load_tasks("db", tmp_path)) == 500
+
+
+def test_a_corrupted_download_is_refused_and_nothing_is_kept(hub, shared, tmp_path) -> None:
+    body = bytearray((shared / "lifelongagentbench/db_bench/train-00000-of-00001.parquet").read_bytes())
+    body[len(body) // 2] ^= 0xFF
+    hub.files[LAB_DB] = bytes(body)
+    result = fetch(tmp_path, "db")
+    assert result.exit_code == 2
+    [line] = errors(result.output)
+    assert "failed its check" in line and "nothing was kept" in line
+    assert not (tmp_path / "lifelongagentbench/db_bench/train-00000-of-00001.parquet").exists()
+    assert not list(tmp_path.rglob("*.part"))
+
+
+def test_an_interrupted_download_resumes_with_a_range_request(hub, shared, tmp_path) -> None:
+    body = (shared / "lifelongagentbench/db_bench/train-00000-of-00001.parquet").read_bytes()
+    half = len(body) // 2
+    hub.files[LAB_DB] = body
+    hub.cut[LAB_DB] = half
+    broken = fetch(tmp_path, "db")
+    assert broken.exit_code == 2 and "broke off" in errors(broken.output)[0]
+    target = tmp_path / "lifelongagentbench/db_bench/train-00000-of-00001.parquet"
+    part = target.with_name(target.name + ".part")
+    assert not target.exists() and part.stat().st_size == half
+    resumed = fetch(tmp_path, "db")
+    assert resumed.exit_code == 0, resumed.output
+    assert hub.log == [(LAB_DB, None), (LAB_DB, f"bytes={half}-")]
+    assert target.read_bytes() == body and not part.exists()
+
+
+def test_the_range_survives_the_hub_s_redirect(hub, shared, tmp_path) -> None:
+    body = (shared / "lifelongagentbench/db_bench/train-00000-of-00001.parquet").read_bytes()
+    hub.redirect[LAB_DB] = "/cdn/db.parquet"
+    hub.files["/cdn/db.parquet"] = body
+    hub.cut["/cdn/db.parquet"] = 4096
+    assert fetch(tmp_path, "db").exit_code == 2
+    result = fetch(tmp_path, "db")
+    assert result.exit_code == 0, result.output
+    assert hub.log == [(LAB_DB, None), ("/cdn/db.parquet", None), (LAB_DB, "bytes=4096-"),
+                       ("/cdn/db.parquet", "bytes=4096-")]
+    assert (tmp_path / "lifelongagentbench/db_bench/train-00000-of-00001.parquet").read_bytes() == body
+
+
+def test_a_server_that_ignores_the_range_restarts_the_file(hub, shared, tmp_path) -> None:
+    body = (shared / "lifelongagentbench/db_bench/train-00000-of-00001.parquet").read_bytes()
+    hub.files[LAB_DB] = body
+    hub.ranges = False
+    target = tmp_path / "lifelongagentbench/db_bench/train-00000-of-00001.parquet"
+    target.parent.mkdir(parents=True)
+    target.with_name(target.name + ".part").write_bytes(body[:1000])
+    result = fetch(tmp_path, "db")
+    assert result.exit_code == 0, result.output
+    assert hub.log == [(LAB_DB, "bytes=1000-")] and target.read_bytes() == body
+
+
+def test_without_a_network_it_fails_in_one_line_naming_what_to_get_and_where(monkeypatch, tmp_path) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    result = fetch(tmp_path, "db")
+    assert result.exit_code == 2
+    assert result.output.count("error:") == 1
+    [line] = errors(result.output)
+    target = tmp_path / "lifelongagentbench/db_bench/train-00000-of-00001.parquet"
+    assert f"http://127.0.0.1:{port}{LAB_DB}" in line and "by hand" in line and str(target) in line
+    assert not list(tmp_path.rglob("*.parquet*"))
+
+
+def test_a_file_already_there_that_is_not_the_release_is_not_overwritten(hub, tmp_path) -> None:
+    target = tmp_path / "lifelongagentbench/db_bench/train-00000-of-00001.parquet"
+    target.parent.mkdir(parents=True)
+    target.write_bytes(b"not the dataset")
+    result = fetch(tmp_path, "db")
+    assert result.exit_code == 2 and "move it away" in errors(result.output)[0]
+    assert target.read_bytes() == b"not the dataset" and hub.log == []
+
+
+def test_kg_fetches_the_parquet_and_the_ontology(hub, shared, tmp_path, monkeypatch) -> None:
+    lab = shared / "lifelongagentbench"
+    hub.files[LAB_KG] = (lab / "knowledge_graph/train-00000-of-00001.parquet").read_bytes()
+    for name in ONTOLOGY_SHA256:
+        hub.files[f"/onto/{name}"] = (lab / "knowledge_graph/ontology" / name).read_bytes()
+    monkeypatch.setenv(ONTOLOGY_URL_VARIABLE, f"{hub.url}/onto")
+    result = fetch(tmp_path, "kg")
+    assert result.exit_code == 0, result.output
+    for name, digest in ONTOLOGY_SHA256.items():
+        assert sha((tmp_path / "lifelongagentbench/knowledge_graph/ontology" / name).read_bytes()) == digest
+    assert len(hub.log) == 3
+
+
+# ------------------------------------------------------------------ BigCodeBench: two forms, one stream
+def hub_split(rows: list[dict]) -> bytes:
+    """Rows written as the hub's parquet of a split: the nine text columns, in file order."""
+    table = pa.table({name: pa.array([r[name] for r in rows], pa.string()) for name in EVERY_FIELD})
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return sink.getvalue().to_pybytes()
+
+
+@pytest.fixture(scope="module")
+def v014_rows(shared) -> list[dict]:
+    return to_release(read_rows(shared / "bigcodebench" / FILE))  # the project's edits on the shipped release
+
+
+def test_the_v014_split_and_the_first_release_give_the_same_stream(shared, v014_rows, tmp_path) -> None:
+    (tmp_path / "bigcodebench").mkdir()
+    (tmp_path / "bigcodebench" / SPLIT_FILE).write_bytes(hub_split(v014_rows))
+    from_split = load_tasks("bigcodebench", tmp_path)
+    from_first = load_tasks("bigcodebench", shared)
+    assert len(from_split) == 1140 and [t.task_id for t in from_split] == [t.task_id for t in from_first]
+    assert [dataclasses.asdict(t) for t in from_split] == [dataclasses.asdict(t) for t in from_first]
+    assert [t.test for t in from_split] == [t.test for t in from_first]
+    # the split is read as it is: the first release written in that form is not v0.1.4
+    (tmp_path / "bigcodebench" / SPLIT_FILE).write_bytes(hub_split(read_rows(shared / "bigcodebench" / FILE)))
+    assert tasks_digest(load_tasks("bigcodebench", tmp_path)) != tasks_digest(from_first)
+
+
+def test_bigcodebench_fetch_stores_the_v014_split_and_checks_it_by_content(hub, shared, v014_rows, tmp_path) -> None:
+    hub.files[BCB_PATH] = hub_split(v014_rows)
+    hard = set(hard_numbers())
+    hub.files[BCB_HARD_PATH] = hub_split([r for r in v014_rows if int(r["task_id"].split("/")[1]) in hard])
+    result = fetch(tmp_path, "bigcodebench")
+    assert result.exit_code == 0, result.output
+    folder = tmp_path / "bigcodebench"
+    assert (folder / SPLIT_FILE).read_bytes() == hub.files[BCB_PATH] and (folder / HARD_SPLIT_FILE).is_file()
+    assert tasks_digest(load_tasks("bigcodebench", tmp_path)) == tasks_digest(load_tasks("bigcodebench", shared))
+    again = fetch(tmp_path, "bigcodebench")
+    assert again.exit_code == 0 and len(hub.log) == 2
+
+
+def test_a_bigcodebench_split_with_other_tasks_is_refused(hub, shared, v014_rows, tmp_path) -> None:
+    rows = [dict(r) for r in v014_rows]
+    rows[5]["test"] += "\n# edited"
+    hub.files[BCB_PATH] = hub_split(rows)
+    result = fetch(tmp_path, "bigcodebench")
+    assert result.exit_code == 2 and "failed its check" in errors(result.output)[0]
+    assert not list((tmp_path / "bigcodebench").iterdir())
+
+
+def test_a_hard_split_with_other_ids_is_refused(hub, v014_rows, tmp_path) -> None:
+    hub.files[BCB_PATH] = hub_split(v014_rows)
+    hub.files[BCB_HARD_PATH] = hub_split(v014_rows[:148])
+    result = fetch(tmp_path, "bigcodebench")
+    assert result.exit_code == 2 and "Hard ids" in errors(result.output)[0]
+    assert not (tmp_path / "bigcodebench" / HARD_SPLIT_FILE).exists()
+
+
+def test_the_shipped_first_release_needs_no_download(hub, shared, tmp_path) -> None:
+    (tmp_path / "bigcodebench").mkdir()
+    (tmp_path / "bigcodebench" / FILE).symlink_to(shared / "bigcodebench" / FILE)
+    result = fetch(tmp_path, "bigcodebench")
+    assert result.exit_code == 0, result.output
+    assert hub.log == [] and "nothing to download" in result.output
+
+
+def test_unknown_envs_are_refused(tmp_path) -> None:
+    result = fetch(tmp_path, "db,nope")
+    assert result.exit_code == 2 and "nope" in errors(result.output)[0]
+
+
+# ------------------------------------------------------------------ ALFWorld
+# Fetching ALFWorld's release zip (download, resume, refusals, offline): tests/test_alfworld_fetch.py.
+def test_alfworld_archive_already_there_needs_no_url(shared, tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv(ALFWORLD_URL_VARIABLE, raising=False)
+    (tmp_path / "alfworld").mkdir()
+    (tmp_path / "alfworld/json_2.1.1.tar.xz").symlink_to(shared / "alfworld/json_2.1.1.tar.xz")
+    result = fetch(tmp_path, "alfworld")
+    assert result.exit_code == 0, result.output
+    assert "already there, verified" in result.output
