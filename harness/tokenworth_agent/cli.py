@@ -97,7 +97,7 @@ class ExperimentFlags:
     kg_parser: Annotated[str, _option(HARNESS, "KG reply parser: strict (exactly LAB's) or lenient.")] = \
         DEFAULT.harness.kg_parser
     kg_vocab: Annotated[Optional[Path], _option(
-        HARNESS, "KG: folder with LAB's vocab.json and fb_roles; listings and types go through them.")] = None
+        HARNESS, "KG: LAB's ontology (vocab.json, fb_roles); default: the data's; none: off.")] = None
     instructions: Annotated[Optional[Path], _option(
         HARNESS, "Folder holding <env>.txt: replaces the environment's instruction text (user turn 0).")] = None
     bcb_venv: Annotated[Optional[Path], _option(
@@ -153,6 +153,8 @@ class ExperimentFlags:
     no_progress: Annotated[bool, _option(
         OUTPUT, "No progress output (bars on a terminal; elsewhere a line per stream at each tenth).",
         "--no-progress")] = False
+    track: Annotated[Optional[list[str]], _option(
+        OUTPUT, "Log streams live: mlflow or tensorboard.")] = None
     executor: Annotated[str, _option(
         EXECUTOR, "Who runs the streams: local (this process), ray (a Ray cluster) or slurm (a job "
                   "array).")] = DEFAULT.executor.name
@@ -201,7 +203,7 @@ class ExperimentFlags:
                                     engine_arg=tuple(self.engine_arg or ()),
                                     allow_untested_vllm=self.allow_untested_vllm)),
             output=OutputConfig(out=out, summary_dir=summary_dir, overwrite=self.overwrite,
-                                progress=not self.no_progress),
+                                progress=not self.no_progress, track=tuple(self.track or ())),
             executor=ExecutorConfig(
                 name=self.executor.strip().lower(), workers=self.workers, streams_per_worker=self.streams_per_worker,
                 ray_address=self.ray_address,
@@ -430,24 +432,134 @@ def show(
         fail(str(exc))
 
 
-@data_app.command("fetch")
-def data_fetch(
-    data_dir: Optional[Path] = typer.Option(None, help="Data root: the data goes into its lifelongagentbench/ "
-                                                       "(a LifelongAgentBench folder named directly is used as it is).",
-                                            show_default="$TOKENWORTH_DATA_DIR, else ~/.cache/tokenworth"),
+kg_app = typer.Typer(add_completion=False, help="A local Freebase SPARQL endpoint (Virtuoso 7.2.5) for the KG stream.")
+app.add_typer(kg_app, name="kg")
+
+
+@kg_app.command("serve")
+def kg_serve(
+    dump: Path = typer.Option(..., help="Freebase RDF: a .nt, .nt.gz, .ttl or .ttl.gz file, or a folder of them."),
+    port: int = typer.Option(8890, help="SPARQL/HTTP port on 127.0.0.1."),
+    folder: Path = typer.Option(Path("kg-virtuoso"), "--dir", help="Database folder (reused: loaded once)."),
+    isql_port: Optional[int] = typer.Option(None, help="Virtuoso's ISQL port.", show_default="port + 10000"),
+    memory: Optional[float] = typer.Option(None, help="Buffer pool in GiB.", show_default="15% of RAM"),
+    foreground: bool = typer.Option(False, "--foreground", help="Stay attached; Ctrl-C stops the server."),
 ) -> None:
-    """Download the public LifelongAgentBench dataset (needs internet and huggingface_hub)."""
-    from tokenworth_agent.tasks import DataError, fetch
+    """Load a Freebase dump into Virtuoso once and serve it (in the background) for --kg-endpoint."""
+    import time
+
+    from tokenworth_agent.envs.virtuoso import VirtuosoError, serve
 
     try:
-        target = fetch(data_dir)
-    except DataError as exc:
+        served = serve(dump, folder, port=port, isql_port=isql_port,
+                       memory_mb=None if memory is None else max(64, int(memory * 1024)), echo=typer.echo)
+    except VirtuosoError as exc:
         fail(str(exc))
-    except Exception as exc:  # network errors come in many types; say what happened
+    if served.already_running:
+        typer.echo(f"already serving {served.folder} (loaded before; not reloaded)")
+    else:
+        loaded = f"loaded in {served.load_seconds:.1f} s" if served.loaded_now else "already loaded, not reloaded"
+        typer.echo(f"Virtuoso started in {served.start_seconds:.1f} s on {served.folder} ({loaded})")
+    typer.echo(f"endpoint: --kg-endpoint {served.url}")
+    if not foreground:
+        typer.echo(f"stop it with: tokenworth kg stop --dir {served.folder}")
+        return
+    typer.echo("serving in the foreground; Ctrl-C stops the server")
+    try:
+        while served.server.running():
+            time.sleep(1.0)
+        fail(f"Virtuoso exited: {served.server.log_tail()}", 1)
+    except KeyboardInterrupt:
+        served.server.stop()
+        typer.echo("stopped")
+
+
+@kg_app.command("stop")
+def kg_stop(folder: Path = typer.Option(Path("kg-virtuoso"), "--dir", help="The folder given to kg serve.")) -> None:
+    """Stop the Virtuoso server of a folder (the database stays; kg serve restarts it without reloading)."""
+    from tokenworth_agent.envs.virtuoso import VirtuosoError, stop_folder
+
+    try:
+        stopped = stop_folder(folder)
+    except VirtuosoError as exc:
+        fail(str(exc))
+    typer.echo(f"stopped the server of {folder}" if stopped else f"no server was running for {folder}")
+
+
+@data_app.command("fetch")
+def data_fetch(
+    data_dir: Optional[Path] = typer.Option(None, help="Data root: each benchmark goes into its folder under it "
+                                                       "(a benchmark's folder named directly is used as it is).",
+                                            show_default="$TOKENWORTH_DATA_DIR, else ~/.cache/tokenworth"),
+    env: str = typer.Option("db,os,kg,bigcodebench,alfworld",
+                            help="Which benchmarks, comma-separated: db, os, kg, bigcodebench, alfworld."),
+) -> None:
+    """Download the task data (needs internet), each file checked against its recorded checksum.
+
+    An interrupted download resumes; a file already there and verified is not downloaded again."""
+    from tokenworth_agent.tasks import DataError, fetch
+
+    envs = [e.strip().lower() for e in env.split(",") if e.strip()]
+    if not envs:
+        fail("--env names no benchmark; use some of db, os, kg, bigcodebench, alfworld")
+    try:
+        folders = fetch(data_dir, envs=envs, say=typer.echo)
+    except DataError as exc:
+        fail(" ".join(str(exc).split()))
+    except Exception as exc:  # anything else that goes wrong on the way; say what happened
         if _DEBUG["on"]:
             raise
         fail(f"download failed: {type(exc).__name__}: {exc}")
-    typer.echo(f"dataset ready in {target}")
+    for name, folder in folders.items():
+        typer.echo(f"{name}: tasks ready in {folder}")
+
+
+track_app = typer.Typer(add_completion=False, help="Send a run to a tracker after the fact (docs/running.md, Tracking).")
+app.add_typer(track_app, name="track")
+
+
+def _tracked(function: Callable[[], Any]) -> Any:
+    """Run a ``track`` command's body; a bad folder or URI is one ``error:`` line."""
+    from tokenworth_agent.tracking import TrackError
+
+    try:
+        return function()
+    except TrackError as exc:
+        if _DEBUG["on"]:
+            raise
+        fail(str(exc))
+    except ImportError as exc:
+        fail(f"{exc}; install the tracking extra: pip install 'tokenworth-agent[track]'")
+
+
+def _said(sent: Any, what: str) -> None:
+    typer.echo(f"{what}: {sent.steps} task steps of {sent.streams} streams sent")
+    if sent.left:
+        typer.echo(sent.left, err=True)
+        raise typer.Exit(1)
+
+
+@track_app.command("replay")
+def track_replay(run_dir: Path = typer.Argument(..., metavar="RUN", help="A run folder whose tracking-undelivered.jsonl "
+                                                                        "holds what a run could not send.")) -> None:
+    """Send what a tracked run could not send (RUN/tracking-undelivered.jsonl) to where it was meant to go."""
+    from tokenworth_agent.tracking.replay import replay
+
+    _said(_tracked(lambda: replay(run_dir)), "replayed")
+
+
+@track_app.command("send")
+def track_send(
+    run_dir: Path = typer.Argument(..., metavar="RUN", help="A run folder."),
+    to: Optional[str] = typer.Option(None, "--to", help="The MLflow tracking URI, e.g. http://HOST:5000.",
+                                     show_default="$MLFLOW_TRACKING_URI"),
+    track: Optional[list[str]] = typer.Option(None, "--track", help="mlflow and/or tensorboard.",
+                                              show_default="mlflow"),
+) -> None:
+    """Send a whole run from its records to MLflow (or write its TensorBoard events); steps already there are skipped."""
+    from tokenworth_agent.tracking.replay import send
+
+    _said(_tracked(lambda: send(run_dir, to=to, backends=tuple(track or ("mlflow",)))), "sent")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -212,6 +212,16 @@ class OutputConfig:
     summary_dir: Path | None = None  # where summary.md/.json and the figures go (None: the run folder)
     overwrite: bool = False  # redo this command's streams (only in a run folder) instead of resuming them
     progress: bool = True  # bars on a terminal; elsewhere a line per stream at each tenth
+    track: tuple[str, ...] = ()  # --track mlflow / tensorboard (harness/tokenworth_agent/tracking); not the run's identity
+
+    def __post_init__(self) -> None:
+        from tokenworth_agent.tracking import TrackError
+        from tokenworth_agent.tracking.settings import parse_backends
+
+        try:
+            object.__setattr__(self, "track", parse_backends(self.track))
+        except TrackError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,6 +27,7 @@ import time
 import numpy as np
 
 from tokenworth_agent.experiment.config import RunConfig, Sweep
+from tokenworth_agent.experiment import tracked
 from tokenworth_agent.experiment.engine import ExperimentResult, HookFactory
 from tokenworth_agent.experiment.executor import Executor, make_executor
 from tokenworth_agent.experiment.plan import Plan, make_plan, note
@@ -67,8 +68,14 @@ def launch(config: RunConfig, *, executor: Executor | None = None, hooks: HookFa
              f"{config.backbone.name}, schedule {plan.schedule} -> {plan.out_dir}")
         started = time.perf_counter()
         bars = None if hooks is not None else ProgressBars(config.output.progress, plan.streams, plan.tasks)
+        tracker = tracked.open_tracker(plan)  # None without --track; in workers, each worker tracks its own streams
+        front = hooks or bars
         try:
-            results = executor.run(plan, hooks=hooks or bars, on_resume=bars.resuming if bars else None)
+            results = executor.run(plan, hooks=tracked.combined(front, tracker) if executor.in_process else front,
+                                   on_resume=bars.resuming if bars else None)
+        except BaseException:
+            tracked.close(tracker)  # what was committed still gets sent, or written down for a replay
+            raise
         finally:
             if bars is not None:
                 bars.close()
@@ -78,6 +85,7 @@ def launch(config: RunConfig, *, executor: Executor | None = None, hooks: HookFa
                  f"max {max(result.batch_sizes)}")
         sweep_table = write_sweep_table(plan, result) if isinstance(config.what, Sweep) else None
         summary = write_summary(plan)
+        tracked.finish(tracker, plan, summary=summary, sync=not executor.in_process)
     return LaunchResult(plan, result, summary, sweep_table, time.perf_counter() - started)
 
 

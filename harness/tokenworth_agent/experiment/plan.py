@@ -88,6 +88,8 @@ class Plan:
     backbone: Any = dataclasses.field(default=None, compare=False, repr=False)  # the driver's, nothing loaded
     # files the run folder keeps beside the records, by name (ALFWorld's whole manifest, whatever --limit says)
     run_files: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # --track: the trackers and where they log (harness/tokenworth_agent/tracking); None without --track
+    tracking: Any = None
 
     @property
     def envs(self) -> tuple[str, ...]:
@@ -183,12 +185,26 @@ def _sweep_shape(config: RunConfig, what: Sweep) -> _Shape:
 
 
 # ------------------------------------------------------------------------- the checks
+def default_kg_vocab(given: Any, data_dir: Any) -> Any:
+    """``--kg-vocab`` as the run uses it: the folder given; ``none`` for no ontology; when not given,
+    LAB's ontology folder in the KG data (``knowledge_graph/ontology/`` with vocab.json and fb_roles)
+    if it is there, else no ontology."""
+    from tokenworth_agent.tasks.lab import ontology_folder
+
+    if given is not None:
+        return None if str(given).strip().lower() == "none" else given
+    return ontology_folder(data_folder("kg", data_dir))
+
+
 def checked_harness(envs: Sequence[str], config: RunConfig) -> HarnessOptions:
     """The run's HarnessOptions from the harness flags, every named file checked for every env."""
+    flags = config.harness.flags()
+    if "kg" in envs:
+        flags["kg_vocab"] = default_kg_vocab(flags.get("kg_vocab"), config.data.data_dir)
     try:
         harness = None
         for env in envs:
-            harness = harness_from_cli(env, **config.harness.flags())
+            harness = harness_from_cli(env, **flags)
         assert harness is not None
         return harness
     except HarnessError as exc:
@@ -322,7 +338,21 @@ def make_plan(config: RunConfig, *, engine_here: bool = True) -> Plan:
     return Plan(config=config, out_dir=out_dir, streams=tuple(shape.streams), names=tuple(names), tasks=tasks,
                 harness=harness, kg_endpoint=endpoint, backbone_spec=spec, schedule=schedule, settings=settings,
                 replaced=tuple(replaced), title=shape.title, sweep_configs=shape.sweep_configs, backbone=backbone,
-                run_files=run_files)
+                run_files=run_files, tracking=tracking_settings(config, out_dir, settings))
+
+
+def tracking_settings(config: RunConfig, out_dir: Path, settings: Mapping[str, Any]) -> Any:
+    """``--track``'s settings (None without it); a bad tracking URI is refused here, before anything is written."""
+    if not config.output.track:
+        return None
+    from tokenworth_agent.tracking import TrackError
+    from tokenworth_agent.tracking.settings import track_settings
+
+    try:
+        return track_settings(config.output.track, out_dir, settings=settings, backbone=config.backbone.name,
+                              model=config.backbone.model)
+    except TrackError as exc:
+        raise LaunchError(str(exc)) from None
 
 
 __all__ = ["Plan", "BackboneSpec", "LaunchError", "ExecutorLost", "make_plan", "note", "default_out", "experiment_folder",

@@ -10,6 +10,10 @@ Layout (everything here is written by tokenworth; nothing else is ever deleted):
     <out>/<method>/.lock              held for as long as a process runs that method
     <out>/<method>/node.json          where it ran, when a distributed executor ran it (the node id
                                       and hostname of the latest attempt, and every attempt)
+    <out>/<method>/tracking.json, events.out.tfevents.*
+                                      with --track: its MLflow run ids, its TensorBoard events
+    <out>/tracking.json, mlflow.db, mlartifacts/, tracking-undelivered.jsonl
+                                      with --track (harness/tokenworth_agent/tracking)
     <out>/summary.md|json, cumulative_sr.png
                                       (+ budget_levels.png for a grid over budget levels)
 
@@ -59,6 +63,8 @@ LOCK = ".lock"
 RECORDS = "records.jsonl"
 CHECKPOINT = "checkpoint.pkl"
 NODE = "node.json"  # written by harness/tokenworth_agent/experiment/distributed; not a result (has_results ignores it)
+TRACKING = "tracking.json"  # --track: the stream's MLflow run ids (harness/tokenworth_agent/tracking); not a result
+TB_EVENTS = "events.out.tfevents.*"  # --track tensorboard: a stream's event files
 SUMMARY_FILES = ("summary.md", "summary.json", "cumulative_sr.png")
 REQUIRED_CONFIG_KEYS = frozenset({"env", "backbone", "seed"})
 
@@ -240,8 +246,9 @@ def stale_temp_files(folder: Path) -> list[Path]:
 def remove_method_results(out: Path, method: str) -> None:
     """Delete exactly the files tokenworth writes for ``method`` (the lock file stays)."""
     folder = out / method
+    tracked = [folder / TRACKING, *sorted(folder.glob(TB_EVENTS))] if folder.is_dir() else []  # a new tracked run
     for path in [folder / RECORDS, folder / CHECKPOINT, durable_path(folder / CHECKPOINT), folder / NODE,
-                 *stale_temp_files(folder)]:
+                 *stale_temp_files(folder), *tracked]:
         path.unlink(missing_ok=True)
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from tokenworth_agent.core import interrupt
+from tokenworth_agent.experiment import tracked
 from tokenworth_agent.experiment.engine import HookFactory, StreamHook, StreamTakenOver, run_experiment
 from tokenworth_agent.experiment.plan import Plan, backbone_spec, engine_settings, note
 from tokenworth_agent.experiment.streams import StreamSpec
@@ -215,18 +216,20 @@ def run_worker(plan: Plan, backbone: Any, lease: Lease, *, slots: int, where: Ma
     """Run streams from ``lease`` until it is complete (see the module docstring); what this worker did."""
     source = WorkerSource(plan, lease, slots=slots, where=where, report=report)
     batch_sizes: list[int] = []
+    tracker = tracked.worker_tracker(plan)  # --track: this worker logs its own streams
     try:
         while True:
             interrupt.check()  # a stop asked while idle (a Slurm preemption) claims nothing more
             result = run_experiment([], backbone, plan.out_dir, tasks=plan.tasks, schedule=plan.schedule,
                                     kg_endpoint=plan.kg_endpoint, harness=plan.harness, names=[], source=source,
-                                    hooks=source.hooks())
+                                    hooks=source.hooks(tracker.hooks if tracker is not None else None))
             batch_sizes += result.batch_sizes
             if lease.complete():
                 break
             time.sleep(idle_s)  # others still run; a dead worker's streams may come back
     finally:
         source.close()
+        tracked.close(tracker)
     return {"batch_sizes": batch_sizes, "ran": source.ran}
 
 

@@ -1,0 +1,124 @@
+"""What ``--track`` asks for, checked before anything is written: :class:`TrackSettings`.
+
+MLflow goes to ``MLFLOW_TRACKING_URI`` when it is set, else to a store inside the run folder
+(``<run>/mlflow.db``, SQLite, with its artifacts in ``<run>/mlartifacts``). TensorBoard's event files
+always go into the run folder, one per stream folder, so ``tensorboard --logdir RUN`` shows every
+stream side by side. Only the URI's form is checked here: a server that is down at the start does
+not stop the run (:mod:`tokenworth_agent.tracking.courier`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+from urllib.parse import urlparse
+
+from tokenworth_agent.tracking import BACKENDS, TrackError
+
+URI_ENV = "MLFLOW_TRACKING_URI"
+LOCAL_STORE = "mlflow.db"
+LOCAL_ARTIFACTS = "mlartifacts"
+# schemes an MLflow client can log to (a database URL may name its driver: postgresql+psycopg2)
+SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "databricks", "file")
+
+
+def parse_backends(values: Sequence[str]) -> tuple[str, ...]:
+    """``--track`` values (repeatable, or comma-separated) as backend names, in order, each once."""
+    names: list[str] = []
+    for value in ([values] if isinstance(values, str) else values):
+        for item in str(value).split(","):
+            item = item.strip().lower()
+            if not item:
+                continue
+            if item not in BACKENDS:
+                raise TrackError(f"--track {item!r}: unknown tracker; choose {' or '.join(BACKENDS)}")
+            if item not in names:
+                names.append(item)
+    return tuple(names)
+
+
+def check_uri(uri: str, what: str = URI_ENV) -> str:
+    """``uri`` if an MLflow client can log to it, else a one-line :class:`TrackError` saying what would."""
+    text = uri.strip()
+    hint = "give http(s)://HOST:PORT of an MLflow server, or sqlite:///PATH/mlflow.db"
+    try:
+        parsed = urlparse(text)
+        port = parsed.port  # a port that is not a number raises here
+    except ValueError as exc:
+        raise TrackError(f"{what} {uri!r} is not a URI ({exc}); {hint}") from None
+    scheme = parsed.scheme.split("+", 1)[0].lower()
+    if not scheme:
+        raise TrackError(f"{what} {uri!r} has no scheme; {hint}")
+    if scheme not in SCHEMES:
+        raise TrackError(f"{what} {uri!r}: MLflow cannot log to {scheme}:// URIs; {hint}")
+    if scheme in ("http", "https") and not parsed.hostname:
+        raise TrackError(f"{what} {uri!r} names no host; {hint}")
+    if scheme in ("http", "https") and port == 0:
+        raise TrackError(f"{what} {uri!r}: port 0 is no server's port; {hint}")
+    if scheme == "sqlite" and not parsed.path.strip("/"):
+        raise TrackError(f"{what} {uri!r} names no database file; {hint}")
+    return text
+
+
+@dataclasses.dataclass(frozen=True)
+class TrackSettings:
+    """A run's trackers: which, where, and what every stream's run is tagged with."""
+
+    backends: tuple[str, ...]
+    out_dir: Path  # absolute: workers on other nodes see the same folder
+    mlflow_uri: str | None  # None: MLflow not asked for
+    local_store: bool  # the MLflow store is the run folder's own
+    run: Mapping[str, Any]  # backbone, model, config hash: the same for every stream
+
+    @property
+    def artifact_location(self) -> str | None:
+        """Where a new experiment keeps its artifacts: the run folder for the local store, else the server's."""
+        return (self.out_dir / LOCAL_ARTIFACTS).as_uri() if self.local_store else None
+
+    def describe(self) -> str:
+        parts = [f"mlflow -> {self.mlflow_uri}"] if self.mlflow_uri else []
+        if "tensorboard" in self.backends:
+            parts.append(f"tensorboard -> {self.out_dir} (tensorboard --logdir {self.out_dir})")
+        return "tracking: " + "; ".join(parts)
+
+
+def config_hash(settings: Mapping[str, Any]) -> str:
+    """16 hex digits of the run's ``config.json`` settings, without the connection (which may move)."""
+    identity = {k: v for k, v in settings.items() if k != "connection"}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def track_settings(backends: Sequence[str], out_dir: Path, *, settings: Mapping[str, Any], backbone: str,
+                   model: str | None, environ: Mapping[str, str] | None = None) -> TrackSettings | None:
+    """The run's :class:`TrackSettings` (None without ``--track``); a bad value is a :class:`TrackError`."""
+    names = parse_backends(backends)
+    if not names:
+        return None
+    for name in names:  # looked up, not imported: the courier's thread imports them
+        if importlib.util.find_spec(name) is None:
+            raise TrackError(f"--track {name} needs {'MLflow' if name == 'mlflow' else 'TensorBoard'}, which is not "
+                             "installed: pip install 'tokenworth-agent[track]'")
+    env = os.environ if environ is None else environ
+    out = Path(out_dir).absolute()
+    uri, local = None, False
+    if "mlflow" in names:
+        given = env.get(URI_ENV, "").strip()
+        if given:
+            uri = check_uri(given)
+        else:
+            uri, local = local_store_uri(out), True
+    run = {"backbone": backbone, "model": model or "", "config_hash": config_hash(settings)}
+    return TrackSettings(names, out, uri, local, run)
+
+
+def local_store_uri(out: Path) -> str:
+    """The MLflow store inside a run folder."""
+    return f"sqlite:///{Path(out).absolute() / LOCAL_STORE}"
+
+
+__all__ = ["TrackSettings", "track_settings", "parse_backends", "check_uri", "config_hash", "local_store_uri",
+           "URI_ENV", "LOCAL_STORE", "LOCAL_ARTIFACTS"]
