@@ -99,7 +99,7 @@ class ExperimentFlags:
     kg_vocab: Annotated[Optional[Path], _option(
         HARNESS, "KG: LAB's ontology (vocab.json, fb_roles); default: the data's; none: off.")] = None
     instructions: Annotated[Optional[Path], _option(
-        HARNESS, "Folder holding <env>.txt: replaces the environment's instruction text (user turn 0).")] = None
+        HARNESS, "Folder of <env>.txt texts replacing the instructions (turn 0).")] = None
     bcb_venv: Annotated[Optional[Path], _option(
         HARNESS, "BigCodeBench: the evaluation venv the judge runs (make bcb-setup builds it).",
         show_default="$TOKENWORTH_BCB_VENV, else .venv-bcb of the checkout")] = None
@@ -151,7 +151,7 @@ class ExperimentFlags:
         OUTPUT, "Redo: delete this command's results in --out (a run's named streams, a whole sweep; only in a "
                 "run folder) and start over. Without it the same command resumes.", "--overwrite")] = False
     no_progress: Annotated[bool, _option(
-        OUTPUT, "No progress output (bars on a terminal; elsewhere a line per stream at each tenth).",
+        OUTPUT, "No progress (bars on a terminal, else a line per tenth).",
         "--no-progress")] = False
     track: Annotated[Optional[list[str]], _option(
         OUTPUT, "Log streams live: mlflow or tensorboard.")] = None
