@@ -19,7 +19,6 @@ This module only parses: ``run`` and ``sweep`` turn their flags into a
 from __future__ import annotations
 
 import dataclasses
-import errno
 import functools
 import inspect
 from pathlib import Path
@@ -27,9 +26,10 @@ from typing import Annotated, Any, Callable, Optional, Sequence, TypeVar, get_ty
 
 import typer
 
-from tokenworth_agent.experiment.config import (BackboneConfig, BudgetConfig, ConnectionConfig, DataConfig, EngineConfig,
-                                     ExecutorConfig, HarnessConfig, OutputConfig, RunConfig, SlurmConfig, Streams,
-                                     Sweep)
+from tokenworth_agent.experiment.config import Streams, Sweep
+from tokenworth_agent.experiment.failures import INTERRUPTED, describe_failure
+from tokenworth_agent.experiment.flags import (BACKBONE, BUDGET, EXECUTOR, EXPERIMENT, HARNESS, OPENAI, OUTPUT, PANELS,
+                                               SWEEP, VLLM, ExperimentFlags, _option, parse_list)
 from tokenworth_agent.experiment.launch import LaunchResult, launch
 from tokenworth_agent.policies.registry import POLICIES
 
@@ -39,178 +39,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=False,
 data_app = typer.Typer(add_completion=False, help="The task data.")
 app.add_typer(data_app, name="data")
 
-INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 _DEBUG = {"on": False}
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-# --help panels. Each option's name fits in 80 columns: flags are single (`--no-progress`, not
-# `--progress/--no-progress`, whose second name would take a column of its own) and no help text
-# or shown default holds a word much longer than an option name (tests/test_cli_help.py).
-EXPERIMENT = "Experiment"
-SWEEP = "Sweep"
-BUDGET = "Budget"
-HARNESS = "Data and harness"
-BACKBONE = "Backbone: sim (no flags), vllm or openai"
-OPENAI = "OpenAI-compatible server (--backbone openai)"
-VLLM = "In-process vLLM and the GPU split (--backbone vllm)"
-OUTPUT = "Output"
-EXECUTOR = "Executor: local, ray or slurm (docs/distributed.md)"
-PANELS = (SWEEP, EXPERIMENT, BUDGET, HARNESS, BACKBONE, OPENAI, VLLM, OUTPUT, EXECUTOR)
-
-
-def _option(panel: str, help: str, *names: str, **extra: Any) -> Any:
-    return typer.Option(*names, help=help, rich_help_panel=panel, **extra)
-
-
-DEFAULT = RunConfig()  # every flag's default is the typed run's (harness/tokenworth_agent/experiment/config.py)
-
-
-@dataclasses.dataclass(frozen=True)
-class ExperimentFlags:
-    """The options `run` and `sweep` share, declared once (:func:`with_experiment_flags` adds them to both).
-
-    ``bench agent`` has its own argparse parser (it passes its arguments through) with the same names."""
-
-    budget_accounting: Annotated[str, _option(
-        BUDGET, "How O_max is spent: per-call (each model call may write O_max tokens) or per-task.")] = \
-        DEFAULT.budget.accounting
-    limit: Annotated[Optional[int], _option(EXPERIMENT, "Only the first N tasks of each stream.", min=1)] = None
-    schedule: Annotated[str, _option(
-        EXPERIMENT, "lockstep: every stream's pending request in one batched model call per tick; continuous "
-                    "(openai backbone): every request in flight on its own, a stream moves on as soon as its reply "
-                    "is back; sequential: streams one after another, one conversation per call.")] = \
-        DEFAULT.schedule
-    data_dir: Annotated[Optional[Path], _option(
-        HARNESS, "Data root: a folder per benchmark (lifelongagentbench/, ...); a benchmark's own folder works "
-                 "too.", show_default="$TOKENWORTH_DATA_DIR, else ~/.cache/tokenworth")] = None
-    kg_endpoint: Annotated[Optional[str], _option(
-        HARNESS, "SPARQL endpoint for --env kg.", show_default="$TOKENWORTH_KG_ENDPOINT")] = None
-    memory_from: Annotated[str, _option(
-        HARNESS, "Which successes write a memory: completed (reward 1 and ended by its own answer or finish, "
-                 "LAB's rule) or reward (reward 1 alone).")] = \
-        DEFAULT.harness.memory_from
-    memory_format: Annotated[str, _option(
-        HARNESS, "How a memory is injected: compact (copyable actions), transcript (LAB's raw replies and "
-                 "observations) or abstract (compact with OS names replaced by placeholders).")] = \
-        DEFAULT.harness.memory_format
-    kg_parser: Annotated[str, _option(HARNESS, "KG reply parser: strict (exactly LAB's) or lenient.")] = \
-        DEFAULT.harness.kg_parser
-    kg_vocab: Annotated[Optional[Path], _option(
-        HARNESS, "KG: LAB's ontology (vocab.json, fb_roles); default: the data's; none: off.")] = None
-    instructions: Annotated[Optional[Path], _option(
-        HARNESS, "Folder of <env>.txt texts replacing the instructions (turn 0).")] = None
-    bcb_venv: Annotated[Optional[Path], _option(
-        HARNESS, "BigCodeBench: the evaluation venv the judge runs (make bcb-setup builds it).",
-        show_default="$TOKENWORTH_BCB_VENV, else .venv-bcb of the checkout")] = None
-    bcb_verdicts: Annotated[Optional[Path], _option(
-        HARNESS, "BigCodeBench: a file of verdicts; a reply judged before for the same task is not judged "
-                 "again.", show_default="kept in memory for the run")] = None
-    bcb_time_limit: Annotated[float, _option(
-        HARNESS, "BigCodeBench: the evaluator's limit for one task's tests, seconds.")] = \
-        DEFAULT.harness.bcb_time_limit
-    backbone: Annotated[str, _option(BACKBONE, "sim (simulated, the default), vllm (in process) or openai.")] = \
-        DEFAULT.backbone.name
-    model: Annotated[Optional[str], _option(BACKBONE, "Model name (vllm, openai): what the server serves, or a "
-                                                      "Hugging Face id or local folder for vllm.")] = None
-    base_url: Annotated[Optional[list[str]], _option(
-        OPENAI, "Server URL, e.g. http://HOST:8000/v1; repeat it (or separate with commas) for replicas: "
-                "requests spread over them and fail over.")] = None
-    timeout: Annotated[Optional[float], _option(OPENAI, "Read timeout per request, seconds.",
-                                                show_default="600")] = None
-    retry_for: Annotated[Optional[float], _option(
-        OPENAI, "While no request gets through, keep retrying this long, seconds; one window for the whole "
-                "experiment, then it stops (rerun to resume).", show_default="300")] = None
-    max_retries: Annotated[Optional[int], _option(
-        OPENAI, "At most this many retries per request.", show_default="no limit; --retry-for bounds them",
-        min=0)] = None
-    concurrency: Annotated[Optional[int], _option(
-        OPENAI, "At most this many requests in flight.", show_default="all of a batch at once", min=1)] = None
-    extra_body: Annotated[Optional[str], _option(
-        OPENAI, 'JSON object added to every request, e.g. \'{"top_k": -1}\'.')] = None
-    jax_mem_fraction: Annotated[Optional[float], _option(
-        VLLM, "Share of the GPU for JAX, any backbone.", show_default="what the controller needs, with headroom")] \
-        = None
-    gpu_memory_utilization: Annotated[Optional[float], _option(
-        VLLM, "Share of the GPU's total memory for the engine.", show_default="the card's limit minus JAX's share")] \
-        = None
-    max_model_len: Annotated[Optional[int], _option(VLLM, "Context length.", show_default="the model's", min=1)] = None
-    tensor_parallel_size: Annotated[Optional[int], _option(VLLM, "GPUs per engine.", show_default="1", min=1)] = None
-    dtype: Annotated[Optional[str], _option(VLLM, "Weights' dtype: auto, bfloat16, float16, float32.")] = None
-    enforce_eager: Annotated[bool, _option(VLLM, "No CUDA graphs (less memory, slower decoding).",
-                                           "--enforce-eager")] = False
-    no_prefix_caching: Annotated[bool, _option(VLLM, "Do not reuse the KV cache of shared prompt prefixes.",
-                                               "--no-prefix-caching")] = False
-    batch_invariant: Annotated[bool, _option(
-        VLLM, "VLLM_BATCH_INVARIANT=1: greedy replies independent of batching (slower).", "--batch-invariant")] = False
-    engine_arg: Annotated[Optional[list[str]], _option(
-        VLLM, "Any other EngineArgs field, KEY=VALUE (repeatable), e.g. max_num_seqs=64.")] = None
-    allow_untested_vllm: Annotated[bool, _option(
-        VLLM, "Start even when the installed vLLM is outside the tested releases.", "--allow-untested-vllm")] = False
-    overwrite: Annotated[bool, _option(
-        OUTPUT, "Redo: delete this command's results in --out (a run's named streams, a whole sweep; only in a "
-                "run folder) and start over. Without it the same command resumes.", "--overwrite")] = False
-    no_progress: Annotated[bool, _option(
-        OUTPUT, "No progress (bars on a terminal, else a line per tenth).",
-        "--no-progress")] = False
-    track: Annotated[Optional[list[str]], _option(
-        OUTPUT, "Log streams live: mlflow or tensorboard.")] = None
-    executor: Annotated[str, _option(
-        EXECUTOR, "Who runs the streams: local (this process), ray (a Ray cluster) or slurm (a job "
-                  "array).")] = DEFAULT.executor.name
-    ray_address: Annotated[Optional[str], _option(
-        EXECUTOR, "The Ray head, HOST:PORT; run on a node of that cluster.",
-        show_default="$RAY_ADDRESS, else a new cluster here")] = None
-    workers: Annotated[Optional[int], _option(
-        EXECUTOR, "Ray actors (one per GPU for vllm, else per CPU) or Slurm array tasks.",
-        show_default="ray: all; slurm: one per 16 streams", min=1)] = None
-    streams_per_worker: Annotated[Optional[int], _option(
-        EXECUTOR, "Most streams a worker keeps live at once.",
-        show_default="a fair share of all", min=1)] = None
-    slurm_partition: Annotated[Optional[str], _option(EXECUTOR, "Slurm partition.",
-                                                      show_default="the cluster's default")] = None
-    slurm_time: Annotated[int, _option(
-        EXECUTOR, "Minutes per array task (then requeued; it resumes).", min=1)] = \
-        DEFAULT.executor.slurm.time_min
-    slurm_gpus: Annotated[Optional[int], _option(EXECUTOR, "GPUs per array task.",
-                                                 show_default="vllm: its GPUs, else 0", min=0)] = None
-    slurm_option: Annotated[Optional[list[str]], _option(
-        EXECUTOR, "Other sbatch options, KEY=VALUE (repeatable).")] = None
-    slurm_cluster: Annotated[str, _option(
-        EXECUTOR, "slurm, or local (the array as processes here).")] = \
-        DEFAULT.executor.slurm.cluster
-
-    def config(self, what: Streams | Sweep, *, out: Path | None = None,
-               summary_dir: Path | None = None) -> RunConfig:
-        """The typed run of these flags (a bad value: :class:`~tokenworth_agent.experiment.config.ConfigError`)."""
-        return RunConfig(
-            what=what, budget=BudgetConfig(self.budget_accounting), schedule=self.schedule,
-            data=DataConfig(data_dir=self.data_dir, limit=self.limit, kg_endpoint=self.kg_endpoint),
-            harness=HarnessConfig(memory_from=self.memory_from, memory_format=self.memory_format,
-                                  kg_parser=self.kg_parser, kg_vocab=self.kg_vocab, instructions=self.instructions,
-                                  bcb_venv=self.bcb_venv, bcb_verdicts=self.bcb_verdicts,
-                                  bcb_time_limit=self.bcb_time_limit),
-            backbone=BackboneConfig(
-                name=self.backbone, model=self.model,
-                connection=ConnectionConfig(base_url=tuple(self.base_url or ()), timeout=self.timeout,
-                                            retry_for=self.retry_for, max_retries=self.max_retries,
-                                            concurrency=self.concurrency, extra_body=self.extra_body),
-                engine=EngineConfig(jax_mem_fraction=self.jax_mem_fraction,
-                                    gpu_memory_utilization=self.gpu_memory_utilization,
-                                    max_model_len=self.max_model_len, tensor_parallel_size=self.tensor_parallel_size,
-                                    dtype=self.dtype, enforce_eager=self.enforce_eager,
-                                    prefix_caching=not self.no_prefix_caching, batch_invariant=self.batch_invariant,
-                                    engine_arg=tuple(self.engine_arg or ()),
-                                    allow_untested_vllm=self.allow_untested_vllm)),
-            output=OutputConfig(out=out, summary_dir=summary_dir, overwrite=self.overwrite,
-                                progress=not self.no_progress, track=tuple(self.track or ())),
-            executor=ExecutorConfig(
-                name=self.executor.strip().lower(), workers=self.workers, streams_per_worker=self.streams_per_worker,
-                ray_address=self.ray_address,
-                slurm=SlurmConfig(partition=self.slurm_partition, time_min=self.slurm_time,
-                                  gpus_per_task=self.slurm_gpus, options=tuple(self.slurm_option or ()),
-                                  cluster=self.slurm_cluster.strip().lower())))
-
 
 def with_experiment_flags(command: F) -> F:
     """Give ``command`` (which takes ``flags: ExperimentFlags``) every :class:`ExperimentFlags` option.
@@ -245,28 +76,9 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def describe_os_error(exc: OSError) -> str:
-    """One line for a filesystem failure: what, where, what to do."""
-    where = exc.filename or "the run folder"
-    if exc.errno == errno.ENOSPC or exc.errno == errno.EDQUOT:
-        return (f"disk full while writing {where}; free some space and rerun the same command "
-                "(the run resumes after its last complete task)")
-    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-        return f"cannot write {where} ({exc.strerror}); pass an --out folder you can write to"
-    return f"{exc.strerror or exc} ({where})"
-
-
 def expected_failures(function: F) -> F:
-    """Turn the failures a user can cause or fix into one ``error:`` line (``--debug``: traceback)."""
-    from tokenworth_agent.backbones.base import BackboneError, ServerUnreachable
-    from tokenworth_agent.envs.base import InfrastructureError
-    from tokenworth_agent.experiment.config import ConfigError
-    from tokenworth_agent.experiment.plan import ExecutorLost, LaunchError
-    from tokenworth_agent.results.record import RecordError
-    from tokenworth_agent.results.report import ReportError
-    from tokenworth_agent.storage.checkpoint import CheckpointError
-    from tokenworth_agent.storage.runfolder import RunFolderError
-    from tokenworth_agent.tasks import DataError
+    """Turn the failures a user can cause or fix into one ``error:`` line (``--debug``: traceback); what each
+    means is :func:`~tokenworth_agent.experiment.failures.describe_failure`."""
 
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -277,34 +89,15 @@ def expected_failures(function: F) -> F:
                 return function(*args, **kwargs)
         except typer.Exit:
             raise
-        except KeyboardInterrupt:
-            if _DEBUG["on"]:
+        except (KeyboardInterrupt, Exception) as exc:
+            known = describe_failure(exc)
+            if known is None or _DEBUG["on"]:
                 raise
-            typer.echo("\ninterrupted: the records and checkpoints hold every finished task; "
-                       "rerun the same command to resume", err=True)
-            raise typer.Exit(INTERRUPTED) from None
-        except (ConfigError, LaunchError, RunFolderError, CheckpointError, DataError, ReportError, RecordError) as exc:
-            if _DEBUG["on"]:
-                raise
-            fail(str(exc), 2)
-        except (ServerUnreachable, ExecutorLost) as exc:  # its message is whole: what, the cause, "rerun to resume"
-            if _DEBUG["on"]:
-                raise
-            fail(str(exc), 1)
-        except InfrastructureError as exc:  # the environment's machinery, never a task's failure
-            if _DEBUG["on"]:
-                raise
-            fail(f"{str(exc).rstrip('.')}; the run stopped before recording that task: fix it and rerun the same "
-                 "command to resume (finished tasks are kept)", 1)
-        except BackboneError as exc:
-            if _DEBUG["on"]:
-                raise
-            fail(f"backbone failed: {str(exc).rstrip('.')}; fix the backbone settings (--base-url, --model) and "
-                 "rerun the same command to resume (finished tasks are kept)", 1)
-        except OSError as exc:
-            if _DEBUG["on"]:
-                raise
-            fail(describe_os_error(exc), 1)
+            message, code = known
+            if isinstance(exc, KeyboardInterrupt):
+                typer.echo(f"\n{message}", err=True)
+                raise typer.Exit(code) from None
+            fail(message, code)
 
     return wrapper  # type: ignore[return-value]
 
@@ -319,14 +112,6 @@ def present(result: LaunchResult) -> None:
         return
     typer.echo(f"records: {result.plan.out_dir}/<stream>/records.jsonl; summary: {summary.folder}/summary.md; plots: "
                f"{', '.join(map(str, summary.figures))}; {result.seconds:.1f}s", err=True)
-
-
-def parse_list(flag: str, text: str) -> tuple[str, ...]:
-    """``a,b,c`` as (a, b, c), trimmed and lower-cased; the config checks the values."""
-    items = tuple(x.strip().lower() for x in text.split(",") if x.strip())
-    if not items:
-        fail(f"{flag} {text!r}: name at least one")
-    return items
 
 
 def parse_seeds(seed: int | None, seeds: str | None) -> tuple[int, ...]:

@@ -5,9 +5,10 @@ Runs every (environment, seed, method) as the streams of one lockstep experiment
 the mean ± std over seeds of SR, OutputTok and ΔTok per method to ``agent.md`` / ``agent.json``
 and a bar plot to ``agent.png``. It takes ``tokenworth run``'s flags (the budget, data and
 harness, backbone, OpenAI-server and vLLM ones, ``--limit``, ``--overwrite``, ``--no-progress``),
-read from the same declaration (:class:`tokenworth_agent.cli.ExperimentFlags`), so the two never drift, and
-runs them as ``tokenworth run`` does: a :class:`~tokenworth_agent.experiment.config.RunConfig` given to
-:func:`tokenworth_agent.experiment.launch.launch`.
+read from the same declaration (:class:`tokenworth_agent.experiment.flags.ExperimentFlags`), so the two never
+drift, and runs them as ``tokenworth run`` does: a :class:`~tokenworth_agent.experiment.config.RunConfig` given to
+:func:`tokenworth_agent.experiment.launch.launch`. It uses the application layer only (the flags, ``launch``
+and what a failure means to a user), never the ``tokenworth`` command's module.
 
 Where it writes (decision: nothing lands in the repository unless asked):
 
@@ -115,11 +116,12 @@ def plot(results: dict[str, list[dict[str, Any]]], path: Path, accounting: str =
 
 
 def _flag_arguments(parser: argparse.ArgumentParser) -> None:
-    """``tokenworth run``'s shared flags (:class:`tokenworth_agent.cli.ExperimentFlags`), grouped as in its --help."""
+    """``tokenworth run``'s shared flags (:class:`tokenworth_agent.experiment.flags.ExperimentFlags`), grouped as in
+    its --help."""
     import dataclasses
     import typing
 
-    from tokenworth_agent.cli import ExperimentFlags
+    from tokenworth_agent.experiment.flags import ExperimentFlags
 
     groups: dict[str, Any] = {}
     hints = typing.get_type_hints(ExperimentFlags, include_extras=True)
@@ -162,14 +164,18 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parser().parse_args(argv)
     from tokenworth_agent.backbones.vllm_backbone import close_engines
-    from tokenworth_agent.cli import fail
 
     if args.publish and args.out is not None:
-        fail("use either --out or --publish, not both")
+        _fail("use either --out or --publish, not both", 2)
     try:
         return _run_all(args)
     finally:
         close_engines()  # one engine per process, shut down explicitly
+
+
+def _fail(message: str, code: int) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(code)
 
 
 def folders(args: argparse.Namespace) -> tuple[Path, Path]:
@@ -188,8 +194,10 @@ def _run_all(args: argparse.Namespace) -> dict[str, Any]:
     """Every (env, seed, method) as streams of ONE lockstep experiment, then mean ± std over seeds."""
     import dataclasses
 
-    from tokenworth_agent.cli import ExperimentFlags, expected_failures, parse_list, present
+    from tokenworth_agent.core.interrupt import InterruptGuard
     from tokenworth_agent.experiment import Streams, launch
+    from tokenworth_agent.experiment.failures import describe_failure
+    from tokenworth_agent.experiment.flags import ExperimentFlags, parse_list
 
     flags = ExperimentFlags(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ExperimentFlags)})
     accounting = args.budget_accounting
@@ -198,13 +206,17 @@ def _run_all(args: argparse.Namespace) -> dict[str, Any]:
     methods = args.methods.split(",")
     run_dir, out = folders(args)
 
-    @expected_failures
-    def run() -> None:
-        what = Streams(envs=parse_list("--envs", args.envs), methods=parse_list("--methods", args.methods),
-                       seeds=tuple(seeds), grid=())
-        present(launch(flags.config(what, out=run_dir)))
-
-    run()
+    try:
+        with InterruptGuard():  # Ctrl-C stops between two tasks, as in `tokenworth run`
+            what = Streams(envs=parse_list("--envs", args.envs), methods=parse_list("--methods", args.methods),
+                           seeds=tuple(seeds), grid=())
+            result = launch(flags.config(what, out=run_dir))
+    except (KeyboardInterrupt, Exception) as exc:
+        known = describe_failure(exc)
+        if known is None:
+            raise
+        _fail(*known)
+    print(result.table)  # the launch's own table, as `tokenworth run` prints it
     results = {env: aggregate(per_seed)
                for env, per_seed in seed_summaries(run_dir, envs, methods, seeds, accounting).items()}
     out.mkdir(parents=True, exist_ok=True)

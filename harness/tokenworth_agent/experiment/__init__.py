@@ -1,6 +1,8 @@
 """The application layer: a run as a typed config, its launch, and the lockstep engine it runs on.
 
 * :mod:`tokenworth_agent.experiment.config` — :class:`RunConfig` and its parts (every run default, once);
+* :mod:`tokenworth_agent.experiment.flags` — the flags every command line shares (:class:`ExperimentFlags` →
+  ``RunConfig``); :mod:`tokenworth_agent.experiment.failures` — what a failure means to the user, as one line;
 * :mod:`tokenworth_agent.experiment.plan` — the checks and the plan of a run (nothing written);
 * :mod:`tokenworth_agent.experiment.executor` — who runs the planned streams (:class:`LocalExecutor`: this process;
   Ray and Slurm: :mod:`tokenworth_agent.experiment.distributed`, imported only when used);
@@ -15,7 +17,7 @@
 * :mod:`tokenworth_agent.experiment.runner` — one method over one stream (tests and benches).
 
 ``tokenworth run`` and ``tokenworth sweep`` parse their flags into a :class:`RunConfig` and call
-:func:`launch`; so does ``tokenworth-bench agent``.
+:func:`launch`; so does ``tokenworth-bench agent``, through this layer only.
 """
 
 from tokenworth_agent.experiment.config import (BackboneConfig, BudgetConfig, ConfigError, ConnectionConfig, DataConfig,
