@@ -165,9 +165,9 @@ def test_engine_start_sets_or_clears_batch_invariance(fake_vllm, monkeypatch):
 
 def test_missing_extra_names_the_install_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` raise ImportError
-    with pytest.raises(ImportError, match=r"pip install 'tokenworth-jax\[gpu\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'tokenworth-agent\[gpu\]'"):
         VLLMBackbone("m")
-    with pytest.raises(ImportError, match=r"tokenworth-jax\[gpu\]"):
+    with pytest.raises(ImportError, match=r"tokenworth-agent\[gpu\]"):
         make_backbone("vllm", model="m")
 
 
@@ -175,7 +175,7 @@ def test_missing_extra_names_the_install_command(monkeypatch):
 
 
 def test_the_extras_name_the_tested_range():
-    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    extras = tomllib.loads((REPO / "harness" / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert extras["vllm"] == [f"vllm{vllm_api.SUPPORTED}"]
     assert vllm_api.is_supported(vllm_api.PINNED_VERSION)
 

@@ -260,7 +260,7 @@ def test_assert_jax_sees_gpu_names_the_real_cause(monkeypatch):
     with pytest.raises(RuntimeError, match="unset XLA_PYTHON_CLIENT_MEM_FRACTION"):
         co.assert_jax_sees_gpu()
     monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION")
-    with pytest.raises(RuntimeError, match=r"JAX sees no GPU .*(tokenworth-jax\[gpu\]|CUDA plugin is installed)"):
+    with pytest.raises(RuntimeError, match=r"JAX sees no GPU .*(tokenworth-agent\[gpu\]|CUDA plugin is installed)"):
         co.assert_jax_sees_gpu()
 
 

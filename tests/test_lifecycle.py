@@ -28,7 +28,7 @@ def _state(us, embs, query, f, capacity=3):
         emb=jnp.asarray(emb, f), valid=jnp.asarray(valid), ids=jnp.asarray(np.where(valid, 100 + np.arange(capacity), -1), jnp.int32),
         u=jnp.asarray(np.r_[us, np.zeros(capacity - n)], f),
         last=jnp.full((capacity,), 5, jnp.int32), tau=jnp.zeros((capacity,), jnp.int32))
-    judged = tw.protocol.on_device(tw.protocol.Progress(tw.protocol.JUDGED, 1, False))
+    judged = tw.protocol.on_device(tw.protocol.Progress(tw.protocol.OBSERVED, 1, False))  # as tw.observe(1) leaves it
     task = s.task._replace(query=tw.Query(jnp.asarray(query, f)), progress=judged, retrieved=jnp.asarray(n > 0))
     return spec, hp, s._replace(bank=bank, task=task, clock=s.clock._replace(t=jnp.int32(5)))
 

@@ -15,16 +15,21 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_data_files_are_declared_for_installed_packages():
-    """Every non-Python file of the package must be listed in pyproject's package-data,
-    or a wheel (a non-editable install) would lack it."""
-    config = tomllib.loads((REPO / "pyproject.toml").read_text())
-    patterns = config["tool"]["setuptools"]["package-data"]["tokenworth_agent.sandbox"]
-    package_dir = Path(sandbox_pkg.__file__).parent
-    data = [p.name for p in package_dir.iterdir() if p.is_file() and p.suffix not in (".py", ".pyc")]
-    data.append("holder.py")  # run as a program inside the sandbox, not imported
-    assert "setup.sh" in data
-    for name in data:
-        assert any(fnmatch.fnmatch(name, pat) for pat in patterns), f"{name} is not declared as package data"
+    """Every non-Python file of the harness's packages must be listed in harness/pyproject.toml's
+    package-data, or its wheel (a non-editable install) would lack it (vllm_api.json once was)."""
+    config = tomllib.loads((REPO / "harness" / "pyproject.toml").read_text())
+    declared = config["tool"]["setuptools"]["package-data"]
+    assert "holder.py" in declared["tokenworth_agent.sandbox"]  # run as a program inside the sandbox, not imported
+    root = REPO / "harness"
+    for package in ("tokenworth_agent", "tokenworth_bench"):
+        for path in (root / package).rglob("*"):
+            rel = path.relative_to(root)
+            if (not path.is_file() or path.suffix in (".py", ".pyc") or "__pycache__" in rel.parts
+                    or rel.parts[:2] == ("tokenworth_bench", "results")):  # results stay in the repository
+                continue
+            owner = ".".join(rel.parts[:-1])
+            assert any(fnmatch.fnmatch(path.name, pat) for pat in declared.get(owner, [])), \
+                f"{rel} is not declared as package data of {owner}"
 
 
 def test_resources_are_readable_through_importlib():
