@@ -94,10 +94,15 @@ def test_every_public_name_is_on_a_page() -> None:
 
 
 def test_pages_hold_no_code_but_doctests() -> None:
-    """A literal block (``::``, ``code-block``) would be an example that nothing runs."""
+    """A literal block (``::``, ``code-block``) would be an example that nothing runs. The one exception:
+    a whole program from examples/ shown with ``literalinclude``, which a test of the suite runs."""
+    tests = "".join(t.read_text() for t in Path(__file__).parent.glob("test_*.py"))
     for page in PAGES:
         for number, line in enumerate(page.read_text().splitlines(), 1):
-            if line.strip().startswith(".. "):
+            included = re.match(r"\s*\.\. literalinclude:: \.\./\.\./examples/(\w+\.py)$", line)
+            if included:
+                assert f'"examples" / "{included.group(1)}"' in tests, f"{page.name}:{number}: no test runs {included.group(1)}"
+            elif line.strip().startswith(".. "):
                 assert not re.match(r"\s*\.\. (code-block|code|sourcecode|literalinclude)::", line), (page.name, number)
             else:
                 assert not line.rstrip().endswith("::"), f"{page.name}:{number} starts a literal block"
