@@ -53,7 +53,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from tokenworth_agent.tasks.base import Benchmark, DataError, Task, benchmark_dir, data_error
+from tokenworth_agent.tasks.base import Benchmark, DataError, Task, benchmark_dir, data_error, file_sha256
 
 ENV = "alfworld"
 RELEASE = "json_2.1.1"
@@ -156,14 +156,6 @@ def goal_of(grammar: str, path: Path) -> str:
     if match is None:
         raise DataError(f"{path}: the grammar has no 'Your task is to: ...' rule; the file looks corrupt")
     return match.group(1).strip()
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def cache_folder() -> Path:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
+import hashlib
 import os
 from pathlib import Path
 from typing import Any, Iterator, Protocol, Sequence
@@ -159,5 +160,15 @@ def strings(value: Any, name: str, index: int, path: Path) -> tuple[str, ...]:
     return tuple(items)
 
 
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file, read in 1 MiB blocks (data files run to gigabytes)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 __all__ = ["Task", "EnvName", "DataError", "Benchmark", "DATA_ENV_VARIABLE", "DEFAULT_DATA_ROOT",
-           "resolve_data_root", "benchmark_dir", "data_error", "corrupt", "column", "literal", "text", "strings"]
+           "resolve_data_root", "benchmark_dir", "data_error", "corrupt", "column", "literal", "text", "strings",
+           "file_sha256"]

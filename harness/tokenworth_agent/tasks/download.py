@@ -45,7 +45,7 @@ import urllib.request
 from pathlib import Path
 from typing import Callable, Sequence
 
-from tokenworth_agent.tasks.base import Benchmark, DataError, benchmark_dir
+from tokenworth_agent.tasks.base import Benchmark, DataError, benchmark_dir, file_sha256
 
 FETCH_ENVS: tuple[str, ...] = ("db", "os", "kg", "bigcodebench", "alfworld")
 HF_ENDPOINT_VARIABLE = "HF_ENDPOINT"
@@ -105,14 +105,6 @@ class Download:
         what = f"sha256 {self.sha256}" if self.sha256 else self.described
         source = "that file" if named else self.url
         return f"download {source} by hand and put it at {self.path}" + (f" ({what})" if what else "")
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def hf_endpoint() -> str:
