@@ -10,17 +10,13 @@ redirect, as GitHub and aka.ms do, and serves the zip with open-ended ranges.
 from __future__ import annotations
 
 import dataclasses
-import http.server
 import io
 import json
 import os
-import re
 import shutil
 import socket
 import tarfile
 import tempfile
-import threading
-import urllib.parse
 import zipfile
 from pathlib import Path
 
@@ -34,70 +30,19 @@ from tokenworth_agent.tasks.base import benchmark_dir
 from tokenworth_agent.tasks.download import (ALFWORLD_RELEASE_URL, ALFWORLD_URL_VARIABLE, ALFWORLD_ZIP,
                                              downloads, tasks_digest)
 from tokenworth_agent.tasks.registry import benchmarks
+from tests.loopback_files import LoopbackFiles, serving
 
 runner = CliRunner()
 RELEASE_PATH = f"/alfworld/{ALFWORLD_ZIP}"  # what the release address names
 BLOB_PATH = f"/blob/{ALFWORLD_ZIP}"  # where it redirects to
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-        host: _Host = self.server  # type: ignore[assignment]
-        path = urllib.parse.urlsplit(self.path).path
-        host.log.append((path, self.headers.get("Range"), self.headers.get("x-ms-version")))
-        if path == RELEASE_PATH:
-            self.send_response(302)
-            self.send_header("Location", host.url + BLOB_PATH)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        if path != BLOB_PATH or host.body is None:
-            self.send_error(404)
-            return
-        body, start = host.body, 0
-        match = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range") or "")
-        if match:
-            start = int(match[1])
-            self.send_response(206)
-            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
-        else:
-            self.send_response(200)
-        rest = body[start:]
-        self.send_header("Content-Length", str(len(rest)))
-        self.end_headers()
-        cut, host.cut = host.cut, None
-        self.wfile.write(rest if cut is None else rest[:cut])
-        self.wfile.flush()
-        self.close_connection = True
-
-    def log_message(self, *args) -> None:  # quiet
-        pass
-
-
-class _Host(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.body: bytes | None = None
-        self.cut: int | None = None  # send this many bytes of the next answer, then hang up
-        self.log: list[tuple[str, str | None, str | None]] = []
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
 @pytest.fixture
 def host(monkeypatch):
-    srv = _Host()
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    monkeypatch.setenv(ALFWORLD_URL_VARIABLE, f"{srv.url}/alfworld/")
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-    thread.join(timeout=5)
+    with serving() as srv:
+        srv.redirect[RELEASE_PATH] = BLOB_PATH
+        monkeypatch.setenv(ALFWORLD_URL_VARIABLE, f"{srv.url}/alfworld/")
+        yield srv
 
 
 @pytest.fixture
@@ -161,6 +106,11 @@ def fetch(root: Path):
     return runner.invoke(app, ["data", "fetch", "--env", "alfworld", "--data-dir", str(root)])
 
 
+def asked(host: LoopbackFiles) -> list[tuple[str, str | None, str | None]]:
+    """The requests the host saw, as (path, Range header, x-ms-version header)."""
+    return [(r.path, r.range, r.header("x-ms-version")) for r in host.log]
+
+
 def errors(output: str) -> list[str]:
     return [line for line in output.splitlines() if line.startswith("error:")]
 
@@ -178,10 +128,10 @@ def without_root(tasks: list) -> list:
 # ------------------------------------------------------------------ the release zip, end to end
 def test_the_release_zip_gives_the_shipped_records_and_a_second_fetch_downloads_nothing(
         host, shared, release_zip, shipped_tasks, root) -> None:
-    host.body = release_zip
+    host.files[BLOB_PATH] = release_zip
     first = fetch(root)
     assert first.exit_code == 0, first.output
-    assert host.log == [(RELEASE_PATH, None, None), (BLOB_PATH, None, None)]  # one download, via the redirect
+    assert asked(host) == [(RELEASE_PATH, None, None), (BLOB_PATH, None, None)]  # one download, via the redirect
     target = root / "alfworld" / alf.RELEASE
     assert sorted(p.name for p in target.iterdir()) == sorted(alf.SPLITS)  # valid_train was not unpacked
     assert not list(target.rglob("traj_data.json")) and leftovers(root) == []  # the zip was deleted
@@ -196,9 +146,9 @@ def test_the_release_zip_gives_the_shipped_records_and_a_second_fetch_downloads_
 
 
 def test_an_interrupted_download_resumes_with_a_range_request(host, release_zip, root) -> None:
-    host.body = release_zip
+    host.files[BLOB_PATH] = release_zip
     third = len(release_zip) // 3
-    host.cut = third
+    host.cut[BLOB_PATH] = third
     broken = fetch(root)
     assert broken.exit_code == 2 and "broke off" in errors(broken.output)[0]
     part = root / "alfworld" / (ALFWORLD_ZIP + ".part")
@@ -206,7 +156,7 @@ def test_an_interrupted_download_resumes_with_a_range_request(host, release_zip,
     resumed = fetch(root)
     assert resumed.exit_code == 0, resumed.output
     resume = (f"bytes={third}-", "2020-04-08")  # the Range, with the header Azure's blob store needs for it
-    assert host.log[2:] == [(RELEASE_PATH, *resume), (BLOB_PATH, *resume)]
+    assert asked(host)[2:] == [(RELEASE_PATH, *resume), (BLOB_PATH, *resume)]
     assert len(host.log) == 4 and leftovers(root) == []
     assert alf.check_release(root / "alfworld" / alf.RELEASE) is None
 
@@ -227,7 +177,7 @@ def test_a_zip_whose_games_differ_is_refused_before_anything_is_written(host, me
     game = json.loads(files[name])
     game["walkthrough"] = game["walkthrough"][:-1]  # still a playable-looking game, valid zip and CRCs
     files[name] = json.dumps(game).encode()
-    host.body = zipped(files)
+    host.files[BLOB_PATH] = zipped(files)
     result = fetch(root)
     assert result.exit_code == 2
     [line] = errors(result.output)
@@ -250,7 +200,7 @@ def flipped(body: bytes, name: str) -> bytes:
 def test_a_damaged_zip_is_refused_and_nothing_is_kept(host, members, release_zip, root, unpacks, which) -> None:
     real = which == "a manifest game"  # read in the zip before unpacking; the others only while unpacking
     name = next(n for n, data in members.items() if n.endswith(alf.GAME_FILE) and data.startswith(b"{\"pddl") == real)
-    host.body = flipped(release_zip, name)
+    host.files[BLOB_PATH] = flipped(release_zip, name)
     result = fetch(root)
     assert result.exit_code == 2
     [line] = errors(result.output)
@@ -260,7 +210,7 @@ def test_a_damaged_zip_is_refused_and_nothing_is_kept(host, members, release_zip
 
 
 def test_a_zip_without_the_games_fails_its_check(host, members, root) -> None:
-    host.body = zipped({n: d for n, d in members.items() if "/valid_seen/" not in n})
+    host.files[BLOB_PATH] = zipped({n: d for n, d in members.items() if "/valid_seen/" not in n})
     result = fetch(root)
     assert result.exit_code == 2
     [line] = errors(result.output)
@@ -274,7 +224,7 @@ def test_a_folder_already_there_that_is_not_the_release_is_left_alone(host, root
         (target / split).mkdir(parents=True)
     result = fetch(root)
     assert result.exit_code == 2 and "move it away" in errors(result.output)[0]
-    assert host.log == [] and sorted(p.name for p in target.iterdir()) == sorted(alf.SPLITS)
+    assert asked(host) == [] and sorted(p.name for p in target.iterdir()) == sorted(alf.SPLITS)
 
 
 # ------------------------------------------------------------------ where from, offline
@@ -310,4 +260,4 @@ def test_a_zip_put_there_by_hand_is_checked_and_left_alone_when_its_games_differ
     assert result.exit_code == 2
     [line] = errors(result.output)
     assert str(placed) in line and "move it away" in line and "digest" in line
-    assert host.log == [] and placed.is_file() and leftovers(root) == [ALFWORLD_ZIP]  # no request, no unpack
+    assert asked(host) == [] and placed.is_file() and leftovers(root) == [ALFWORLD_ZIP]  # no request, no unpack

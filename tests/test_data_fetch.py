@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import http.server
-import re
 import socket
-import threading
-import urllib.parse
 from pathlib import Path
 
 import pyarrow as pa
@@ -28,6 +24,7 @@ from tokenworth_agent.tasks.bigcodebench import FILE, HARD_SPLIT_FILE, SPLIT_FIL
 from tokenworth_agent.tasks.bigcodebench_patches import EVERY_FIELD, to_release
 from tokenworth_agent.tasks.download import (ALFWORLD_URL_VARIABLE, BCB_HUB_FILE, ONTOLOGY_SHA256,
                                              ONTOLOGY_URL_VARIABLE, tasks_digest)
+from tests.loopback_files import LoopbackFiles, serving
 
 runner = CliRunner()
 LAB_DB = "/datasets/csyq/LifelongAgentBench/resolve/main/db_bench/train-00000-of-00001.parquet"
@@ -36,75 +33,10 @@ BCB_PATH = f"/datasets/bigcode/bigcodebench/resolve/main/{BCB_HUB_FILE}"
 BCB_HARD_PATH = f"/datasets/bigcode/bigcodebench-hard/resolve/main/{BCB_HUB_FILE}"
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    """GET with single open-ended ranges; ``cut[path] = n`` sends n bytes of the next answer, then hangs up."""
-
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-        server: _Server = self.server  # type: ignore[assignment]
-        path = urllib.parse.urlsplit(self.path).path
-        asked = self.headers.get("Range")
-        server.log.append((path, asked))
-        if path in server.redirect:  # as the hub sends a file's bytes from another host
-            self.send_response(302)
-            self.send_header("Location", server.url + server.redirect[path])
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        body = server.files.get(path)
-        if body is None:
-            self.send_error(404)
-            return
-        start = 0
-        match = re.fullmatch(r"bytes=(\d+)-", asked or "")
-        if match and server.ranges:
-            start = int(match[1])
-            if start >= len(body):
-                self.send_response(416)
-                self.send_header("Content-Range", f"bytes */{len(body)}")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            self.send_response(206)
-            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
-        else:
-            self.send_response(200)
-        rest = body[start:]
-        self.send_header("Content-Length", str(len(rest)))
-        self.end_headers()
-        cut = server.cut.pop(path, None)
-        self.wfile.write(rest if cut is None else rest[:cut])
-        self.wfile.flush()
-        self.close_connection = True
-
-    def log_message(self, *args) -> None:  # quiet
-        pass
-
-
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.files: dict[str, bytes] = {}
-        self.cut: dict[str, int] = {}
-        self.log: list[tuple[str, str | None]] = []
-        self.redirect: dict[str, str] = {}
-        self.ranges = True
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
 @pytest.fixture
 def server():
-    srv = _Server()
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-    thread.join(timeout=5)
+    with serving() as srv:
+        yield srv
 
 
 @pytest.fixture
@@ -120,6 +52,11 @@ def shared(data_dir) -> Path:
 
 def fetch(root: Path, env: str):
     return runner.invoke(app, ["data", "fetch", "--env", env, "--data-dir", str(root)])
+
+
+def asked(server: LoopbackFiles) -> list[tuple[str, str | None]]:
+    """The requests the server saw, as (path, Range header)."""
+    return [(r.path, r.range) for r in server.log]
 
 
 def errors(output: str) -> list[str]:
@@ -138,7 +75,7 @@ def test_fetch_downloads_verifies_and_a_second_fetch_downloads_nothing(hub, shar
     assert first.exit_code == 0, first.output
     target = tmp_path / "lifelongagentbench/db_bench/train-00000-of-00001.parquet"
     assert target.read_bytes() == body and not list(tmp_path.rglob("*.part"))
-    assert hub.log == [(LAB_DB, None)] and "downloaded and verified" in first.output
+    assert asked(hub) == [(LAB_DB, None)] and "downloaded and verified" in first.output
     second = fetch(tmp_path, "db")
     assert second.exit_code == 0, second.output
     assert len(hub.log) == 1 and "already there, verified" in second.output  # no request at all
@@ -169,7 +106,7 @@ def test_an_interrupted_download_resumes_with_a_range_request(hub, shared, tmp_p
     assert not target.exists() and part.stat().st_size == half
     resumed = fetch(tmp_path, "db")
     assert resumed.exit_code == 0, resumed.output
-    assert hub.log == [(LAB_DB, None), (LAB_DB, f"bytes={half}-")]
+    assert asked(hub) == [(LAB_DB, None), (LAB_DB, f"bytes={half}-")]
     assert target.read_bytes() == body and not part.exists()
 
 
@@ -181,7 +118,7 @@ def test_the_range_survives_the_hub_s_redirect(hub, shared, tmp_path) -> None:
     assert fetch(tmp_path, "db").exit_code == 2
     result = fetch(tmp_path, "db")
     assert result.exit_code == 0, result.output
-    assert hub.log == [(LAB_DB, None), ("/cdn/db.parquet", None), (LAB_DB, "bytes=4096-"),
+    assert asked(hub) == [(LAB_DB, None), ("/cdn/db.parquet", None), (LAB_DB, "bytes=4096-"),
                        ("/cdn/db.parquet", "bytes=4096-")]
     assert (tmp_path / "lifelongagentbench/db_bench/train-00000-of-00001.parquet").read_bytes() == body
 
@@ -195,7 +132,7 @@ def test_a_server_that_ignores_the_range_restarts_the_file(hub, shared, tmp_path
     target.with_name(target.name + ".part").write_bytes(body[:1000])
     result = fetch(tmp_path, "db")
     assert result.exit_code == 0, result.output
-    assert hub.log == [(LAB_DB, "bytes=1000-")] and target.read_bytes() == body
+    assert asked(hub) == [(LAB_DB, "bytes=1000-")] and target.read_bytes() == body
 
 
 def test_without_a_network_it_fails_in_one_line_naming_what_to_get_and_where(monkeypatch, tmp_path) -> None:
@@ -218,7 +155,7 @@ def test_a_file_already_there_that_is_not_the_release_is_not_overwritten(hub, tm
     target.write_bytes(b"not the dataset")
     result = fetch(tmp_path, "db")
     assert result.exit_code == 2 and "move it away" in errors(result.output)[0]
-    assert target.read_bytes() == b"not the dataset" and hub.log == []
+    assert target.read_bytes() == b"not the dataset" and asked(hub) == []
 
 
 def test_kg_fetches_the_parquet_and_the_ontology(hub, shared, tmp_path, monkeypatch) -> None:
@@ -296,7 +233,7 @@ def test_the_shipped_first_release_needs_no_download(hub, shared, tmp_path) -> N
     (tmp_path / "bigcodebench" / FILE).symlink_to(shared / "bigcodebench" / FILE)
     result = fetch(tmp_path, "bigcodebench")
     assert result.exit_code == 0, result.output
-    assert hub.log == [] and "nothing to download" in result.output
+    assert asked(hub) == [] and "nothing to download" in result.output
 
 
 def test_unknown_envs_are_refused(tmp_path) -> None:
