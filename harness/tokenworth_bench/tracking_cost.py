@@ -180,8 +180,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
               f"{', '.join(f'{x:.1f}' for x in report['load_average_at_end'])}."]
     lines += ["", "Engine: the first task to the last commit (what logging on the engine's path could slow). Command: "
               "the same plus the summary and the tracker's final flush. Process CPU: user + system time of the run's "
-              "process, every thread (the courier's too). `mlflow-server` runs its server on the same 2 cores (its CPU "
-              "is not counted)."]
+              "process, every thread (the courier's too), not its MLflow sender's child process. `mlflow-server` runs "
+              "its server on the same 2 cores (its CPU is not counted either)."]
     atomic_write_text(args.out / "tracking_cost.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
     return report

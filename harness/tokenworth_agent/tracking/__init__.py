@@ -9,6 +9,8 @@ Nothing here imports MLflow or TensorBoard until a run asks for them (``tokenwor
   committed task, computed from the records alone;
 * :mod:`.sinks` — the two backends behind one small interface (:mod:`.mlflow_sink`,
   :mod:`.tensorboard_sink`): each knows which steps it already holds, so nothing is sent twice;
+* :mod:`.child_sink` — a sink run in a child process (MLflow's): its import, store and requests
+  stay off the engine's process;
 * :mod:`.courier` — the background thread with a bounded queue that sends, retries, and at the end
   writes what could not be sent to ``tracking-undelivered.jsonl``;
 * :mod:`.tracker` — the engine's hooks: log a task once its record is committed;

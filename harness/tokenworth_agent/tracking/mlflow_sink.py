@@ -1,6 +1,7 @@
 """MLflow: one experiment per run folder, one MLflow run per stream, a parent run for the folder.
 
-Used only from the courier's thread (:mod:`.courier`), which calls, per stream: :meth:`MlflowSink.open`
+Used only by a courier (:mod:`.courier`): during a run from a child process (:mod:`.child_sink`), in a
+replay in the replaying process. The courier calls, per stream: :meth:`MlflowSink.open`
 (find or make the stream's run, log its parameters and tags), :meth:`~MlflowSink.logged` (the steps the
 run already holds, per metric), :meth:`~MlflowSink.send` (metrics, stepped by task index) and
 :meth:`~MlflowSink.finish`; and once per folder :meth:`~MlflowSink.finish_folder` (the summary and

@@ -9,7 +9,8 @@ once per stream), so a resumed run fills exactly the steps a kill left out.
 
 The hook does little on the engine's thread: it computes the task's scalars (:class:`~.metrics.Scalars`)
 and puts one item on the courier's queue (:mod:`.courier`). Parameters are computed on the courier's
-thread, which also imports MLflow and TensorBoard, only when the run asks for them.
+thread, which also imports TensorBoard, only when the run asks for it; MLflow runs in a child
+process (:mod:`.child_sink`).
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ REPLAY = "tokenworth track replay"
 
 
 def make_sinks(settings: TrackSettings) -> list[Any]:
-    """The sinks ``settings`` asks for (their libraries are imported later, on the courier's thread)."""
+    """The sinks ``settings`` asks for (their libraries are imported later, off the engine's thread)."""
     sinks: list[Any] = []
     if settings.mlflow_uri:
-        from tokenworth_agent.tracking.mlflow_sink import MlflowSink
+        from tokenworth_agent.tracking.child_sink import ChildSink
 
-        sinks.append(MlflowSink(settings.mlflow_uri, settings.out_dir, settings.artifact_location))
+        # in a child process: MLflow's import, its store and its requests stay off the engine's cores
+        sinks.append(ChildSink("tokenworth_agent.tracking.mlflow_sink:MlflowSink", "mlflow", settings.mlflow_uri,
+                               settings.mlflow_uri, settings.out_dir, settings.artifact_location))
     if "tensorboard" in settings.backends:
         from tokenworth_agent.tracking.tensorboard_sink import TensorBoardSink
 

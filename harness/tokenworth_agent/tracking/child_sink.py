@@ -1,0 +1,155 @@
+"""A sink that runs in a child process, so the engine's process never imports its library nor builds its store.
+
+Importing MLflow costs about 1.5 s of CPU, creating a local SQLite store about 6 s, and every request
+holds the GIL while it is built and parsed; done in the engine's process, that made the default run
+20-30 % slower on a 2-core machine. :class:`ChildSink` has the interface the courier (:mod:`.courier`)
+expects of a sink and forwards each call, pickled, over a socket pair to a child started with
+``python -m tokenworth_agent.tracking.child_sink`` (a fresh interpreter: none of the engine's
+modules, nothing forked from its threads), which holds the real sink and, once its library is
+imported, lowers its own priority.
+
+The courier's logic is unchanged: it still decides what to send, retries, and writes down what is
+left; a call that fails in the child raises here, under the child's exception name (so the one line
+the run prints reads the same). A child that dies or hangs past :data:`CALL_TIMEOUT_S` is killed and
+the call fails; the next call starts a new child. The child exits when its socket closes, so a
+killed run leaves no child behind.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import socket
+import subprocess
+import sys
+from multiprocessing.connection import Connection
+from typing import Any
+
+CALL_TIMEOUT_S = 300.0  # far above one request (10 s) and a store's creation (~6 s): only a stuck child hits it
+NICE = 10  # after its import, the child sends in the background: the engine keeps its cores
+
+
+class ChildSink:
+    """``ChildSink("module:Class", name, target, *args)``: ``module.Class(*args)``, built and called in a child."""
+
+    def __init__(self, make: str, name: str, target: str, *args: Any) -> None:
+        self.make, self.args = make, args
+        self.name, self.target = name, target  # what the courier's report and undelivered file name
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._conn: Connection | None = None
+
+    # ------------------------------------------------------------------ plumbing
+    def _start(self) -> None:
+        mine, theirs = socket.socketpair()
+        try:
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # the same package
+            self._proc = subprocess.Popen([sys.executable, "-m", __name__, str(theirs.fileno())],
+                                          pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env)
+        finally:
+            theirs.close()
+        self._conn = Connection(mine.detach())
+        self._conn.send((self.make, self.args))
+
+    def _stop(self, *, kill: bool) -> None:
+        proc, conn, self._proc, self._conn = self._proc, self._conn, None, None
+        if conn is not None:
+            try:
+                if not kill:
+                    conn.send(None)
+            except OSError:
+                pass
+            conn.close()
+        if proc is not None:
+            if kill:
+                proc.kill()
+            try:
+                proc.wait(timeout=10.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def _call(self, method: str, *args: Any) -> Any:
+        if self._proc is None or self._proc.poll() is not None:
+            self._stop(kill=True)
+            self._start()
+        assert self._conn is not None
+        try:
+            self._conn.send((method, args))
+            if not self._conn.poll(CALL_TIMEOUT_S):
+                raise TimeoutError(f"the {self.name} sender did not answer {method} in {CALL_TIMEOUT_S:.0f} s")
+            ok, value = self._conn.recv()
+        except (OSError, EOFError, TimeoutError):
+            self._stop(kill=True)
+            raise
+        if ok:
+            return value
+        kind, message = value
+        raise type(kind, (RuntimeError,), {})(message)  # named as the child named it, for the run's one line
+
+    # ------------------------------------------------------------------ the sink's interface
+    def warm(self) -> None:
+        """Start the child and have it import its library (the courier's first call, before the first task)."""
+        self._call("warm")
+
+    def open(self, meta: Any) -> None:
+        self._call("open", meta)
+
+    def logged(self, meta: Any) -> dict[str, set[int]]:
+        return self._call("logged", meta)
+
+    def send(self, meta: Any, rows: Any) -> None:
+        self._call("send", meta, list(rows))
+
+    def finish(self, meta: Any) -> None:
+        self._call("finish", meta)
+
+    def finish_folder(self, artifacts: Any, streams: Any, params: Any) -> None:
+        self._call("finish_folder", list(artifacts), list(streams), dict(params))
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            try:
+                self._call("close")
+            finally:
+                self._stop(kill=False)
+        else:
+            self._stop(kill=True)
+
+
+def _serve(fd: int) -> None:
+    """The child: build the sink, then answer calls until the socket closes or a ``None`` comes."""
+    conn = Connection(fd)
+    make, args = conn.recv()
+    module, _, cls = make.partition(":")
+    sink = getattr(importlib.import_module(module), cls)(*args)
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):  # the engine's process is gone
+            return
+        if message is None:
+            return
+        method, call_args = message
+        try:
+            result = getattr(sink, method, lambda *_: None)(*call_args)
+            reply = (True, result)
+        except Exception as exc:  # noqa: BLE001 - every failure goes back to the courier, which retries
+            reply = (False, (type(exc).__name__, str(exc)))
+        if method == "warm":
+            # the import ran at full priority, so that the first steps follow the run closely even when
+            # it is short; the rest (the store, the requests) yields to the engine
+            try:
+                os.nice(NICE)
+            except OSError:
+                pass
+        try:
+            conn.send(reply)
+        except OSError:
+            return
+
+
+if __name__ == "__main__":
+    _serve(int(sys.argv[1]))
+
+
+__all__ = ["ChildSink", "CALL_TIMEOUT_S"]
