@@ -9,7 +9,6 @@
 #       a fresh venv with both wheels, non-editable, then `tokenworth run --limit 5` in an empty folder
 set -euo pipefail
 cd "$(dirname "$0")/.."
-REPO=$PWD
 # The library's tests: the files that declare `pytestmark = pytest.mark.library` (they import nothing
 # of the harness).
 library_tests() { grep -l '^pytestmark = .*pytest\.mark\.library' tests/test_*.py | sort; }
@@ -69,7 +68,7 @@ harness)
   cd "$work"
   TOKENWORTH_DATA_DIR=$data "$venv/bin/tokenworth" run --limit 5 --no-progress --out run
   test -s run/summary.md
-  "$venv/bin/python" -c "import tokenworth_agent, tokenworth_jax; assert '$REPO' not in tokenworth_agent.__file__"
+  "$venv/bin/python" -c "import tokenworth_agent, tokenworth_jax; assert all('site-packages' in m.__file__ for m in (tokenworth_agent, tokenworth_jax)), (tokenworth_agent.__file__, tokenworth_jax.__file__)"
   echo "harness wheel: tokenworth run --limit 5 wrote $(ls run | wc -l) entries in its run folder"
   ;;
 *) echo "scripts/wheels.sh: unknown command $1" >&2; exit 2 ;;
