@@ -5,7 +5,9 @@ A real ``mlflow server`` (SQLite store, artifacts in a temporary folder) on a fr
 records (the scalars are a function of the records: :class:`tokenworth_agent.tracking.metrics.Scalars`).
 TensorBoard's event files are read back with TensorBoard's own ``EventAccumulator``. Runs are real
 CLI processes: killed with SIGKILL and resumed, a server stopped under a run and started again for
-the replay, and a two-node Ray cluster whose workers both log to the one server.
+the replay, a two-node Ray cluster whose workers both log to the one server (one worker killed: the
+stream another worker takes over continues its MLflow run), and a Slurm array (submitit's local
+executor) whose preempted task, requeued, continues its streams' runs.
 """
 
 from __future__ import annotations
@@ -101,7 +103,9 @@ def server(tmp_path_factory):
 def environment(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return {**env, "PYTHONPATH": path, "TOKENWORTH_TRACK_FLUSH_S": "0.2", **extra}
+    # the trackers at the engine's priority: on a loaded machine (CI runs another suite beside this one) the
+    # default, the lowest, lets them lag the run, and these tests kill runs at points the trackers must reach
+    return {**env, "PYTHONPATH": path, "TOKENWORTH_TRACK_FLUSH_S": "0.2", "TOKENWORTH_TRACK_NICE": "0", **extra}
 
 
 def command(data_dir: str, out: Path, *extra: str, what: list[str] = RUN) -> list[str]:
@@ -132,7 +136,10 @@ def experiment_runs(uri: str, out: Path) -> dict[str, object]:
 
     client = MlflowClient(uri)
     [experiment] = [e for e in client.search_experiments() if e.name.startswith(f"tokenworth/{out.name}-")]
-    return {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
+    runs = client.search_runs([experiment.experiment_id])
+    names = [r.info.run_name for r in runs]
+    assert len(names) == len(set(names)), f"a stream has two MLflow runs: {sorted(names)}"
+    return {r.info.run_name: r for r in runs}
 
 
 def histories(uri: str, run_id: str) -> dict[str, list[tuple[int, float]]]:
@@ -179,17 +186,36 @@ def test_a_run_without_track_imports_no_tracker_and_writes_no_tracking_file(data
 import sys
 from typer.testing import CliRunner
 import tokenworth_agent.cli
-result = CliRunner().invoke(tokenworth_agent.cli.app, ['run', '--methods', 'standard', '--limit', '2', '--data-dir',
-                            {data_dir!r}, '--out', {str(tmp_path / 'run')!r}, '--no-progress'])
-assert result.exit_code == 0, result.output
-print(sorted({{m.split('.')[0] for m in sys.modules}} & {{'mlflow', 'tensorboard', 'tensorboardX'}}))
+def run(out, *flags):
+    result = CliRunner().invoke(tokenworth_agent.cli.app, ['run', '--methods', 'standard', '--limit', '2', '--data-dir',
+                                {data_dir!r}, '--out', out, '--no-progress', *flags])
+    assert result.exit_code == 0, result.output
+    print(sorted({{m.split('.')[0] for m in sys.modules}} & {{'mlflow', 'tensorboard', 'tensorboardX', 'google'}}))
+run({str(tmp_path / 'run')!r})
+run({str(tmp_path / 'tracked')!r}, '--track', 'tensorboard')  # the writer runs in a child process
 """
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=environment(), capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert done.stdout.strip().splitlines()[-2:] == ["[]", "[]"]
     made = sorted(p.name for p in (tmp_path / "run").rglob("*"))
     assert not [n for n in made if "tracking" in n or "mlflow" in n or "tfevents" in n or n == "mlartifacts"]
+    assert list((tmp_path / "tracked" / "standard").glob("events.out.tfevents.*"))
+
+
+def test_the_trackers_run_in_children_at_the_lowest_priority_unless_told(tmp_path) -> None:
+    from tokenworth_agent.tracking.child_sink import ChildSink
+
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    for asked, want in ((19, 19), (5, min(19, own + 5)), (0, own)):
+        sink = ChildSink("tokenworth_agent.tracking.tensorboard_sink:TensorBoardSink", "tensorboard", str(tmp_path),
+                         tmp_path, nice=asked)
+        try:
+            sink.warm()
+            assert sink._proc is not None and sink._proc.pid != os.getpid()
+            assert os.getpriority(os.PRIO_PROCESS, sink._proc.pid) == max(want, own), asked
+        finally:
+            sink.close()
 
 
 def test_bad_track_values_are_one_line_and_write_nothing(data_dir, tmp_path) -> None:
@@ -200,7 +226,8 @@ def test_bad_track_values_are_one_line_and_write_nothing(data_dir, tmp_path) -> 
     cases = [(["--track", "wandb"], {}, "--track 'wandb': unknown tracker; choose mlflow or tensorboard"),
              (["--track", "mlflow"], {"MLFLOW_TRACKING_URI": "ftp://example.org/x"}, "MLflow cannot log to ftp://"),
              (["--track", "mlflow"], {"MLFLOW_TRACKING_URI": "http://127.0.0.1:notaport"}, "is not a URI"),
-             (["--track", "mlflow"], {"MLFLOW_TRACKING_URI": "localhost:5000"}, "MLflow cannot log to localhost://")]
+             (["--track", "mlflow"], {"MLFLOW_TRACKING_URI": "localhost:5000"}, "MLflow cannot log to localhost://"),
+             (["--track", "tensorboard"], {"TOKENWORTH_TRACK_NICE": "-5"}, "TOKENWORTH_TRACK_NICE='-5': give a niceness")]
     for flags, env, message in cases:
         out = tmp_path / "never"
         done = CliRunner().invoke(app, ["run", "--methods", "standard", "--limit", "2", "--data-dir", data_dir,
@@ -345,21 +372,72 @@ def test_send_after_the_fact_is_idempotent(server, data_dir, tmp_path) -> None:
         assert close_enough(histories(server.uri, runs[name].info.run_id), expected(out, name)), name
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray comes with the [ray] extra")
-def test_ray_workers_log_their_streams_to_one_experiment(server, data_dir, tmp_path) -> None:
+# ------------------------------------------------------------------------- workers: Ray and Slurm
+DISTRIBUTED = ["--methods", "standard,rag,memrl", "--seeds", "0,1"]
+# long enough that a worker is caught after its tracker made the stream's run and before the stream ends
+TAKEOVER = [*DISTRIBUTED, "--limit", "400"]
+needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray comes with the [ray] extra")
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
     from tests.ray_nodes import RayNodes
 
     nodes = RayNodes(cpus=(1, 1))
     try:
-        server.ready()
-        nodes.ready()
-        out = tmp_path / "ray"
-        what = ["--methods", "standard,rag,memrl", "--seeds", "0,1", "--limit", "6"]
-        run(command(data_dir, out, "--executor", "ray", "--ray-address", nodes.address, "--track", "mlflow",
-                    what=what), environment(MLFLOW_TRACKING_URI=server.uri, RAY_USAGE_STATS_ENABLED="0"))
+        yield nodes
     finally:
         nodes.close()
+
+
+def node_notes(out: Path) -> dict[str, dict]:
+    names = sorted(str(p.parent.relative_to(out)) for p in out.rglob("records.jsonl"))
+    return {n: json.loads((out / n / "node.json").read_text()) for n in names}
+
+
+def caught_logging(out: Path, uri: str, proc: subprocess.Popen, tasks: int) -> tuple[str, dict]:
+    """A stream whose worker has logged two steps or more to the server and has many tasks still to go."""
+    deadline = time.monotonic() + 300
+    while True:
+        for note_file in out.rglob("node.json"):
+            folder = note_file.parent
+            try:
+                note = json.loads(note_file.read_text())
+                done = (folder / "records.jsonl").read_bytes().count(b"\n")
+            except (OSError, ValueError):
+                continue
+            if done < tasks - 50 and logged_steps(uri, folder) >= 2:
+                return str(folder.relative_to(out)), note
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        assert time.monotonic() < deadline, "no stream was caught logging in time"
+        time.sleep(0.05)
+
+
+def assert_one_run_per_stream(uri: str, out: Path, taken: str, first_pid: int) -> dict[str, dict]:
+    """Every stream is one MLflow run holding each step once; ``taken`` continued the run its first worker made."""
+    notes = node_notes(out)
+    runs = experiment_runs(uri, out)
+    assert sorted(runs) == sorted([*notes, f"{out.name} (all streams)"])  # no second run for the taken-over stream
+    for name, note in notes.items():
+        assert close_enough(histories(uri, runs[name].info.run_id), expected(out, name)), name
+        assert runs[name].info.status == "FINISHED", name
+        assert runs[name].data.tags["tokenworth.pid"] in {str(a["pid"]) for a in note["attempts"]}, name
+    attempts = notes[taken]["attempts"]
+    assert len(attempts) >= 2 and attempts[0]["pid"] == first_pid != attempts[-1]["pid"], attempts
+    assert attempts[-1]["from_task"] >= 1  # resumed from its checkpoint
+    assert runs[taken].data.tags["tokenworth.pid"] == str(first_pid)  # the run the first worker made, continued
+    return notes
+
+
+@pytest.mark.slow
+@needs_ray
+def test_ray_workers_log_their_streams_to_one_experiment(server, two_nodes, data_dir, tmp_path) -> None:
+    server.ready()
+    two_nodes.ready()
+    out = tmp_path / "ray"
+    run(command(data_dir, out, "--executor", "ray", "--ray-address", two_nodes.address, "--track", "mlflow",
+                what=[*DISTRIBUTED, "--limit", "6"]), environment(MLFLOW_TRACKING_URI=server.uri,
+                                                                   RAY_USAGE_STATS_ENABLED="0"))
     names = sorted(str(p.parent.relative_to(out)) for p in out.rglob("records.jsonl"))
     notes = {n: json.loads((out / n / "node.json").read_text()) for n in names}
     assert len(names) == 6 and {note["worker"] for note in notes.values()} == {"w0", "w1"}
@@ -369,3 +447,46 @@ def test_ray_workers_log_their_streams_to_one_experiment(server, data_dir, tmp_p
         assert close_enough(histories(server.uri, runs[name].info.run_id), expected(out, name)), name
         # made by a worker that ran the stream, not by the driver
         assert runs[name].data.tags["tokenworth.pid"] in {str(a["pid"]) for a in notes[name]["attempts"]}, name
+
+
+@pytest.mark.slow
+@needs_ray
+def test_a_stream_a_restarted_ray_worker_takes_over_continues_its_mlflow_run(server, two_nodes, data_dir,
+                                                                           tmp_path) -> None:
+    server.ready()
+    two_nodes.ready()
+    out = tmp_path / "takeover"
+    env = environment(MLFLOW_TRACKING_URI=server.uri, RAY_USAGE_STATS_ENABLED="0")
+    proc = subprocess.Popen(command(data_dir, out, "--executor", "ray", "--ray-address", two_nodes.address,
+                                    "--track", "mlflow", what=TAKEOVER), cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        name, note = caught_logging(out, server.uri, proc, int(TAKEOVER[-1]))
+        os.kill(note["pid"], signal.SIGKILL)  # the worker, its tracker and its MLflow sender with it
+        _, stderr = proc.communicate(timeout=600)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr[-3000:]
+    assert f"worker {note['worker']} died" in stderr and "could not send" not in stderr, stderr[-3000:]
+    assert_one_run_per_stream(server.uri, out, name, note["pid"])
+
+
+@pytest.mark.slow
+def test_a_preempted_slurm_task_continues_its_streams_mlflow_runs(server, data_dir, tmp_path) -> None:
+    pytest.importorskip("submitit", reason="submitit comes with the [slurm] extra")
+    server.ready()
+    out = tmp_path / "slurm"
+    env = environment(MLFLOW_TRACKING_URI=server.uri)
+    proc = subprocess.Popen(command(data_dir, out, "--executor", "slurm", "--slurm-cluster", "local", "--workers", "3",
+                                    "--track", "mlflow", what=TAKEOVER), cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        name, note = caught_logging(out, server.uri, proc, int(TAKEOVER[-1]))
+        os.kill(note["pid"], signal.SIGUSR2)  # what Slurm sends before it preempts a task; submitit requeues it
+        _, stderr = proc.communicate(timeout=600)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr[-3000:]
+    assert "array of 3 task(s)" in stderr and "could not send" not in stderr, stderr[-3000:]
+    notes = assert_one_run_per_stream(server.uri, out, name, note["pid"])
+    assert len({a["pid"] for n in notes.values() for a in n["attempts"]}) >= 4  # three array tasks and the requeued one

@@ -2,11 +2,13 @@
 
 Importing MLflow costs about 1.5 s of CPU, creating a local SQLite store about 6 s, and every request
 holds the GIL while it is built and parsed; done in the engine's process, that made the default run
-20-30 % slower on a 2-core machine. :class:`ChildSink` has the interface the courier (:mod:`.courier`)
+20-30 % slower on a 2-core machine. TensorBoard's writer is lighter but still imports protobuf and
+starts a writer thread per stream; it runs in a child too. :class:`ChildSink` has the interface the courier (:mod:`.courier`)
 expects of a sink and forwards each call, pickled, over a socket pair to a child started with
 ``python -m tokenworth_agent.tracking.child_sink`` (a fresh interpreter: none of the engine's
-modules, nothing forked from its threads), which holds the real sink and, once its library is
-imported, lowers its own priority.
+modules, nothing forked from its threads), which holds the real sink at the lowest priority
+(``nice`` 19 unless told otherwise: :mod:`.settings`): it takes only CPU the engine leaves idle, and
+on a busy machine the tracker lags the run rather than slowing it.
 
 The courier's logic is unchanged: it still decides what to send, retries, and writes down what is
 left; a call that fails in the child raises here, under the child's exception name (so the one line
@@ -26,14 +28,14 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 CALL_TIMEOUT_S = 300.0  # far above one request (10 s) and a store's creation (~6 s): only a stuck child hits it
-NICE = 10  # after its import, the child sends in the background: the engine keeps its cores
 
 
 class ChildSink:
-    """``ChildSink("module:Class", name, target, *args)``: ``module.Class(*args)``, built and called in a child."""
+    """``ChildSink("module:Class", name, target, *args)``: ``module.Class(*args)``, built and called in a child
+    whose niceness is raised by ``nice`` (0: the engine's own priority)."""
 
-    def __init__(self, make: str, name: str, target: str, *args: Any) -> None:
-        self.make, self.args = make, args
+    def __init__(self, make: str, name: str, target: str, *args: Any, nice: int = 19) -> None:
+        self.make, self.args, self.nice = make, args, nice
         self.name, self.target = name, target  # what the courier's report and undelivered file name
         self._proc: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
@@ -43,7 +45,7 @@ class ChildSink:
         mine, theirs = socket.socketpair()
         try:
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # the same package
-            self._proc = subprocess.Popen([sys.executable, "-m", __name__, str(theirs.fileno())],
+            self._proc = subprocess.Popen([sys.executable, "-m", __name__, str(theirs.fileno()), str(self.nice)],
                                           pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env)
         finally:
             theirs.close()
@@ -116,8 +118,13 @@ class ChildSink:
             self._stop(kill=True)
 
 
-def _serve(fd: int) -> None:
+def _serve(fd: int, nice: int) -> None:
     """The child: build the sink, then answer calls until the socket closes or a ``None`` comes."""
+    if nice:
+        try:
+            os.nice(nice)  # before the import: the library's import and the store's creation yield too
+        except OSError:
+            pass
     conn = Connection(fd)
     make, args = conn.recv()
     module, _, cls = make.partition(":")
@@ -135,13 +142,6 @@ def _serve(fd: int) -> None:
             reply = (True, result)
         except Exception as exc:  # noqa: BLE001 - every failure goes back to the courier, which retries
             reply = (False, (type(exc).__name__, str(exc)))
-        if method == "warm":
-            # the import ran at full priority, so that the first steps follow the run closely even when
-            # it is short; the rest (the store, the requests) yields to the engine
-            try:
-                os.nice(NICE)
-            except OSError:
-                pass
         try:
             conn.send(reply)
         except OSError:
@@ -149,7 +149,7 @@ def _serve(fd: int) -> None:
 
 
 if __name__ == "__main__":
-    _serve(int(sys.argv[1]))
+    _serve(int(sys.argv[1]), int(sys.argv[2]))
 
 
 __all__ = ["ChildSink", "CALL_TIMEOUT_S"]

@@ -1,9 +1,11 @@
 """The courier: sends what the engine logs, off the engine's path, and never takes the run down.
 
-The engine's thread only puts an item on a bounded queue (:meth:`Courier.put`, which never waits:
-if the queue is full, the stream is marked and its scalars are read again from its records at the
-end). A daemon thread takes the items into per-stream buffers and delivers them to every sink at
-most every ``flush_s`` seconds, in batches. A sink that fails (a server down, slow, refusing) is
+The engine's thread only appends an item to a bounded inbox (:meth:`Courier.put`, which never
+waits and wakes nobody: if the inbox is full, the stream is marked and its scalars are read again
+from its records at the end). A daemon thread sleeps ``flush_s`` seconds at a time, then takes the
+items into per-stream buffers and delivers them to every sink, in batches. It is never woken per
+item: on a busy engine each wake-up would contend for the GIL, and at a task every few milliseconds
+that is what made tracking cost more than its work. A sink that fails (a server down, slow, refusing) is
 tried again later, with a backoff up to ``retry_max_s``; the other sinks go on. Each sink knows
 which steps it already holds (:meth:`logged`, asked once per stream), so a step is never sent twice,
 whatever was sent before a kill.
@@ -17,10 +19,10 @@ sends that file (:mod:`.replay`), through the same courier, synchronously.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
-import queue
 import threading
 import time
 from pathlib import Path
@@ -32,7 +34,6 @@ Row = tuple[int, float, dict[str, float]]  # (task index, wall time, scalars)
 METRICS_PER_SEND = 1000  # MLflow's own limit per log_batch
 FLUSH_S = 2.0  # the courier sends at most this often (batches: one request per stream and flush)
 FLUSH_ENV = "TOKENWORTH_TRACK_FLUSH_S"  # another period, e.g. for a dashboard that must follow closely
-_STOP = object()
 
 
 @dataclasses.dataclass
@@ -63,7 +64,9 @@ class Courier:
         self.out = Path(out_dir)
         self.make_meta, self.rescan = make_meta, rescan
         self.flush_s, self.retry_max_s, self.close_wait_s = flush_s, retry_max_s, close_wait_s
-        self.queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
+        self.inbox: collections.deque[tuple[Any, ...]] = collections.deque()  # appends and pops are thread-safe
+        self.queue_size = queue_size
+        self._stop = threading.Event()  # set by close(): the only thing that wakes the thread early
         self.metas: dict[str, dict[str, Any]] = {}
         self.streams: list[dict[str, _Stream]] = [{} for _ in self.sinks]
         self.folder_jobs: list[list[tuple[Any, ...]]] = [[] for _ in self.sinks]
@@ -79,13 +82,14 @@ class Courier:
             self._thread.start()
 
     # ------------------------------------------------------------------ the engine's side
-    def put(self, item: tuple[Any, ...]) -> None:
-        """Hand over an item; never waits (a full queue marks the stream for a rescan at the end)."""
-        try:
-            self.queue.put_nowait(item)
-        except queue.Full:
+    def put(self, item: tuple[Any, ...], *, bounded: bool = True) -> None:
+        """Hand over an item; never waits. A full inbox refuses a bounded item and marks its stream for a
+        rescan at the end; ``bounded=False`` is for the few end-of-run items (a sync, the folder)."""
+        if bounded and len(self.inbox) >= self.queue_size:
             if item[0] == "rows":
                 self.dropped.add(item[1])
+            return
+        self.inbox.append(item)
 
     def close(self) -> None:
         """Deliver what is left (within the limits of the module docstring), write the rest down, stop."""
@@ -93,14 +97,7 @@ class Courier:
             self._drain()
             self._finish()
             return
-        deadline = time.monotonic() + 5.0
-        while True:  # the thread drains the queue continuously, so room comes quickly
-            try:
-                self.queue.put(_STOP, timeout=0.5)
-                break
-            except queue.Full:
-                if time.monotonic() > deadline:
-                    break
+        self._stop.set()
         self._thread.join(self.close_wait_s + 60.0)
 
     # ------------------------------------------------------------------ the thread
@@ -110,32 +107,16 @@ class Courier:
                 getattr(sink, "warm", lambda: None)()
             except Exception:  # noqa: BLE001 - a library that fails to import fails the deliveries, said at the end
                 pass
-        last = time.monotonic()
-        while True:
-            wait = max(0.05, self.flush_s - (time.monotonic() - last))
-            try:
-                item = self.queue.get(timeout=wait)
-            except queue.Empty:
-                item = None
-            if item is _STOP or self._drain(item):
-                break
-            if time.monotonic() - last >= self.flush_s:
-                self._attempt(final=False)
-                last = time.monotonic()
+        while not self._stop.wait(self.flush_s):
+            self._drain()
+            self._attempt(final=False)
+        self._drain()
         self._finish()
 
-    def _drain(self, first: Any = None) -> bool:
-        """Take ``first`` and everything queued now; True when the stop item came."""
-        item = first
-        while True:
-            if item is _STOP:
-                return True
-            if item is not None:
-                self.take(item)
-            try:
-                item = self.queue.get_nowait()
-            except queue.Empty:
-                return False
+    def _drain(self) -> None:
+        """Take everything in the inbox now."""
+        while self.inbox:
+            self.take(self.inbox.popleft())
 
     def take(self, item: tuple[Any, ...]) -> None:
         """One item into the buffers: ``("rows", stream, rows, finished)``, ``("meta", stream, meta)``

@@ -4,7 +4,12 @@ MLflow goes to ``MLFLOW_TRACKING_URI`` when it is set, else to a store inside th
 (``<run>/mlflow.db``, SQLite, with its artifacts in ``<run>/mlartifacts``). TensorBoard's event files
 always go into the run folder, one per stream folder, so ``tensorboard --logdir RUN`` shows every
 stream side by side. Only the URI's form is checked here: a server that is down at the start does
-not stop the run (:mod:`tokenworth_agent.tracking.courier`)."""
+not stop the run (:mod:`tokenworth_agent.tracking.courier`).
+
+The trackers run in child processes at ``nice`` 19 (:mod:`tokenworth_agent.tracking.child_sink`), so
+they take only CPU the engine leaves idle: on a machine whose every core the run keeps busy they lag
+behind it, and catch up when it ends. ``TOKENWORTH_TRACK_NICE`` (0 to 19) sets another priority, e.g.
+0 to follow such a run closely at some cost to its speed."""
 
 from __future__ import annotations
 
@@ -20,6 +25,8 @@ from urllib.parse import urlparse
 from tokenworth_agent.tracking import BACKENDS, TrackError
 
 URI_ENV = "MLFLOW_TRACKING_URI"
+NICE_ENV = "TOKENWORTH_TRACK_NICE"
+NICE = 19  # the lowest priority: tracking never takes CPU the engine could use
 LOCAL_STORE = "mlflow.db"
 LOCAL_ARTIFACTS = "mlartifacts"
 # schemes an MLflow client can log to (a database URL may name its driver: postgresql+psycopg2)
@@ -73,6 +80,7 @@ class TrackSettings:
     mlflow_uri: str | None  # None: MLflow not asked for
     local_store: bool  # the MLflow store is the run folder's own
     run: Mapping[str, Any]  # backbone, model, config hash: the same for every stream
+    nice: int = NICE  # the trackers' child processes' niceness (workers take the driver's)
 
     @property
     def artifact_location(self) -> str | None:
@@ -112,7 +120,20 @@ def track_settings(backends: Sequence[str], out_dir: Path, *, settings: Mapping[
         else:
             uri, local = local_store_uri(out), True
     run = {"backbone": backbone, "model": model or "", "config_hash": config_hash(settings)}
-    return TrackSettings(names, out, uri, local, run)
+    return TrackSettings(names, out, uri, local, run, parse_nice(env.get(NICE_ENV, "")))
+
+
+def parse_nice(text: str) -> int:
+    """``TOKENWORTH_TRACK_NICE``: the trackers' niceness, 0 to 19 (empty: 19)."""
+    if not text.strip():
+        return NICE
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 19:
+        raise TrackError(f"{NICE_ENV}={text!r}: give a niceness from 0 (the engine's priority) to 19 (the lowest)")
+    return value
 
 
 def local_store_uri(out: Path) -> str:
@@ -121,4 +142,4 @@ def local_store_uri(out: Path) -> str:
 
 
 __all__ = ["TrackSettings", "track_settings", "parse_backends", "check_uri", "config_hash", "local_store_uri",
-           "URI_ENV", "LOCAL_STORE", "LOCAL_ARTIFACTS"]
+           "parse_nice", "URI_ENV", "NICE_ENV", "LOCAL_STORE", "LOCAL_ARTIFACTS"]

@@ -8,14 +8,12 @@ the hook queues them all, and the courier sends only the steps each tracker does
 once per stream), so a resumed run fills exactly the steps a kill left out.
 
 The hook does little on the engine's thread: it computes the task's scalars (:class:`~.metrics.Scalars`)
-and puts one item on the courier's queue (:mod:`.courier`). Parameters are computed on the courier's
-thread, which also imports TensorBoard, only when the run asks for it; MLflow runs in a child
-process (:mod:`.child_sink`).
+and appends one item to the courier's inbox (:mod:`.courier`). Parameters are computed on the
+courier's thread; each backend runs in a child process (:mod:`.child_sink`).
 """
 
 from __future__ import annotations
 
-import queue
 import time
 from typing import Any, Mapping, Sequence
 
@@ -29,18 +27,17 @@ REPLAY = "tokenworth track replay"
 
 
 def make_sinks(settings: TrackSettings) -> list[Any]:
-    """The sinks ``settings`` asks for (their libraries are imported later, off the engine's thread)."""
+    """The sinks ``settings`` asks for, each in a child process (:mod:`.child_sink`): neither library is
+    imported in the engine's process, and neither's writing competes with it for the GIL."""
+    from tokenworth_agent.tracking.child_sink import ChildSink
+
     sinks: list[Any] = []
     if settings.mlflow_uri:
-        from tokenworth_agent.tracking.child_sink import ChildSink
-
-        # in a child process: MLflow's import, its store and its requests stay off the engine's cores
         sinks.append(ChildSink("tokenworth_agent.tracking.mlflow_sink:MlflowSink", "mlflow", settings.mlflow_uri,
-                               settings.mlflow_uri, settings.out_dir, settings.artifact_location))
+                               settings.mlflow_uri, settings.out_dir, settings.artifact_location, nice=settings.nice))
     if "tensorboard" in settings.backends:
-        from tokenworth_agent.tracking.tensorboard_sink import TensorBoardSink
-
-        sinks.append(TensorBoardSink(settings.out_dir))
+        sinks.append(ChildSink("tokenworth_agent.tracking.tensorboard_sink:TensorBoardSink", "tensorboard",
+                               str(settings.out_dir), settings.out_dir, nice=settings.nice))
     return sinks
 
 
@@ -103,10 +100,7 @@ class Tracker:
         self._put(("folder", [str(a) for a in artifacts], list(streams), params))
 
     def _put(self, item: tuple[Any, ...]) -> None:
-        try:
-            self.courier.queue.put(item, timeout=5.0)  # rare, end-of-run items: worth a short wait
-        except queue.Full:
-            self.courier.put(item)
+        self.courier.put(item, bounded=False)  # rare, end-of-run items: never refused
 
     def close(self) -> str | None:
         """Deliver or write down what is left; the one line to print when something could not be sent."""
