@@ -227,7 +227,8 @@ def test_bad_track_values_are_one_line_and_write_nothing(data_dir, tmp_path) -> 
              (["--track", "mlflow"], {"MLFLOW_TRACKING_URI": "ftp://example.org/x"}, "MLflow cannot log to ftp://"),
              (["--track", "mlflow"], {"MLFLOW_TRACKING_URI": "http://127.0.0.1:notaport"}, "is not a URI"),
              (["--track", "mlflow"], {"MLFLOW_TRACKING_URI": "localhost:5000"}, "MLflow cannot log to localhost://"),
-             (["--track", "tensorboard"], {"TOKENWORTH_TRACK_NICE": "-5"}, "TOKENWORTH_TRACK_NICE='-5': give a niceness")]
+             (["--track", "tensorboard"], {"TOKENWORTH_TRACK_NICE": "-5"},
+              "TOKENWORTH_TRACK_NICE='-5': give a niceness")]
     for flags, env, message in cases:
         out = tmp_path / "never"
         done = CliRunner().invoke(app, ["run", "--methods", "standard", "--limit", "2", "--data-dir", data_dir,

@@ -65,7 +65,7 @@ def hook_cost(records: int = 5000) -> dict[str, float]:
     class _Quiet:
         simulated = True
 
-    courier = Courier([], Path(tempfile.gettempdir()), thread=False, queue_size=records + 10)
+    courier = Courier([], Path(tempfile.gettempdir()), thread=False, inbox_size=records + 10)
     tracker = _Quiet()
     tracker.courier = courier  # type: ignore[attr-defined]
     hook = StreamTrack(tracker, "bench", records)  # type: ignore[arg-type]
@@ -190,7 +190,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                      f"{row.get('engine_median_overhead_pct', 0):+.1f} % | "
                      f"{row.get('paired_overhead_pct', 0):+.1f} ± {row.get('paired_overhead_se_pct', 0):.1f} % | "
                      f"{row['command_s']:.2f} | {row.get('command_overhead_pct', 0):+.1f} % | {row['cpu_s']:.1f} | "
-                     f"{row.get('cpu_overhead_pct', 0):+.1f} % | {row.get('tracker_cpu_s', 0):.1f} | {', '.join(f'{x:.2f}' for x in row['engine_runs_s'])} |")
+                     f"{row.get('cpu_overhead_pct', 0):+.1f} % | {row.get('tracker_cpu_s', 0):.1f} | "
+                     f"{', '.join(f'{x:.2f}' for x in row['engine_runs_s'])} |")
     lines += ["", f"On the engine's thread a tracked task costs {hook['hook_us_per_task']:.0f} µs (its scalars and one "
               f"append to the courier's inbox; measured over 5,000 tasks in this process). Load average at the end: "
               f"{', '.join(f'{x:.1f}' for x in report['load_average_at_end'])}."]

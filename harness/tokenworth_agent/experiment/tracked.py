@@ -5,8 +5,8 @@ gets every stream's hook. Where they run in workers (Ray, Slurm), each worker ma
 from the plan (:func:`worker_tracker`) and logs its own streams; the driver then only sends, at the
 end, any step no worker could (:meth:`Tracker.sync`: each tracker is asked what it holds). Either
 way the driver adds the summary and figures to the folder's parent run, and prints one line if
-anything could not be sent. Nothing here imports a tracker's library: that happens on the courier's
-thread, and only with ``--track``.
+anything could not be sent. Nothing here imports a tracker's library: only the trackers' child
+processes do, and only with ``--track``.
 """
 
 from __future__ import annotations

@@ -7,12 +7,12 @@ Nothing here imports MLflow or TensorBoard until a run asks for them (``tokenwor
   (:class:`TrackSettings`; the MLflow URI: ``MLFLOW_TRACKING_URI``, else a store in the run folder);
 * :mod:`.metrics` — what is tracked: a stream's parameters and tags, and one set of scalars per
   committed task, computed from the records alone;
-* :mod:`.sinks` — the two backends behind one small interface (:mod:`.mlflow_sink`,
-  :mod:`.tensorboard_sink`): each knows which steps it already holds, so nothing is sent twice;
-* :mod:`.child_sink` — a sink run in a child process (MLflow's): its import, store and requests
-  stay off the engine's process;
-* :mod:`.courier` — the background thread with a bounded queue that sends, retries, and at the end
-  writes what could not be sent to ``tracking-undelivered.jsonl``;
+* :mod:`.mlflow_sink`, :mod:`.tensorboard_sink` — the two backends behind one small interface: each
+  knows which steps it already holds, so nothing is sent twice;
+* :mod:`.child_sink` — a sink run in a child process at the lowest priority (both are, in a run):
+  its import, store and writes stay off the engine's process;
+* :mod:`.courier` — the background thread, fed through a bounded inbox, that sends, retries, and at
+  the end writes what could not be sent to ``tracking-undelivered.jsonl``;
 * :mod:`.tracker` — the engine's hooks: log a task once its record is committed;
 * :mod:`.replay` — ``tokenworth track replay RUN`` and ``tokenworth track send RUN``: the records are
   the source of truth, so any run can be sent again, after the fact, idempotently.

@@ -1,12 +1,14 @@
 """A sink that runs in a child process, so the engine's process never imports its library nor builds its store.
 
-Importing MLflow costs about 1.5 s of CPU, creating a local SQLite store about 6 s, and every request
+Importing MLflow costs about 1.1 s of CPU, creating a local SQLite store about 1.3 s, and every request
 holds the GIL while it is built and parsed; done in the engine's process, that made the default run
 20-30 % slower on a 2-core machine. TensorBoard's writer is lighter but still imports protobuf and
-starts a writer thread per stream; it runs in a child too. :class:`ChildSink` has the interface the courier (:mod:`.courier`)
-expects of a sink and forwards each call, pickled, over a socket pair to a child started with
-``python -m tokenworth_agent.tracking.child_sink`` (a fresh interpreter: none of the engine's
-modules, nothing forked from its threads), which holds the real sink at the lowest priority
+starts a writer thread per stream; it runs in a child too.
+
+:class:`ChildSink` has the interface the courier (:mod:`.courier`) expects of a sink and forwards
+each call, pickled, over a socket pair to a child started with ``python -m
+tokenworth_agent.tracking.child_sink`` (a fresh interpreter: none of the engine's modules, nothing
+forked from its threads), which holds the real sink at the lowest priority
 (``nice`` 19 unless told otherwise: :mod:`.settings`): it takes only CPU the engine leaves idle, and
 on a busy machine the tracker lags the run rather than slowing it.
 
@@ -27,7 +29,7 @@ import sys
 from multiprocessing.connection import Connection
 from typing import Any
 
-CALL_TIMEOUT_S = 300.0  # far above one request (10 s) and a store's creation (~6 s): only a stuck child hits it
+CALL_TIMEOUT_S = 300.0  # far above one request (10 s) and a store's creation (seconds): only a stuck child hits it
 
 
 class ChildSink:

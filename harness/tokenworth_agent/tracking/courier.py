@@ -55,7 +55,7 @@ class Courier:
     ``rescan(name)``: a stream's rows (and whether it finished) read again from its records."""
 
     def __init__(self, sinks: Sequence[Any], out_dir: Path, *, make_meta: Callable[[str], dict[str, Any]] | None = None,
-                 rescan: Callable[[str], tuple[list[Row], bool]] | None = None, queue_size: int = 10_000,
+                 rescan: Callable[[str], tuple[list[Row], bool]] | None = None, inbox_size: int = 10_000,
                  flush_s: float | None = None, retry_max_s: float = 30.0, close_wait_s: float = 30.0,
                  thread: bool = True) -> None:
         if flush_s is None:
@@ -65,7 +65,7 @@ class Courier:
         self.make_meta, self.rescan = make_meta, rescan
         self.flush_s, self.retry_max_s, self.close_wait_s = flush_s, retry_max_s, close_wait_s
         self.inbox: collections.deque[tuple[Any, ...]] = collections.deque()  # appends and pops are thread-safe
-        self.queue_size = queue_size
+        self.inbox_size = inbox_size
         self._stop = threading.Event()  # set by close(): the only thing that wakes the thread early
         self.metas: dict[str, dict[str, Any]] = {}
         self.streams: list[dict[str, _Stream]] = [{} for _ in self.sinks]
@@ -73,7 +73,7 @@ class Courier:
         self.failures = [0] * len(self.sinks)
         self.next_try = [0.0] * len(self.sinks)
         self.errors: list[str | None] = [None] * len(self.sinks)
-        self.dropped: set[str] = set()  # streams whose items the full queue refused
+        self.dropped: set[str] = set()  # streams whose items the full inbox refused
         self.left: list[dict[str, Any]] = []  # what close() could not deliver, as written to the file
         self.sent_steps = 0
         self._thread: threading.Thread | None = None
@@ -85,7 +85,7 @@ class Courier:
     def put(self, item: tuple[Any, ...], *, bounded: bool = True) -> None:
         """Hand over an item; never waits. A full inbox refuses a bounded item and marks its stream for a
         rescan at the end; ``bounded=False`` is for the few end-of-run items (a sync, the folder)."""
-        if bounded and len(self.inbox) >= self.queue_size:
+        if bounded and len(self.inbox) >= self.inbox_size:
             if item[0] == "rows":
                 self.dropped.add(item[1])
             return

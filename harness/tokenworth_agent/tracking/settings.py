@@ -106,7 +106,7 @@ def track_settings(backends: Sequence[str], out_dir: Path, *, settings: Mapping[
     names = parse_backends(backends)
     if not names:
         return None
-    for name in names:  # looked up, not imported: the courier's thread imports them
+    for name in names:  # looked up, not imported: only the trackers' child processes import them
         if importlib.util.find_spec(name) is None:
             raise TrackError(f"--track {name} needs {'MLflow' if name == 'mlflow' else 'TensorBoard'}, which is not "
                              "installed: pip install 'tokenworth-agent[track]'")

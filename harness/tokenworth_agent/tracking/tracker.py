@@ -81,7 +81,7 @@ class Tracker:
         return stream_meta(name, self.specs[name].describe(), self.settings.run, self.settings.out_dir)
 
     def rescan(self, name: str) -> tuple[list[Row], bool]:
-        """A stream's rows from its records (what the full queue refused, or a stream run elsewhere)."""
+        """A stream's rows from its records (what the full inbox refused, or a stream run elsewhere)."""
         spec = self.specs[name]
         records = read_records(self.settings.out_dir / name / runfolder.RECORDS)
         scalars, now = Scalars(self.tasks[spec.env], simulated=self.simulated), time.time()
