@@ -54,6 +54,24 @@ def test_overwrite_refuses_a_folder_that_is_not_a_run_folder(tmp_path, data_dir)
     assert (out / "standard" / "notes.txt").read_text() == "not ours"
 
 
+def test_a_folder_another_run_is_making_is_not_taken_for_someone_elses(tmp_path, data_dir) -> None:
+    """Two runs started together into one new folder: the second may look while the first holds only
+    its locks and its config's temporary file (an atomic write under way). Seen once in CI as a refusal."""
+    out = tmp_path / "run"
+    (out / "standard").mkdir(parents=True)
+    for lock in (out / ".lock", out / "standard" / ".lock"):
+        lock.write_text("{}")
+    (out / ".config.json.k2x8w1.tmp").write_text('{"half": ')  # being written, or cut by a kill
+    result = runner.invoke(app, run_args(out, data_dir, "standard", 3))
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "config.json").read_text())["env"] == "db"
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / ".config.json.k2x8w1.tmp").mkdir()  # a folder of that name is not ours
+    result = runner.invoke(app, run_args(other, data_dir, "standard", 3))
+    assert result.exit_code == 2 and "not a tokenworth run folder" in one_error_line(result.output)
+
+
 def test_overwrite_redoes_only_the_named_methods(tmp_path, data_dir) -> None:
     out = tmp_path / "run"
     assert runner.invoke(app, run_args(out, data_dir)).exit_code == 0

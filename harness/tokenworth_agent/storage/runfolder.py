@@ -187,11 +187,17 @@ def read_config(out: Path) -> dict[str, Any] | None:
     return config
 
 
-def _lock_only(path: Path) -> bool:
-    """A lock file, or a folder holding only lock files and such folders (made by :func:`locked` before the config)."""
+def _before_config(path: Path) -> bool:
+    """What a run makes before its config exists: a lock file (:func:`locked`), the config's own temporary
+    file while another run writes it atomically (or after a kill cut that write), or a folder of these.
+
+    The check runs before any lock is taken, so a run started beside another into the same new folder
+    can see that folder half made; it must not take it for someone else's."""
     if path.name == LOCK:
         return True
-    return path.is_dir() and not path.is_symlink() and all(_lock_only(c) for c in path.iterdir())
+    if path.name.startswith(f".{CONFIG}.") and path.name.endswith(".tmp"):
+        return not path.is_symlink() and (path.is_file() or not path.exists())  # gone: renamed to the config
+    return path.is_dir() and not path.is_symlink() and all(_before_config(c) for c in path.iterdir())
 
 
 def check_run_folder(out: Path) -> dict[str, Any] | None:
@@ -208,7 +214,9 @@ def check_run_folder(out: Path) -> dict[str, Any] | None:
             raise RunFolderError(f"--out {out}: cannot create it, {parent} is not writable; pass --out a folder you "
                                  "can write to")
     config = read_config(out) if out.is_dir() else None
-    if config is None and out.is_dir() and not all(_lock_only(p) for p in out.iterdir()):
+    if config is None and out.is_dir() and not all(_before_config(p) for p in out.iterdir()):
+        config = read_config(out)  # another run may have finished writing it since the first look
+    if config is None and out.is_dir() and not all(_before_config(p) for p in out.iterdir()):
         raise RunFolderError(f"--out {out} holds files but is not a tokenworth run folder (no {CONFIG}); tokenworth "
                              "writes only into new or empty folders and its own run folders: pass --out a new folder")
     return config
