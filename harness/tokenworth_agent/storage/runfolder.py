@@ -25,8 +25,10 @@ Rules:
 
 * **Run folder.** A folder is a run folder when it holds a ``config.json`` written by
   tokenworth (a JSON object with ``env``, ``backbone`` and ``seed``). A folder that does not
-  exist or is empty becomes one. Any other folder is refused: tokenworth never writes into,
-  and never deletes from, a folder it did not create.
+  exist or is empty becomes one, and so does one that holds only what another run makes before
+  its config (its locks, the config's temporary file): two runs may start into one new folder
+  together. Any other folder is refused: tokenworth never writes into, and never deletes from, a
+  folder it did not create.
 * **Locks.** Each method's results are guarded by an exclusive ``flock`` on
   ``<method>/.lock``, taken for every named method before any task runs; a second process that
   asks for a method in use fails at once with the holder's pid, host, command and start time.
