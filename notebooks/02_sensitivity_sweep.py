@@ -17,10 +17,10 @@
 # The default DB configuration and each of the 21 one-at-a-time changes of Table A3 run
 # over the DB stream as **one** compiled `tw.run_batched` call (a `lax.scan` over tasks of all
 # 22 configurations). **The backbone is simulated**: success comes from the skill-overlap
-# model of `tokenworth_agent.sim`, evaluated in JAX by `harness/tokenworth_bench/controller/simdb.py`, so absolute
+# model of `tokenworth_agent.sim`, evaluated in JAX by `bench/tokenworth_bench/controller/simdb.py`, so absolute
 # success rates differ from the paper's (no token budget, no real grader); compare the
 # *shape* of each curve. The same sweep through the real DB environment and the token budget
-# is `tokenworth sweep --env db --table-a3` (harness/tokenworth_bench/results/table_a3_sim/).
+# is `tokenworth sweep --env db --table-a3` (bench/results/table_a3_sim/).
 #
 # All 500 tasks with one seed by default (about a minute on a laptop CPU);
 # `TOKENWORTH_NOTEBOOK_FULL=1` averages three seeds. At fewer tasks most panels would be flat:

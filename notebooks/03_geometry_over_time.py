@@ -17,7 +17,7 @@
 # One DB-preset controller runs over the DB stream in chunks (`tw.run` per chunk, the
 # state kept between chunks). After each chunk we record the metric diagonal `M`, the
 # residual weight `η = η_max · min(1, n_krr_fits / 3)`, and the bank. **The backbone is
-# simulated** (see `harness/tokenworth_bench/controller/simdb.py`). It runs the whole DB stream (500 tasks,
+# simulated** (see `bench/tokenworth_bench/controller/simdb.py`). It runs the whole DB stream (500 tasks,
 # about 20 s on a laptop CPU) with the DB preset: the bank (B_max = 64) fills after about 130
 # tasks, so evictions and replacements appear, and AGOP (every 200 tasks) updates `M` twice.
 # At fewer tasks none of that would be visible.

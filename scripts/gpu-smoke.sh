@@ -2,9 +2,9 @@
 # One prepared check for a lent GPU machine (JAX on Python 3.12; no vLLM, no weights), < 5 minutes:
 # the CLI's co-location settings, JAX on the GPU with its allocator capped at the requested share,
 # the controller and a 256-configuration vmap sweep, and what the process holds outside XLA's pool
-# against the split's one-context budget (harness/tokenworth_bench/gpu_smoke.py). Leaves ONE archive:
+# against the split's one-context budget (bench/tokenworth_bench/gpu_smoke.py). Leaves ONE archive:
 #   OUT=dir bash scripts/gpu-smoke.sh   -> $OUT/gpu_smoke.tgz (gpu_smoke.json, gpu_smoke.md, log.txt)
-# Extra arguments go to harness/tokenworth_bench/gpu_smoke.py (e.g. --jax-mem-fraction 0.05, or --cpu to test it here).
+# Extra arguments go to bench/tokenworth_bench/gpu_smoke.py (e.g. --jax-mem-fraction 0.05, or --cpu to test it here).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-smoke-out}; mkdir -p "$OUT"

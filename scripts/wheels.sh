@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What a user installs, checked from the built wheels (make test runs all three):
-#   scripts/wheels.sh build DIST                      both wheels from this checkout into DIST
+#   scripts/wheels.sh build DIST                      the three wheels from this checkout into DIST
 #   scripts/wheels.sh library DIST VENV PYTHON [PIN...]
 #       a fresh venv with the library's wheel alone (PINs: e.g. jax==0.10.0 for the range's lower
 #       bound; what it installed is listed), then the library's tests and notebook 01 run against
@@ -22,9 +22,9 @@ fresh_venv() {  # VENV PYTHON
 case "${1:?usage: scripts/wheels.sh build|library|harness ...}" in
 build)
   dist=${2:?DIST}
-  rm -rf "$dist" build harness/build
-  python3 -m pip wheel -q --no-deps -w "$dist" . ./harness
-  rm -rf build harness/build
+  rm -rf "$dist" build agent/build bench/build
+  python3 -m pip wheel -q --no-deps -w "$dist" . ./agent ./bench
+  rm -rf build agent/build bench/build
   ls "$dist"
   ;;
 library)

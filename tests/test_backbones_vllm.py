@@ -175,7 +175,7 @@ def test_missing_extra_names_the_install_command(monkeypatch):
 
 
 def test_the_extras_name_the_tested_range():
-    extras = tomllib.loads((REPO / "harness" / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    extras = tomllib.loads((REPO / "agent" / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert extras["vllm"] == [f"vllm{vllm_api.SUPPORTED}"]
     assert vllm_api.is_supported(vllm_api.PINNED_VERSION)
 

@@ -96,7 +96,7 @@ def test_per_call_accounting_gives_each_call_o_max_and_keeps_the_total() -> None
 
 
 def test_accounting_default_and_validation() -> None:
-    assert Budget.for_env("db").accounting == "per-call"  # the default: see harness/tokenworth_agent/core/budget.py
+    assert Budget.for_env("db").accounting == "per-call"  # the default: see agent/tokenworth_agent/core/budget.py
     assert Budget.for_env("db", "per-task").as_dict()["accounting"] == "per-task"
     with pytest.raises(ValueError, match="accounting"):
         Budget.for_env("db", "per-round")

@@ -271,14 +271,18 @@ def test_the_cumulative_panel_says_what_it_shows(figures) -> None:
 
 
 # ------------------------------------------------------------------------- tokenworth-bench agent
-def test_bench_agent_writes_a_run_folder_unless_asked_to_publish(place, data_dir) -> None:
+def test_bench_agent_writes_a_run_folder_unless_asked_to_publish(place, data_dir, monkeypatch) -> None:
     args = ["agent", "--envs", "db", "--seeds", "0", "--methods", "standard", "--limit", "2", "--data-dir", data_dir,
             "--no-progress"]
+    import tokenworth_bench.agent
+
+    published = place / "published"
+    monkeypatch.setattr(tokenworth_bench.agent, "RESULTS", published)  # not the checkout's bench/results
     assert runner.invoke(bench_app, args).exit_code == 0
-    assert not (place / "harness").exists()
+    assert not published.exists()
     assert (place / "runs" / "bench-agent-db-sim-per-call-seeds0-limit2" / "agent.md").exists()
     assert runner.invoke(bench_app, [*args, "--publish"]).exit_code == 0
-    assert (place / "harness" / "tokenworth_bench" / "results" / "agent_db" / "agent.md").exists()
+    assert (published / "agent_db" / "agent.md").exists()
 
 
 def test_bench_agent_errors_print_once_and_name_only_its_own_flags(place, data_dir, monkeypatch) -> None:

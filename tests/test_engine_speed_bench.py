@@ -1,4 +1,4 @@
-"""The GPU-model server of harness/tokenworth_bench/engine_speed.py: its economics, its replies, its bookkeeping.
+"""The GPU-model server of bench/tokenworth_bench/engine_speed.py: its economics, its replies, its bookkeeping.
 
 Every check counts steps, tokens and modelled GPU seconds (a fake clock where time matters);
 nothing asserts on wall-clock durations.

@@ -29,7 +29,7 @@ from tokenworth_agent.backbones import vllm_api
 
 REPO = Path(__file__).resolve().parents[1]
 LOCK = REPO / "requirements" / "gpu-lock.txt"
-HARNESS = REPO / "harness" / "pyproject.toml"  # the [gpu] extra is the harness's
+HARNESS = REPO / "agent" / "pyproject.toml"  # the [gpu] extra is the harness's
 # The CUDA libraries a process loads: no two may come from different CUDA majors or be installed twice.
 CUDA_LIBRARIES = ("cublas", "cuda-cupti", "cuda-nvrtc", "cuda-runtime", "cudnn", "cufft", "cufile", "curand",
                   "cusolver", "cusparse", "cusparselt", "nccl", "nvjitlink", "nvshmem", "nvtx", "cuda-nvcc")
@@ -100,6 +100,6 @@ def test_the_readme_install_line_installs_the_locked_gpu_set():
     block = re.search(r"```bash\n(.*?)```", text[text.index("\n## GPU\n"):], re.S).group(1)
     [line] = [shlex.split(line, comments=True) for line in block.splitlines() if line.startswith("pip install")]
     extras = tomllib.loads(HARNESS.read_text())["project"]["optional-dependencies"]
-    target = next(w for w in line if w.startswith("./harness["))
-    assert set(re.fullmatch(r"\./harness\[(.*)\]", target).group(1).split(",")) <= set(extras)
+    target = next(w for w in line if w.startswith("./agent["))
+    assert set(re.fullmatch(r"\./agent\[(.*)\]", target).group(1).split(",")) <= set(extras)
     assert "." in line and "gpu" in target and line[line.index("-c") + 1] == str(LOCK.relative_to(REPO))

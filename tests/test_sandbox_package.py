@@ -15,17 +15,15 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_data_files_are_declared_for_installed_packages():
-    """Every non-Python file of the harness's packages must be listed in harness/pyproject.toml's
+    """Every non-Python file of the harness's packages must be listed in agent/pyproject.toml's
     package-data, or its wheel (a non-editable install) would lack it (vllm_api.json once was)."""
-    config = tomllib.loads((REPO / "harness" / "pyproject.toml").read_text())
-    declared = config["tool"]["setuptools"]["package-data"]
-    assert "holder.py" in declared["tokenworth_agent.sandbox"]  # run as a program inside the sandbox, not imported
-    root = REPO / "harness"
-    for package in ("tokenworth_agent", "tokenworth_bench"):
+    for root, package in ((REPO / "agent", "tokenworth_agent"), (REPO / "bench", "tokenworth_bench")):
+        declared = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+        if package == "tokenworth_agent":
+            assert "holder.py" in declared["tokenworth_agent.sandbox"]  # run as a program inside the sandbox
         for path in (root / package).rglob("*"):
             rel = path.relative_to(root)
-            if (not path.is_file() or path.suffix in (".py", ".pyc") or "__pycache__" in rel.parts
-                    or rel.parts[:2] == ("tokenworth_bench", "results")):  # results stay in the repository
+            if not path.is_file() or path.suffix in (".py", ".pyc") or "__pycache__" in rel.parts:
                 continue
             owner = ".".join(rel.parts[:-1])
             assert any(fnmatch.fnmatch(path.name, pat) for pat in declared.get(owner, [])), \

@@ -35,7 +35,7 @@ def fetch(tree: Any) -> Any:
 
     ``jax.device_get`` of the whole tree (its copies run in parallel); when the arrays live on the CPU
     (:func:`platform`, whatever the default backend) they already are in host memory, and reading each one (``np.asarray``, no copy) costs about a tenth of
-    that (harness/tokenworth_bench/controller/per_task.py measures the host path)."""
+    that (bench/tokenworth_bench/controller/per_task.py measures the host path)."""
     if (platform(tree) or jax.default_backend()) == "cpu":  # where the arrays live, not the default backend
         return jax.tree_util.tree_map(np.asarray, tree)
     return jax.device_get(tree)

@@ -20,7 +20,7 @@ current query, row 1+k = probe-ring slot k) against every bank slot:
 * every KRR fit (support and/or M changed) recomputes everything.
 
 Per task this costs (B + P + 1) N D instead of the full worth's (P + 1)(B + 1) N D.
-Memory: (P + 1) B (N + 1) floats (printed by harness/tokenworth_bench/controller/bank_scaling.py).
+Memory: (P + 1) B (N + 1) floats (printed by bench/tokenworth_bench/controller/bank_scaling.py).
 """
 
 from __future__ import annotations

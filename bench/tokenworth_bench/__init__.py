@@ -1,1 +1,1 @@
-"""Benchmarks and fidelity replays (results under harness/tokenworth_bench/results/)."""
+"""Benchmarks and fidelity replays (results under bench/results/)."""

@@ -14,7 +14,7 @@ Where it writes (decision: nothing lands in the repository unless asked):
 
 - by default into one run folder, ``runs/bench-agent-<envs>-<backbone>-<accounting>-seeds<s>
   [-limit<N>]``: the streams and the tables side by side (an interrupted benchmark resumes);
-- ``--publish``: the tables to ``harness/tokenworth_bench/results/agent_<envs>[_per_task]/`` (the committed results),
+- ``--publish``: the tables to ``bench/results/agent_<envs>[_per_task]/`` (the committed results),
   the streams under its ``runs/`` (ignored by git);
 - ``--out DIR``: the tables to ``DIR``, the streams under ``DIR/runs/``.
 
@@ -23,11 +23,12 @@ later (env, seed) run reuses it (same settings; the seed does not matter to gree
 it is shut down explicitly when the benchmark ends, also after an error.
 
 With the simulated backbone the numbers measure the harness and the policies under the sim's
-documented generative model (``harness/tokenworth_agent/sim/``), not an LLM.
+documented generative model (``agent/tokenworth_agent/sim/``), not an LLM.
 """
 
 from __future__ import annotations
 
+from .paths import RESULTS
 import argparse
 import sys
 from pathlib import Path
@@ -156,7 +157,7 @@ def parser() -> argparse.ArgumentParser:
     where = out.add_argument_group("Where it writes (default: one run folder under runs/)")
     where.add_argument("--out", type=Path, default=None, help="Tables in OUT, the streams under OUT/runs/.")
     where.add_argument("--publish", action="store_true",
-                       help="Tables in harness/tokenworth_bench/results/agent_<envs>[_per_task]/ (the committed results).")
+                       help="Tables in bench/results/agent_<envs>[_per_task]/ (the committed results).")
     _flag_arguments(out)
     return out
 
@@ -183,7 +184,7 @@ def folders(args: argparse.Namespace) -> tuple[Path, Path]:
     envs = args.envs.split(",")
     name = f"{'+'.join(envs)}-{args.backbone}-{args.budget_accounting}-seeds{args.seeds.replace(',', '-')}"
     if args.out is not None or args.publish:
-        tables = args.out if args.out is not None else Path("harness/tokenworth_bench/results") / (
+        tables = args.out if args.out is not None else RESULTS / (
             f"agent_{'+'.join(envs)}" + ("_per_task" if args.budget_accounting == "per-task" else ""))
         return tables / "runs" / name, tables
     run = Path("runs") / (f"bench-agent-{name}" + (f"-limit{args.limit}" if args.limit is not None else ""))

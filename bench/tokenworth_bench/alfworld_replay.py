@@ -14,6 +14,7 @@ Resumable: one JSON line per game in ``<out>.jsonl``; a rerun skips the games al
 
 from __future__ import annotations
 
+from .paths import RESULTS
 import argparse
 import concurrent.futures
 import json
@@ -28,7 +29,7 @@ from tokenworth_agent.envs.alfworld import ALFWorldEnvironment
 from tokenworth_agent.tasks import load_tasks
 from tokenworth_agent.tasks.alfworld import ALFWorldTask
 
-OUT = Path(__file__).resolve().parent / "results" / "alfworld_replay"
+OUT = RESULTS / "alfworld_replay"
 
 
 def play(env: ALFWorldEnvironment, task: ALFWorldTask, commands: Sequence[str]) -> dict[str, Any]:
@@ -87,7 +88,7 @@ def summarise(rows: list[dict[str, Any]], total: int) -> dict[str, Any]:
 def write(out: Path, summary: dict[str, Any], wall_s: float) -> None:
     summary = {**summary, "wall_s_this_run": round(wall_s, 1)}
     out.with_suffix(".json").write_text(json.dumps(summary, indent=2) + "\n")
-    lines = ["# ALFWorld gold replay (harness/tokenworth_bench/alfworld_replay.py)", "",
+    lines = ["# ALFWorld gold replay (bench/tokenworth_bench/alfworld_replay.py)", "",
              f"{summary['games_replayed']} of {summary['episodes_in_manifest']} manifest episodes replayed in the real "
              "TextWorld engine (the project's environment and engine workers).", "",
              "| split | games | walkthrough wins | wins exactly at its last command | truncated wins | reversed wins |",

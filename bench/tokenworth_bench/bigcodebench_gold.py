@@ -8,7 +8,7 @@ reference body in a markdown block. It goes through the judge exactly as a model
 also judges the reply the simulator writes on a failure (the mutant: every returned value
 ``None``), which must fail.
 
-Writes to ``--out`` (default ``harness/tokenworth_bench/results/bigcodebench/``): ``gold.jsonl`` (one line per task
+Writes to ``--out`` (default ``bench/results/bigcodebench/``): ``gold.jsonl`` (one line per task
 and kind; a rerun skips what is there, so an interrupted replay resumes), ``gold.md`` and
 ``gold.json`` (the pass counts, the tasks that do not pass with the reason their tests give, and the
 mutants that pass, if any). The judge's verdicts also go to ``--verdicts`` (default
@@ -21,6 +21,7 @@ judged is kept.
 
 from __future__ import annotations
 
+from .paths import RESULTS
 import argparse
 import collections
 import concurrent.futures
@@ -33,7 +34,7 @@ from typing import Any, Sequence
 
 from tokenworth_agent.storage.checkpoint import atomic_write_json, atomic_write_text
 
-OUT = Path("harness/tokenworth_bench/results/bigcodebench")
+OUT = RESULTS / "bigcodebench"
 
 # What a failing test's text says about why a reference solution cannot pass here, first match wins.
 CAUSES: tuple[tuple[str, re.Pattern[str]], ...] = (

@@ -1,7 +1,7 @@
 """The ceiling of a perfect gold-replaying agent under each output-token accounting.
 
 ``python -m tokenworth_bench.budget_ceiling [--envs db,os,kg] [--limit N]`` writes
-``harness/tokenworth_bench/results/budget_ceiling.{md,json}``.
+``bench/results/budget_ceiling.{md,json}``.
 
 The perfect agent is the simulated backbone forced to succeed with no ``Thought:`` line
 (``PERFECT``): DB runs the gold SQL once and answers with the rows it observed; OS runs the
@@ -23,6 +23,7 @@ observations), so they bound what the budget allows, assuming the gold actions s
 
 from __future__ import annotations
 
+from .paths import RESULTS
 import argparse
 import json
 from pathlib import Path
@@ -130,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--envs", default="db,os,kg")
     parser.add_argument("--limit", type=int, default=None, help="only the first N tasks of each stream")
     parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--out", default="harness/tokenworth_bench/results")
+    parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
     from tokenworth_agent.tasks import load_tasks
 

@@ -1,6 +1,6 @@
 """What the per-task commit (record + checkpoint) costs in a TokenWorth run.
 
-``python -m tokenworth_bench.checkpoint_cost [--tasks N] [--out harness/tokenworth_bench/results]`` runs the same DB stream
+``python -m tokenworth_bench.checkpoint_cost [--tasks N] [--out bench/results]`` runs the same DB stream
 (simulated backbone) three ways in one process, after a warm-up that compiles the controller:
 
 * ``sync_every_task``: the record, the checkpoint and its durable copy fsynced after every task
@@ -15,6 +15,7 @@ It reports ms per task and the commit's share, and the checkpoint's size, to
 
 from __future__ import annotations
 
+from .paths import RESULTS
 import argparse
 import json
 import platform
@@ -32,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--tasks", type=int, default=120)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--out", type=Path, default=Path("harness/tokenworth_bench/results"))
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
 
     import tokenworth_agent.storage.checkpoint as checkpoint

@@ -1,7 +1,7 @@
 """``tokenworth-bench`` (or ``python -m tokenworth_bench``): the benchmarks.
 
-``agent`` writes into a run folder under ``runs/`` unless ``--publish`` (``harness/tokenworth_bench/results/``);
-the controller and engine benchmarks write their tables under ``harness/tokenworth_bench/results/`` (``--out``
+``agent`` writes into a run folder under ``runs/`` unless ``--publish`` (``bench/results/``);
+the controller and engine benchmarks write their tables under ``bench/results/`` (``--out``
 elsewhere): they are the committed measurements ``make bench`` regenerates.
 
 The benchmarks sit on top of the harness (``bench`` imports ``agent``, never the reverse), so

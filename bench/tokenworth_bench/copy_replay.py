@@ -13,20 +13,21 @@ checks the *format*) and ``budget`` (the environment's L_max: the memories a run
 one whose actions do not all fit is cut between steps and cannot pass). KG runs on the test
 fixture graph (``tests/kg_fixture.py``: no offline Freebase), for the records it holds, under
 the run's KG parser (LAB's strict one by default). O_max is lifted in
-both: the copier counts words, not model tokens (``harness/tokenworth_bench/budget_ceiling.py`` measures the
+both: the copier counts words, not model tokens (``bench/tokenworth_bench/budget_ceiling.py`` measures the
 token budget). OS runs in the real sandbox (root); a pause of ``--settle`` seconds before
-judging stands in for the model's last call, as in ``harness/tokenworth_bench/os_fidelity.py``.
+judging stands in for the model's last call, as in ``bench/tokenworth_bench/os_fidelity.py``.
 
     python -m tokenworth_bench.copy_replay --env db --formats compact,transcript
     python -m tokenworth_bench.copy_replay --env os --jobs 2        # ~15 min for 500 tasks on 2 cores
     python -m tokenworth_bench.copy_replay --env kg                 # the records the fixture graph holds
 
-Writes ``harness/tokenworth_bench/results/copy_replay.json`` and ``.md`` (results of other envs already there
+Writes ``bench/results/copy_replay.json`` and ``.md`` (results of other envs already there
 are kept).
 """
 
 from __future__ import annotations
 
+from .paths import RESULTS as RESULTS_ROOT
 import argparse
 import concurrent.futures
 import json
@@ -44,7 +45,7 @@ from tokenworth_agent.core.harness import HarnessOptions
 from tokenworth_agent.memory import build_memory
 from tests.copy_backbone import CopyingBackbone
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = RESULTS_ROOT
 L_MAX_SETTINGS = ("whole", "budget")
 UNBOUNDED = 10**7
 
@@ -159,10 +160,10 @@ def summarize(env: str, memory_format: str, rows: list[dict[str, Any]], seconds:
 
 def markdown(results: dict[str, dict[str, Any]]) -> str:
     lines = ["# Copy replay: each task with its own gold memory injected, a verbatim copier as the model", "",
-             "`python -m tokenworth_bench.copy_replay` (harness/tokenworth_bench/copy_replay.py; copier: tests/copy_backbone.py). "
+             "`python -m tokenworth_bench.copy_replay` (bench/tokenworth_bench/copy_replay.py; copier: tests/copy_backbone.py). "
              "`whole`: L_max lifted, every memory whole (the format check). `budget`: the environment's L_max "
              "(memories shortened to fit: the question first, then whole steps from the end). O_max lifted in both.", "",
-             "OS task 359 fails its own reference solution (as in `harness/tokenworth_bench/os_fidelity.py`), so it writes no memory. "
+             "OS task 359 fails its own reference solution (as in `bench/tokenworth_bench/os_fidelity.py`), so it writes no memory. "
              "OS task 282 is nondeterministic: its script globs `*.txt` while the same pipeline creates "
              "`output.txt`, so the evaluation's one-line check passes or fails by a race (the copied script is the "
              "reference script byte for byte; in 4 reruns the copy failed once). KG runs on the records the test "

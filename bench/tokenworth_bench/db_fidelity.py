@@ -8,13 +8,14 @@ derived table (``SELECT * FROM (<gold>) q``) and as a CTE (``WITH q AS (<gold>) 
 FROM q``); both are correct answers on MySQL, so they must pass too (write tasks are
 replayed unwrapped in those runs). Finally the judge is timed on a 300,000-tuple answer.
 Each mismatch is printed with its likely cause; the summary goes to
-``harness/tokenworth_bench/results/db_fidelity.json``.
+``bench/results/db_fidelity.json``.
 
     python -m tokenworth_bench.db_fidelity --data-dir /path/to/lifelongagentbench
 """
 
 from __future__ import annotations
 
+from .paths import RESULTS
 import argparse
 import dataclasses
 import json
@@ -25,7 +26,7 @@ from typing import Any, Sequence
 from tokenworth_agent.tasks import DBTask, load_tasks
 from tokenworth_agent.envs.db import DBEnvironment, answer_matches, replay_gold
 
-DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "db_fidelity.json"
+DEFAULT_OUT = RESULTS / "db_fidelity.json"
 
 
 def diagnose(task: DBTask, observation: str, details: dict[str, Any]) -> str:

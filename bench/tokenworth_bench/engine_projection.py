@@ -1,6 +1,6 @@
 """Projection: the paper's table (DB/OS/KG × 5 methods × 3 seeds) on one A800, sequential vs engine.
 
-``python -m tokenworth_bench engine-projection [--out harness/tokenworth_bench/results/engine_speed] [--db-tasks N]``
+``python -m tokenworth_bench engine-projection [--out bench/results/engine_speed] [--db-tasks N]``
 
 GPU time follows from counts alone under the decode cost of :mod:`tokenworth_bench.gpu_model_server`
 (``step = a + Σ_i (b + κ·c_i)``, Qwen2.5-14B-Instruct BF16 from Qwen's vLLM speed benchmark on an
@@ -23,7 +23,7 @@ Token counts per call are measured with the simulated backbone: DB from full sim
 methods on the real DB environment (:func:`tokenworth_agent.experiment.runner.run_stream`, per-call accounting, the
 Table A1 budget); OS and KG from the sim's own replies without memory (the KG environment needs a
 Freebase endpoint this machine does not have; memory moves OS/DB token totals by about ±3 %,
-harness/tokenworth_bench/results/agent_*), one episode per (seed, task), the same for every method. The worst case
+bench/results/agent_*), one episode per (seed, task), the same for every method. The worst case
 is every call at its cap and every round used (DB 3 × 128, OS 5 × 512, KG 15 × 128 tokens).
 
 Writes ``<out>/projection.{json,md}``; docs/performance.md explains the arithmetic.
@@ -31,6 +31,7 @@ Writes ``<out>/projection.{json,md}``; docs/performance.md explains the arithmet
 
 from __future__ import annotations
 
+from .paths import RESULTS
 import argparse
 import json
 import tempfile
@@ -137,7 +138,7 @@ def render(rows: list[dict[str, Any]], cost: DecodeCost) -> str:
     a, b, k = cost.fixed_s * 1e3, cost.per_sequence_s * 1e3, cost.per_context_token_s * 1e6
     lines = ["# projection", "",
              f"Qwen2.5-14B-Instruct BF16 on one A800/A100-80GB: a = {a:.2f} ms, b = {b:.3f} ms, κ = {k:.3f} µs/token "
-             "(harness/tokenworth_bench/gpu_model_server.py). GPU hours = (steps · a + tokens · (b + κ·c)) / 3600. "
+             "(bench/tokenworth_bench/gpu_model_server.py). GPU hours = (steps · a + tokens · (b + κ·c)) / 3600. "
              "Harness time not included. Written by `python -m tokenworth_bench engine-projection`.", "",
              "| env | streams | tasks | calls | tokens | c | steps seq / lockstep / continuous | "
              "GPU h sequential | lockstep | continuous | seq ÷ lockstep | worst case seq / lockstep h |",
@@ -159,7 +160,7 @@ def render(rows: list[dict[str, Any]], cost: DecodeCost) -> str:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="tokenworth-bench engine-projection", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("harness/tokenworth_bench/results/engine_speed"))
+    parser.add_argument("--out", type=Path, default=RESULTS / "engine_speed")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--db-tasks", type=int, default=None, help="DB tasks per stream [all 500]")
     parser.add_argument("--db-context", type=float, default=DEFAULT_CONTEXT["db"])

@@ -32,6 +32,7 @@ scale enters it).
 
 from __future__ import annotations
 
+from .paths import RESULTS
 import argparse
 import dataclasses
 import json
@@ -321,8 +322,8 @@ def render(runs: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
              "The lockstep experiment engine against today's sequential path (`run_stream`, one conversation "
              "per call), methods × seeds DB streams (5 × 3 = 15 by default; each run's lists are in its JSON), "
              "backbone `openai` with concurrency = the number of streams. "
-             "Written by `python -m tokenworth_bench engine-speed` (harness/tokenworth_bench/engine_speed.py); the GPU model's parameters and "
-             "their sources: harness/tokenworth_bench/gpu_model_server.py. Wall times are real seconds on the machine named in "
+             "Written by `python -m tokenworth_bench engine-speed` (bench/tokenworth_bench/engine_speed.py); the GPU model's parameters and "
+             "their sources: bench/tokenworth_bench/gpu_model_server.py. Wall times are real seconds on the machine named in "
              "each JSON file; `scale` is wall seconds per modelled GPU second. `warm-up s`: the JAX controller's "
              "compile, run before the measured window (2 TokenWorth tasks); `in run`: the compile is inside the "
              "measured wall time (those runs were started before the warm-up existed).", ""]
@@ -376,13 +377,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--seeds", default=",".join(map(str, SEEDS)))
     parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--out", type=Path, default=Path("harness/tokenworth_bench/results/engine_speed"))
+    parser.add_argument("--out", type=Path, default=RESULTS / "engine_speed")
     parser.add_argument("--report-only", action="store_true", help="only rewrite engine_speed.md from the run files")
     llama = parser.add_argument_group("llamacpp")
     llama.add_argument("--parallel", type=int, default=15, help="llama.cpp slots (requests decoded at once)")
     llama.add_argument("--threads", type=int, default=1, help="llama.cpp CPU threads (one per idle core)")
     llama.add_argument("--ctx", type=int, default=4096, help="context tokens per slot")
-    gpu = parser.add_argument_group("gpu-model (defaults: harness/tokenworth_bench/gpu_model_server.py)")
+    gpu = parser.add_argument_group("gpu-model (defaults: bench/tokenworth_bench/gpu_model_server.py)")
     gpu.add_argument("--scale", type=float, default=1.0, help="wall seconds per modelled GPU second")
     args = parser.parse_args(argv)
     if not args.report_only and args.server is None:

@@ -1,4 +1,4 @@
-"""A loopback OpenAI-compatible server that models a GPU's batch economics (for harness/tokenworth_bench/engine_speed.py).
+"""A loopback OpenAI-compatible server that models a GPU's batch economics (for bench/tokenworth_bench/engine_speed.py).
 
 ``python -m tokenworth_bench.gpu_model_server [--port 0] [--scale 1.0] [--env db] [--tasks 100]``
 

@@ -20,6 +20,7 @@ the script itself where there is no GPU.
 
 from __future__ import annotations
 
+from .paths import RESULTS
 import argparse
 import functools
 import json
@@ -160,7 +161,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("harness/tokenworth_bench/results/gpu_smoke"))
+    parser.add_argument("--out", type=Path, default=RESULTS / "gpu_smoke")
     parser.add_argument("--configs", type=int, default=256)
     parser.add_argument("--tasks", type=int, default=200)
     parser.add_argument("--jax-mem-fraction", type=float, default=None)

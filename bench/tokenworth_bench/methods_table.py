@@ -1,7 +1,7 @@
 """The eleven-method table (the paper's Table 1 rows plus TokenWorth+): SR ± std, OutputTok, ΔTok, Aux tok.
 
-``python -m tokenworth_bench.methods_table --experiment db=DIR:0,1,2 --experiment os=DIR2:0,1,2 --out harness/tokenworth_bench/results/methods``
-``python -m tokenworth_bench.methods_table --run db=RUN_DIR --run db=RUN_DIR2 ... --out harness/tokenworth_bench/results/methods``
+``python -m tokenworth_bench.methods_table --experiment db=DIR:0,1,2 --experiment os=DIR2:0,1,2 --out bench/results/methods``
+``python -m tokenworth_bench.methods_table --run db=RUN_DIR --run db=RUN_DIR2 ... --out bench/results/methods``
 
 ``--experiment ENV=DIR:SEEDS`` reads one ``tokenworth run --seeds ...`` experiment folder (every
 method's stream per seed); ``--run ENV=DIR`` a finished one-seed run folder (its
@@ -12,6 +12,7 @@ reported over the seeds that have it (the ``seeds`` column says how many).
 
 from __future__ import annotations
 
+from .paths import RESULTS
 import argparse
 import json
 from pathlib import Path
@@ -50,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[dict[str, Any]]]:
                         help="a finished experiment folder with several seeds (e.g. db=runs/x:0,1,2)")
     parser.add_argument("--methods", default=METHODS, help="the methods of the experiment folders")
     parser.add_argument("--budget-accounting", default="per-call")
-    parser.add_argument("--out", type=Path, default=Path("harness/tokenworth_bench/results/methods"))
+    parser.add_argument("--out", type=Path, default=RESULTS / "methods")
     parser.add_argument("--title", default="All methods · backbone sim · O_max per-call")
     args = parser.parse_args(argv)
     by_env: dict[str, list[list[dict[str, Any]]]] = {}

@@ -9,12 +9,13 @@ fail here, and listed by index.
 
     python -m tokenworth_bench.os_fidelity --data-dir ../shared/data/lifelongagentbench --jobs 2
 
-Writes ``harness/tokenworth_bench/results/os_fidelity.json`` (or ``--out``) and exits non-zero when a
+Writes ``bench/results/os_fidelity.json`` (or ``--out``) and exits non-zero when a
 non-excused task fails.
 """
 
 from __future__ import annotations
 
+from .paths import RESULTS
 import argparse
 import concurrent.futures
 import json
@@ -27,7 +28,7 @@ from typing import Any, Sequence
 from tokenworth_agent.tasks import OSTask, load_tasks
 from tokenworth_agent.envs.os_env import OSEnvironment, TaskInitError
 
-DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "os_fidelity.json"
+DEFAULT_OUT = RESULTS / "os_fidelity.json"
 _NEEDS_NETWORK = re.compile(r"\bapt(-get)?\s+(-\S+\s+)*install\b")
 
 

@@ -2,7 +2,7 @@
 
 ``python -m tokenworth_bench.prefix_table RUN METHODS OUT_DIR`` (METHODS comma-separated): for a run that was
 stopped before its end (the simulated-backbone tables of docs/bigcodebench.md and
-harness/tokenworth_bench/results/alfworld_sim/), every stream's first K records, K the fewest any stream has,
+bench/results/alfworld_sim/), every stream's first K records, K the fewest any stream has,
 summarised with the harness's own ``summarize`` (a finished run: all of them, and the title says so). Writes ``summary.md``, ``summary.json`` (the task
 count and one row per method) and ``cumulative_sr.png`` into OUT_DIR, and prints the table.
 """

@@ -21,7 +21,7 @@ source task is found from the decision log of the task that wrote it (``write`` 
 methods, ``admission.memory_id`` for TokenWorth, ``offer.memory_id`` for tokenworth-rank).
 
     python -m tokenworth_bench.ranking --experiment db=runs/base-db --experiment os=runs/base-os \
-        --out harness/tokenworth_bench/results/ranking            # or: tokenworth-bench ranking ...
+        --out bench/results/ranking            # or: tokenworth-bench ranking ...
 
 Each experiment folder is a ``tokenworth run`` output (``seed<k>/<method>/records.jsonl``, or a
 single-seed ``<method>/records.jsonl``); several folders of one env are merged into one table.
@@ -30,6 +30,7 @@ Writes ``<name>.md``, ``<name>.json`` and ``<name>.png``.
 
 from __future__ import annotations
 
+from .paths import RESULTS
 import argparse
 import json
 import types
@@ -288,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                         help="ENV=FOLDER (a `tokenworth run` output); repeatable, also for one env")
     parser.add_argument("--methods", default=None, help="comma-separated (default: every method found)")
     parser.add_argument("--block", type=int, default=100)
-    parser.add_argument("--out", default="harness/tokenworth_bench/results/ranking")
+    parser.add_argument("--out", default=str(RESULTS / "ranking"))
     parser.add_argument("--name", default="ranking")
     args = parser.parse_args(argv)
     if args.block < 1:

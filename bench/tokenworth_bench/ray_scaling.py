@@ -1,6 +1,6 @@
 """Ray scaling: the same ``tokenworth run`` in this process, on one Ray node, and on two Ray nodes.
 
-``python -m tokenworth_bench ray-scaling [--seeds 32] [--tasks 6] [--repeats 2] [--out harness/tokenworth_bench/results/ray]``
+``python -m tokenworth_bench ray-scaling [--seeds 32] [--tasks 6] [--repeats 2] [--out bench/results/ray]``
 
 Each run is the real CLI (``python -m tokenworth_agent.cli run``, a subprocess) over DB streams (``--methods``
 x ``--seeds``, the first ``--tasks`` tasks), ``--backbone openai`` against the batch-economics server
@@ -44,6 +44,7 @@ Writes ``<out>/ray_scaling.json`` (every run, the ratios, the machine, the commi
 
 from __future__ import annotations
 
+from .paths import RESULTS
 import argparse
 import json
 import os
@@ -169,7 +170,7 @@ def ratios(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def render(report: dict[str, Any]) -> str:
     r, s = report["ratios"], report["settings"]
-    lines = ["# Ray scaling (harness/tokenworth_bench/ray_scaling.py)", "",
+    lines = ["# Ray scaling (bench/tokenworth_bench/ray_scaling.py)", "",
              f"`tokenworth run` over {s['streams']} DB streams ({s['methods']} x {s['seeds']} seeds, {s['tasks']} tasks "
              f"each), `--backbone openai` against the batch-economics server (batch cap {s['max_num_seqs']} = the "
              f"KV pool's full-context concurrency, scale {s['scale']:g}); {s['repeats']} interleaved repeat(s), "
@@ -208,7 +209,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=2, help="interleaved repeats of the modes [2]")
     parser.add_argument("--modes", default=",".join(MODES), help=f"modes [{','.join(MODES)}]")
     parser.add_argument("--data-dir", default=None, help="LifelongAgentBench data [$TOKENWORTH_DATA_DIR]")
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "ray", help="result folder")
+    parser.add_argument("--out", type=Path, default=RESULTS / "ray", help="result folder")
     parser.add_argument("--render", action="store_true", help="only rewrite the ratios and the table from the JSON")
     args = parser.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -244,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         try:
             import ray  # noqa: F401
         except ImportError:
-            raise SystemExit("error: the ray modes need Ray: pip install -e './harness[ray]'") from None
+            raise SystemExit("error: the ray modes need Ray: pip install -e './agent[ray]'") from None
     settings = {"methods": args.methods, "seeds": args.seeds, "tasks": args.tasks, "scale": args.scale,
                 "max_num_seqs": args.max_num_seqs, "repeats": args.repeats,
                 "streams": len(args.methods.split(",")) * args.seeds}

@@ -1,6 +1,6 @@
 """What ``--track`` costs the engine on the default run.
 
-``python -m tokenworth_bench.tracking_cost [--limit N] [--repeats R] [--out harness/tokenworth_bench/results]``
+``python -m tokenworth_bench.tracking_cost [--limit N] [--repeats R] [--out bench/results]``
 runs the default experiment (``tokenworth run``: DB, simulated backbone, the five default methods,
 seed 0; all 500 tasks unless ``--limit``) once per mode and repeat, each in a fresh process with a
 warm XLA compilation cache, the modes interleaved so that a change of the machine's load hits each
@@ -20,6 +20,7 @@ and the tracker's final flush), best of the repeats, and the overhead against ``
 
 from __future__ import annotations
 
+from .paths import RESULTS
 import argparse
 import dataclasses
 import json
@@ -121,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--limit", type=int, default=None, help="tasks per stream (default: all 500)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--modes", default=",".join(MODES))
-    parser.add_argument("--out", type=Path, default=Path("harness/tokenworth_bench/results"))
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
     scratch = Path(tempfile.mkdtemp(prefix="tokenworth-track-bench-"))

@@ -26,7 +26,7 @@ from typing import Any
 # Defaults shared by `run`, `sweep` and `bench agent` (see OpenAIBackbone for what each does).
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_RETRY_FOR_S = 300.0
-# The sim's token rule (harness/tokenworth_agent/sim/backbone.py), in its identity: runs counted before the rule
+# The sim's token rule (agent/tokenworth_agent/sim/backbone.py), in its identity: runs counted before the rule
 # (text only) are refused on resume instead of mixing two counts in one folder.
 SIM_EOS_TOKENS = 1
 DEFAULT_CONCURRENCY = None  # every request of a generate call in flight at once; --concurrency caps it

@@ -62,7 +62,7 @@ from tokenworth_agent.backbones.colocation import (  # noqa: F401 - re-exported:
 from tokenworth_agent.backbones.vllm_api import SUPPORTED, check_version  # noqa: F401 - SUPPORTED re-exported
 
 INSTALL_HINT = "pip install 'tokenworth-agent[gpu]' (vLLM with a CUDA build of JAX; '[vllm]' for vLLM alone)"
-# The engine options that have their own flag (harness/tokenworth_agent/backbones/engine_options.py).
+# The engine options that have their own flag (agent/tokenworth_agent/backbones/engine_options.py).
 FLAG_OPTIONS = ("gpu_memory_utilization", "max_model_len", "dtype", "tensor_parallel_size", "enforce_eager")
 
 # The exact sampling every request uses: greedy, nothing the model's config can change.

@@ -33,7 +33,7 @@ PER_CALL_CAP = 512  # the original LifelongAgentBench harness caps every call at
 #   the gold actions fits the DB budget on 78% of tasks (paper: 65.0% for Qwen2.5-14B), and
 #   KG's 15 rounds can each make a tool call. App. C of the paper states per-call limits for
 #   its BigCodeBench/ALFWorld adapters. See docs/running.md ("Budget accounting") for the
-#   measured ceiling table (``harness/tokenworth_bench/budget_ceiling.py``).
+#   measured ceiling table (``bench/tokenworth_bench/budget_ceiling.py``).
 # * ``"per-task"``: the spec's literal reading — all rounds and auxiliary calls of one task
 #   share O_max (``max_tokens = min(512, O_max − spent)``; the task ends with
 #   ``budget_exhausted`` when nothing is left). Under it the same perfect agent fits only

@@ -126,7 +126,7 @@ class EngineError(RuntimeError):
 
 
 class _Worker:
-    """One engine worker process (harness/tokenworth_agent/envs/alfworld_engine.py under the engine venv)."""
+    """One engine worker process (agent/tokenworth_agent/envs/alfworld_engine.py under the engine venv)."""
 
     def __init__(self, index: int, plain: bool = False) -> None:
         self.index, self.plain = index, plain  # plain: the engine without the worker's speed-ups

@@ -46,7 +46,7 @@ import time
 from typing import Any
 
 WELCOME = "-= Welcome to TextWorld, ALFRED! =-"
-# Run as a script, this file's folder (harness/tokenworth_agent/envs, which holds alfworld.py) would come first on sys.path
+# Run as a script, this file's folder (agent/tokenworth_agent/envs, which holds alfworld.py) would come first on sys.path
 # and shadow the `alfworld` package.
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 

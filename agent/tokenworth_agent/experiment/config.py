@@ -133,7 +133,7 @@ class HarnessConfig:
     kg_parser: str = DEFAULT_HARNESS.kg_parser
     kg_vocab: Path | None = None
     instructions: Path | None = None
-    bcb_venv: Path | None = None  # BigCodeBench's evaluation venv (harness/tokenworth_agent/core/bigcodebench_venv.py)
+    bcb_venv: Path | None = None  # BigCodeBench's evaluation venv (agent/tokenworth_agent/core/bigcodebench_venv.py)
     bcb_verdicts: Path | None = None  # a file of BigCodeBench verdicts, reused across streams and runs
     bcb_time_limit: float = DEFAULT_HARNESS.bcb_time_limit
 
@@ -145,7 +145,7 @@ class HarnessConfig:
 @dataclasses.dataclass(frozen=True)
 class ConnectionConfig:
     """An OpenAI-compatible server (``--backbone openai``); None: the backbone's own default
-    (harness/tokenworth_agent/backbones/options.py). Not part of a run's identity: moving the server resumes the run."""
+    (agent/tokenworth_agent/backbones/options.py). Not part of a run's identity: moving the server resumes the run."""
 
     base_url: tuple[str, ...] = ()  # replicas: requests spread over them and fail over
     timeout: float | None = None
@@ -212,7 +212,7 @@ class OutputConfig:
     summary_dir: Path | None = None  # where summary.md/.json and the figures go (None: the run folder)
     overwrite: bool = False  # redo this command's streams (only in a run folder) instead of resuming them
     progress: bool = True  # bars on a terminal; elsewhere a line per stream at each tenth
-    track: tuple[str, ...] = ()  # --track mlflow / tensorboard (harness/tokenworth_agent/tracking); not the run's identity
+    track: tuple[str, ...] = ()  # --track mlflow / tensorboard (agent/tokenworth_agent/tracking); not the run's identity
 
     def __post_init__(self) -> None:
         from tokenworth_agent.tracking import TrackError

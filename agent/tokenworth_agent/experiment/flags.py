@@ -40,7 +40,7 @@ def _option(panel: str, help: str, *names: str, **extra: Any) -> Any:
     return typer.Option(*names, help=help, rich_help_panel=panel, **extra)
 
 
-DEFAULT = RunConfig()  # every flag's default is the typed run's (harness/tokenworth_agent/experiment/config.py)
+DEFAULT = RunConfig()  # every flag's default is the typed run's (agent/tokenworth_agent/experiment/config.py)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -88,7 +88,7 @@ class Plan:
     backbone: Any = dataclasses.field(default=None, compare=False, repr=False)  # the driver's, nothing loaded
     # files the run folder keeps beside the records, by name (ALFWorld's whole manifest, whatever --limit says)
     run_files: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    # --track: the trackers and where they log (harness/tokenworth_agent/tracking); None without --track
+    # --track: the trackers and where they log (agent/tokenworth_agent/tracking); None without --track
     tracking: Any = None
 
     @property
@@ -257,7 +257,7 @@ def engine_settings(config: RunConfig, *, env: str, controller_streams: int, her
 
 
 def backbone_spec(config: RunConfig, engine: Any) -> BackboneSpec:
-    """(identity options, connection options) of the backbone: see harness/tokenworth_agent/backbones/options.py."""
+    """(identity options, connection options) of the backbone: see agent/tokenworth_agent/backbones/options.py."""
     from tokenworth_agent.backbones.options import split_options
 
     backbone = config.backbone

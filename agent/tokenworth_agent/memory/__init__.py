@@ -19,7 +19,7 @@ Formats (``memory_format``, :mod:`tokenworth_agent.core.harness`):
 
 * **compact** (default): every action exactly as the environment's parser wants it, so a
   model can copy it (``tests/copy_backbone.py`` replays memories verbatim;
-  ``harness/tokenworth_bench/copy_replay.py`` measures it on every DB and OS task):
+  ``bench/tokenworth_bench/copy_replay.py`` measures it on every DB and OS task):
 
   * **DB** — the question, the valid SQL operations as ``Action: Operation`` + a ```` ```sql ````
     block (an operation whose observation is a SQL error is dropped), each observation cut to

@@ -241,7 +241,7 @@ def _top_caption(skip: int) -> str:
 
 # ------------------------------------------------------------------------- experiments (several streams)
 def _std(values: Sequence[float]) -> float:
-    """Population std over seeds: the one convention of every table here (harness/tokenworth_bench/agent.py too)."""
+    """Population std over seeds: the one convention of every table here (bench/tokenworth_bench/agent.py too)."""
     return float(np.std(values))
 
 

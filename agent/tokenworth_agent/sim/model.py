@@ -27,7 +27,7 @@ class SimParams:
     the paper's DB budget read per task (O_max = 128 tokens shared by all rounds) it drops to
     about 27%, because many gold answers (SQL plus the returned rows) need more than 128
     tokens: even an always-successful simulator without a Thought line reaches only 56.6%
-    there (78.0% under the default per-call accounting; ``harness/tokenworth_bench/budget_ceiling.py``).
+    there (78.0% under the default per-call accounting; ``bench/tokenworth_bench/budget_ceiling.py``).
     """
 
     p0_range_db: tuple[float, float] = (0.25, 0.90)
@@ -36,7 +36,7 @@ class SimParams:
     # BigCodeBench: mean p0 about 0.41 (2.76 libraries a task), so that without memory about 40% pass end to end
     # (the paper's local anchor: TokenWorth 43.1); measured in docs/bigcodebench.md, "The simulated backbone"
     p0_range_bigcodebench: tuple[float, float] = (0.10, 0.78)
-    # ALFWorld (harness/tokenworth_agent/sim/replies/alfworld.py): mean no-memory p about 0.675, the paper's local ALFWorld SRs
+    # ALFWorld (agent/tokenworth_agent/sim/replies/alfworld.py): mean no-memory p about 0.675, the paper's local ALFWorld SRs
     # being in the 70s; slips before a walkthrough command (half format slips the repair call corrects, half
     # detours) and, on the failure path, a look or a format slip every 5th wandering move
     p0_range_alfworld: tuple[float, float] = (0.40, 0.95)
@@ -53,7 +53,7 @@ class SimParams:
     thought_sentences_helpful: int = 0
     thought_sentences_harmful: int = 3
     harmful_extra_rounds: int = 1
-    # auxiliary calls (harness/tokenworth_agent/sim/aux.py); fixed with the rest, before any method comparison
+    # auxiliary calls (agent/tokenworth_agent/sim/aux.py); fixed with the rest, before any method comparison
     aux_items_max: int = 2  # lines of a notes reply (facts, reflections, insights)
     aux_match_overlap: float = 0.5  # skill overlap J at which shown text counts as "about the same thing"
     tokenizer_model: str = DEFAULT_TOKENIZER_MODEL

@@ -17,7 +17,7 @@ nothing that was written: the page cache outlives it, so the record and checkpoi
 finished task survive without ``fsync``. Only a machine crash or power loss can drop writes
 that were not synced. ``fsync`` costs milliseconds per file (measured: 38 % of a TokenWorth
 task with the simulated backbone when three files were synced per task, see
-harness/tokenworth_bench/results/checkpoint_cost.md), so :class:`CheckpointWriter` replaces the checkpoint after
+bench/results/checkpoint_cost.md), so :class:`CheckpointWriter` replaces the checkpoint after
 every task without syncing, and makes it durable at most every ``durable_every_s`` seconds
 (and when the stream stops): sync the records, write the checkpoint synced, and copy it to
 ``<name>.durable.pkl``. After a power loss the newest checkpoint may be missing, torn, or

@@ -6,19 +6,19 @@ Layout (everything here is written by tokenworth; nothing else is ever deleted):
     <out>/.lock                       held briefly while config/summary are checked or written
     <out>/<method>/records.jsonl      one JSON record per task
     <out>/<method>/checkpoint.pkl     policy state + JSONL offset + next task index
-    <out>/<method>/checkpoint.durable.pkl  its last fsynced copy (harness/tokenworth_agent/storage/checkpoint.py)
+    <out>/<method>/checkpoint.durable.pkl  its last fsynced copy (agent/tokenworth_agent/storage/checkpoint.py)
     <out>/<method>/.lock              held for as long as a process runs that method
     <out>/<method>/node.json          where it ran, when a distributed executor ran it (the node id
                                       and hostname of the latest attempt, and every attempt)
     <out>/<method>/tracking.json, events.out.tfevents.*
                                       with --track: its MLflow run ids, its TensorBoard events
     <out>/tracking.json, mlflow.db, mlartifacts/, tracking-undelivered.jsonl
-                                      with --track (harness/tokenworth_agent/tracking)
+                                      with --track (agent/tokenworth_agent/tracking)
     <out>/summary.md|json, cumulative_sr.png
                                       (+ budget_levels.png for a grid over budget levels)
 
 ``<method>`` above is a *stream* name: an experiment with several envs, seeds or grid points
-nests it as ``<env>/seed<k>/<method>@<point>`` (harness/tokenworth_agent/experiment/streams.py); every rule below
+nests it as ``<env>/seed<k>/<method>@<point>`` (agent/tokenworth_agent/experiment/streams.py); every rule below
 applies per stream folder.
 
 Rules:
@@ -64,8 +64,8 @@ CONFIG = "config.json"
 LOCK = ".lock"
 RECORDS = "records.jsonl"
 CHECKPOINT = "checkpoint.pkl"
-NODE = "node.json"  # written by harness/tokenworth_agent/experiment/distributed; not a result (has_results ignores it)
-TRACKING = "tracking.json"  # --track: the stream's MLflow run ids (harness/tokenworth_agent/tracking); not a result
+NODE = "node.json"  # written by agent/tokenworth_agent/experiment/distributed; not a result (has_results ignores it)
+TRACKING = "tracking.json"  # --track: the stream's MLflow run ids (agent/tokenworth_agent/tracking); not a result
 TB_EVENTS = "events.out.tfevents.*"  # --track tensorboard: a stream's event files
 SUMMARY_FILES = ("summary.md", "summary.json", "cumulative_sr.png")
 REQUIRED_CONFIG_KEYS = frozenset({"env", "backbone", "seed"})
@@ -269,7 +269,7 @@ def _differences(old: dict[str, Any], new: dict[str, Any]) -> str:
 
 def _identity(config: dict[str, Any]) -> dict[str, Any]:
     """The settings that define a run. ``connection`` (server URL, timeouts, retries, concurrency)
-    is not among them: moving the model server must not stop a resume (harness/tokenworth_agent/backbones/options.py)."""
+    is not among them: moving the model server must not stop a resume (agent/tokenworth_agent/backbones/options.py)."""
     return {k: v for k, v in config.items() if k != "connection"}
 
 

@@ -331,7 +331,7 @@ def read_manifest(path: Path) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------ the repair turn
-# The environment writes it (harness/tokenworth_agent/envs/alfworld.py); the simulator, like a model, reads it from the
+# The environment writes it (agent/tokenworth_agent/envs/alfworld.py); the simulator, like a model, reads it from the
 # conversation. Kept here, below both, so there is one copy.
 REPAIR_NO_ACTION = 'Your reply has no "Action:" line.'
 REPAIR_INADMISSIBLE = '"{command}" is not a command you can use now.'
@@ -361,7 +361,7 @@ class ALFWorldTask:
     object_class: str
     parent: str
     goal: str  # "look at alarmclock under the desklamp."
-    skill_list: tuple[str, ...]  # (task type,): see harness/tokenworth_agent/sim/replies/alfworld.py
+    skill_list: tuple[str, ...]  # (task type,): see agent/tokenworth_agent/sim/replies/alfworld.py
     walkthrough: tuple[str, ...]  # the expert plan: the simulated backbone and the gold replay ONLY
     env: str = ENV
 

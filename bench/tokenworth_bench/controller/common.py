@@ -8,6 +8,7 @@ reported as the compile time), then ``repeats`` timed calls, each ending in
 
 from __future__ import annotations
 
+from ..paths import RESULTS
 import dataclasses
 import json
 import os
@@ -25,7 +26,7 @@ import numpy as np
 import tokenworth_jax as tw
 
 REPO = Path(__file__).resolve().parents[3]
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "results"
+DEFAULT_OUT = RESULTS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,9 +50,9 @@ class Size:
     shard_devices: int
     shard_configs: int
     shard_tasks: int
-    speedup_configs: int = 8  # harness/tokenworth_bench/controller/speedups.py: batched configurations ...
+    speedup_configs: int = 8  # bench/tokenworth_bench/controller/speedups.py: batched configurations ...
     speedup_tasks: int = 50  # ... over this many tasks
-    stream_tasks: int = 500  # harness/tokenworth_bench/controller/per_task.py: the host Controller and the reference over a whole stream
+    stream_tasks: int = 500  # bench/tokenworth_bench/controller/per_task.py: the host Controller and the reference over a whole stream
     stream_repeats: int = 3  # host runs of that stream (the reference runs it once: it is ~100x slower)
     bank_jobs: int = 1  # bank-scaling children run at once: 1 for timings; the smoke test runs 2 (its times mean nothing)
 

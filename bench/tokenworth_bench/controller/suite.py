@@ -3,7 +3,7 @@
 The default (``quick``) size finishes in a few minutes on a 2-core CPU; ``--full`` selects
 the full sizes (100k-memory bank, 256 configurations x 500 tasks, ...). ``--size tiny`` is
 for the smoke test. Results: ``<name>.json`` and ``<name>.md`` per benchmark in ``--out``
-(default ``harness/tokenworth_bench/results``), plus ``suite.json`` listing what ran: a partial rerun
+(default ``bench/results``), plus ``suite.json`` listing what ran: a partial rerun
 (``--only``) merges its entries into the existing ``suite.json`` instead of replacing it. The same command runs
 unchanged on a GPU and records the device in every result.
 """
@@ -27,7 +27,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--full", action="store_true", help="full sizes (long: see docs/performance.md)")
     ap.add_argument("--size", choices=sorted(SIZES), metavar="SIZE",
                     help=f"explicit size (overrides --full): {', '.join(sorted(SIZES))}")
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory (default harness/tokenworth_bench/results)")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory (default bench/results)")
     ap.add_argument("--only", nargs="+", choices=BENCHMARKS, metavar="NAME",  # the choices would fill a line
                     help=f"run only these benchmarks: {', '.join(BENCHMARKS)}")
     ap.add_argument("--real-devices", action="store_true",

@@ -42,11 +42,12 @@ mean (abstaining although the mean gain of the best candidate was above the marg
 although it was not), valued with the true probabilities.
 
     python -m tokenworth_bench.plus.streams [--tasks 1000] [--seeds 0,1,2] [--kinds dev|held-out|trap,mixed,...]
-        [--set "NAME:plus_KEY=VALUE;..."] [--out harness/tokenworth_bench/results/plus]
+        [--set "NAME:plus_KEY=VALUE;..."] [--out bench/results/plus]
 """
 
 from __future__ import annotations
 
+from ..paths import RESULTS
 import argparse
 import functools
 import json
@@ -357,7 +358,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--set", action="append", default=[],
                         help="NAME:KEY=VALUE[;KEY=VALUE] another configuration (flat hyperparameter names; plus=0 for "
                              "the paper's mode)")
-    parser.add_argument("--out", default="harness/tokenworth_bench/results/plus/streams", help="writes <out>.md and <out>.json")
+    parser.add_argument("--out", default=str(RESULTS / "plus" / "streams"), help="writes <out>.md and <out>.json")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     kinds = [k for item in args.kinds.split(",") if item for k in GROUPS.get(item, (item,))]

@@ -15,13 +15,14 @@ Targets: TokenWorth+ ≥ no memory − 1 point on every stream and seed; on each
 the best other method + 2 with OutputTok no higher than that method's; harmful ≤ half of RAG's;
 trap and mixed close ≥ 85 % of the gap to the oracle. Writes ``<out>.md`` and ``<out>.json``.
 
-    python -m tokenworth_bench.plus.targets --streams harness/tokenworth_bench/results/plus/streams.json \
-        --run db=runs/db-others --run db=runs/db-plus --ranking db=harness/tokenworth_bench/results/plus/noharm_db.json \
-        --out harness/tokenworth_bench/results/plus/targets
+    python -m tokenworth_bench.plus.targets --streams bench/results/plus/streams.json \
+        --run db=runs/db-others --run db=runs/db-plus --ranking db=bench/results/plus/noharm_db.json \
+        --out bench/results/plus/targets
 """
 
 from __future__ import annotations
 
+from ..paths import RESULTS
 import argparse
 import json
 from pathlib import Path
@@ -144,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--run", action="append", default=[], help="ENV=FOLDER of a `tokenworth run` (repeatable)")
     parser.add_argument("--table", action="append", default=[], help="ENV=FILE, JSON of tokenworth_bench.methods_table")
     parser.add_argument("--ranking", action="append", default=[], help="ENV=FILE, JSON of tokenworth_bench.ranking (repeatable)")
-    parser.add_argument("--out", default="harness/tokenworth_bench/results/plus/targets")
+    parser.add_argument("--out", default=str(RESULTS / "plus" / "targets"))
     args = parser.parse_args(argv)
     from tokenworth_bench.plus.streams import FAMILY, HELD_OUT
 

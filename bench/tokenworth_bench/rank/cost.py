@@ -6,11 +6,12 @@ once, timed as the median of ``--repeats`` runs divided by the task count. Token
 the action model's RLS update on every success and the lift's evidence refit on every injection.
 Interleaving the two timings keeps a shared machine's load out of their ratio.
 
-    python -m tokenworth_bench.rank.cost [--tasks 400] [--repeats 7] [--out harness/tokenworth_bench/results/ranking/cost.json]
+    python -m tokenworth_bench.rank.cost [--tasks 400] [--repeats 7] [--out bench/results/ranking/cost.json]
 """
 
 from __future__ import annotations
 
+from ..paths import RESULTS
 import argparse
 import json
 import time
@@ -65,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=400)
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--out", default="harness/tokenworth_bench/results/ranking/cost.json")
+    parser.add_argument("--out", default=str(RESULTS / "ranking" / "cost.json"))
     args = parser.parse_args(argv)
     result = measure(args.tasks, args.repeats)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

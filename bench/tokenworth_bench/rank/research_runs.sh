@@ -1,4 +1,4 @@
-# The research log of docs/ranking-research.md (harness/tokenworth_bench/results/ranking/lab/). Run it at commit e796355,
+# The research log of docs/ranking-research.md (bench/results/ranking/lab/). Run it at commit e796355,
 # where every idea is still a switch of tokenworth_jax.rank; the final component keeps only the default's
 # parts. --fits reads engine runs (tokenworth run ... --out runs/base-db etc., see the doc).
 set -e
@@ -6,7 +6,7 @@ cd "$(dirname "$0")/../.."
 export TOKENWORTH_DATA_DIR=${TOKENWORTH_DATA_DIR:-../shared/data/lifelongagentbench}
 FITS=runs/base-db,runs/rank-db-1,runs/rank-db-2,runs/rank-db-3
 L=".venv/bin/python -m tokenworth_bench.rank.lab --env db --seeds 0,1,2 --fits $FITS"
-OUT=harness/tokenworth_bench/results/ranking/lab
+OUT=bench/results/ranking/lab
 mkdir -p $OUT
 $L --oracle --configs "no memory,cosine,s only,default" \
   --set "action buckets weighted by R2:features=(1,0,1,0,0,0,0,0);theta0=(0.5,0,2,0,0,0,0,0);optimism=0.0;abstain=0.0;reliability=1.0" \

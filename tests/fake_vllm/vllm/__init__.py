@@ -2,7 +2,7 @@
 
 ``LLM``, ``LLM.chat`` and ``SamplingParams`` accept exactly the keyword names of :data:`API`:
 the real vLLM's in ``.venv-vllm`` when that environment exists (``make test`` builds it), else
-the pinned release's (``harness/tokenworth_agent/backbones/vllm_api.json``), so a misspelt argument fails here as
+the pinned release's (``agent/tokenworth_agent/backbones/vllm_api.json``), so a misspelt argument fails here as
 it would on a GPU. ``__version__`` is that API's version, so the backbone's version check passes.
 
 Replies: item i of a batch has ``3 + i`` text tokens, then the EOS token when it fits the cap
