@@ -171,6 +171,33 @@ def test_kg_fetches_the_parquet_and_the_ontology(hub, shared, tmp_path, monkeypa
     assert len(hub.log) == 3
 
 
+@pytest.mark.parametrize("failure", ["unreachable", "fb_roles corrupted"])
+def test_a_kg_fetch_without_its_ontology_says_which_part_is_missing_and_the_run_refuses(
+        failure, hub, shared, tmp_path, monkeypatch) -> None:
+    lab = shared / "lifelongagentbench"
+    hub.files[LAB_KG] = (lab / "knowledge_graph/train-00000-of-00001.parquet").read_bytes()
+    if failure == "unreachable":
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            monkeypatch.setenv(ONTOLOGY_URL_VARIABLE, f"http://127.0.0.1:{probe.getsockname()[1]}/onto")
+    else:
+        for name in ONTOLOGY_SHA256:
+            hub.files[f"/onto/{name}"] = (lab / "knowledge_graph/ontology" / name).read_bytes()
+        hub.files["/onto/fb_roles"] = hub.files["/onto/fb_roles"][:-1] + b"x"
+        monkeypatch.setenv(ONTOLOGY_URL_VARIABLE, f"{hub.url}/onto")
+    result = fetch(tmp_path, "kg")
+    assert result.exit_code == 2, result.output
+    [line] = errors(result.output)
+    assert "kg is incomplete: in place kg (tasks)" in line and "missing" in line and "ontology fb_roles" in line
+    assert "--kg-vocab none" in line
+    run = runner.invoke(app, ["run", "--env", "kg", "--methods", "standard", "--limit", "1", "--data-dir",
+                              str(tmp_path), "--kg-endpoint", "http://127.0.0.1:9/sparql", "--out",
+                              str(tmp_path / "run"), "--no-progress"])
+    assert run.exit_code == 2, run.output
+    [refused] = errors(run.output)
+    assert "data fetch --env kg" in refused and "--kg-vocab none" in refused
+
+
 # ------------------------------------------------------------------ BigCodeBench: two forms, one stream
 def hub_split(rows: list[dict]) -> bytes:
     """Rows written as the hub's parquet of a split: the nine text columns, in file order."""
