@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # What a user installs, checked from the built wheels (make test runs all three):
-#   scripts/wheels.sh build DIST                      both wheels from this checkout into DIST
+#   scripts/wheels.sh build DIST [PYTHON]             both sdists and wheels from this checkout into DIST, then
+#       `twine check --strict` on all four (PYTHON has build and twine: requirements/release.txt; make
+#       wheels and the release workflow run this)
 #   scripts/wheels.sh library DIST VENV PYTHON [PIN...]
 #       a fresh venv with the library's wheel alone (PINs: e.g. jax==0.10.0 for the range's lower
 #       bound; what it installed is listed), then the library's tests and notebook 01 run against
@@ -21,11 +23,23 @@ fresh_venv() {  # VENV PYTHON
 
 case "${1:?usage: scripts/wheels.sh build|library|harness ...}" in
 build)
-  dist=${2:?DIST}
+  dist=${2:?DIST} python=${3:-python3}
   rm -rf "$dist" build harness/build
-  python3 -m pip wheel -q --no-deps -w "$dist" . ./harness
+  # The library's wheel is built from its sdist, as pip builds it for a user with no wheel: that proves
+  # the sdist complete. The harness's is built from its folder: its setup.py reads the version from
+  # ../tokenworth_jax/_version.py, which its sdist does not hold (docs/release.md, "Publishing").
+  "$python" -m build -q -o "$dist" .
+  "$python" -m build -q -o "$dist" --sdist --wheel ./harness
   rm -rf build harness/build
   ls "$dist"
+  # What a release uploads: two sdists and two wheels, each wheel with its sdist.
+  for wheel in "$dist"/*.whl; do
+    base=$(basename "$wheel"); sdist="$dist/${base%%-py3-*}.tar.gz"
+    test -f "$sdist" || { echo "scripts/wheels.sh: $base has no sdist ($(basename "$sdist"))" >&2; exit 1; }
+  done
+  test "$(ls "$dist" | wc -l)" -eq 4 || { echo "scripts/wheels.sh: expected 2 sdists and 2 wheels in $dist" >&2; exit 1; }
+  # Their metadata, and each long description as PyPI renders it (an error, or a warning, fails).
+  NO_COLOR=1 "$python" -m twine check --strict "$dist"/*
   ;;
 library)
   dist=$(realpath -m "${2:?DIST}") venv=$(realpath -m "${3:?VENV}") python=${4:?PYTHON}; shift 4
