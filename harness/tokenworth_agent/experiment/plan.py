@@ -28,6 +28,7 @@ from tokenworth_agent.experiment.streams import GridError, StreamSpec, digest, e
 from tokenworth_agent.policies.registry import POLICIES
 from tokenworth_agent.storage import runfolder
 from tokenworth_agent.tasks import Task, data_folder, load_tasks
+from tokenworth_agent.tasks.download import data_source
 from tokenworth_agent.tasks.registry import TASK_SOURCES, benchmarks
 
 GRID_NAME_MAX = 80  # characters of grid in a folder name; a longer grid is cut and told apart by a digest
@@ -340,7 +341,8 @@ def make_plan(config: RunConfig, *, engine_here: bool = True) -> Plan:
                 "tasks": len(tasks[envs[0]]) if one else {e: len(t) for e, t in tasks.items()},
                 "data_dir": folders[envs[0]] if len(set(folders.values())) == 1 else folders,
                 "budget": budgets[envs[0]] if one else budgets, "connection": dict(spec.links),
-                "harness": harness.identity(envs[0]) if one else {e: harness.identity(e) for e in envs}}
+                "harness": harness.identity(envs[0]) if one else {e: harness.identity(e) for e in envs},
+                "data_source": {e: data_source(e, config.data.data_dir, benchmarks()) for e in envs}}
     # a sweep's --overwrite discards the whole sweep the folder holds, a run's its own streams
     replaced = (list(dict.fromkeys([*names, *runfolder.streams_in(out_dir)]))
                 if isinstance(what, Sweep) and config.output.overwrite else names)
