@@ -32,9 +32,22 @@ DIST        ?= dist
 PYTHON_NEW  ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12) $(PYTHON))
 LOWER_PINS  := jax==0.10.0 jaxlib==0.10.0 optax==0.2.4 numpy==2.0.2
 WHEEL_LOG   := .test-logs/wheels.log
+# The release tools (build, twine; pinned in requirements/release.txt) in a venv of their own: `make wheels`
+# builds both sdists and wheels with them and runs `twine check --strict`, as the release workflow does
+# (.github/workflows/release.yml runs `make wheels`).
+RELEASE_VENV ?= .venv-release
+
+# The library's API reference builds in a venv of its own, from the library alone: the library (editable,
+# so a docstring edit shows at the next `make docs`) and its `docs` extra, nothing of the harness; Read
+# the Docs installs the same (.readthedocs.yaml). Under `make test-envs` (-j4) it waits for .venv-vllm,
+# which waits for .venv: each `pip install -e .` writes the checkout's tokenworth_jax.egg-info.
+DOCS_VENV  ?= .venv-docs
+DOCS_PY    := $(DOCS_VENV)/bin/python
+DOCS_OUT   ?= docs/api/_build
+DOCS_AFTER := $(if $(filter test-envs,$(MAKECMDGOALS)),$(VLLM_VENV)/.installed)
 
 .PHONY: setup system-deps wheels wheel-checks vllm-setup bcb-setup bcb-tf bcb-ci-setup alfworld-setup test-envs run test bench notebooks clean \
-	docs typecheck
+	docs docs-setup typecheck
 
 # The three distributions of this repository, installed editable: the library (pyproject.toml), the
 # harness (agent/pyproject.toml, which depends on the library at the same version) and the benchmark
@@ -104,17 +117,33 @@ else
 	$(VENV)/bin/tokenworth run
 endif
 
+$(DOCS_VENV)/.installed: pyproject.toml tokenworth_jax/_version.py | $(DOCS_AFTER)
+	$(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_PY) -m pip install -q --upgrade pip
+	$(DOCS_PY) -m pip install -q -e ".[docs]"
+	touch $@
+
+docs-setup: $(DOCS_VENV)/.installed
+
+$(RELEASE_VENV)/.installed: requirements/release.txt
+	$(PYTHON) -m venv $(RELEASE_VENV)
+	$(RELEASE_VENV)/bin/python -m pip install -q --upgrade pip
+	$(RELEASE_VENV)/bin/python -m pip install -q -r requirements/release.txt
+	touch $@
+
 # Every environment the tests use, built side by side (the ALFWorld engine's C++ build, the
-# BigCodeBench libraries and the two Python environments do not wait for each other).
-test-envs: setup vllm-setup bcb-ci-setup alfworld-setup
+# BigCodeBench libraries and the Python environments do not wait for each other).
+test-envs: setup vllm-setup bcb-ci-setup alfworld-setup docs-setup
 
 # The main suite (.venv) and the real-engine suite (.venv-vllm) run side by side: vLLM's CPU engine binds
 # its one compute thread to one core and the main suite averages about one core, so together they take
 # ~36 min where one after the other took ~42 (fresh clone, 2026-12-03: make test 41.9 min in all). The
 # real-engine suite's output goes to $(REAL_LOG), printed after the main suite's; both must pass.
 REAL_LOG := .test-logs/real-engines.log
+# The API reference's build test (tests/test_api_docs.py) runs Sphinx in $(DOCS_VENV), the lean docs build.
 MAIN_TESTS := TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_BCB_VENV=$(abspath $(BCB_CI_VENV)) \
-	TOKENWORTH_ALFWORLD_VENV=$(abspath $(ALFWORLD_VENV)) $(PY) -m pytest -q --durations=25
+	TOKENWORTH_ALFWORLD_VENV=$(abspath $(ALFWORLD_VENV)) TOKENWORTH_DOCS_PYTHON=$(abspath $(DOCS_PY)) \
+	$(PY) -m pytest -q --durations=25
 REAL_TESTS := TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_VLLM_MODEL=$(abspath $(VLLM_MODEL)) TOKENWORTH_REAL_VLLM=required \
 	TOKENWORTH_BCB_VENV=$(abspath $(BCB_CI_VENV)) TOKENWORTH_ALFWORLD_VENV=$(abspath $(ALFWORLD_VENV)) \
 	$(VLLM_PY) -m pytest -q --durations=10 -m real_vllm tests/test_vllm_engine.py tests/test_alfworld_vllm.py
@@ -132,8 +161,8 @@ test:
 	echo "main suite exit $$main, real-engine suite exit $$real, wheel checks exit $$wheels"; \
 	test $$main -eq 0 && test $$real -eq 0 && test $$wheels -eq 0
 
-wheels:
-	bash scripts/wheels.sh build $(DIST)
+wheels: $(RELEASE_VENV)/.installed
+	bash scripts/wheels.sh build $(DIST) $(RELEASE_VENV)/bin/python
 
 wheel-checks: wheels
 	bash scripts/wheels.sh library $(DIST) .venv-lib $(PYTHON_NEW)
@@ -143,17 +172,18 @@ wheel-checks: wheels
 bench: setup
 	TOKENWORTH_DATA_DIR=$(DATA) $(PY) -m tokenworth_bench controller
 
-# Convert the three jupytext scripts to notebooks/*.ipynb and execute them (figures included).
-# The kernel is this venv's ipykernel; TOKENWORTH_NOTEBOOK_FULL=1 runs them at full size.
+# Execute the three jupytext scripts (notebooks/0*.py) at their default size, with this venv's kernel, into
+# the executed copies the API docs render (docs/api/notebooks/*.ipynb, committed: scripts/notebooks.py).
+# `make test` fails, naming this command, when a committed copy no longer matches its script.
 notebooks: setup
-	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
-	cd notebooks && TOKENWORTH_DATA_DIR=$(DATA) ../$(VENV)/bin/jupytext --to ipynb --execute 0*.py
+	TOKENWORTH_DATA_DIR=$(DATA) $(PY) scripts/notebooks.py
 
-# The library's API reference (docs/api: Sphinx autodoc + napoleon, warnings are errors), then its doctests:
-# every example on those pages and the README's controller example. The HTML lands in docs/api/_build/html.
-docs: $(VENV)/.installed
-	$(PY) -m sphinx -W --keep-going -q -b html docs/api docs/api/_build/html
-	$(PY) -m sphinx -W --keep-going -q -b doctest docs/api docs/api/_build/doctest
+# The library's API reference (docs/api: Sphinx autodoc + napoleon, the executed notebooks by myst-nb;
+# warnings are errors), then its doctests: every example on those pages and the README's controller
+# example. Built in $(DOCS_VENV), from the library alone; the HTML lands in docs/api/_build/html.
+docs: $(DOCS_VENV)/.installed
+	$(DOCS_PY) -m sphinx -W --keep-going -q -b html docs/api $(DOCS_OUT)/html
+	$(DOCS_PY) -m sphinx -W --keep-going -q -b doctest docs/api $(DOCS_OUT)/doctest
 
 # The library's types: mypy over tokenworth_jax with the settings of pyproject.toml's [tool.mypy].
 typecheck: $(VENV)/.installed
@@ -161,4 +191,5 @@ typecheck: $(VENV)/.installed
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(BCB_VENV) $(BCB_CI_VENV) $(ALFWORLD_VENV) .venv-lib .venv-lib-lower .venv-wheel $(DIST) \
+	       $(DOCS_VENV) $(RELEASE_VENV) \
 	       .pytest_cache .hypothesis

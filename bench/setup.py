@@ -12,6 +12,9 @@ from setuptools import setup
 
 HERE = Path(__file__).resolve().parent
 _VERSION_FILE = HERE.parent / "tokenworth_jax" / "_version.py"
-VERSION = re.search(r'^__version__ = "([^"]+)"$', _VERSION_FILE.read_text(), re.M).group(1)
+if _VERSION_FILE.is_file():  # a checkout
+    VERSION = re.search(r'^__version__ = "([^"]+)"$', _VERSION_FILE.read_text(), re.M).group(1)
+else:  # an unpacked sdist, which holds no ../tokenworth_jax: the version it was built with
+    VERSION = re.search(r"^Version: (\S+)$", (HERE / "PKG-INFO").read_text(), re.M).group(1)
 
 setup(version=VERSION, install_requires=[f"tokenworth-agent=={VERSION}"])

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # What a user installs, checked from the built wheels (make test runs all three):
-#   scripts/wheels.sh build DIST                      the three wheels from this checkout into DIST
+#   scripts/wheels.sh build DIST [PYTHON]             the three sdists and wheels from this checkout into DIST,
+#       then `twine check --strict` on all six (PYTHON has build and twine: requirements/release.txt; make
+#       wheels and the release workflow run this)
 #   scripts/wheels.sh library DIST VENV PYTHON [PIN...]
 #       a fresh venv with the library's wheel alone (PINs: e.g. jax==0.10.0 for the range's lower
 #       bound; what it installed is listed), then the library's tests and notebook 01 run against
@@ -21,11 +23,25 @@ fresh_venv() {  # VENV PYTHON
 
 case "${1:?usage: scripts/wheels.sh build|library|harness ...}" in
 build)
-  dist=${2:?DIST}
+  dist=${2:?DIST} python=${3:-python3}
   rm -rf "$dist" build agent/build bench/build
-  python3 -m pip wheel -q --no-deps -w "$dist" . ./agent ./bench
+  # The library's wheel is built from its sdist, as pip builds it for a user with no wheel: that proves
+  # the sdist complete. The harness's (agent/) and the benchmark programs' (bench/) are built from their
+  # folders: their setup.py reads the version from ../tokenworth_jax/_version.py, which their sdists do
+  # not hold (docs/release.md, "Publishing").
+  "$python" -m build -q -o "$dist" .
+  "$python" -m build -q -o "$dist" --sdist --wheel ./agent
+  "$python" -m build -q -o "$dist" --sdist --wheel ./bench
   rm -rf build agent/build bench/build
   ls "$dist"
+  # What a release uploads: three sdists and three wheels, each wheel with its sdist.
+  for wheel in "$dist"/*.whl; do
+    base=$(basename "$wheel"); sdist="$dist/${base%%-py3-*}.tar.gz"
+    test -f "$sdist" || { echo "scripts/wheels.sh: $base has no sdist ($(basename "$sdist"))" >&2; exit 1; }
+  done
+  test "$(ls "$dist" | wc -l)" -eq 6 || { echo "scripts/wheels.sh: expected 3 sdists and 3 wheels in $dist" >&2; exit 1; }
+  # Their metadata, and each long description as PyPI renders it (an error, or a warning, fails).
+  NO_COLOR=1 "$python" -m twine check --strict "$dist"/*
   ;;
 library)
   dist=$(realpath -m "${2:?DIST}") venv=$(realpath -m "${3:?VENV}") python=${4:?PYTHON}; shift 4

@@ -205,6 +205,7 @@ def test_a_damaged_zip_is_refused_and_nothing_is_kept(host, members, release_zip
     assert result.exit_code == 2
     [line] = errors(result.output)
     assert "cannot unpack it" in line and "nothing was kept" in line
+    assert "verified" not in result.output  # never announced before every check has passed
     assert not (root / "alfworld" / alf.RELEASE).exists() and leftovers(root) == []
     assert len(unpacks) == (0 if real else 1) and not any(Path(u).exists() for u in unpacks)
 

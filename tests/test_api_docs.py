@@ -1,13 +1,20 @@
 """The library's API reference (docs/api): every public name documented, field by field; the pages build
 with Sphinx with warnings as errors; every example on them and the README's controller example run as
-doctests; and nothing on them points into ../shared/ (a user of the package has no such folder).
+doctests; the executed notebooks are rendered with their figures; every link of the long description
+into the hosted docs names a page that builds; and nothing on them points into ../shared/ (a user of
+the package has no such folder).
 
-The build test runs both Sphinx builders (about 30-60 s on two cores): it is marked ``slow``."""
+The build runs in the docs venv (``make docs-setup``: the library and its ``docs`` extra alone, which
+the venv check below holds it to), as ``make docs`` and Read the Docs build it; make test names it in
+TOKENWORTH_DOCS_PYTHON. The build test runs both Sphinx builders (about 30-60 s on two cores): it is
+marked ``slow``."""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
+import os
 import re
 import subprocess
 import sys
@@ -133,19 +140,89 @@ def test_pages_do_not_point_into_shared() -> None:
     assert _shared_references({"page": "the spec (../shared/docs/spec.md)"}) == ["page"]  # the check can fail
 
 
+def docs_python() -> str:
+    """The docs venv's interpreter: TOKENWORTH_DOCS_PYTHON (make test), else .venv-docs (make docs-setup)."""
+    named = os.environ.get("TOKENWORTH_DOCS_PYTHON")
+    path = Path(named) if named else REPO / ".venv-docs" / "bin" / "python"
+    if not path.exists():
+        if named:
+            pytest.fail(f"TOKENWORTH_DOCS_PYTHON={named} does not exist: `make docs-setup` builds it")
+        pytest.skip("no docs venv (.venv-docs): `make docs-setup` builds it")
+    return str(path)
+
+
+# Run by a venv's interpreter: the distributions it holds beyond its seed (pip; setuptools on Python 3.11)
+# and the requirement closure of tokenworth-jax[docs] (markers evaluated with the extras asked for), as JSON.
+_BEYOND_DOCS_EXTRA = """
+import importlib.metadata as md, json
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name as canon
+need, todo = {}, [("tokenworth-jax", {"docs"})]
+while todo:
+    name, extras = todo.pop()
+    if canon(name) in need and extras <= need[canon(name)]:
+        continue
+    need[canon(name)] = need.get(canon(name), set()) | extras
+    for line in md.distribution(name).requires or []:
+        req = Requirement(line)
+        if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in need[canon(name)] or {""}):
+            todo.append((req.name, set(req.extras)))
+held = {canon(d.metadata["Name"]) for d in md.distributions()} - {"pip", "setuptools"}  # what venv seeds
+print(json.dumps(sorted(held - set(need))))
+"""
+
+
+def beyond_docs_extra(python: str) -> list[str]:
+    done = subprocess.run([python, "-c", _BEYOND_DOCS_EXTRA], cwd="/", capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_the_docs_venv_holds_the_library_and_its_docs_extra_alone() -> None:
+    assert beyond_docs_extra(docs_python()) == []
+    assert "tokenworth-agent" in beyond_docs_extra(sys.executable)  # the check can fail: the suite's venv has the harness
+
+
 def _sphinx(builder: str, out: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", builder, str(API),
+    return subprocess.Popen([docs_python(), "-m", "sphinx", "-W", "--keep-going", "-q", "-b", builder, str(API),
                              str(out / builder)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _missing_targets(html: Path, links: list[str], base: str) -> list[str]:
+    """The links under ``base`` whose page, or anchor on it, the built HTML lacks."""
+    missing = []
+    for link in links:
+        page, _, anchor = link[len(base):].partition("#")
+        path = html / (page or "index.html")
+        if not path.is_file() or (anchor and not re.search(rf'\bid="{re.escape(anchor)}"', path.read_text())):
+            missing.append(link)
+    return missing
 
 
 @pytest.mark.slow
 def test_api_reference_builds_without_warnings_and_its_doctests_pass(tmp_path: Path) -> None:
+    from tests.test_long_description import DOCS_URL, docs_links
+
     html, doctest = _sphinx("html", tmp_path), _sphinx("doctest", tmp_path)  # side by side: two cores
     html_log, doctest_log = html.communicate(timeout=600)[0], doctest.communicate(timeout=600)[0]
     assert html.returncode == 0, html_log
     report = (tmp_path / "doctest" / "output.txt").read_text()
     assert doctest.returncode == 0, doctest_log + report
     assert re.search(r"^\s+0 failures in tests$", report, re.M), report
-    built = {p.name: p.read_text() for p in (tmp_path / "html").glob("*.html")}
+    root = tmp_path / "html"
+    built = {str(p.relative_to(root)): p.read_text() for p in root.rglob("*.html")}
     assert set(built) >= {f"{p.stem}.html" for p in PAGES}
     assert _shared_references(built) == []
+    # The notebooks with their figures: each rendered page shows as many images as its executed copy holds.
+    notebooks = sorted((API / "notebooks").glob("*.ipynb"))
+    assert len(notebooks) == 3, notebooks
+    for notebook in notebooks:
+        cells = json.loads(notebook.read_text())["cells"]
+        figures = sum("image/png" in out.get("data", {}) for cell in cells for out in cell.get("outputs", []))
+        shown = built[f"notebooks/{notebook.stem}.html"].count("<img ")
+        assert figures >= 1 and shown == figures, (notebook.name, figures, shown)
+    assert all((root / "_images" / Path(src).name).is_file()
+               for page in built.values() for src in re.findall(r'<img [^>]*src="([^"]+)"', page) if "_images/" in src)
+    assert _missing_targets(root, docs_links(), DOCS_URL) == []
+    assert _missing_targets(root, [DOCS_URL + "nowhere.html", DOCS_URL + "host.html#nowhere"], DOCS_URL) == [
+        DOCS_URL + "nowhere.html", DOCS_URL + "host.html#nowhere"]  # the check can fail

@@ -20,17 +20,20 @@ from typer.testing import CliRunner
 
 from tokenworth_agent.cli import app
 from tokenworth_agent.tasks import load_tasks
-from tokenworth_agent.tasks.bigcodebench import FILE, HARD_SPLIT_FILE, SPLIT_FILE, hard_numbers, read_rows
+from tokenworth_agent.tasks.bigcodebench import (FILE, HARD_SPLIT_FILE, SPLIT_FILE, hard_numbers, load_release_split,
+                                                 read_rows)
 from tokenworth_agent.tasks.bigcodebench_patches import EVERY_FIELD, to_release
-from tokenworth_agent.tasks.download import (ALFWORLD_URL_VARIABLE, BCB_HUB_FILE, ONTOLOGY_SHA256,
-                                             ONTOLOGY_URL_VARIABLE, tasks_digest)
+import tokenworth_agent.tasks.download as download
+from tokenworth_agent.tasks.download import (ALFWORLD_URL_VARIABLE, BCB_HARD_REVISION, BCB_HUB_FILE, BCB_REVISION,
+                                             LAB_SHA256, ONTOLOGY_SHA256, ONTOLOGY_URL_VARIABLE, downloads,
+                                             tasks_digest)
 from tests.loopback_files import LoopbackFiles, serving
 
 runner = CliRunner()
 LAB_DB = "/datasets/csyq/LifelongAgentBench/resolve/main/db_bench/train-00000-of-00001.parquet"
 LAB_KG = "/datasets/csyq/LifelongAgentBench/resolve/main/knowledge_graph/train-00000-of-00001.parquet"
-BCB_PATH = f"/datasets/bigcode/bigcodebench/resolve/main/{BCB_HUB_FILE}"
-BCB_HARD_PATH = f"/datasets/bigcode/bigcodebench-hard/resolve/main/{BCB_HUB_FILE}"
+BCB_PATH = f"/datasets/bigcode/bigcodebench/resolve/{BCB_REVISION}/{BCB_HUB_FILE}"
+BCB_HARD_PATH = f"/datasets/bigcode/bigcodebench-hard/resolve/{BCB_HARD_REVISION}/{BCB_HUB_FILE}"
 
 
 @pytest.fixture
@@ -171,6 +174,33 @@ def test_kg_fetches_the_parquet_and_the_ontology(hub, shared, tmp_path, monkeypa
     assert len(hub.log) == 3
 
 
+@pytest.mark.parametrize("failure", ["unreachable", "fb_roles corrupted"])
+def test_a_kg_fetch_without_its_ontology_says_which_part_is_missing_and_the_run_refuses(
+        failure, hub, shared, tmp_path, monkeypatch) -> None:
+    lab = shared / "lifelongagentbench"
+    hub.files[LAB_KG] = (lab / "knowledge_graph/train-00000-of-00001.parquet").read_bytes()
+    if failure == "unreachable":
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            monkeypatch.setenv(ONTOLOGY_URL_VARIABLE, f"http://127.0.0.1:{probe.getsockname()[1]}/onto")
+    else:
+        for name in ONTOLOGY_SHA256:
+            hub.files[f"/onto/{name}"] = (lab / "knowledge_graph/ontology" / name).read_bytes()
+        hub.files["/onto/fb_roles"] = hub.files["/onto/fb_roles"][:-1] + b"x"
+        monkeypatch.setenv(ONTOLOGY_URL_VARIABLE, f"{hub.url}/onto")
+    result = fetch(tmp_path, "kg")
+    assert result.exit_code == 2, result.output
+    [line] = errors(result.output)
+    assert "kg is incomplete: in place kg (tasks)" in line and "missing" in line and "ontology fb_roles" in line
+    assert "--kg-vocab none" in line
+    run = runner.invoke(app, ["run", "--env", "kg", "--methods", "standard", "--limit", "1", "--data-dir",
+                              str(tmp_path), "--kg-endpoint", "http://127.0.0.1:9/sparql", "--out",
+                              str(tmp_path / "run"), "--no-progress"])
+    assert run.exit_code == 2, run.output
+    [refused] = errors(run.output)
+    assert "data fetch --env kg" in refused and "--kg-vocab none" in refused
+
+
 # ------------------------------------------------------------------ BigCodeBench: two forms, one stream
 def hub_split(rows: list[dict]) -> bytes:
     """Rows written as the hub's parquet of a split: the nine text columns, in file order."""
@@ -198,8 +228,41 @@ def test_the_v014_split_and_the_first_release_give_the_same_stream(shared, v014_
     assert tasks_digest(load_tasks("bigcodebench", tmp_path)) != tasks_digest(from_first)
 
 
-def test_bigcodebench_fetch_stores_the_v014_split_and_checks_it_by_content(hub, shared, v014_rows, tmp_path) -> None:
-    hub.files[BCB_PATH] = hub_split(v014_rows)
+def serve_split(hub, monkeypatch, body: bytes) -> None:
+    """``body`` served as the full split, standing in for the published file: its digest is the one recorded."""
+    hub.files[BCB_PATH] = body
+    monkeypatch.setattr(download, "BCB_SPLIT_SHA256", sha(body))
+
+
+def test_bigcodebench_files_are_pinned_to_their_commits_and_the_published_digest(tmp_path) -> None:
+    full, hard = downloads("bigcodebench", tmp_path, [])
+    assert full.url.endswith(f"/datasets/bigcode/bigcodebench/resolve/b74c0d0bf70d2c0bc459be537895cca163007f1a/"
+                             "data/v0.1.4-00000-of-00001.parquet")
+    assert full.sha256 == "d9a4965821c9507ebdfb551c288656b2d5fe553234f5183044333ca8a4018267"
+    assert full.check is not None  # and its content
+    assert "/resolve/298d2cc7b96612e15e47313c3603ee124cee0c1f/" in hard.url and hard.check is not None
+    assert "/resolve/main/" not in full.url + hard.url
+    assert "/raw/578c5e9f706fc2dd96188ca6c8cf9095ca0c6528/" in download.DEFAULT_ONTOLOGY_URL
+
+
+def test_one_changed_byte_in_the_footer_metadata_is_refused(hub, v014_rows, tmp_path, monkeypatch) -> None:
+    body = hub_split(v014_rows)
+    serve_split(hub, monkeypatch, body)
+    at = body.rindex(b"parquet-cpp-arrow")  # the writer's name in the footer: no task reads it
+    changed = body[:at] + b"P" + body[at + 1:]
+    hub.files[BCB_PATH] = changed
+    probe = tmp_path / "probe.parquet"
+    probe.write_bytes(changed)
+    assert tasks_digest(load_release_split(probe)) == download.BCB_TASKS_SHA256  # its tasks read the same
+    result = fetch(tmp_path, "bigcodebench")
+    assert result.exit_code == 2, result.output
+    [line] = errors(result.output)
+    assert "failed its check" in line and "sha256" in line and "verified" not in result.output
+
+
+def test_bigcodebench_fetch_stores_the_v014_split_and_checks_it_by_content(hub, shared, v014_rows, tmp_path,
+                                                                           monkeypatch) -> None:
+    serve_split(hub, monkeypatch, hub_split(v014_rows))
     hard = set(hard_numbers())
     hub.files[BCB_HARD_PATH] = hub_split([r for r in v014_rows if int(r["task_id"].split("/")[1]) in hard])
     result = fetch(tmp_path, "bigcodebench")
@@ -211,17 +274,17 @@ def test_bigcodebench_fetch_stores_the_v014_split_and_checks_it_by_content(hub, 
     assert again.exit_code == 0 and len(hub.log) == 2
 
 
-def test_a_bigcodebench_split_with_other_tasks_is_refused(hub, shared, v014_rows, tmp_path) -> None:
+def test_a_bigcodebench_split_with_other_tasks_is_refused(hub, shared, v014_rows, tmp_path, monkeypatch) -> None:
     rows = [dict(r) for r in v014_rows]
     rows[5]["test"] += "\n# edited"
-    hub.files[BCB_PATH] = hub_split(rows)
+    serve_split(hub, monkeypatch, hub_split(rows))  # even with a matching digest, the content check stays
     result = fetch(tmp_path, "bigcodebench")
     assert result.exit_code == 2 and "failed its check" in errors(result.output)[0]
     assert not list((tmp_path / "bigcodebench").iterdir())
 
 
-def test_a_hard_split_with_other_ids_is_refused(hub, v014_rows, tmp_path) -> None:
-    hub.files[BCB_PATH] = hub_split(v014_rows)
+def test_a_hard_split_with_other_ids_is_refused(hub, v014_rows, tmp_path, monkeypatch) -> None:
+    serve_split(hub, monkeypatch, hub_split(v014_rows))
     hub.files[BCB_HARD_PATH] = hub_split(v014_rows[:148])
     result = fetch(tmp_path, "bigcodebench")
     assert result.exit_code == 2 and "Hard ids" in errors(result.output)[0]
@@ -250,3 +313,26 @@ def test_alfworld_archive_already_there_needs_no_url(shared, tmp_path, monkeypat
     result = fetch(tmp_path, "alfworld")
     assert result.exit_code == 0, result.output
     assert "already there, verified" in result.output
+
+
+# ------------------------------------------------------------------ the run keeps where its data came from
+def test_the_run_config_keeps_the_data_source_and_an_older_folder_still_resumes(data_dir, tmp_path) -> None:
+    import json
+
+    out = tmp_path / "run"
+    args = ["run", "--methods", "standard", "--limit", "2", "--data-dir", data_dir, "--out", str(out), "--no-progress"]
+    assert runner.invoke(app, args).exit_code == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["data_source"] == {"db": {
+        "source": "hf://datasets/csyq/LifelongAgentBench@main/db_bench/train-00000-of-00001.parquet",
+        "sha256": LAB_SHA256["db"]}}
+    del config["data_source"]  # a folder made before the entry existed
+    (out / "config.json").write_text(json.dumps(config))
+    resumed = runner.invoke(app, args)  # the same command: resumes (nothing left to do)
+    assert resumed.exit_code == 0, resumed.output
+    assert "data_source" in json.loads((out / "config.json").read_text())  # and it is kept from now on
+    config = json.loads((out / "config.json").read_text())
+    config["data_source"]["db"]["sha256"] = "0" * 64  # other data: a different run
+    (out / "config.json").write_text(json.dumps(config))
+    refused = runner.invoke(app, args)
+    assert refused.exit_code == 2 and "data_source" in errors(refused.output)[0], refused.output

@@ -15,6 +15,7 @@ from tokenworth_agent.envs.kg import KGEnvironment
 from tokenworth_agent.envs.sparql import FreebaseQueries, OxigraphEndpoint
 from tokenworth_agent.experiment import DataConfig, OutputConfig, RunConfig, Streams, make_plan
 from tokenworth_agent.experiment.config import HarnessConfig
+from tokenworth_agent.experiment.plan import LaunchError
 from tokenworth_agent.tasks import kg_gold_replies, load_tasks
 from tests.kg_fixture import build_fixture_store
 
@@ -60,12 +61,18 @@ def test_kg_vocab_none_turns_it_off_and_a_named_folder_wins(data_dir, ontology, 
     assert named.settings["harness"]["kg_vocab_sha256"] == digest(other) != digest(ontology)
 
 
-def test_without_the_folder_there_is_no_ontology(data_dir, tmp_path) -> None:
+def test_without_the_folder_the_run_is_refused_never_run_without_it(data_dir, tmp_path) -> None:
     lab = tmp_path / "lifelongagentbench" / "knowledge_graph"
     lab.mkdir(parents=True)
     parquet = "train-00000-of-00001.parquet"
     (lab / parquet).symlink_to(Path(data_dir) / "knowledge_graph" / parquet)
-    made = plan(tmp_path, tmp_path)
+    with pytest.raises(LaunchError, match=r"data fetch --env kg.*--kg-vocab none"):
+        plan(tmp_path, tmp_path)
+    (lab / "ontology").mkdir()
+    (lab / "ontology" / "vocab.json").symlink_to(Path(data_dir) / "knowledge_graph/ontology/vocab.json")
+    with pytest.raises(LaunchError, match="no fb_roles in"):  # one of the two is as missing as both
+        plan(tmp_path, tmp_path)
+    made = plan(tmp_path, tmp_path, kg_vocab="none")  # said out loud: runs without it
     assert made.harness.kg_vocab is None and made.settings["harness"]["kg_vocab_sha256"] is None
 
 

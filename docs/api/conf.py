@@ -4,6 +4,12 @@ The reference is made from the library's own docstrings (autodoc, Google-style s
 napoleon); every code example on these pages is a doctest, run by ``sphinx-build -b doctest``. The
 README's controller example is shown on the quickstart page straight from README.md (the
 ``readme-example`` directive below), so that page and the README cannot drift apart.
+
+It builds from the library alone: ``make docs`` runs it in ``.venv-docs`` (the library, editable, and
+its ``docs`` extra, nothing of the harness), Read the Docs with ``pip install .[docs]``
+(.readthedocs.yaml). The research notebooks are rendered from their executed copies in
+``notebooks/`` (myst-nb, execution off): ``make test`` executes the scripts they come from, with
+the harness, and checks those copies are current (scripts/notebooks.py, docs/notebooks.md).
 """
 
 from __future__ import annotations
@@ -24,8 +30,12 @@ author = "The tokenworth-jax developers"
 copyright = "the tokenworth-jax developers"  # noqa: A001 - Sphinx's name
 release = version = tokenworth_jax.__version__
 
-extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.doctest"]
+extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.doctest", "myst_nb"]
 exclude_patterns = ["_build"]
+# The committed notebooks are shown as executed by `make notebooks`: the docs never run them (02 and 03
+# need the harness and the task data, which neither this build nor Read the Docs has).
+nb_execution_mode = "off"
+nb_merge_streams = True  # one output block per cell, not one per print()
 html_theme = "alabaster"
 html_static_path: list[str] = []
 

@@ -118,6 +118,8 @@ class HarnessOptions:
             self.kg_vocabulary()
         if env == "bigcodebench":
             self.bcb_evaluator()
+        if env == "alfworld":
+            alfworld_engine()
 
     def bcb_evaluator(self) -> dict[str, str]:
         """The BigCodeBench evaluator's identity (version, library fingerprint); HarnessError without a venv."""
@@ -125,8 +127,6 @@ class HarnessOptions:
             return open_venv(self.bcb_venv).identity()
         except VenvError as exc:
             raise HarnessError(str(exc)) from None
-        if env == "alfworld":
-            alfworld_engine()
 
     def identity(self, env: str) -> dict[str, Any]:
         """What of these options changes ``env``'s results (JSON-ready).

@@ -43,6 +43,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -95,7 +96,9 @@ class Verdict:
     solution: str  # the sanitised solution, before calibration
     defines_entry_point: bool  # whether that solution defines the task's entry point (else: no usable code)
     details: dict[str, str]  # the evaluator's per-test tracebacks, or why there is no result
-    reason: str = ""  # "" | "sanitize-error" | "evaluator-error" | "evaluator-died" | "oom" | "wall-cap"
+    # "" | "sanitize-error" | "evaluator-error" | "evaluator-died" | "oom" | "wall-cap" (the evaluator gave no result);
+    # "test-exited" | "test-killed" | "test-oom" (the test process ended before its tests reported; status timeout)
+    reason: str = ""
     seconds: float = 0.0  # the judgement's wall time, sandbox included
     memory_peak_bytes: int | None = None
     cached: bool = False  # an earlier verdict on the same reply or solution (seconds: that judgement's)
@@ -281,6 +284,23 @@ def _markers(output: str, nonce: str) -> dict[str, dict[str, Any]]:
     return found
 
 
+def _test_process_end(ended: dict[str, Any] | None, oom: bool) -> tuple[str, str] | None:
+    """(reason, what the record says) for a test process that ended before its tests reported; None while it ran
+    to the time limit (upstream's timer then stops it: a real timeout) or when the runner could not tell."""
+    code = None if ended is None else ended.get("exitcode")
+    if code is None or ended.get("timer"):
+        return None
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        if oom and -code == signal.SIGKILL:
+            return "test-oom", f"the test process was killed at the sandbox's memory limit ({name} from the OOM killer)"
+        return "test-killed", f"the test process was killed by {name} before its tests reported"
+    return "test-exited", f"the test process exited with status {code} before its tests reported (e.g. os._exit)"
+
+
 def _verdict(output: str, timed_out: bool, exit_code: int | None, nonce: str, seconds: float,
              peak: int | None, oom: bool, teardown: str, known: dict[str, dict[str, Any]]) -> Verdict:
     marks = _markers(output, nonce)
@@ -294,9 +314,13 @@ def _verdict(output: str, timed_out: bool, exit_code: int | None, nonce: str, se
         return Verdict.from_dict(known[marks["RESULT"]["known"]], cached=True)
     if "RESULT" in marks:
         r = marks["RESULT"]
-        return Verdict(status=r["status"] if r["status"] in ("pass", "fail", "timeout") else "fail",
-                       solution=r["solution"], defines_entry_point=bool(r["defines_entry_point"]),
-                       details={**r["details"], **extra}, reason=r["reason"], seconds=seconds, memory_peak_bytes=peak)
+        status = r["status"] if r["status"] in ("pass", "fail", "timeout") else "fail"
+        reason, details = r["reason"], {**r["details"], **extra}
+        cause = _test_process_end(r.get("ended"), oom) if status == "timeout" and not r["details"] else None
+        if cause is not None:  # upstream's status stays (no result from the test process: timeout); the cause is kept
+            reason, details["test_process"] = cause
+        return Verdict(status=status, solution=r["solution"], defines_entry_point=bool(r["defines_entry_point"]),
+                       details=details, reason=reason, seconds=seconds, memory_peak_bytes=peak)
     reason = "wall-cap" if timed_out else "oom" if oom else "evaluator-died"
     return Verdict(status="timeout" if timed_out else "fail", solution="", defines_entry_point=False,
                    details={"ALL": f"no result from the evaluator ({reason}, exit {exit_code})", **extra},

@@ -18,6 +18,15 @@ order and with their defaults:
    (20 s is what upstream passes when it has no ground-truth time; a ``time_limit`` below 20 s, which
    only tests use, lowers it too, so that the limit is the one asked for.)
 
+**A test process that dies.** Upstream joins its test process with ``p.join(timeout + 1)``, which
+waits on the process's sentinel pipe; the test process's own helpers (the ``Manager`` server its
+``safe_environment`` starts) hold that pipe too, so a test process that ends without running its
+clean-up (``os._exit``, a signal, the OOM killer) was waited for until the whole time limit. Here the
+class it makes (``bigcodebench.eval.multiprocessing.Process``, in this process only) is
+:class:`WatchedProcess`, whose ``join`` also returns when the process itself has ended (``waitpid``,
+polled every :data:`POLL_S`). The status stays upstream's (no result from the test process:
+``timeout``); the report adds how the process ended (``ended``: its exit code, negative for a signal).
+
 When the sanitised solution is a ``known`` one, step 3 is skipped: the report names the digest
 instead (:mod:`tokenworth_agent.envs.bigcodebench_verdicts`; nothing of the reply has run at that point).
 
@@ -37,12 +46,52 @@ Nothing of the ``bigcodebench`` package is changed.
 import ast
 import hashlib
 import json
+import multiprocessing
+import multiprocessing.connection
 import os
 import sys
 import time
 import types
 
 DETAIL_CHARS = 2000  # per test's traceback in the report
+POLL_S = 0.25  # how often a waiting join asks whether the test process has ended (a waitpid: no cost to speak of)
+
+
+class WatchedProcess(multiprocessing.Process):
+    """The test process, joined until it has ended or the timeout passed, whoever else holds its sentinel."""
+
+    started = []  # every one this process made (untrusted_check makes one)
+    outlived = False  # a join's timeout passed while it ran (then upstream's timer stops it: a real timeout)
+
+    def start(self):
+        WatchedProcess.started.append(self)
+        super().start()
+
+    def join(self, timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.is_alive():  # is_alive reaps the process itself (waitpid WNOHANG)
+            left = POLL_S if deadline is None else min(POLL_S, deadline - time.monotonic())
+            if left <= 0:
+                self.outlived = True
+                return
+            multiprocessing.connection.wait([self.sentinel], left)  # returns at once on a clean exit
+
+
+def watch_test_process(evaluator):
+    """Make ``evaluator`` (``bigcodebench.eval``) start its test process as a :class:`WatchedProcess`; nothing of
+    the package changes, and every other name of ``multiprocessing`` reads as it is."""
+    shim = types.ModuleType("multiprocessing")
+    shim.__getattr__ = lambda name: getattr(multiprocessing, name)  # a module's __getattr__ (PEP 562)
+    shim.Process = WatchedProcess
+    evaluator.multiprocessing = shim
+
+
+def ended():
+    """How the last test process ended (``exitcode``: negative for a signal); None when none was started."""
+    if not WatchedProcess.started:
+        return None
+    process = WatchedProcess.started[-1]
+    return {"exitcode": process.exitcode, "timer": process.outlived}
 
 
 class Reporter:
@@ -97,6 +146,7 @@ def main(request_path):
         from bigcodebench.sanitize import sanitize
 
         bigcodebench.eval.TIMEOUT_LIMIT = float(request["time_limit"])
+        watch_test_process(bigcodebench.eval)
     except BaseException as exc:  # noqa: BLE001 - nothing of the reply has run: the evaluator is broken
         report("INFRA", {"error": "%s: %s" % (type(exc).__name__, exc)})
         return 3
@@ -125,7 +175,7 @@ def main(request_path):
         return 0
     report("RESULT", {"status": status, "solution": solution, "reason": "", "defines_entry_point": has_code,
                       "details": {str(k): str(v)[-DETAIL_CHARS:] for k, v in details.items()},
-                      "seconds": round(time.monotonic() - started, 3)})
+                      "seconds": round(time.monotonic() - started, 3), "ended": ended()})
     return 0
 
 

@@ -559,16 +559,20 @@ def _run_continuous(roster: _Roster, backbone: Submitting, guard: interrupt.Inte
                     batch_sizes: list[int], env_threads: int) -> None:
     """Every stream's request in flight on its own; each stream advances as soon as its reply is back.
 
-    ``batch_sizes`` gets the number of replies handled together each time the loop wakes. A
-    request that fails for good fails its task (``backbone_error``); as many failures in a row as
-    there are live streams, with no success between them, stop the experiment (the server is down).
+    A stream whose environment allows it (``concurrent_steps``) advances in a worker thread, and the loop
+    waits on those steps as it waits on replies: a slow step (a BigCodeBench judge running a long test)
+    holds its own stream only, never the others' replies. ``batch_sizes`` gets the number of replies
+    handled together each time the loop wakes for replies. A request that fails for good fails its task
+    (``backbone_error``); as many failures in a row as there are live streams, with no success between
+    them, stop the experiment (the server is down).
     """
     from concurrent.futures import FIRST_COMPLETED, wait
 
     with contextlib.ExitStack() as stack:
         pool = _env_pool(stack, roster, env_threads)
         streams: dict[int, Iterator[Request]] = {}
-        in_flight: dict[Future[Generation], int] = {}
+        in_flight: dict[Future[Generation], int] = {}  # a stream's request to the model
+        stepping: dict[Future[Request | None], int] = {}  # a stream's environment, advancing in a worker thread
 
         def send(advanced: Mapping[int, Request | None]) -> None:
             for i, request in advanced.items():
@@ -578,21 +582,33 @@ def _run_continuous(roster: _Roster, backbone: Submitting, guard: interrupt.Inte
                 else:
                     in_flight[sim_facts.submit(backbone, request.conversation, request.max_tokens, request.facts)] = i
 
+        def advance(work: Sequence[tuple[int, Iterator[Request], Reply | None]]) -> None:
+            """Streams that may go to a worker thread do (their next request comes back through ``stepping``);
+            the others advance here, now."""
+            here = []
+            for i, steps, reply in work:
+                if pool is not None and roster.runs[i].concurrent:
+                    stepping[pool.submit(_advance, steps, reply)] = i
+                else:
+                    here.append((i, steps, reply))
+            send(_advance_all(roster.runs, here, None))
+
         def start(indices: Sequence[int]) -> None:
             streams.update({i: roster.runs[i].steps(guard) for i in indices})
-            send(_advance_all(roster.runs, [(i, streams[i], None) for i in indices], pool))
+            advance([(i, streams[i], None) for i in indices])
 
         start(range(len(roster.runs)))
         while new := roster.join():
             start(new)
         failures_in_a_row = 0
         try:
-            while in_flight:
-                done, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
+            while in_flight or stepping:
+                done, _ = wait([*in_flight, *stepping], return_when=FIRST_COMPLETED)
                 interrupt.check()
+                stepped = {stepping.pop(f): f.result() for f in done if f in stepping}  # a worker's failure: raised
                 work: list[tuple[int, Iterator[Request], Reply | None]] = []
-                live = len(in_flight)  # every live stream has exactly one request in flight
-                for future in sorted(done, key=lambda f: in_flight[f]):
+                live = len(streams)  # every live stream has one request in flight or one step under way
+                for future in sorted((f for f in done if f in in_flight), key=lambda f: in_flight[f]):
                     i = in_flight.pop(future)
                     try:
                         reply: Reply = future.result()
@@ -605,8 +621,10 @@ def _run_continuous(roster: _Roster, backbone: Submitting, guard: interrupt.Inte
                             raise
                         reply = RequestFailed(f"{type(exc).__name__}: {exc}")
                     work.append((i, streams[i], reply))
-                batch_sizes.append(len(work))
-                send(_advance_all(roster.runs, work, pool))
+                send(dict(sorted(stepped.items())))
+                if work:
+                    batch_sizes.append(len(work))
+                    advance(work)
                 while new := roster.join():
                     start(new)
         finally:

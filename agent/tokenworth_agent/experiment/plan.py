@@ -28,6 +28,7 @@ from tokenworth_agent.experiment.streams import GridError, StreamSpec, digest, e
 from tokenworth_agent.policies.registry import POLICIES
 from tokenworth_agent.storage import runfolder
 from tokenworth_agent.tasks import Task, data_folder, load_tasks
+from tokenworth_agent.tasks.download import data_source
 from tokenworth_agent.tasks.registry import TASK_SOURCES, benchmarks
 
 GRID_NAME_MAX = 80  # characters of grid in a folder name; a longer grid is cut and told apart by a digest
@@ -187,13 +188,23 @@ def _sweep_shape(config: RunConfig, what: Sweep) -> _Shape:
 # ------------------------------------------------------------------------- the checks
 def default_kg_vocab(given: Any, data_dir: Any) -> Any:
     """``--kg-vocab`` as the run uses it: the folder given; ``none`` for no ontology; when not given,
-    LAB's ontology folder in the KG data (``knowledge_graph/ontology/`` with vocab.json and fb_roles)
-    if it is there, else no ontology."""
-    from tokenworth_agent.tasks.lab import ontology_folder
+    LAB's ontology folder in the KG data (``knowledge_graph/ontology/`` with vocab.json and fb_roles).
+
+    Not given and not there, while the KG tasks are: refused, since a run without the ontology lists
+    other relations and scores differently (docs/kg.md); never dropped without a word. Without the
+    tasks either, the data check that follows names the fetch that brings both."""
+    from tokenworth_agent.tasks.lab import ENV_SUBDIR, ONTOLOGY_DIR, ONTOLOGY_FILES, PARQUET_NAME, ontology_folder
 
     if given is not None:
         return None if str(given).strip().lower() == "none" else given
-    return ontology_folder(data_folder("kg", data_dir))
+    folder = data_folder("kg", data_dir)
+    found = ontology_folder(folder)
+    if found is None and (folder / ENV_SUBDIR["kg"] / PARQUET_NAME).is_file():
+        missing = [name for name in ONTOLOGY_FILES if not (folder / ONTOLOGY_DIR / name).is_file()]
+        raise LaunchError(f"KG's ontology is missing: no {' or '.join(missing)} in {folder / ONTOLOGY_DIR}, where "
+                          "the KG tasks expect it; `tokenworth data fetch --env kg` fetches it with the tasks, "
+                          "or pass --kg-vocab none to run without it (or --kg-vocab DIR to name another folder)")
+    return found
 
 
 def checked_harness(envs: Sequence[str], config: RunConfig) -> HarnessOptions:
@@ -330,7 +341,8 @@ def make_plan(config: RunConfig, *, engine_here: bool = True) -> Plan:
                 "tasks": len(tasks[envs[0]]) if one else {e: len(t) for e, t in tasks.items()},
                 "data_dir": folders[envs[0]] if len(set(folders.values())) == 1 else folders,
                 "budget": budgets[envs[0]] if one else budgets, "connection": dict(spec.links),
-                "harness": harness.identity(envs[0]) if one else {e: harness.identity(e) for e in envs}}
+                "harness": harness.identity(envs[0]) if one else {e: harness.identity(e) for e in envs},
+                "data_source": {e: data_source(e, config.data.data_dir, benchmarks()) for e in envs}}
     # a sweep's --overwrite discards the whole sweep the folder holds, a run's its own streams
     replaced = (list(dict.fromkeys([*names, *runfolder.streams_in(out_dir)]))
                 if isinstance(what, Sweep) and config.output.overwrite else names)

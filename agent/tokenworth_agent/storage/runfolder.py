@@ -267,10 +267,17 @@ def _differences(old: dict[str, Any], new: dict[str, Any]) -> str:
     return "; ".join(f"{k}: {old.get(k)!r} here, {new.get(k)!r} now" for k in keys)
 
 
-def _identity(config: dict[str, Any]) -> dict[str, Any]:
+# Settings a later version added to config.json: a folder whose config lacks one was made before it existed, and
+# resumes (its config then gains the entry); a folder that has it is compared on it as on any other setting.
+ADDED_SETTINGS = ("data_source",)
+
+
+def _identity(config: dict[str, Any], existing: dict[str, Any] | None = None) -> dict[str, Any]:
     """The settings that define a run. ``connection`` (server URL, timeouts, retries, concurrency)
-    is not among them: moving the model server must not stop a resume (agent/tokenworth_agent/backbones/options.py)."""
-    return {k: v for k, v in config.items() if k != "connection"}
+    is not among them: moving the model server must not stop a resume (agent/tokenworth_agent/backbones/options.py).
+    With ``existing`` (the folder's config), an :data:`ADDED_SETTINGS` entry that config lacks is left out."""
+    older = [] if existing is None else [k for k in ADDED_SETTINGS if k not in existing]
+    return {k: v for k, v in config.items() if k != "connection" and k not in older}
 
 
 def check_settings(out: Path, config: dict[str, Any], methods: Sequence[str], all_methods: Sequence[str], *,
@@ -283,7 +290,7 @@ def check_settings(out: Path, config: dict[str, Any], methods: Sequence[str], al
     existing = check_run_folder(out)
     all_methods = list(dict.fromkeys([*all_methods, *streams_in(out)]))  # streams of earlier experiments too
     others = [m for m in all_methods if m not in methods]
-    if existing is not None and _identity(existing) != _identity(config):
+    if existing is not None and _identity(existing) != _identity(config, existing):
         busy = methods_with_results(out, all_methods)
         blocking = [m for m in busy if m in others] if overwrite else busy
         if blocking:

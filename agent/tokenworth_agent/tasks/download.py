@@ -7,8 +7,9 @@ env             source                                                          
 ==============  ===============================================================  ===========================
 db, os, kg      hub dataset ``csyq/LifelongAgentBench``, one parquet file each     sha256 of the file
 kg (ontology)   ``vocab.json`` and ``fb_roles`` of THUDM/AgentBench at 578c5e9     sha256 of each file
-bigcodebench    hub dataset ``bigcode/bigcodebench``, split v0.1.4 (parquet),     the 1,140 tasks the loader
-                and ``bigcode/bigcodebench-hard``, split v0.1.4                   reads from it; the Hard ids
+bigcodebench    hub dataset ``bigcode/bigcodebench`` at b74c0d0, split v0.1.4     its published sha256, and
+                (parquet), and ``bigcode/bigcodebench-hard`` at 298d2cc, split    the 1,140 tasks the loader
+                v0.1.4                                                            reads from it; the Hard ids
 alfworld        ALFWorld's release zip ``json_2.1.2_tw-pddl.zip`` (GitHub        the 574-episode manifest
                 release 0.4.0: what ``alfworld-download`` of alfworld 0.4.2      the harness reads from its
                 fetches), its game files unpacked as ``json_2.1.1/``             games (a digest)
@@ -16,11 +17,19 @@ alfworld        ALFWorld's release zip ``json_2.1.2_tw-pddl.zip`` (GitHub       
 
 The hub's address is ``$HF_ENDPOINT`` (the variable the Hugging Face client reads; default
 ``https://huggingface.co``), the ontology's folder ``$TOKENWORTH_KG_ONTOLOGY_URL``, the folder the
-ALFWorld zip is read from ``$TOKENWORTH_ALFWORLD_URL``. The hub's
-parquet files of BigCodeBench have no published sha256 that could be recorded here, so they are
-checked by content: the loader must read from them exactly the tasks it reads from the shipped
-first release with the project's edits applied (:data:`BCB_TASKS_SHA256`, a digest of those
-records), and the Hard split must hold exactly the shipped Hard ids. ALFWorld's zip has no published
+ALFWorld zip is read from ``$TOKENWORTH_ALFWORLD_URL``.
+
+**Pinned.** BigCodeBench's hub files are fetched at named commits (:data:`BCB_REVISION`,
+:data:`BCB_HARD_REVISION`), never ``main``, and the ontology at AgentBench's full commit. A file whose
+sha256 is published is checked by its bytes: LAB's three parquet files, the ontology's two files and
+BigCodeBench's full split (:data:`BCB_SPLIT_SHA256`, the hub's LFS object id: 2,362,110 bytes,
+1,140 rows), which is checked by its content too: the loader must read from it exactly the tasks
+it reads from the shipped first release with the project's edits applied (:data:`BCB_TASKS_SHA256`,
+a digest of those records). The Hard split has no digest recorded here, so it is checked by content
+only: it must hold exactly the shipped Hard ids. LAB's files are asked for at the hub's ``main``
+(:data:`LAB_REVISION`: the shared data names no commit), which their sha256 pins. A file is announced
+as verified only once every check has passed. :func:`data_source` says which commit and digest a
+run's data came from; the run's ``config.json`` keeps it (``data_source``). ALFWorld's zip has no published
 checksum either: its game files are unpacked into a temporary folder beside ``alfworld/json_2.1.1``,
 and renamed to it only when they give the manifest of the shipped ``json_2.1.1.tar.xz`` (the game
 counts and :data:`~tokenworth_agent.tasks.alfworld.MANIFEST_SHA256`); the zip is then deleted. A
@@ -52,14 +61,17 @@ HF_ENDPOINT_VARIABLE = "HF_ENDPOINT"
 DEFAULT_HF_ENDPOINT = "https://huggingface.co"
 ALFWORLD_URL_VARIABLE = "TOKENWORTH_ALFWORLD_URL"
 ONTOLOGY_URL_VARIABLE = "TOKENWORTH_KG_ONTOLOGY_URL"
-DEFAULT_ONTOLOGY_URL = "https://github.com/THUDM/AgentBench/raw/578c5e9/src/server/tasks/knowledgegraph/ontology"
+ONTOLOGY_COMMIT = "578c5e9f706fc2dd96188ca6c8cf9095ca0c6528"  # THUDM/AgentBench, where both files' sha256 match
+DEFAULT_ONTOLOGY_URL = (f"https://github.com/THUDM/AgentBench/raw/{ONTOLOGY_COMMIT}/src/server/tasks/knowledgegraph/"
+                        "ontology")
 # ALFWorld's game files as its release publishes them: the zip `alfworld-download` of alfworld 0.4.2 (the version
 # requirements/alfworld.txt pins) fetches for them. Its other two zips (traj_data.json, initial_state.pddl) hold
 # nothing the harness reads. $TOKENWORTH_ALFWORLD_URL replaces the folder (a mirror, a test server).
 ALFWORLD_RELEASE_URL = "https://github.com/alfworld/alfworld/releases/download/0.4.0"
 ALFWORLD_ZIP = "json_2.1.2_tw-pddl.zip"
 
-LAB_SHA256 = {  # /work/shared/data/lifelongagentbench/README.md: the hub's files, byte for byte
+LAB_REVISION = "main"  # the data folder's README names no hub commit for LAB; the sha256 below pins the bytes
+LAB_SHA256 = {  # the LAB data folder's README.md (lifelongagentbench/ of the data root): the hub's files, byte for byte
     "db": "9559d085c4747ae5afb28d45155040af0743e4dfdb5759a3f13da84501c52f51",
     "os": "61795fd6a0231fad9a509f8dbb8863bb0cdde1daa1db05e1b2e6dbb077946b13",
     "kg": "204e8246c77d1e2e62cebf8bee0babfc87e1e83858d061b8328e2cade27f72a4",
@@ -71,6 +83,10 @@ ONTOLOGY_SHA256 = {  # the KG ontology folder's README (AgentBench 578c5e9)
 BCB_HUB_ID = "bigcode/bigcodebench"
 BCB_HARD_HUB_ID = "bigcode/bigcodebench-hard"
 BCB_HUB_FILE = "data/v0.1.4-00000-of-00001.parquet"  # the hub's parquet of split v0.1.4 (both datasets)
+BCB_REVISION = "b74c0d0bf70d2c0bc459be537895cca163007f1a"  # the hub commit of bigcode/bigcodebench fetched
+BCB_HARD_REVISION = "298d2cc7b96612e15e47313c3603ee124cee0c1f"  # and of bigcode/bigcodebench-hard
+BCB_SPLIT_SHA256 = "d9a4965821c9507ebdfb551c288656b2d5fe553234f5183044333ca8a4018267"  # its LFS object id (published)
+BCB_FIRST_RELEASE_SOURCE = "bigcode-project/bigcodebench-annotation@a3b8985:hf_data/BigCodeBench.jsonl.gz"
 BCB_FIRST_RELEASE_SHA256 = "58142744edaf6036387f8761701f1b353432b0ed33f2edec1de8a59e7431ef7a"
 # sha256 of tasks_digest(the 1,140 records the loader reads from the shipped v0.1.0_hf file)
 BCB_TASKS_SHA256 = "bc885f775c1383345bf3a5f943ab560c624190d86f39cf4dc7380c287659bd5c"
@@ -111,13 +127,22 @@ def hf_endpoint() -> str:
     return (os.environ.get(HF_ENDPOINT_VARIABLE) or DEFAULT_HF_ENDPOINT).rstrip("/")
 
 
-def hub_url(repo: str, filename: str) -> str:
-    return f"{hf_endpoint()}/datasets/{repo}/resolve/main/{filename}"
+def hub_url(repo: str, filename: str, revision: str) -> str:
+    """The file at the hub commit ``revision`` (``main`` only where no commit is known: LAB)."""
+    return f"{hf_endpoint()}/datasets/{repo}/resolve/{revision}/{filename}"
+
+
+def hub_source(repo: str, filename: str, revision: str) -> str:
+    """Where a hub file comes from, as a run's config records it (whatever mirror served it)."""
+    return f"hf://datasets/{repo}@{revision}/{filename}"
 
 
 # ------------------------------------------------------------------ one file
-def fetch_file(item: Download, say: Say = print, timeout: float = TIMEOUT_S) -> bool:
+def fetch_file(item: Download, say: Say = print, timeout: float = TIMEOUT_S, *, checked_next: str = "") -> bool:
     """Put ``item`` at its path, verified; True if anything was downloaded, False if it was already there.
+
+    ``checked_next``: what the caller checks after this (ALFWorld's zip: its CRCs, while unpacking); the file is
+    then announced as downloaded, not verified, and the caller says "verified" once that check has passed.
 
     Raises :class:`DataError` (one line) when the server cannot be reached, answers an error, the
     transfer breaks off (the ``.part`` is kept: the same command resumes it) or the file fails its
@@ -129,7 +154,8 @@ def fetch_file(item: Download, say: Say = print, timeout: float = TIMEOUT_S) -> 
         except DataError as exc:
             raise DataError(f"{item.label}: {item.path} is there but is not the expected file ({exc}); "
                             "move it away and fetch again") from None
-        say(f"{item.label}: {item.path} already there, verified; nothing to download")
+        say(f"{item.label}: {item.path} already there" + (f"; {checked_next} next" if checked_next else
+                                                            ", verified; nothing to download"))
         return False
     part = item.path.with_name(item.path.name + ".part")
     try:
@@ -145,7 +171,7 @@ def fetch_file(item: Download, say: Say = print, timeout: float = TIMEOUT_S) -> 
                         f"nothing was kept. If the source has changed, {item.by_hand()}") from None
     os.replace(part, item.path)
     _sync_folder(item.path.parent)
-    say(f"{item.label}: {item.path} downloaded and verified")
+    say(f"{item.label}: {item.path} downloaded" + (f"; {checked_next} next" if checked_next else " and verified"))
     return True
 
 
@@ -246,7 +272,7 @@ def _lab(env: str, data_dir: str | os.PathLike[str] | None, benchmarks: Sequence
 
     folder = benchmark_dir(LAB, data_dir, benchmarks)
     name = f"{ENV_SUBDIR[env]}/{PARQUET_NAME}"
-    items = [Download(env, hub_url(HUB_ID, name), folder / name, sha256=LAB_SHA256[env])]
+    items = [Download(env, hub_url(HUB_ID, name, LAB_REVISION), folder / name, sha256=LAB_SHA256[env])]
     if env == "kg":
         base = (os.environ.get(ONTOLOGY_URL_VARIABLE) or DEFAULT_ONTOLOGY_URL).rstrip("/")
         items += [Download(f"kg (ontology {file})", f"{base}/{file}", folder / ONTOLOGY_DIR / file, sha256=digest)
@@ -258,10 +284,11 @@ def _bigcodebench(data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[
     from tokenworth_agent.tasks.bigcodebench import BCB, HARD_SPLIT_FILE, SPLIT_FILE
 
     folder = benchmark_dir(BCB, data_dir, benchmarks)
-    return [Download("bigcodebench", hub_url(BCB_HUB_ID, BCB_HUB_FILE), folder / SPLIT_FILE, check=_check_bcb_split,
-                     described="the hub's parquet of split v0.1.4"),
-            Download("bigcodebench (Hard ids)", hub_url(BCB_HARD_HUB_ID, BCB_HUB_FILE), folder / HARD_SPLIT_FILE,
-                     check=_check_bcb_hard, described="the hub's parquet of split v0.1.4")]
+    return [Download("bigcodebench", hub_url(BCB_HUB_ID, BCB_HUB_FILE, BCB_REVISION), folder / SPLIT_FILE,
+                     sha256=BCB_SPLIT_SHA256, check=_check_bcb_split),
+            Download("bigcodebench (Hard ids)", hub_url(BCB_HARD_HUB_ID, BCB_HUB_FILE, BCB_HARD_REVISION),
+                     folder / HARD_SPLIT_FILE, check=_check_bcb_hard,
+                     described=f"the hub's parquet of split v0.1.4 at commit {BCB_HARD_REVISION}")]
 
 
 def _check_alfworld_zip(path: Path) -> None:
@@ -302,7 +329,7 @@ def fetch_alfworld(data_dir: str | os.PathLike[str] | None, benchmarks: Sequence
         return False
     if (folder / ARCHIVE).exists():  # the shipped repack: its sha256 pins it
         return fetch_file(dataclasses.replace(item, path=folder / ARCHIVE, sha256=ARCHIVE_SHA256, check=None), say)
-    downloaded = fetch_file(item, say, timeout)
+    downloaded = fetch_file(item, say, timeout, checked_next="its games' CRCs and digests are checked while unpacking")
     try:
         install_release_zip(item.path, folder)
     except DataError as exc:
@@ -329,6 +356,33 @@ def downloads(env: str, data_dir: str | os.PathLike[str] | None, benchmarks: Seq
     raise DataError(f"unknown environment {env!r} for data fetch; expected some of {', '.join(FETCH_ENVS)}")
 
 
+def data_source(env: str, data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[Benchmark]) -> dict[str, str]:
+    """Which source, at which commit, and which digest ``env``'s tasks come from: what a run's ``config.json``
+    keeps as ``data_source``. The digest is of the file the loader reads, taken now (a few MB at most); for
+    ALFWorld's games, the manifest digest the loader checks them against."""
+    if env in ("db", "os", "kg"):
+        from tokenworth_agent.tasks.lab import ENV_SUBDIR, HUB_ID, LAB, PARQUET_NAME
+
+        name = f"{ENV_SUBDIR[env]}/{PARQUET_NAME}"
+        return {"source": hub_source(HUB_ID, name, LAB_REVISION),
+                "sha256": file_sha256(benchmark_dir(LAB, data_dir, benchmarks) / name)}
+    if env == "bigcodebench":
+        from tokenworth_agent.tasks.bigcodebench import BCB, FILE, SPLIT_FILE
+
+        folder = benchmark_dir(BCB, data_dir, benchmarks)
+        if (folder / FILE).is_file():  # the loader's first choice
+            return {"source": BCB_FIRST_RELEASE_SOURCE, "sha256": file_sha256(folder / FILE)}
+        return {"source": hub_source(BCB_HUB_ID, BCB_HUB_FILE, BCB_REVISION), "sha256": file_sha256(folder / SPLIT_FILE)}
+    if env == "alfworld":
+        from tokenworth_agent.tasks.alfworld import ALFWORLD, ARCHIVE, MANIFEST_SHA256, RELEASE
+
+        folder = benchmark_dir(ALFWORLD, data_dir, benchmarks)
+        source = (f"{ALFWORLD_RELEASE_URL}/{ALFWORLD_ZIP}" if (folder / RELEASE).is_dir() else
+                  f"{ARCHIVE} (a third party's repack of the same games)")
+        return {"source": source, "manifest_sha256": MANIFEST_SHA256}
+    raise DataError(f"unknown environment {env!r}; expected some of {', '.join(FETCH_ENVS)}")
+
+
 def present_first_release(data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[Benchmark]) -> Path | None:
     """The shipped BigCodeBench.jsonl.gz when it is there and is v0.1.0_hf (then nothing is fetched for BCB)."""
     from tokenworth_agent.tasks.bigcodebench import BCB, FILE
@@ -337,7 +391,8 @@ def present_first_release(data_dir: str | os.PathLike[str] | None, benchmarks: S
     return path if path.is_file() and file_sha256(path) == BCB_FIRST_RELEASE_SHA256 else None
 
 
-__all__ = ["FETCH_ENVS", "Download", "fetch_file", "downloads", "hub_url", "hf_endpoint", "tasks_digest",
+__all__ = ["FETCH_ENVS", "Download", "fetch_file", "downloads", "hub_url", "hub_source", "data_source", "hf_endpoint", "tasks_digest",
            "file_sha256", "present_first_release", "LAB_SHA256", "ONTOLOGY_SHA256", "BCB_TASKS_SHA256",
            "HF_ENDPOINT_VARIABLE", "ALFWORLD_URL_VARIABLE", "ONTOLOGY_URL_VARIABLE", "ALFWORLD_RELEASE_URL",
-           "ALFWORLD_ZIP", "fetch_alfworld"]
+           "ALFWORLD_ZIP", "fetch_alfworld", "BCB_REVISION", "BCB_HARD_REVISION", "BCB_SPLIT_SHA256", "LAB_REVISION",
+           "ONTOLOGY_COMMIT"]

@@ -63,12 +63,33 @@ def fetch(data_dir: str | os.PathLike[str] | None = None, envs: Sequence[str] | 
         elif env == "alfworld":  # a zip unpacked into a folder, not a file: download.fetch_alfworld
             fetch_alfworld(data_dir, benchmarks(), say)
         else:
-            for item in downloads(env, data_dir, benchmarks()):
-                fetch_file(item, say)
+            items = downloads(env, data_dir, benchmarks())
+            for item in items:
+                try:
+                    fetch_file(item, say)
+                except DataError as exc:
+                    raise DataError(f"{exc}{_incomplete(env, items)}") from None
         if env != "alfworld":  # checked already by the manifest its games give (or the archive's sha256)
             load_tasks(env, data_dir)  # what arrived reads as the env's tasks
         folders[env] = data_folder(env, data_dir)
     return folders
+
+
+def _incomplete(env: str, items: Sequence[Any]) -> str:
+    """What of a several-file env is in place and what is not, for the one line of a failed fetch ("" for one file):
+    the files are fetched one by one, so a failure part-way must say which part the env still lacks."""
+    if len(items) < 2:
+        return ""
+
+    def named(item: Any) -> str:
+        return f"{env} (tasks)" if item.label == env else item.label
+
+    there = [named(i) for i in items if i.path.exists()]
+    missing = [named(i) for i in items if not i.path.exists()]
+    needed = ("; a KG run refuses to start without its ontology (or runs without it with --kg-vocab none)"
+              if env == "kg" else "")
+    return (f". {env} is incomplete: in place {', '.join(there) or 'nothing'}; missing {', '.join(missing)}{needed}; "
+            f"the same command fetches what is missing")
 
 
 __all__ = ["TASK_SOURCES", "benchmarks", "data_folder", "load_tasks", "fetch"]
