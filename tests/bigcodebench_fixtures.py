@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from tokenworth_agent.core.bigcodebench_venv import VENV_VARIABLE, EvalVenv, VenvError, open_venv
-from tokenworth_agent.envs.bigcodebench_judge import BigCodeBenchJudge, JudgeSettings
+from tokenworth_agent.benchmarks.bigcodebench.eval_venv import VENV_VARIABLE, EvalVenv, VenvError, open_venv
+from tokenworth_agent.benchmarks.bigcodebench.judge import BigCodeBenchJudge, JudgeSettings
 from tokenworth_agent.sandbox import sandbox_unavailable_reason
-from tokenworth_agent.tasks import BCBTask
+from tokenworth_agent.benchmarks.bigcodebench.tasks import BCBTask
 
 # The first 25 tasks of the stream that need only the standard library, numpy and pandas, leaving out
 # standard modules that reach outside or manage processes, and task 0 (its tests enumerate 10!

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tokenworth_agent.core.alfworld_venv import VENV_VARIABLE, EngineVenvError, open_venv
+from tokenworth_agent.benchmarks.alfworld.engine_venv import VENV_VARIABLE, EngineVenvError, open_venv
 from tokenworth_agent.core.budget import Budget
 from tokenworth_agent.tasks import DataError, load_tasks
 from tokenworth_agent.tasks.registry import benchmarks
@@ -139,7 +139,7 @@ def test_corrupt_game_file_is_named(tasks: list, tmp_path: Path, edit, problem: 
     ("Thought: x\nAction: look\nAction: inventory", "look"),
 ])
 def test_parse_action(reply: str, command: str | None) -> None:
-    from tokenworth_agent.envs.alfworld import parse_action
+    from tokenworth_agent.benchmarks.alfworld.env import parse_action
 
     assert parse_action(reply) == command
 
@@ -189,7 +189,7 @@ class Scripted:
 
 def _play(task, backbone, budget: Budget | None = None):
     from tokenworth_agent.core.budget import EMPTY_BLOCK
-    from tokenworth_agent.envs.alfworld import ALFWorldEnvironment
+    from tokenworth_agent.benchmarks.alfworld.env import ALFWorldEnvironment
     from tokenworth_agent.experiment.episode import Episode, answer
 
     budget = budget or Budget.for_env("alfworld")
@@ -253,7 +253,7 @@ def test_j_max_counts_environment_steps_not_repair_calls(tasks: list) -> None:
 @needs_engine
 def test_a_game_file_that_is_not_the_manifests_is_not_played(tasks: list) -> None:
     from tokenworth_agent.core.budget import EMPTY_BLOCK
-    from tokenworth_agent.envs.alfworld import ALFWorldEnvironment
+    from tokenworth_agent.benchmarks.alfworld.env import ALFWorldEnvironment
     from tokenworth_agent.experiment.episode import Episode
 
     other = dataclasses.replace(tasks[2], sha256="0" * 64)
@@ -283,7 +283,7 @@ def test_walkthrough_never_reaches_a_prompt_or_memory(tasks: list, tmp_path: Pat
 
 @needs_engine
 def test_a_dead_worker_fails_the_game_in_play_and_the_next_game_plays(tasks: list) -> None:
-    from tokenworth_agent.envs.alfworld import ALFWorldEnvironment, EngineError, EnginePool, pool
+    from tokenworth_agent.benchmarks.alfworld.env import ALFWorldEnvironment, EngineError, EnginePool, pool
 
     own = EnginePool(1, cache_games=0)  # every call reaches the worker (the shared pool may answer from its cache)
     try:
@@ -304,7 +304,7 @@ def test_the_workers_speed_ups_change_no_answer(tasks: list) -> None:
     """Two games of two task types, their walkthroughs, and for one a wrong plan (reversed, with an
     inadmissible command and a look around), in a plain worker (upstream's engine untouched) and a fast
     one: every answer equal. (Records of 11 methods x 8 games were compared too: docs/alfworld.md.)"""
-    from tokenworth_agent.envs.alfworld import EnginePool
+    from tokenworth_agent.benchmarks.alfworld.env import EnginePool
 
     plain, fast = EnginePool(1, cache_games=0, plain=True), EnginePool(1, cache_games=0)
     try:
@@ -327,7 +327,7 @@ def _answer(text: str) -> dict:
 
 
 def test_the_transition_cache_keeps_the_most_recent_games_and_zero_keeps_none() -> None:
-    from tokenworth_agent.envs.alfworld import TransitionCache
+    from tokenworth_agent.benchmarks.alfworld.env import TransitionCache
 
     cache = TransitionCache(2)
     for game in ("a", "b"):
@@ -358,7 +358,7 @@ def test_cached_answers_equal_the_engines_and_a_new_history_catches_up(tasks: li
     """Two streams on one cached pool: the second is answered from the cache while it repeats the first,
     then diverges, and its engine must catch up (a fresh start and the shared commands) before its new
     command; every answer equals an uncached engine's."""
-    from tokenworth_agent.envs.alfworld import ALFWorldEnvironment, EnginePool
+    from tokenworth_agent.benchmarks.alfworld.env import ALFWorldEnvironment, EnginePool
 
     task = tasks[3]
     walk = list(task.walkthrough)
@@ -381,7 +381,7 @@ def test_cached_answers_equal_the_engines_and_a_new_history_catches_up(tasks: li
 
 @needs_engine
 def test_a_cached_start_still_refuses_a_game_file_that_is_not_the_manifests(tasks: list, tmp_path: Path) -> None:
-    from tokenworth_agent.envs.alfworld import EngineError, EnginePool
+    from tokenworth_agent.benchmarks.alfworld.env import EngineError, EnginePool
 
     task = tasks[2]
     shared = EnginePool(1)
@@ -397,7 +397,7 @@ def test_a_cached_start_still_refuses_a_game_file_that_is_not_the_manifests(task
 
 def test_a_replay_that_answers_otherwise_is_an_engine_error() -> None:
     """The cache trusts the engine to be deterministic, and checks it on every replay."""
-    from tokenworth_agent.envs.alfworld import EngineError, RemoteEngine, TransitionCache
+    from tokenworth_agent.benchmarks.alfworld.env import EngineError, RemoteEngine, TransitionCache
 
     class Drifting:  # stands in for a worker whose engine answers a replayed history differently
         generation, calls = 1, 0
@@ -477,7 +477,7 @@ def test_a_run_folder_with_another_manifest_is_refused(data_dir: str, tmp_path: 
 # ------------------------------------------------------------------ the simulator's moves (no engine)
 def test_sim_moves_success_replays_the_walkthrough_failure_cannot_win(tasks: list) -> None:
     from tokenworth_agent.sim.model import SimParams
-    from tokenworth_agent.sim.replies.alfworld import plan, receptacles, reply
+    from tokenworth_agent.benchmarks.alfworld.replies import plan, receptacles, reply
 
     params = SimParams()
     opening = "You are in the middle of a room. Looking quickly around you, you see a bed 1, a desk 1, and a shelf 2.\n\n" \

@@ -23,12 +23,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import tokenworth_agent.tasks.alfworld as alf
+import tokenworth_agent.benchmarks.alfworld.tasks as alf
 from tokenworth_agent.cli import app
 from tokenworth_agent.tasks import load_tasks
 from tokenworth_agent.tasks.base import benchmark_dir
-from tokenworth_agent.tasks.download import (ALFWORLD_RELEASE_URL, ALFWORLD_URL_VARIABLE, ALFWORLD_ZIP,
-                                             downloads, tasks_digest)
+from tokenworth_agent.benchmarks.alfworld.data import ALFWORLD_RELEASE_URL, ALFWORLD_URL_VARIABLE, ALFWORLD_ZIP
+from tokenworth_agent.tasks.download import downloads, tasks_digest
 from tokenworth_agent.tasks.registry import benchmarks
 from tests.loopback_files import LoopbackFiles, serving
 

@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _engine_missing() -> str | None:
-    from tokenworth_agent.core.alfworld_venv import EngineVenvError, open_venv
+    from tokenworth_agent.benchmarks.alfworld.engine_venv import EngineVenvError, open_venv
 
     try:
         open_venv()

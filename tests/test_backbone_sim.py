@@ -12,10 +12,10 @@ import pytest
 
 from tokenworth_agent.backbones.base import BackboneError
 from tokenworth_agent.backbones.registry import make_backbone
-from tokenworth_agent.tasks import kg_gold_calls as kg_calls
+from tokenworth_agent.benchmarks.kg.tasks import kg_gold_calls as kg_calls
 from tokenworth_agent.tasks import load_tasks
 from tokenworth_agent.sim import Facts, SimBackbone, SimParams, decide, skill_overlap
-from tokenworth_agent.sim.replies.db import wrong_sql
+from tokenworth_agent.benchmarks.db.replies import wrong_sql
 from tokenworth_agent.sim.tokens import token_counter
 
 USER = [{"role": "system", "content": "sys"}, {"role": "user", "content": "the task"}]
@@ -46,8 +46,8 @@ def test_params_are_frozen_and_validated():
     params = SimParams()
     with pytest.raises(dataclasses.FrozenInstanceError):
         params.gain = 1.0  # type: ignore[misc]
-    with pytest.raises(ValueError, match="p0_range_db"):
-        SimParams(p0_range_db=(0.9, 0.1))
+    with pytest.raises(ValueError, match="p0_ranges"):
+        SimParams(p0_ranges={"db": (0.9, 0.1)})
     with pytest.raises(ValueError, match="harm"):
         SimParams(harm=-0.1)
 
@@ -249,7 +249,7 @@ def test_batches_and_bad_input(streams, sim):
         Facts(tasks[0], round=0, aux="reflection")
     with pytest.raises(ValueError, match="round must be >= 0"):
         Facts(tasks[0], round=-1)
-    with pytest.raises(BackboneError, match="must be a task record of one of db, os, kg"):
+    with pytest.raises(BackboneError, match="must be a task record of one of alfworld, bigcodebench, db, kg, os"):
         sim.generate([USER], [10], facts=[Facts("not a task", round=0)])  # type: ignore[arg-type]
     with pytest.raises(BackboneError, match="end with a user turn"):
         db_task = streams["db"][1]
@@ -268,7 +268,7 @@ def test_registry_builds_the_sim():
 def test_the_real_db_environment_judges_the_simulated_replies(streams, sim):
     """Success draws mostly pass the real judge and failure draws fail it (a sample)."""
     from tokenworth_agent.envs.base import conversation
-    from tokenworth_agent.envs.db import DBEnvironment
+    from tokenworth_agent.benchmarks.db.env import DBEnvironment
 
     outcomes = {True: [], False: []}
     env = DBEnvironment()

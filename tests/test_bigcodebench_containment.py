@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tokenworth_agent.envs.bigcodebench_judge import Verdict
+from tokenworth_agent.benchmarks.bigcodebench.judge import Verdict
 from tokenworth_agent.sandbox import leftovers
-from tokenworth_agent.sim.replies.bigcodebench import solution_reply
-from tokenworth_agent.tasks import BCBTask, load_tasks
+from tokenworth_agent.benchmarks.bigcodebench.replies import solution_reply
+from tokenworth_agent.benchmarks.bigcodebench.tasks import BCBTask
+from tokenworth_agent.tasks import load_tasks
 from tests.bigcodebench_fixtures import ci_subset, eval_venv, small_judge
 
 PROMPT = "import os\ndef task_func():\n"

@@ -53,7 +53,7 @@ def three_tasks(data_dir, monkeypatch):
 
 def config(tmp_path: Path, venv, verdicts: Path, what, **data) -> RunConfig:
     return RunConfig(what=what, data=DataConfig(**data),
-                     harness=HarnessConfig(bcb_venv=venv.root, bcb_verdicts=verdicts),
+                     harness=HarnessConfig(options={"bcb_venv": venv.root, "bcb_verdicts": verdicts}),
                      output=OutputConfig(out=tmp_path / "run", progress=False))
 
 

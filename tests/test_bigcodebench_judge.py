@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from tokenworth_agent.core.bigcodebench_venv import VenvError, open_venv
+from tokenworth_agent.benchmarks.bigcodebench.eval_venv import VenvError, open_venv
 from tokenworth_agent.envs.base import InfrastructureError
-from tokenworth_agent.envs.bigcodebench_judge import CANARY, CANARY_RIGHT, RUNNER, BigCodeBenchJudge, JudgeError
-from tokenworth_agent.envs.bigcodebench_sanitiser import Sanitiser
-from tokenworth_agent.envs.bigcodebench_verdicts import VerdictCache
-from tokenworth_agent.sim.replies.bigcodebench import mutant, solution_reply
-from tokenworth_agent.tasks import BCBTask, load_tasks
+from tokenworth_agent.benchmarks.bigcodebench.judge import CANARY, CANARY_RIGHT, RUNNER, BigCodeBenchJudge, JudgeError
+from tokenworth_agent.benchmarks.bigcodebench.sanitiser import Sanitiser
+from tokenworth_agent.benchmarks.bigcodebench.verdicts import VerdictCache
+from tokenworth_agent.benchmarks.bigcodebench.replies import mutant, solution_reply
+from tokenworth_agent.benchmarks.bigcodebench.tasks import BCBTask
+from tokenworth_agent.tasks import load_tasks
 from tests.bigcodebench_fixtures import CI_IDS, ci_subset, eval_venv, small_judge
 
 
@@ -109,7 +110,7 @@ def test_a_known_solution_in_new_prose_is_found_without_a_sandbox(tasks, venv, t
                               cache=VerdictCache(tmp_path / "verdicts.jsonl"))
     first = judge.judge(task, gold(task))
     assert not first.cached and first.passed
-    import tokenworth_agent.envs.bigcodebench_judge as judge_module
+    import tokenworth_agent.benchmarks.bigcodebench.judge as judge_module
 
     def no_sandbox(*args, **kwargs):
         raise AssertionError("a known solution started a sandbox")

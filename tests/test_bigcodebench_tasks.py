@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tokenworth_agent.tasks import BCBTask, DataError, load_tasks
-from tokenworth_agent.tasks.bigcodebench import EXPECTED_HARD, EXPECTED_TASKS, FILE, hard_numbers, read_rows, stream
-from tokenworth_agent.tasks.bigcodebench_patches import EDITS, ReleaseError, changed_tasks, to_release
+from tokenworth_agent.benchmarks.bigcodebench.tasks import BCBTask
+from tokenworth_agent.tasks import DataError, load_tasks
+from tokenworth_agent.benchmarks.bigcodebench.tasks import EXPECTED_HARD, EXPECTED_TASKS, FILE, hard_numbers, read_rows, stream
+from tokenworth_agent.benchmarks.bigcodebench.patches import EDITS, ReleaseError, changed_tasks, to_release
 
 
 @pytest.fixture(scope="module")

@@ -7,13 +7,14 @@ import pytest
 
 from tokenworth_agent.backbones.base import Generation
 from tokenworth_agent.core.budget import EMPTY_BLOCK, Budget, build_injection_block
-from tokenworth_agent.tasks import kg_gold_replies as gold_replies
+from tokenworth_agent.benchmarks.kg.tasks import kg_gold_replies as gold_replies
 from tokenworth_agent.tasks import load_tasks
-from tokenworth_agent.envs.kg import KGEnvironment
+from tokenworth_agent.benchmarks.kg.env import KGEnvironment
 from tokenworth_agent.sandbox import sandbox_unavailable_reason
-from tokenworth_agent.envs.sparql import OxigraphEndpoint
+from tokenworth_agent.benchmarks.kg.sparql import OxigraphEndpoint
 from tokenworth_agent.experiment.episode import Episode, answer
-from tokenworth_agent.memory import build_memory, instance_names, memory_char_limit
+from tokenworth_agent.benchmarks.os_env.memory import instance_names
+from tokenworth_agent.memory import build_memory, memory_char_limit
 from tokenworth_agent.sim.facts import Facts
 from tokenworth_bench.copy_replay import replay_task
 from tests.copy_backbone import NOTHING, CopyingBackbone, memory_actions

@@ -9,10 +9,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tokenworth_agent.tasks import LAB, Benchmark, data_folder
+from tokenworth_agent.tasks.lab import LAB
+from tokenworth_agent.tasks import DataFolder, data_folder
 from tokenworth_agent.tasks.base import benchmark_dir
 
-from tokenworth_agent.tasks import ENV_SUBDIR, EXPECTED_ROWS, PARQUET_NAME, DataError, DBTask, KGTask, OSTask, load_tasks, resolve_data_root
+from tokenworth_agent.tasks.lab import ENV_SUBDIR, EXPECTED_ROWS, PARQUET_NAME
+from tokenworth_agent.tasks import DataError, load_tasks, resolve_data_root
+from tokenworth_agent.benchmarks.db.tasks import DBTask
+from tokenworth_agent.benchmarks.kg.tasks import KGTask
+from tokenworth_agent.benchmarks.os_env.tasks import OSTask
 
 
 @pytest.mark.parametrize("env,cls", [("db", DBTask), ("os", OSTask), ("kg", KGTask)])
@@ -50,7 +55,7 @@ def test_the_data_root_or_a_benchmark_folder_named_directly(data_dir, tmp_path):
     assert data_folder("db", root) == root / "lifelongagentbench"
     assert data_folder("db", lab) == lab
     assert [t.task_id for t in load_tasks("db", root, limit=3)] == [t.task_id for t in load_tasks("db", lab, limit=3)]
-    named = Benchmark("bigcodebench")
+    named = DataFolder("bigcodebench")
     assert benchmark_dir(named, lab, [LAB]) == lab.parent / "bigcodebench"
     assert benchmark_dir(named, root / "bigcodebench", [LAB]) == root / "bigcodebench"
     assert benchmark_dir(named, root, [LAB]) == root / "bigcodebench"

@@ -20,13 +20,16 @@ from typer.testing import CliRunner
 
 from tokenworth_agent.cli import app
 from tokenworth_agent.tasks import load_tasks
-from tokenworth_agent.tasks.bigcodebench import (FILE, HARD_SPLIT_FILE, SPLIT_FILE, hard_numbers, load_release_split,
+from tokenworth_agent.benchmarks.bigcodebench.tasks import (FILE, HARD_SPLIT_FILE, SPLIT_FILE, hard_numbers, load_release_split,
                                                  read_rows)
-from tokenworth_agent.tasks.bigcodebench_patches import EVERY_FIELD, to_release
-import tokenworth_agent.tasks.download as download
-from tokenworth_agent.tasks.download import (ALFWORLD_URL_VARIABLE, BCB_HARD_REVISION, BCB_HUB_FILE, BCB_REVISION,
-                                             LAB_SHA256, ONTOLOGY_SHA256, ONTOLOGY_URL_VARIABLE, downloads,
-                                             tasks_digest)
+from tokenworth_agent.benchmarks.bigcodebench.patches import EVERY_FIELD, to_release
+import tokenworth_agent.benchmarks.bigcodebench.data as bcb_data
+import tokenworth_agent.benchmarks.kg.data as kg_data
+from tokenworth_agent.benchmarks.alfworld.data import ALFWORLD_URL_VARIABLE
+from tokenworth_agent.benchmarks.bigcodebench.data import BCB_HARD_REVISION, BCB_HUB_FILE, BCB_REVISION
+from tokenworth_agent.benchmarks.kg.data import ONTOLOGY_SHA256, ONTOLOGY_URL_VARIABLE
+from tokenworth_agent.tasks.download import downloads, tasks_digest
+from tokenworth_agent.tasks.lab import LAB_SHA256
 from tests.loopback_files import LoopbackFiles, serving
 
 runner = CliRunner()
@@ -231,7 +234,7 @@ def test_the_v014_split_and_the_first_release_give_the_same_stream(shared, v014_
 def serve_split(hub, monkeypatch, body: bytes) -> None:
     """``body`` served as the full split, standing in for the published file: its digest is the one recorded."""
     hub.files[BCB_PATH] = body
-    monkeypatch.setattr(download, "BCB_SPLIT_SHA256", sha(body))
+    monkeypatch.setattr(bcb_data, "BCB_SPLIT_SHA256", sha(body))
 
 
 def test_bigcodebench_files_are_pinned_to_their_commits_and_the_published_digest(tmp_path) -> None:
@@ -242,7 +245,7 @@ def test_bigcodebench_files_are_pinned_to_their_commits_and_the_published_digest
     assert full.check is not None  # and its content
     assert "/resolve/298d2cc7b96612e15e47313c3603ee124cee0c1f/" in hard.url and hard.check is not None
     assert "/resolve/main/" not in full.url + hard.url
-    assert "/raw/578c5e9f706fc2dd96188ca6c8cf9095ca0c6528/" in download.DEFAULT_ONTOLOGY_URL
+    assert "/raw/578c5e9f706fc2dd96188ca6c8cf9095ca0c6528/" in kg_data.DEFAULT_ONTOLOGY_URL
 
 
 def test_one_changed_byte_in_the_footer_metadata_is_refused(hub, v014_rows, tmp_path, monkeypatch) -> None:
@@ -253,7 +256,7 @@ def test_one_changed_byte_in_the_footer_metadata_is_refused(hub, v014_rows, tmp_
     hub.files[BCB_PATH] = changed
     probe = tmp_path / "probe.parquet"
     probe.write_bytes(changed)
-    assert tasks_digest(load_release_split(probe)) == download.BCB_TASKS_SHA256  # its tasks read the same
+    assert tasks_digest(load_release_split(probe)) == bcb_data.BCB_TASKS_SHA256  # its tasks read the same
     result = fetch(tmp_path, "bigcodebench")
     assert result.exit_code == 2, result.output
     [line] = errors(result.output)

@@ -15,7 +15,7 @@ import pytest
 
 from tokenworth_agent.tasks import load_tasks
 from tokenworth_agent.envs import db as db_module
-from tokenworth_agent.envs.db import DBEnvironment, answer_matches, replay_gold
+from tokenworth_agent.benchmarks.db.env import DBEnvironment, answer_matches, replay_gold
 from tokenworth_agent.sqlite_mysql import Deadline, Limits, MySQLError, MySQLOnSQLite
 from tokenworth_agent.sqlite_mysql.database import mysql_filesort
 from tokenworth_agent.sqlite_mysql.transpile import SortPlan

@@ -9,8 +9,9 @@ from decimal import Decimal
 
 import pytest
 
-from tokenworth_agent.tasks import ColumnInfo, DBTask, TableInfo, load_tasks
-from tokenworth_agent.envs.db import DBEnvironment, answer_matches, parse_action, replay_gold
+from tokenworth_agent.benchmarks.db.tasks import ColumnInfo, DBTask, TableInfo
+from tokenworth_agent.tasks import load_tasks
+from tokenworth_agent.benchmarks.db.env import DBEnvironment, answer_matches, parse_action, replay_gold
 from tokenworth_agent.sqlite_mysql import MySQLOnSQLite, table_md5
 from tokenworth_agent.sqlite_mysql.mysql_sort import std_sort
 

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from tokenworth_agent.core.budget import Budget
 from tokenworth_agent.envs.base import conversation, instructions_digest
 from tokenworth_agent.envs.registry import make_environment
-from tokenworth_agent.core.harness import DEFAULT_HARNESS, HarnessError, HarnessOptions, harness_from_cli, load_kg_vocabulary
+from tokenworth_agent.benchmarks.kg.ontology import load_kg_vocabulary
+from tokenworth_agent.core.harness import DEFAULT_HARNESS, HarnessError, HarnessOptions, harness_from_cli
 
 
 def test_defaults_are_labs_rules() -> None:
@@ -27,7 +28,7 @@ def test_defaults_are_labs_rules() -> None:
                                                 ("kg_parser", "loose", "--kg-parser")])
 def test_unknown_values_name_the_flag(field: str, value: str, flag: str) -> None:
     with pytest.raises(HarnessError, match=f"^{flag} must be one of .*got '{value}'$"):
-        HarnessOptions(**{field: value})
+        harness_from_cli("db", **{field: value})  # a benchmark's own option (KG's) is checked for any run
 
 
 def test_instructions_file_is_read_hashed_and_used(tmp_path) -> None:
@@ -96,8 +97,8 @@ def test_kg_vocabulary_errors_name_the_file(tmp_path, damage, message) -> None:
 
 def test_kg_vocabulary_filters_listings_and_sets_types(tmp_path) -> None:
     from tokenworth_agent.tasks import load_tasks
-    from tokenworth_agent.envs.kg import KGEnvironment
-    from tokenworth_agent.envs.sparql import FreebaseQueries, OxigraphEndpoint
+    from tokenworth_agent.benchmarks.kg.env import KGEnvironment
+    from tokenworth_agent.benchmarks.kg.sparql import FreebaseQueries, OxigraphEndpoint
     from tests.conftest import DATA_DIR
     from tests.kg_fixture import build_fixture_store
 
@@ -116,7 +117,7 @@ def test_kg_vocabulary_filters_listings_and_sets_types(tmp_path) -> None:
 def test_kg_factory_takes_parser_vocabulary_and_instructions(tmp_path, monkeypatch) -> None:
     write_vocab(tmp_path / "onto")
     (tmp_path / "kg.txt").write_text("Use the tools.")
-    options = HarnessOptions(kg_parser="lenient", kg_vocab=str(tmp_path / "onto"), instructions=str(tmp_path))
+    options = HarnessOptions(instructions=str(tmp_path), options={"kg_parser": "lenient", "kg_vocab": str(tmp_path / "onto")})
     env = make_environment("kg", Budget.for_env("kg"), kg_endpoint="http://127.0.0.1:9/sparql", harness=options)
     assert env.parser.name == "lenient" and env.instructions() == "Use the tools."
     assert env.kb.relation_vocabulary == {"a.b.c"} and env.kb.ranges == {"a.b.c": "a.thing"}

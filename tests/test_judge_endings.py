@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tokenworth_agent.envs.bigcodebench_judge import CANARY
+from tokenworth_agent.benchmarks.bigcodebench.judge import CANARY
 from tokenworth_agent.envs.base import StepResult
 from tests.bigcodebench_fixtures import eval_venv, small_judge
 from tests.fakes import FakeDBEnv, make_tasks

@@ -12,11 +12,12 @@ from typing import Iterator
 import pyoxigraph as ox
 import pytest
 
-from tokenworth_agent.tasks import KG_VARIABLE_TOOLS as VARIABLE_TOOLS
-from tokenworth_agent.tasks import KGTask, load_tasks
-from tokenworth_agent.tasks import kg_gold_replies as gold_replies
+from tokenworth_agent.benchmarks.kg.tasks import KG_VARIABLE_TOOLS as VARIABLE_TOOLS
+from tokenworth_agent.benchmarks.kg.tasks import KGTask
+from tokenworth_agent.tasks import load_tasks
+from tokenworth_agent.benchmarks.kg.tasks import kg_gold_replies as gold_replies
 from tokenworth_agent.envs.base import conversation
-from tokenworth_agent.envs.kg import (
+from tokenworth_agent.benchmarks.kg.env import (
     ENDPOINT_ENV_VAR,
     KGEndpointRequired,
     KGEnvironment,
@@ -25,7 +26,7 @@ from tokenworth_agent.envs.kg import (
     parse_reply,
     split_arguments,
 )
-from tokenworth_agent.envs.sparql import (
+from tokenworth_agent.benchmarks.kg.sparql import (
     Entity,
     Expr,
     FreebaseQueries,
@@ -35,7 +36,7 @@ from tokenworth_agent.envs.sparql import (
     iri,
     to_sexpr,
 )
-from tokenworth_agent.core.harness import load_fb_roles
+from tokenworth_agent.benchmarks.kg.ontology import load_fb_roles
 from tests.kg_fixture import REPLAYED_RECORDS, build_fixture_store
 
 # ----------------------------------------------------------------------------- fixtures

@@ -11,12 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tokenworth_agent.envs.kg import KGEnvironment
-from tokenworth_agent.envs.sparql import FreebaseQueries, OxigraphEndpoint
+from tokenworth_agent.benchmarks.kg.env import KGEnvironment
+from tokenworth_agent.benchmarks.kg.sparql import FreebaseQueries, OxigraphEndpoint
 from tokenworth_agent.experiment import DataConfig, OutputConfig, RunConfig, Streams, make_plan
 from tokenworth_agent.experiment.config import HarnessConfig
 from tokenworth_agent.experiment.plan import LaunchError
-from tokenworth_agent.tasks import kg_gold_replies, load_tasks
+from tokenworth_agent.benchmarks.kg.tasks import kg_gold_replies
+from tokenworth_agent.benchmarks.kg.ontology import load_kg_vocabulary
+from tokenworth_agent.tasks import load_tasks
 from tests.kg_fixture import build_fixture_store
 
 ENDPOINT = "http://127.0.0.1:9/sparql"  # never queried: the plan only needs one named
@@ -24,8 +26,9 @@ ENDPOINT = "http://127.0.0.1:9/sparql"  # never queried: the plan only needs one
 
 def plan(data_dir, tmp_path: Path, kg_vocab=None, envs=("kg",)):
     return make_plan(RunConfig(Streams(envs=envs, methods=("standard",)),
-                               data=DataConfig(data_dir=Path(data_dir), limit=1, kg_endpoint=ENDPOINT),
-                               harness=HarnessConfig(kg_vocab=None if kg_vocab is None else Path(kg_vocab)),
+                               data=DataConfig(data_dir=Path(data_dir), limit=1),
+                               harness=HarnessConfig(options={"kg_endpoint": ENDPOINT, **({} if kg_vocab is None
+                                                                                       else {"kg_vocab": Path(kg_vocab)})}),
                                output=OutputConfig(out=tmp_path / "run")))
 
 
@@ -83,7 +86,7 @@ def test_a_db_run_is_untouched(data_dir, tmp_path) -> None:
 
 def test_the_default_ontology_filters_an_attribute_listing(data_dir, tmp_path) -> None:
     """docs/kg.md's before/after: record 13 on the fixture graph, gold replies up to get_attributes."""
-    vocabulary = plan(data_dir, tmp_path).harness.kg_vocabulary()
+    vocabulary = load_kg_vocabulary(plan(data_dir, tmp_path).harness.kg_vocab)
     task = load_tasks("kg", data_dir)[13]
     store = build_fixture_store()
     listings = []

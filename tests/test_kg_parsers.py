@@ -9,10 +9,11 @@ from pathlib import Path
 import pyoxigraph as ox
 import pytest
 
-from tokenworth_agent.tasks import KGTask, load_tasks
-from tokenworth_agent.envs.kg import KGEnvironment
-from tokenworth_agent.envs.kg_parsers import LENIENT, STRICT, reply_parser, split_strict, variable_strict
-from tokenworth_agent.envs.sparql import OxigraphEndpoint
+from tokenworth_agent.benchmarks.kg.tasks import KGTask
+from tokenworth_agent.tasks import load_tasks
+from tokenworth_agent.benchmarks.kg.env import KGEnvironment
+from tokenworth_agent.benchmarks.kg.parsers import LENIENT, STRICT, reply_parser, split_strict, variable_strict
+from tokenworth_agent.benchmarks.kg.sparql import OxigraphEndpoint
 from tests.kg_fixture import build_fixture_store
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "kg.md"

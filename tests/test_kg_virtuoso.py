@@ -30,9 +30,9 @@ import pytest
 from typer.testing import CliRunner
 
 from tokenworth_agent.cli import app
-from tokenworth_agent.core.harness import KGVocabulary, load_kg_vocabulary
-from tokenworth_agent.envs.kg import KGEnvironment
-from tokenworth_agent.envs.sparql import (
+from tokenworth_agent.benchmarks.kg.ontology import KGVocabulary, load_kg_vocabulary
+from tokenworth_agent.benchmarks.kg.env import KGEnvironment
+from tokenworth_agent.benchmarks.kg.sparql import (
     Entity,
     FreebaseQueries,
     HttpSparqlEndpoint,
@@ -42,7 +42,7 @@ from tokenworth_agent.envs.sparql import (
     SparqlEndpointError,
     canonical_lexical,
 )
-from tokenworth_agent.envs.virtuoso import (
+from tokenworth_agent.benchmarks.kg.virtuoso import (
     INSTALL_COMMAND,
     STATE_FILE,
     VirtuosoServer,
@@ -50,8 +50,9 @@ from tokenworth_agent.envs.virtuoso import (
     free_port,
     read_state,
 )
-from tokenworth_agent.tasks import KGTask, load_tasks
-from tokenworth_agent.tasks import kg_gold_replies as gold_replies
+from tokenworth_agent.benchmarks.kg.tasks import KGTask
+from tokenworth_agent.tasks import load_tasks
+from tokenworth_agent.benchmarks.kg.tasks import kg_gold_replies as gold_replies
 from tests.kg_fixture import NS, REPLAYED_RECORDS, build_fixture_store
 
 GRAPH = "http://freebase.com"
@@ -396,7 +397,7 @@ def test_kg_serve_refuses_bad_paths_in_one_line(tmp_path: Path) -> None:
 
 
 def test_without_virtuoso_a_non_root_user_is_told_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    import tokenworth_agent.envs.virtuoso as virtuoso_module
+    import tokenworth_agent.benchmarks.kg.virtuoso as virtuoso_module
 
     monkeypatch.setattr(virtuoso_module, "binaries", lambda: None)
     monkeypatch.setattr(virtuoso_module.os, "geteuid", lambda: 1000)

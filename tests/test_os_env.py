@@ -9,9 +9,10 @@ import time
 
 import pytest
 
-from tokenworth_agent.tasks import CommandItem, OSTask, load_tasks
+from tokenworth_agent.benchmarks.os_env.tasks import CommandItem, OSTask
+from tokenworth_agent.tasks import load_tasks
 from tokenworth_agent.envs.base import conversation
-from tokenworth_agent.envs.os_env import (
+from tokenworth_agent.benchmarks.os_env.env import (
     INSTRUCTIONS,
     OSEnvironment,
     TaskInitError,

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from tokenworth_agent.core.budget import Budget
-from tokenworth_agent.memory import Turn, abstract_bash, build_memory, instance_names, memory_char_limit
+from tokenworth_agent.benchmarks.os_env.memory import abstract_bash, instance_names
+from tokenworth_agent.memory import Turn, build_memory, memory_char_limit
 from tokenworth_agent.policies.base import Outcome
 from tokenworth_agent.policies.memp import MemPPolicy
 from tokenworth_agent.policies.memrl import MemRLPolicy, zscore
@@ -103,7 +104,7 @@ def os_turns(*scripts: str) -> list[Turn]:
 
 
 def test_compact_os_memory_is_what_the_os_parser_runs() -> None:
-    from tokenworth_agent.envs.os_env import parse_action
+    from tokenworth_agent.benchmarks.os_env.env import parse_action
 
     memory = build_memory("os", task(0, "Create alice", env="os"), os_turns("useradd -m alice", "passwd -d alice"), 1,
                           Budget.for_env("os"))
@@ -116,7 +117,7 @@ def test_compact_os_memory_is_what_the_os_parser_runs() -> None:
 
 
 def test_compact_db_memory_actions_parse_as_the_db_parser_reads_them() -> None:
-    from tokenworth_agent.envs.db import parse_action
+    from tokenworth_agent.benchmarks.db.env import parse_action
 
     memory = build_memory("db", task(0, "names?"), db_trajectory(), 1, DB)
     assert memory is not None

@@ -12,10 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 from tokenworth_agent.cli import app
-from tokenworth_agent.core.alfworld_venv import VENV_VARIABLE as ALFWORLD_VENV
-from tokenworth_agent.core.alfworld_venv import EngineVenvError, open_venv as open_alfworld_venv
-from tokenworth_agent.core.bigcodebench_venv import VENV_VARIABLE as BCB_VENV
-from tokenworth_agent.core.bigcodebench_venv import VenvError, open_venv as open_bcb_venv
+from tokenworth_agent.benchmarks.alfworld.engine_venv import VENV_VARIABLE as ALFWORLD_VENV
+from tokenworth_agent.benchmarks.alfworld.engine_venv import EngineVenvError, open_venv as open_alfworld_venv
+from tokenworth_agent.benchmarks.bigcodebench.eval_venv import VENV_VARIABLE as BCB_VENV
+from tokenworth_agent.benchmarks.bigcodebench.eval_venv import VenvError, open_venv as open_bcb_venv
 
 runner = CliRunner()
 ENDPOINT = "http://127.0.0.1:9/sparql"  # never queried: the plan only needs one named

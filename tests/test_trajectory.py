@@ -49,7 +49,7 @@ def test_rounds_hold_reply_parsed_action_observation_and_finish():
 
 def test_an_invalid_action_records_the_parsers_reason_and_fills_error(data_dir):
     from tokenworth_agent.tasks import load_tasks
-    from tokenworth_agent.envs.db import DBEnvironment
+    from tokenworth_agent.benchmarks.db.env import DBEnvironment
 
     task = load_tasks("db", data_dir, limit=1)[0]
     env = DBEnvironment(max_rounds=3)
@@ -124,7 +124,7 @@ def test_real_db_run_shown_through_the_cli(tmp_path, data_dir):
     assert done.exit_code == 0, done.output
     shown = CliRunner().invoke(app, ["show", str(tmp_path), "--task", "1"])
     assert shown.exit_code == 0, shown.output
-    from tokenworth_agent.envs.db import INSTRUCTIONS
+    from tokenworth_agent.benchmarks.db.env import INSTRUCTIONS
 
     assert INSTRUCTIONS.splitlines()[0] in shown.output and "instructions changed" not in shown.output
     record = find_record(tmp_path, "standard", 1)

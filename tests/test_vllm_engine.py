@@ -355,8 +355,8 @@ def test_bigcodebench_through_the_real_engine_prompt_parse_and_judge(tmp_path, d
     """``--env bigcodebench --backbone vllm``: SmolLM2 answers the first two tasks of the stream, each reply
     is sanitised and judged by the official evaluator in the sandbox (``make test`` gives the CI venv),
     and the record keeps the raw reply, the solution the evaluator read and its verdict."""
-    from tokenworth_agent.core.bigcodebench_venv import VenvError, open_venv
-    from tokenworth_agent.envs.bigcodebench import INSTRUCTIONS
+    from tokenworth_agent.benchmarks.bigcodebench.eval_venv import VenvError, open_venv
+    from tokenworth_agent.benchmarks.bigcodebench.env import INSTRUCTIONS
     from tokenworth_agent.sandbox import sandbox_unavailable_reason
     from tokenworth_agent.tasks import load_tasks
 

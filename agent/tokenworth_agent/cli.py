@@ -29,8 +29,10 @@ import typer
 from tokenworth_agent.experiment.config import Streams, Sweep
 from tokenworth_agent.experiment.failures import INTERRUPTED, describe_failure
 from tokenworth_agent.experiment.flags import (BACKBONE, BUDGET, EXECUTOR, EXPERIMENT, HARNESS, OPENAI, OUTPUT, PANELS,
-                                               SWEEP, VLLM, ExperimentFlags, _option, parse_list)
+                                               SWEEP, VLLM, ExperimentFlags, _option, benchmark_flags,
+                                               flag_fields, parse_list)
 from tokenworth_agent.experiment.launch import LaunchResult, launch
+from tokenworth_agent.envs.registry import env_names
 from tokenworth_agent.policies.registry import POLICIES
 
 app = typer.Typer(add_completion=False, no_args_is_help=False,
@@ -51,24 +53,34 @@ def with_experiment_flags(command: F) -> F:
     into one ``ExperimentFlags``."""
     hints = get_type_hints(ExperimentFlags, include_extras=True)
     shared = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name])
-              for f in dataclasses.fields(ExperimentFlags)]
+              for f in flag_fields()]
+    # each installed benchmark's own flags, in a --help section of its own (a plugin that fails to import: one line)
+    own_flags = [inspect.Parameter(b.name, inspect.Parameter.KEYWORD_ONLY, default=b.default,
+                                   annotation=Annotated[b.type, b.option])
+                 for b in benchmark_flags(warn=lambda line: typer.echo(f"warning: {line}", err=True))]
     own = inspect.signature(command, eval_str=True)
 
     @functools.wraps(command)
     def wrapper(**kwargs: Any) -> Any:
-        flags = ExperimentFlags(**{p.name: kwargs.pop(p.name) for p in shared})
+        options = {p.name: kwargs.pop(p.name) for p in own_flags}
+        flags = ExperimentFlags(**{p.name: kwargs.pop(p.name) for p in shared}, benchmark_options=options)
         return command(**kwargs, flags=flags)
 
     params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for n, p in own.parameters.items() if n != "flags"]
-    # --help shows the panels in the order of their first option: this order
+    # --help shows the panels in the order of their first option: this order, the benchmarks' after the harness's
     wrapper.__signature__ = own.replace(  # type: ignore[attr-defined]
-        parameters=sorted([*params, *shared], key=lambda p: PANELS.index(_panel(p))))
+        parameters=sorted([*params, *shared, *own_flags], key=_panel_order))
     return wrapper  # type: ignore[return-value]
 
 
 def _panel(parameter: inspect.Parameter) -> str:
     info = getattr(parameter.annotation, "__metadata__", (None,))[0]
     return getattr(info, "rich_help_panel", None) or EXPERIMENT
+
+
+def _panel_order(parameter: inspect.Parameter) -> float:
+    panel = _panel(parameter)
+    return PANELS.index(panel) if panel in PANELS else PANELS.index(HARNESS) + 0.5
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -138,7 +150,7 @@ def main(ctx: typer.Context,
 @app.command()
 @with_experiment_flags
 def run(
-    env: Annotated[str, _option(EXPERIMENT, "Task stream(s): db, os, kg, bigcodebench, alfworld, or a "
+    env: Annotated[str, _option(EXPERIMENT, "Task stream(s): " + ", ".join(env_names()) + ", or a "
                                             "comma-separated list (one experiment).")] = ",".join(Streams().envs),
     methods: Annotated[str, _option(EXPERIMENT, "Comma-separated methods; known: " + ", ".join(POLICIES.names) + ".",
                                     show_default=", ".join(Streams().methods))] = ",".join(Streams().methods),
@@ -176,7 +188,7 @@ def run_command(flags: ExperimentFlags, *, env: str = ",".join(Streams().envs),
 @app.command()
 @with_experiment_flags
 def sweep(
-    env: Annotated[str, _option(SWEEP, "Task stream: db, os, kg or bigcodebench.")] = Sweep().env,
+    env: Annotated[str, _option(SWEEP, "Task stream: " + ", ".join(env_names()) + ".")] = Sweep().env,
     grid: Annotated[Optional[list[str]], _option(SWEEP, "NAME=v1,v2,... (repeatable); the full product is "
                                                         "run.")] = None,
     table_a3: Annotated[bool, _option(SWEEP, "The spec §9 one-at-a-time sensitivity grid.", "--table-a3")] = False,
@@ -217,76 +229,22 @@ def show(
         fail(str(exc))
 
 
-kg_app = typer.Typer(add_completion=False, help="A local Freebase SPARQL endpoint (Virtuoso 7.2.5) for the KG stream.")
-app.add_typer(kg_app, name="kg")
-
-
-@kg_app.command("serve")
-def kg_serve(
-    dump: Path = typer.Option(..., help="Freebase RDF: a .nt, .nt.gz, .ttl or .ttl.gz file, or a folder of them."),
-    port: int = typer.Option(8890, help="SPARQL/HTTP port on 127.0.0.1."),
-    folder: Path = typer.Option(Path("kg-virtuoso"), "--dir", help="Database folder (reused: loaded once)."),
-    isql_port: Optional[int] = typer.Option(None, help="Virtuoso's ISQL port.", show_default="port + 10000"),
-    memory: Optional[float] = typer.Option(None, help="Buffer pool in GiB.", show_default="15% of RAM"),
-    foreground: bool = typer.Option(False, "--foreground", help="Stay attached; Ctrl-C stops the server."),
-) -> None:
-    """Load a Freebase dump into Virtuoso once and serve it (in the background) for --kg-endpoint."""
-    import time
-
-    from tokenworth_agent.envs.virtuoso import VirtuosoError, serve
-
-    try:
-        served = serve(dump, folder, port=port, isql_port=isql_port,
-                       memory_mb=None if memory is None else max(64, int(memory * 1024)), echo=typer.echo)
-    except VirtuosoError as exc:
-        fail(str(exc))
-    if served.already_running:
-        typer.echo(f"already serving {served.folder} (loaded before; not reloaded)")
-    else:
-        loaded = f"loaded in {served.load_seconds:.1f} s" if served.loaded_now else "already loaded, not reloaded"
-        typer.echo(f"Virtuoso started in {served.start_seconds:.1f} s on {served.folder} ({loaded})")
-    typer.echo(f"endpoint: --kg-endpoint {served.url}")
-    if not foreground:
-        typer.echo(f"stop it with: tokenworth kg stop --dir {served.folder}")
-        return
-    typer.echo("serving in the foreground; Ctrl-C stops the server")
-    try:
-        while served.server.running():
-            time.sleep(1.0)
-        fail(f"Virtuoso exited: {served.server.log_tail()}", 1)
-    except KeyboardInterrupt:
-        served.server.stop()
-        typer.echo("stopped")
-
-
-@kg_app.command("stop")
-def kg_stop(folder: Path = typer.Option(Path("kg-virtuoso"), "--dir", help="The folder given to kg serve.")) -> None:
-    """Stop the Virtuoso server of a folder (the database stays; kg serve restarts it without reloading)."""
-    from tokenworth_agent.envs.virtuoso import VirtuosoError, stop_folder
-
-    try:
-        stopped = stop_folder(folder)
-    except VirtuosoError as exc:
-        fail(str(exc))
-    typer.echo(f"stopped the server of {folder}" if stopped else f"no server was running for {folder}")
-
-
 @data_app.command("fetch")
 def data_fetch(
     data_dir: Optional[Path] = typer.Option(None, help="Data root: each benchmark goes into its folder under it "
                                                        "(a benchmark's folder named directly is used as it is).",
                                             show_default="$TOKENWORTH_DATA_DIR, else ~/.cache/tokenworth"),
-    env: str = typer.Option("db,os,kg,bigcodebench,alfworld",
-                            help="Which benchmarks, comma-separated: db, os, kg, bigcodebench, alfworld."),
+    env: Optional[str] = typer.Option(None, help="Which benchmarks, comma-separated: " + ", ".join(env_names()) + ".",
+                                      show_default="every one that names its data"),
 ) -> None:
     """Download the task data (needs internet), each file checked against its recorded checksum.
 
     An interrupted download resumes; a file already there and verified is not downloaded again."""
     from tokenworth_agent.tasks import DataError, fetch
 
-    envs = [e.strip().lower() for e in env.split(",") if e.strip()]
-    if not envs:
-        fail("--env names no benchmark; use some of db, os, kg, bigcodebench, alfworld")
+    envs = None if env is None else [e.strip().lower() for e in env.split(",") if e.strip()]
+    if envs == []:
+        fail(f"--env names no benchmark; use some of {', '.join(env_names())}")
     try:
         folders = fetch(data_dir, envs=envs, say=typer.echo)
     except DataError as exc:
@@ -297,6 +255,34 @@ def data_fetch(
         fail(f"download failed: {type(exc).__name__}: {exc}")
     for name, folder in folders.items():
         typer.echo(f"{name}: tasks ready in {folder}")
+
+
+@app.command("plugins")
+def plugins_command() -> None:
+    """List the installed methods, benchmarks and backbones: name, kind, distribution, version (docs/plugins.md)."""
+    from tokenworth_agent.core.plugins import listing
+
+    rows = listing()
+    widths = [max(len(h), *(len(r[k]) for r in rows)) for h, k in (("NAME", "name"), ("KIND", "kind"),
+                                                                   ("DISTRIBUTION", "distribution"),
+                                                                   ("VERSION", "version"))]
+    header = ("NAME", "KIND", "DISTRIBUTION", "VERSION", "STATUS")
+    typer.echo("  ".join(h.ljust(w) for h, w in zip(header, widths)) + "  STATUS")
+    for r in rows:
+        cells = (r["name"], r["kind"], r["distribution"], r["version"])
+        typer.echo("  ".join(c.ljust(w) for c, w in zip(cells, widths)) + "  " + r["status"])
+
+
+def _add_benchmark_commands() -> None:
+    """Each benchmark's own commands (e.g. `tokenworth kg serve`), under its name."""
+    from tokenworth_agent.core.plugins import loadable
+
+    for name, bench in loadable("benchmark").items():
+        if bench.commands is not None:
+            app.add_typer(bench.commands(), name=name)
+
+
+_add_benchmark_commands()
 
 
 track_app = typer.Typer(add_completion=False, help="Send a run to a tracker after the fact (docs/running.md, Tracking).")

@@ -119,31 +119,31 @@ def plot(results: dict[str, list[dict[str, Any]]], path: Path, accounting: str =
 def _flag_arguments(parser: argparse.ArgumentParser) -> None:
     """``tokenworth run``'s shared flags (:class:`tokenworth_agent.experiment.flags.ExperimentFlags`), grouped as in
     its --help."""
-    import dataclasses
     import typing
 
-    from tokenworth_agent.experiment.flags import ExperimentFlags
+    from tokenworth_agent.experiment.flags import ExperimentFlags, benchmark_flags, flag_fields
 
     groups: dict[str, Any] = {}
     hints = typing.get_type_hints(ExperimentFlags, include_extras=True)
-    for field in dataclasses.fields(ExperimentFlags):
-        kind, info = typing.get_args(hints[field.name])[:2]
+    # the shared flags, then each installed benchmark's own (its section of tokenworth run --help)
+    fields = [(f.name, *typing.get_args(hints[f.name])[:2], f.default) for f in flag_fields()]
+    fields += [(b.name, b.type, b.option, b.default) for b in benchmark_flags()]
+    for name, kind, info, default in fields:
         panel = info.rich_help_panel
         group = groups.setdefault(panel, parser.add_argument_group(panel))
         flag = (info.default if isinstance(info.default, str) and info.default.startswith("--")
-                else "--" + field.name.replace("_", "-"))
-        default = field.default
+                else "--" + name.replace("_", "-"))
         shown = info.show_default if isinstance(info.show_default, str) else default
         text = info.help + (f" [default: {shown}]" if shown not in (None, False) else "")
         if kind is bool:
-            group.add_argument(flag, dest=field.name, action="store_true", help=info.help)
+            group.add_argument(flag, dest=name, action="store_true", help=info.help)
             continue
         inner = [t for t in typing.get_args(kind) if t is not type(None)] or [kind]
         base = inner[0]
         if typing.get_origin(base) is list:
-            group.add_argument(flag, dest=field.name, action="append", default=None, help=text, metavar="TEXT")
+            group.add_argument(flag, dest=name, action="append", default=None, help=text, metavar="TEXT")
         else:
-            group.add_argument(flag, dest=field.name, type=base, default=default, help=text,
+            group.add_argument(flag, dest=name, type=base, default=default, help=text,
                                metavar={int: "N", float: "X", Path: "DIR"}.get(base, "TEXT"))
 
 
@@ -193,14 +193,13 @@ def folders(args: argparse.Namespace) -> tuple[Path, Path]:
 
 def _run_all(args: argparse.Namespace) -> dict[str, Any]:
     """Every (env, seed, method) as streams of ONE lockstep experiment, then mean ± std over seeds."""
-    import dataclasses
-
     from tokenworth_agent.core.interrupt import InterruptGuard
     from tokenworth_agent.experiment import Streams, launch
     from tokenworth_agent.experiment.failures import describe_failure
-    from tokenworth_agent.experiment.flags import ExperimentFlags, parse_list
+    from tokenworth_agent.experiment.flags import ExperimentFlags, benchmark_flags, flag_fields, parse_list
 
-    flags = ExperimentFlags(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ExperimentFlags)})
+    flags = ExperimentFlags(**{f.name: getattr(args, f.name) for f in flag_fields()},
+                            benchmark_options={b.name: getattr(args, b.name) for b in benchmark_flags()})
     accounting = args.budget_accounting
     envs = args.envs.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]

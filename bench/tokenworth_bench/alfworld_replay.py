@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tokenworth_agent.core.budget import Budget
-from tokenworth_agent.envs.alfworld import ALFWorldEnvironment
+from tokenworth_agent.benchmarks.alfworld.env import ALFWorldEnvironment
 from tokenworth_agent.tasks import load_tasks
-from tokenworth_agent.tasks.alfworld import ALFWorldTask
+from tokenworth_agent.benchmarks.alfworld.tasks import ALFWorldTask
 
 OUT = RESULTS / "alfworld_replay"
 

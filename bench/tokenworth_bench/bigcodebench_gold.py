@@ -133,10 +133,10 @@ def markdown(s: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    from tokenworth_agent.core.bigcodebench_venv import open_venv
-    from tokenworth_agent.envs.bigcodebench_judge import BigCodeBenchJudge, JudgeSettings
-    from tokenworth_agent.envs.bigcodebench_verdicts import VerdictCache
-    from tokenworth_agent.sim.replies.bigcodebench import mutant, solution_reply
+    from tokenworth_agent.benchmarks.bigcodebench.eval_venv import open_venv
+    from tokenworth_agent.benchmarks.bigcodebench.judge import BigCodeBenchJudge, JudgeSettings
+    from tokenworth_agent.benchmarks.bigcodebench.verdicts import VerdictCache
+    from tokenworth_agent.benchmarks.bigcodebench.replies import mutant, solution_reply
     from tokenworth_agent.tasks import load_tasks
 
     parser = argparse.ArgumentParser(prog="tokenworth-bench bigcodebench-gold", description=__doc__.splitlines()[0])

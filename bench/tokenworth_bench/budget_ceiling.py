@@ -31,10 +31,10 @@ from typing import Any, Sequence
 
 from tokenworth_agent.core.budget import ACCOUNTINGS, EMPTY_BLOCK, Budget
 from tokenworth_agent.storage.checkpoint import atomic_write_json, atomic_write_text
-from tokenworth_agent.tasks import kg_gold_replies
+from tokenworth_agent.benchmarks.kg.tasks import kg_gold_replies
 from tokenworth_agent.experiment.episode import answer
 from tokenworth_agent.sim import SimBackbone, SimParams, decide
-from tokenworth_agent.sim.replies.os_env import reply as os_reply
+from tokenworth_agent.benchmarks.os_env.replies import reply as os_reply
 from tokenworth_agent.sim.tokens import token_counter
 
 PERFECT = SimParams(p_floor=1.0, p_ceil=1.0, thought_sentences_base=0, thought_sentences_helpful=0,

@@ -53,12 +53,12 @@ UNBOUNDED = 10**7
 def gold_replies(env: str, task: Any, observation: str | None) -> list[str]:
     """The gold agent's replies; DB's answer depends on the first observation."""
     if env == "db":
-        from tokenworth_agent.envs.db import gold_replies as db_gold
+        from tokenworth_agent.benchmarks.db.env import gold_replies as db_gold
 
         answer = None if observation is None else ("done" if task.is_write else observation)
         return db_gold(task, answer)
     if env == "kg":
-        from tokenworth_agent.tasks import kg_gold_replies
+        from tokenworth_agent.benchmarks.kg.tasks import kg_gold_replies
 
         return kg_gold_replies(task)
     return [f"Act: bash\n```bash\n{task.ground_truth.script}\n```", "Act: finish"]
@@ -68,8 +68,8 @@ def environment_for(env_name: str, budget: Budget, harness: HarnessOptions) -> A
     """The run's environment; KG on the test fixture graph (there is no offline Freebase)."""
     if env_name != "kg":
         return make_environment(env_name, budget, harness=harness)
-    from tokenworth_agent.envs.kg import KGEnvironment
-    from tokenworth_agent.envs.sparql import OxigraphEndpoint
+    from tokenworth_agent.benchmarks.kg.env import KGEnvironment
+    from tokenworth_agent.benchmarks.kg.sparql import OxigraphEndpoint
     from tests.kg_fixture import build_fixture_store
 
     return KGEnvironment(OxigraphEndpoint(build_fixture_store()), max_rounds=budget.max_rounds,

@@ -1,6 +1,6 @@
 """How faithfully the SQLite DB environment reproduces the MySQL original.
 
-Replays every task's gold SQL through :class:`tokenworth_agent.envs.db.DBEnvironment` exactly as an
+Replays every task's gold SQL through :class:`tokenworth_agent.benchmarks.db.env.DBEnvironment` exactly as an
 agent would (an Operation with the gold SQL, then for SELECT tasks an Answer holding the
 observed rows), judges it with the environment's own grader, and counts the passes. Two
 more replays wrap each SELECT task's gold query the way a model often writes it, as a
@@ -23,8 +23,9 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from tokenworth_agent.tasks import DBTask, load_tasks
-from tokenworth_agent.envs.db import DBEnvironment, answer_matches, replay_gold
+from tokenworth_agent.benchmarks.db.tasks import DBTask
+from tokenworth_agent.tasks import load_tasks
+from tokenworth_agent.benchmarks.db.env import DBEnvironment, answer_matches, replay_gold
 
 DEFAULT_OUT = RESULTS / "db_fidelity.json"
 

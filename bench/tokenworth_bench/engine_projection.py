@@ -73,10 +73,10 @@ def db_calls_from_sim_runs(tasks: Sequence[Any], methods: Sequence[str], seeds: 
 
 def _ends_episode(env: str, reply: str) -> bool:
     if env == "os":
-        from tokenworth_agent.envs.os_env import parse_action
+        from tokenworth_agent.benchmarks.os_env.env import parse_action
 
         return parse_action(reply).kind != "bash"
-    from tokenworth_agent.envs.kg import parse_reply
+    from tokenworth_agent.benchmarks.kg.env import parse_reply
 
     return parse_reply(reply).kind != "action"
 

@@ -25,8 +25,9 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from tokenworth_agent.tasks import OSTask, load_tasks
-from tokenworth_agent.envs.os_env import OSEnvironment, TaskInitError
+from tokenworth_agent.benchmarks.os_env.tasks import OSTask
+from tokenworth_agent.tasks import load_tasks
+from tokenworth_agent.benchmarks.os_env.env import OSEnvironment, TaskInitError
 
 DEFAULT_OUT = RESULTS / "os_fidelity.json"
 _NEEDS_NETWORK = re.compile(r"\bapt(-get)?\s+(-\S+\s+)*install\b")

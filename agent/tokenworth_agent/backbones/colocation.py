@@ -172,7 +172,10 @@ print(int(sum(np.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(state
 
 def controller_state_bytes(env: str = "db", **spec_overrides: int) -> int:
     """Bytes of one controller state for ``preset(env)``'s Spec, computed on the CPU in a subprocess."""
-    done = subprocess.run([sys.executable, "-c", _STATE_BYTES_SCRIPT, env, json.dumps(spec_overrides)],
+    from tokenworth_agent.core.plugins import benchmark
+
+    preset_name = benchmark(env).preset  # the library preset the benchmark's TokenWorth runs with
+    done = subprocess.run([sys.executable, "-c", _STATE_BYTES_SCRIPT, preset_name, json.dumps(spec_overrides)],
                           capture_output=True, text=True, timeout=300,
                           env={**os.environ, "JAX_PLATFORMS": "cpu"}, cwd=Path(__file__).resolve().parents[3])
     if done.returncode != 0:

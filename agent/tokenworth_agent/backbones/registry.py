@@ -20,11 +20,8 @@ from typing import Any
 from tokenworth_agent.backbones.base import Backbone
 from tokenworth_agent.core.registry import Registry
 
-BACKBONES: Registry[Backbone] = Registry("backbone", {
-    "sim": "tokenworth_agent.sim:SimBackbone",
-    "vllm": "tokenworth_agent.backbones.vllm_backbone:VLLMBackbone",
-    "openai": "tokenworth_agent.backbones.openai_backbone:OpenAIBackbone",
-})
+# Every installed backbone: the built-ins of agent/pyproject.toml's `tokenworth.backbones` entry points, then plugins.
+BACKBONES: Registry[Backbone] = Registry.from_plugins("backbone", order=("sim", "vllm", "openai"))
 BACKBONE_NAMES = BACKBONES.names
 
 

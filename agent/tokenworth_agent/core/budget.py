@@ -72,15 +72,20 @@ class Budget:
 
     @classmethod
     def for_env(cls, env: str, accounting: str | None = None) -> "Budget":
-        """The preset of ``env`` (Table A1 for "db", "os", "kg"; App. C for "bigcodebench" and "alfworld"), with ``accounting``
-        if given."""
+        """The preset of ``env``: its benchmark's limits (:attr:`~tokenworth_agent.benchmarks.base.Benchmark.limits`:
+        Table A1 for LAB's three, App. C for BigCodeBench and ALFWorld), B_max from the controller's preset table
+        unless the benchmark gives its own, with ``accounting`` if given."""
+        from tokenworth_agent.core.plugins import benchmark
         from tokenworth_jax.presets import capacity  # B_max has one definition: the controller's preset table
 
         try:
-            limits = LIMITS[env]
-        except KeyError:
-            raise ValueError(f"no budget preset for environment {env!r}; expected one of {sorted(LIMITS)}") from None
-        preset = Budget(env, bank_capacity=capacity(env), **limits)
+            bench = benchmark(env)
+        except ValueError as exc:
+            raise ValueError(f"no budget preset for environment {env!r}: {exc}") from None
+        limits = dict(bench.limits)
+        if "bank_capacity" not in limits:
+            limits["bank_capacity"] = capacity(bench.preset)
+        preset = Budget(env, **limits)
         return preset if accounting is None else preset.replace(accounting=accounting)
 
     def replace(self, **changes: int | str) -> "Budget":
@@ -97,21 +102,6 @@ class Budget:
         if self.accounting == "per-task":
             return sum(call_tokens) <= self.max_output_tokens
         return all(t <= min(self.per_call_cap, self.max_output_tokens) for t in call_tokens)
-
-
-LIMITS: dict[str, dict[str, int]] = {  # Table A1 / App. C, but B_max (tokenworth_jax.presets.capacity)
-    "db": dict(max_output_tokens=128, max_rounds=3, max_memories=1, max_injected_chars=900),
-    "os": dict(max_output_tokens=512, max_rounds=5, max_memories=1, max_injected_chars=800),
-    "kg": dict(max_output_tokens=128, max_rounds=15, max_memories=1, max_injected_chars=4096),
-    # App. C: one solution of up to 1280 tokens; auxiliary calls 512 each (docs/bigcodebench.md)
-    "bigcodebench": dict(max_output_tokens=1280, max_rounds=1, max_memories=1, max_injected_chars=4096,
-                         per_call_cap=1280, aux_call_cap=512),
-    # App. C: 50 environment steps, 128 tokens per action call (and per repair call), auxiliary calls 512 each
-    # (docs/alfworld.md). Accounted per call: App. C states per-call limits, and a shared 128 would end a
-    # failed episode after ~15 commands. B_max = 128 (the controller's alfworld preset).
-    "alfworld": dict(max_output_tokens=128, max_rounds=50, max_memories=1, max_injected_chars=4200, per_call_cap=128,
-                     aux_call_cap=512),
-}
 
 
 # The short names of the budget's fields, as grids (``--grid o_max=64,128``), stream folders and figures write them.

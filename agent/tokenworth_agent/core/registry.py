@@ -5,9 +5,10 @@ that asking for one entry never imports another's heavy dependencies (vLLM, the 
 client, the JAX controller). ``make(name, *args, **kwargs)`` imports the factory on first
 use and calls it; an unknown name raises ``ValueError`` listing the known ones.
 
-Adding an entry is one line in the module that owns the registry::
+The harness's registries are made from the installed plugins (:meth:`Registry.from_plugins`: the
+entry points of :mod:`tokenworth_agent.core.plugins`, the built-ins among them); a test or a script may
+still add an entry in process::
 
-    POLICIES = Registry("method", {"standard": "tokenworth_agent.policies.standard:StandardPolicy", ...})
     POLICIES.register("mine", "my_package.policy:MyPolicy")   # or a callable
 """
 
@@ -36,6 +37,23 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.kind} {name!r}: factory path {factory!r} must look like 'module:attribute'")
         self._entries[name] = factory
 
+    @classmethod
+    def from_plugins(cls, kind: str, order: tuple[str, ...] = ()) -> "Registry[T]":
+        """The installed entries of ``kind``: the names of ``order`` first, in that order (how tables and --help show
+        the built-ins), then the others (built-ins, then plugins, by name). A name two distributions claim is refused
+        when asked for, an entry that fails to import is named with its distribution when asked for (one line each)."""
+        from tokenworth_agent.core.plugins import installed
+
+        registry: Registry[T] = cls(kind)
+        found = installed(kind)
+        rank = {name: i for i, name in enumerate(order)}
+        ordered = sorted(found.entries.items(), key=lambda item: rank.get(item[0], len(rank)))
+        for name, plugin in ordered:
+            registry._entries[name] = _Lazy(plugin)
+        for name, line in found.clashes.items():
+            registry._entries[name] = _Lazy(None, line)
+        return registry
+
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(self._entries)
@@ -52,6 +70,8 @@ class Registry(Generic[T]):
             entry = self._entries[name]
         except KeyError:
             raise ValueError(f"unknown {self.kind} {name!r}; expected one of {', '.join(self._entries)}") from None
+        if isinstance(entry, _Lazy):
+            return entry.load()
         if isinstance(entry, str):
             module, _, attribute = entry.partition(":")
             entry = getattr(importlib.import_module(module), attribute)
@@ -59,3 +79,17 @@ class Registry(Generic[T]):
 
     def make(self, name: str, *args: Any, **kwargs: Any) -> T:
         return self.factory(name)(*args, **kwargs)
+
+
+class _Lazy:
+    """An installed plugin's entry, imported on first use (or the one line that refuses a clashing name)."""
+
+    def __init__(self, plugin: Any, clash: str | None = None) -> None:
+        self.plugin, self.clash = plugin, clash
+
+    def load(self) -> Any:
+        from tokenworth_agent.core.plugins import PluginError, load
+
+        if self.clash is not None:
+            raise PluginError(self.clash)
+        return load(self.plugin.kind, self.plugin.name)

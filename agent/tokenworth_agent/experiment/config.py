@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Mapping, Union
 
 from tokenworth_agent.core.budget import ACCOUNTINGS, DEFAULT_ACCOUNTING, Budget
 from tokenworth_agent.core.harness import DEFAULT_HARNESS
 from tokenworth_agent.backbones.registry import BACKBONE_NAMES
-from tokenworth_agent.envs.registry import ENV_NAMES
+from tokenworth_agent.envs.registry import env_names
 from tokenworth_agent.experiment.engine import SCHEDULES
 from tokenworth_agent.policies.registry import METHOD_NAMES, POLICIES
 
@@ -72,7 +72,7 @@ class Streams:
 
     def __post_init__(self) -> None:
         _distinct("--env", self.envs)
-        _known("environment", self.envs, ENV_NAMES)
+        _known("environment", self.envs, env_names())
         _distinct("--methods", self.methods)
         _known("method(s)", self.methods, POLICIES.names)
         _distinct("--seeds", self.seeds)
@@ -89,7 +89,7 @@ class Sweep:
     plus: bool = False
 
     def __post_init__(self) -> None:
-        _known("environment", (self.env,), ENV_NAMES)
+        _known("environment", (self.env,), env_names())
         if self.table_a3 and self.grid:
             raise ConfigError("use either --table-a3 or --grid, not both")
 
@@ -98,7 +98,7 @@ class Sweep:
 @dataclasses.dataclass(frozen=True)
 class BudgetConfig:
     """The budget C of every env is its Table A1 preset (:meth:`tokenworth_agent.core.budget.Budget.for_env`: B_max from
-    the controller's preset table, the rest from :data:`tokenworth_agent.core.budget.LIMITS`); only how O_max is spent
+    the controller's preset table, the rest from the benchmark's own limits); only how O_max is spent
     is chosen per run."""
 
     accounting: str = DEFAULT_ACCOUNTING
@@ -113,11 +113,10 @@ class BudgetConfig:
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
-    """Where the tasks come from: the data root (:mod:`tokenworth_agent.tasks.base`), a shortened stream, the KG endpoint."""
+    """Where the tasks come from: the data root (:mod:`tokenworth_agent.tasks.base`) and a shortened stream."""
 
     data_dir: Path | None = None  # None: $TOKENWORTH_DATA_DIR, else ~/.cache/tokenworth
     limit: int | None = None  # only the first N tasks of each stream
-    kg_endpoint: str | None = None  # None: $TOKENWORTH_KG_ENDPOINT
 
     def __post_init__(self) -> None:
         if self.limit is not None and self.limit < 1:
@@ -126,20 +125,20 @@ class DataConfig:
 
 @dataclasses.dataclass(frozen=True)
 class HarnessConfig:
-    """The harness flags (:class:`tokenworth_agent.core.harness.HarnessOptions` once their files are read and checked)."""
+    """The harness flags (:class:`tokenworth_agent.core.harness.HarnessOptions` once their files are read and checked):
+    the ones every benchmark shares, and the benchmarks' own (``options``: flag name without dashes -> value,
+    as each benchmark declares them; :class:`tokenworth_agent.benchmarks.base.BenchmarkOption`)."""
 
     memory_from: str = DEFAULT_HARNESS.memory_from
     memory_format: str = DEFAULT_HARNESS.memory_format
-    kg_parser: str = DEFAULT_HARNESS.kg_parser
-    kg_vocab: Path | None = None
     instructions: Path | None = None
-    bcb_venv: Path | None = None  # BigCodeBench's evaluation venv (agent/tokenworth_agent/core/bigcodebench_venv.py)
-    bcb_verdicts: Path | None = None  # a file of BigCodeBench verdicts, reused across streams and runs
-    bcb_time_limit: float = DEFAULT_HARNESS.bcb_time_limit
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
 
     def flags(self) -> dict[str, Any]:
-        """As :func:`tokenworth_agent.core.harness.harness_from_cli` takes them (a path not given is left out)."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        """As :func:`tokenworth_agent.core.harness.harness_from_cli` takes them (a value not given is left out)."""
+        shared = {"memory_from": self.memory_from, "memory_format": self.memory_format,
+                  "instructions": self.instructions}
+        return {k: v for k, v in {**shared, **self.options}.items() if v is not None}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -238,15 +238,14 @@ class _Stream:
         self.policy.load_state_dict(state["policy"])
         return int(state["next_index"]), int(state["jsonl_offset"])
 
-    def open(self, env: Environment | None, kg_endpoint: str | None, durable_every_s: float) -> None:
+    def open(self, env: Environment | None, durable_every_s: float) -> None:
         for stale in runfolder.stale_temp_files(self.folder):
             stale.unlink(missing_ok=True)  # a kill mid-write left it; we hold the lock, so nobody is writing it
         try:
             self.log = RecordLog(self.records_path, resume_offset=self.offset)
         except CheckpointError as exc:
             raise CheckpointError(f"{exc}; {_redo_hint(self.folder, self.spec.method)}") from exc
-        self.env = env if env is not None else make_environment(self.spec.env, self.spec.budget,
-                                                                kg_endpoint=kg_endpoint, harness=self.harness)
+        self.env = env if env is not None else make_environment(self.spec.env, self.spec.budget, harness=self.harness)
         self.writer = CheckpointWriter(self.checkpoint_path, log=self.log, durable_every_s=durable_every_s)
         self.concurrent = self.env.concurrent_steps
         if self.hook is not None:
@@ -342,7 +341,7 @@ def serve(backbone: AnyBackbone, requests: Sequence[Request]) -> list[Reply]:
 # ------------------------------------------------------------------------- the experiment
 def run_experiment(streams: Sequence[StreamSpec], backbone: AnyBackbone, out_dir: str | Path, *,
                    tasks: Mapping[str, Sequence[Task]], schedule: Schedule = "lockstep",
-                   kg_endpoint: str | None = None, harness: HarnessOptions = DEFAULT_HARNESS,
+                   harness: HarnessOptions = DEFAULT_HARNESS,
                    hooks: HookFactory | None = None, on_resume: Callable[[int, int], None] | None = None,
                    environments: Mapping[str, Environment] | None = None, stop_after: int | None = None,
                    names: Sequence[str] | None = None, checkpoint_every: int = 1,
@@ -401,11 +400,11 @@ def run_experiment(streams: Sequence[StreamSpec], backbone: AnyBackbone, out_dir
                 run.hook.resumed(read_records(run.records_path))
         for run in live:
             stack.callback(run.close, run.name not in environments)
-            run.open(environments.get(run.name), kg_endpoint, durable_every_s)
+            run.open(environments.get(run.name), durable_every_s)
         if source is None or schedule == "sequential":
             roster = _Roster(live)
         else:
-            roster = _Roster(live, _Joiner(source, make, out, lambda run: run.open(None, kg_endpoint, durable_every_s)))
+            roster = _Roster(live, _Joiner(source, make, out, lambda run: run.open(None, durable_every_s)))
             stack.callback(roster.close)
         if schedule == "continuous" and isinstance(backbone, Submitting):
             _run_continuous(roster, backbone, guard, batch_sizes, env_threads)

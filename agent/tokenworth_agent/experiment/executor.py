@@ -54,7 +54,7 @@ def run_shard(plan: Plan, shard: Shard, backbone: Any, *, hooks: HookFactory | N
               on_resume: Callable[[int, int], None] | None = None) -> ExperimentResult:
     """What a worker does, wherever it runs: the shard's streams of ``plan.out_dir`` through one engine."""
     return run_experiment(shard.streams, backbone, plan.out_dir, tasks=plan.tasks, schedule=plan.schedule,
-                          kg_endpoint=plan.kg_endpoint, harness=plan.harness, hooks=hooks, on_resume=on_resume,
+                          harness=plan.harness, hooks=hooks, on_resume=on_resume,
                           names=shard.names)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Mapping, Optional
 
 import typer
 
@@ -61,8 +61,6 @@ class ExperimentFlags:
     data_dir: Annotated[Optional[Path], _option(
         HARNESS, "Data root: a folder per benchmark (lifelongagentbench/, ...); a benchmark's own folder works "
                  "too.", show_default="$TOKENWORTH_DATA_DIR, else ~/.cache/tokenworth")] = None
-    kg_endpoint: Annotated[Optional[str], _option(
-        HARNESS, "SPARQL endpoint for --env kg.", show_default="$TOKENWORTH_KG_ENDPOINT")] = None
     memory_from: Annotated[str, _option(
         HARNESS, "Which successes write a memory: completed (reward 1 and ended by its own answer or finish, "
                  "LAB's rule) or reward (reward 1 alone).")] = \
@@ -71,21 +69,8 @@ class ExperimentFlags:
         HARNESS, "How a memory is injected: compact (copyable actions), transcript (LAB's raw replies and "
                  "observations) or abstract (compact with OS names replaced by placeholders).")] = \
         DEFAULT.harness.memory_format
-    kg_parser: Annotated[str, _option(HARNESS, "KG reply parser: strict (exactly LAB's) or lenient.")] = \
-        DEFAULT.harness.kg_parser
-    kg_vocab: Annotated[Optional[Path], _option(
-        HARNESS, "KG: LAB's ontology (vocab.json, fb_roles); default: the data's; none: off.")] = None
     instructions: Annotated[Optional[Path], _option(
         HARNESS, "Folder of <env>.txt texts replacing the instructions (turn 0).")] = None
-    bcb_venv: Annotated[Optional[Path], _option(
-        HARNESS, "BigCodeBench: the evaluation venv the judge runs (make bcb-setup builds it).",
-        show_default="$TOKENWORTH_BCB_VENV, else .venv-bcb of the checkout")] = None
-    bcb_verdicts: Annotated[Optional[Path], _option(
-        HARNESS, "BigCodeBench: a file of verdicts; a reply judged before for the same task is not judged "
-                 "again.", show_default="kept in memory for the run")] = None
-    bcb_time_limit: Annotated[float, _option(
-        HARNESS, "BigCodeBench: the evaluator's limit for one task's tests, seconds.")] = \
-        DEFAULT.harness.bcb_time_limit
     backbone: Annotated[str, _option(BACKBONE, "sim (simulated, the default), vllm (in process) or openai.")] = \
         DEFAULT.backbone.name
     model: Annotated[Optional[str], _option(BACKBONE, "Model name (vllm, openai): what the server serves, or a "
@@ -156,17 +141,18 @@ class ExperimentFlags:
     slurm_cluster: Annotated[str, _option(
         EXECUTOR, "slurm, or local (the array as processes here).")] = \
         DEFAULT.executor.slurm.cluster
+    # the installed benchmarks' own flags (benchmark_flags), by name; not a flag itself
+    benchmark_options: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False,
+                                                             metadata={"flag": False})
 
     def config(self, what: Streams | Sweep, *, out: Path | None = None,
                summary_dir: Path | None = None) -> RunConfig:
         """The typed run of these flags (a bad value: :class:`~tokenworth_agent.experiment.config.ConfigError`)."""
         return RunConfig(
             what=what, budget=BudgetConfig(self.budget_accounting), schedule=self.schedule,
-            data=DataConfig(data_dir=self.data_dir, limit=self.limit, kg_endpoint=self.kg_endpoint),
+            data=DataConfig(data_dir=self.data_dir, limit=self.limit),
             harness=HarnessConfig(memory_from=self.memory_from, memory_format=self.memory_format,
-                                  kg_parser=self.kg_parser, kg_vocab=self.kg_vocab, instructions=self.instructions,
-                                  bcb_venv=self.bcb_venv, bcb_verdicts=self.bcb_verdicts,
-                                  bcb_time_limit=self.bcb_time_limit),
+                                  instructions=self.instructions, options=dict(self.benchmark_options)),
             backbone=BackboneConfig(
                 name=self.backbone, model=self.model,
                 connection=ConnectionConfig(base_url=tuple(self.base_url or ()), timeout=self.timeout,
@@ -187,6 +173,47 @@ class ExperimentFlags:
                 slurm=SlurmConfig(partition=self.slurm_partition, time_min=self.slurm_time,
                                   gpus_per_task=self.slurm_gpus, options=tuple(self.slurm_option or ()),
                                   cluster=self.slurm_cluster.strip().lower())))
+
+
+def flag_fields() -> list[dataclasses.Field[Any]]:
+    """The fields of :class:`ExperimentFlags` that are flags (all but ``benchmark_options``)."""
+    return [f for f in dataclasses.fields(ExperimentFlags) if f.metadata.get("flag", True)]
+
+
+def benchmark_panel(name: str) -> str:
+    """The --help section of one benchmark's own flags."""
+    return f"Benchmark {name} (--env {name})"
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchmarkFlag:
+    """One benchmark option as a flag: its name, type, default and the typer option (its panel the benchmark's)."""
+
+    name: str
+    type: Any  # the Python type the flag parses to (Optional[...] where its default is None)
+    default: Any
+    option: Any  # typer.Option(...)
+    benchmark: str
+
+
+def benchmark_flags(warn: Any = None) -> list[BenchmarkFlag]:
+    """Every installed benchmark's own options as flags, each in its benchmark's section of --help.
+
+    A plugin that fails to import is left out, its one line given to ``warn``; two benchmarks declaring one
+    option name is a ConfigError naming both (a flag means one thing)."""
+    from tokenworth_agent.core.plugins import loadable
+
+    flags: dict[str, BenchmarkFlag] = {}
+    for name, bench in loadable("benchmark", warn=warn).items():
+        for option in bench.options:
+            if option.name in flags:
+                raise ConfigError(f"the benchmarks {flags[option.name].benchmark} and {name} both declare the option "
+                                  f"{option.flag}")
+            kind = option.type if option.default is not None else Optional[option.type]
+            extra: dict[str, Any] = {} if option.show_default is None else {"show_default": option.show_default}
+            flags[option.name] = BenchmarkFlag(option.name, kind, option.default,
+                                               _option(benchmark_panel(name), option.help, **extra), name)
+    return list(flags.values())
 
 
 def parse_list(flag: str, text: str) -> tuple[str, ...]:

@@ -29,7 +29,8 @@ from tokenworth_agent.policies.registry import POLICIES
 from tokenworth_agent.storage import runfolder
 from tokenworth_agent.tasks import Task, data_folder, load_tasks
 from tokenworth_agent.tasks.download import data_source
-from tokenworth_agent.tasks.registry import TASK_SOURCES, benchmarks
+from tokenworth_agent.tasks.registry import benchmarks
+from tokenworth_agent.tasks.registry import source as task_source
 
 GRID_NAME_MAX = 80  # characters of grid in a folder name; a longer grid is cut and told apart by a digest
 
@@ -79,7 +80,6 @@ class Plan:
     names: tuple[str, ...]
     tasks: Mapping[str, Sequence[Task]]
     harness: HarnessOptions
-    kg_endpoint: str | None
     backbone_spec: BackboneSpec
     schedule: str  # the schedule the engine runs (continuous falls back to lockstep where it cannot)
     settings: Mapping[str, Any]  # what config.json holds
@@ -186,53 +186,25 @@ def _sweep_shape(config: RunConfig, what: Sweep) -> _Shape:
 
 
 # ------------------------------------------------------------------------- the checks
-def default_kg_vocab(given: Any, data_dir: Any) -> Any:
-    """``--kg-vocab`` as the run uses it: the folder given; ``none`` for no ontology; when not given,
-    LAB's ontology folder in the KG data (``knowledge_graph/ontology/`` with vocab.json and fb_roles).
-
-    Not given and not there, while the KG tasks are: refused, since a run without the ontology lists
-    other relations and scores differently (docs/kg.md); never dropped without a word. Without the
-    tasks either, the data check that follows names the fetch that brings both."""
-    from tokenworth_agent.tasks.lab import ENV_SUBDIR, ONTOLOGY_DIR, ONTOLOGY_FILES, PARQUET_NAME, ontology_folder
-
-    if given is not None:
-        return None if str(given).strip().lower() == "none" else given
-    folder = data_folder("kg", data_dir)
-    found = ontology_folder(folder)
-    if found is None and (folder / ENV_SUBDIR["kg"] / PARQUET_NAME).is_file():
-        missing = [name for name in ONTOLOGY_FILES if not (folder / ONTOLOGY_DIR / name).is_file()]
-        raise LaunchError(f"KG's ontology is missing: no {' or '.join(missing)} in {folder / ONTOLOGY_DIR}, where "
-                          "the KG tasks expect it; `tokenworth data fetch --env kg` fetches it with the tasks, "
-                          "or pass --kg-vocab none to run without it (or --kg-vocab DIR to name another folder)")
-    return found
-
-
 def checked_harness(envs: Sequence[str], config: RunConfig) -> HarnessOptions:
-    """The run's HarnessOptions from the harness flags, every named file checked for every env."""
-    flags = config.harness.flags()
-    if "kg" in envs:
-        flags["kg_vocab"] = default_kg_vocab(flags.get("kg_vocab"), config.data.data_dir)
+    """The run's HarnessOptions from the harness flags: each benchmark completes its own options from the data and
+    checks them, and every named file is read, for every env."""
     try:
-        harness = None
-        for env in envs:
-            harness = harness_from_cli(env, **flags)
-        assert harness is not None
-        return harness
+        return harness_from_cli(list(envs), data_dir=config.data.data_dir, resolve=True, **config.harness.flags())
     except HarnessError as exc:
         raise LaunchError(str(exc)) from None
 
 
-def kg_endpoint(envs: Sequence[str], given: str | None) -> str | None:
-    """The SPARQL endpoint (``--kg-endpoint``, else ``$TOKENWORTH_KG_ENDPOINT``); KG without one is refused."""
-    endpoint = given or os.environ.get("TOKENWORTH_KG_ENDPOINT")
-    if "kg" in envs and not endpoint:
-        from tokenworth_agent.envs.kg import KGEndpointRequired, make_kg_environment
+def simulated(envs: Sequence[str], backbone: str) -> None:
+    """``--backbone sim`` needs each benchmark's simulated replies; one that brings none is refused in one line."""
+    from tokenworth_agent.core.plugins import benchmark
 
-        try:
-            make_kg_environment(None)
-        except KGEndpointRequired as exc:
-            raise LaunchError(str(exc)) from None  # it names --kg-endpoint and TOKENWORTH_KG_ENDPOINT
-    return endpoint
+    if backbone != "sim":
+        return
+    for env in envs:
+        if benchmark(env).sim_reply is None:
+            raise LaunchError(f"--backbone sim: the {env} benchmark brings no simulated replies; run it with "
+                              "--backbone vllm or openai")
 
 
 def engine_settings(config: RunConfig, *, env: str, controller_streams: int, here: bool = True) -> Any:
@@ -296,7 +268,7 @@ def task_run_files(envs: Sequence[str], data_dir: Any, out_dir: Path) -> dict[st
     the folder already holds: a resumed run whose data gives another manifest is refused."""
     files: dict[str, str] = {}
     for env in envs:
-        source = TASK_SOURCES.factory(env)
+        source = task_source(env)
         if hasattr(source, "run_files"):
             files.update(source.run_files(data_dir, benchmarks()))
     for name, text in files.items():
@@ -318,8 +290,8 @@ def make_plan(config: RunConfig, *, engine_here: bool = True) -> Plan:
     except GridError as exc:
         raise LaunchError(str(exc)) from None
     envs = config.envs
+    simulated(envs, config.backbone.name)
     harness = checked_harness(envs, config)
-    endpoint = kg_endpoint(envs, config.data.kg_endpoint)
     out_dir = shape.out_dir
     runfolder.check_run_folder(out_dir)
     tasks = {e: load_tasks(e, config.data.data_dir, limit=config.data.limit) for e in envs}
@@ -348,7 +320,7 @@ def make_plan(config: RunConfig, *, engine_here: bool = True) -> Plan:
                 if isinstance(what, Sweep) and config.output.overwrite else names)
     runfolder.check_settings(out_dir, settings, replaced, [*POLICIES.names, *names], overwrite=config.output.overwrite)
     return Plan(config=config, out_dir=out_dir, streams=tuple(shape.streams), names=tuple(names), tasks=tasks,
-                harness=harness, kg_endpoint=endpoint, backbone_spec=spec, schedule=schedule, settings=settings,
+                harness=harness, backbone_spec=spec, schedule=schedule, settings=settings,
                 replaced=tuple(replaced), title=shape.title, sweep_configs=shape.sweep_configs, backbone=backbone,
                 run_files=run_files, tracking=tracking_settings(config, out_dir, settings))
 

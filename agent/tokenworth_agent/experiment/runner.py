@@ -43,7 +43,7 @@ def injection_for(policy: MemoryPolicy, task: Task, budget: Budget,
 
 
 def run_stream(method: str, env_name: str, tasks: Sequence[Task], backbone: AnyBackbone, budget: Budget, seed: int,
-               out_dir: str | Path, *, env: Environment | None = None, kg_endpoint: str | None = None,
+               out_dir: str | Path, *, env: Environment | None = None,
                hook: StreamHook | None = None, checkpoint_every: int = 1, stop_after: int | None = None,
                durable_every_s: float = DURABLE_EVERY_S, harness: HarnessOptions = DEFAULT_HARNESS,
                hparams: dict[str, Any] | None = None) -> list[TaskRecord]:
@@ -53,7 +53,7 @@ def run_stream(method: str, env_name: str, tasks: Sequence[Task], backbone: AnyB
     resumed records, its start and each new record. See :func:`tokenworth_agent.experiment.run_experiment`.
     """
     spec = StreamSpec(env_name, method, seed, budget, tuple(sorted((hparams or {}).items())))
-    result = run_experiment([spec], backbone, out_dir, tasks={env_name: tasks}, kg_endpoint=kg_endpoint,
+    result = run_experiment([spec], backbone, out_dir, tasks={env_name: tasks},
                             harness=harness, hooks=lambda _name, _spec: hook,
                             environments={method: env} if env is not None else None, stop_after=stop_after,
                             names=[method], checkpoint_every=checkpoint_every, durable_every_s=durable_every_s)

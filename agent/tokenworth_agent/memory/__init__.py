@@ -34,7 +34,7 @@ Formats (``memory_format``, :mod:`tokenworth_agent.core.harness`):
     ```` ```python ```` block (the reply's prose left out).
 
 * **abstract**: compact, but OS scripts and the task have instance-specific details
-  abstracted by regex (:func:`abstract_bash`): user and group names the task's own commands
+  abstracted by regex (OS: :func:`tokenworth_agent.benchmarks.os_env.memory.abstract_bash`): user and group names the task's own commands
   create or use → ``<user>``/``<group>``, ``/home/<name>`` → ``/home/<user>``, process ids
   → ``<pid>`` (the paper's "transferable Bash patterns"; DB and KG are as compact).
 * **transcript**: as LAB's previous-sample utilisation shows a solved sample: the question,
@@ -42,9 +42,8 @@ Formats (``memory_format``, :mod:`tokenworth_agent.core.harness`):
   (``user: …``).
 
 Layout: :mod:`tokenworth_agent.memory.base` (the records, fitting, the transcript format),
-one module per environment for its compact rendering (:mod:`~tokenworth_agent.memory.db`,
-:mod:`~tokenworth_agent.memory.os_env`, :mod:`~tokenworth_agent.memory.kg`, :mod:`~tokenworth_agent.memory.bigcodebench`), and
-:mod:`tokenworth_agent.memory.build`, which picks it.
+each benchmark's compact rendering in its folder (``memory.py`` of :mod:`tokenworth_agent.benchmarks`), and
+:mod:`tokenworth_agent.memory.build`, which asks the task's benchmark for it.
 
 When the text is over the limit, observations go first (compact), then the question is
 shortened, then whole steps are cut from the end with a note saying how many.
@@ -57,8 +56,7 @@ similarity-based methods index, and an ``action_text``: the executable actions t
 
 from tokenworth_agent.memory.base import (CUT_NOTE, HEAD_KEEP, OBSERVATION_CHARS, Memory, Step, Turn, fit, memory_char_limit,
                                writes_memory)
-from tokenworth_agent.memory.build import COMPACT, build_memory
-from tokenworth_agent.memory.os_env import abstract_bash, instance_names
+from tokenworth_agent.memory.build import build_memory
 
 __all__ = ["Memory", "Turn", "Step", "OBSERVATION_CHARS", "HEAD_KEEP", "CUT_NOTE", "fit", "memory_char_limit",
-           "writes_memory", "build_memory", "COMPACT", "abstract_bash", "instance_names"]
+           "writes_memory", "build_memory"]

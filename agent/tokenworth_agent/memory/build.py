@@ -1,9 +1,8 @@
-"""``build_memory``: the memory a finished task writes, through its environment's compact rendering.
+"""``build_memory``: the memory a finished task writes, through its benchmark's compact rendering.
 
-Each environment renders its compact memory in a module of this package (``compact(question,
-turns, abstract=...)`` → the head line and the steps); :data:`COMPACT` names them. The
-``transcript`` format and the fitting to L_max are the same for every environment
-(:mod:`tokenworth_agent.memory.base`). Adding an environment is its module and one line here.
+Each benchmark renders its compact memory itself (:attr:`~tokenworth_agent.benchmarks.base.Benchmark.compact_memory`:
+``compact(question, turns, abstract=...)`` → the head line and the steps). The ``transcript`` format and the
+fitting to L_max are the same for every benchmark (:mod:`tokenworth_agent.memory.base`).
 """
 
 from __future__ import annotations
@@ -12,19 +11,11 @@ from typing import Callable, Sequence
 
 from tokenworth_agent.core.budget import Budget
 from tokenworth_agent.core.harness import MEMORY_FORMATS
-from tokenworth_agent.core.registry import Registry
+from tokenworth_agent.core.plugins import benchmark, names
 from tokenworth_agent.memory.base import Memory, Step, Turn, fit, memory_char_limit, transcript, writes_memory
 from tokenworth_agent.tasks import Task
 
 Compact = Callable[..., "tuple[str, list[Step]]"]  # (question, turns, *, abstract) -> (head line, steps)
-
-COMPACT: Registry[tuple[str, list[Step]]] = Registry("environment", {
-    "db": "tokenworth_agent.memory.db:compact",
-    "os": "tokenworth_agent.memory.os_env:compact",
-    "kg": "tokenworth_agent.memory.kg:compact",
-    "bigcodebench": "tokenworth_agent.memory.bigcodebench:compact",
-    "alfworld": "tokenworth_agent.memory.alfworld:compact",
-})
 
 
 def build_memory(env: str, task: Task, trajectory: Sequence[Turn], reward: int, budget: Budget, *,
@@ -34,11 +25,11 @@ def build_memory(env: str, task: Task, trajectory: Sequence[Turn], reward: int, 
     nothing usable).
 
     ``status`` is how the episode ended (``completed`` = by its own answer/finish action).
-    ``task`` is a record from :mod:`tokenworth_agent.tasks`; only ``query_text``, ``task_id`` and
+    ``task`` is a record of ``env``'s benchmark; only ``query_text``, ``task_id`` and
     ``skill_list`` are read from it — never its reference answer.
     """
-    if env not in COMPACT:
-        raise ValueError(f"no memory construction for environment {env!r}; expected one of {sorted(COMPACT.names)}")
+    if env not in names("benchmark"):
+        raise ValueError(f"no memory construction for environment {env!r}; expected one of {sorted(names('benchmark'))}")
     if memory_format not in MEMORY_FORMATS:
         raise ValueError(f"memory_format must be one of {', '.join(MEMORY_FORMATS)}, got {memory_format!r}")
     if not writes_memory(reward, status, memory_from):
@@ -46,7 +37,7 @@ def build_memory(env: str, task: Task, trajectory: Sequence[Turn], reward: int, 
     if memory_format == "transcript":
         head, steps = transcript(task.query_text, trajectory)
     else:
-        head, steps = COMPACT.factory(env)(task.query_text, trajectory, abstract=memory_format == "abstract")
+        head, steps = benchmark(env).compact_memory(task.query_text, trajectory, abstract=memory_format == "abstract")
     if not steps:
         return None  # only the question: the trajectory held no usable action
     text = fit(head, steps, memory_char_limit(budget), drop_observations=memory_format != "transcript")
@@ -56,4 +47,4 @@ def build_memory(env: str, task: Task, trajectory: Sequence[Turn], reward: int, 
                   action_text=actions)
 
 
-__all__ = ["COMPACT", "build_memory"]
+__all__ = ["Compact", "build_memory"]

@@ -37,7 +37,10 @@ class TokenWorthPolicy(MemoryPolicy):
         super().__init__(env, budget, seed, harness=harness)
         from tokenworth_jax import Controller
 
-        self.controller = Controller.from_preset(env, method=self.name,  # the preset table's method of this name
+        from tokenworth_agent.core.plugins import benchmark
+
+        # the benchmark's library preset, and the preset table's method of this name
+        self.controller = Controller.from_preset(benchmark(env).preset, method=self.name,
                                                  spec_overrides={"capacity": budget.bank_capacity}, **overrides)
 
     def retrieve(self, task: Task) -> list[Memory]:

@@ -29,11 +29,11 @@ class ShowError(ValueError):
 
 def env_instructions(env: str) -> str:
     """The instructions text of ``env`` (a module constant; no environment is started)."""
-    from tokenworth_agent.envs.registry import INSTRUCTIONS
+    from tokenworth_agent.envs.registry import env_names, instructions
 
-    if env not in INSTRUCTIONS:
-        raise ShowError(f"unknown environment {env!r} in the record")
-    return str(INSTRUCTIONS.factory(env))
+    if env not in env_names():
+        raise ShowError(f"unknown environment {env!r} in the record (no installed benchmark of that name)")
+    return str(instructions(env))
 
 
 def _methods(run: Path) -> list[str]:

@@ -10,7 +10,8 @@ from tokenworth_agent.tasks import Task
 from tokenworth_agent.sim import aux
 from tokenworth_agent.sim.facts import Facts
 from tokenworth_agent.sim.model import Episode, SimParams, decide
-from tokenworth_agent.sim.replies import REPLIES, thought
+from tokenworth_agent.core.plugins import benchmark, names
+from tokenworth_agent.sim.replies import thought
 from tokenworth_agent.sim.tokens import token_counter
 
 
@@ -46,7 +47,7 @@ class SimBackbone:
             return aux.reply(task, facts, self.params)
         assert facts.round is not None  # Facts are either an auxiliary call or a round
         episode = self.episode(task, facts.memory_skills, facts.seed)
-        action = REPLIES.factory(task.env)(task, episode, facts.round, conversation, self.params)
+        action = benchmark(task.env).sim_reply(task, episode, facts.round, conversation, self.params)
         opening = thought(task, episode, facts.memory_skills, self.params) if facts.round == 0 else ""
         return opening + action
 
@@ -80,10 +81,22 @@ class SimBackbone:
 
 def _checked_task(facts: Facts) -> Task:
     env = getattr(facts.task, "env", None)
-    if env not in REPLIES:
+    if env not in simulated():
         raise BackboneError(f"simulated backbone: a request's task must be a task record of one of "
-                            f"{', '.join(REPLIES.names)}, got {type(facts.task).__name__}")
+                            f"{', '.join(simulated())}, got {type(facts.task).__name__}")
     return facts.task
 
 
-__all__ = ["SimBackbone"]
+def simulated() -> tuple[str, ...]:
+    """The installed benchmarks that bring simulated replies (the others cannot run on ``--backbone sim``)."""
+    return tuple(n for n in names("benchmark") if _has_replies(n))
+
+
+def _has_replies(name: str) -> bool:
+    try:
+        return benchmark(name).sim_reply is not None
+    except ValueError:  # a broken or clashing plugin: not simulated (its own error comes where it is asked for)
+        return False
+
+
+__all__ = ["SimBackbone", "simulated"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -30,19 +30,10 @@ class SimParams:
     there (78.0% under the default per-call accounting; ``bench/tokenworth_bench/budget_ceiling.py``).
     """
 
-    p0_range_db: tuple[float, float] = (0.25, 0.90)
-    p0_range_os: tuple[float, float] = (0.40, 0.95)
-    p0_range_kg: tuple[float, float] = (0.05, 0.60)
-    # BigCodeBench: mean p0 about 0.41 (2.76 libraries a task), so that without memory about 40% pass end to end
-    # (the paper's local anchor: TokenWorth 43.1); measured in docs/bigcodebench.md, "The simulated backbone"
-    p0_range_bigcodebench: tuple[float, float] = (0.10, 0.78)
-    # ALFWorld (agent/tokenworth_agent/sim/replies/alfworld.py): mean no-memory p about 0.675, the paper's local ALFWorld SRs
-    # being in the 70s; slips before a walkthrough command (half format slips the repair call corrects, half
-    # detours) and, on the failure path, a look or a format slip every 5th wandering move
-    p0_range_alfworld: tuple[float, float] = (0.40, 0.95)
-    alfworld_slip_rate: float = 0.10
-    alfworld_format_slip_share: float = 0.5
-    alfworld_wander_slip_every: int = 5
+    # The base success probability's range per benchmark is the benchmark's own (Benchmark.sim_p0_range: DB
+    # (0.25, 0.90), OS (0.40, 0.95), KG (0.05, 0.60), BigCodeBench (0.10, 0.78), ALFWorld (0.40, 0.95));
+    # p0_ranges replaces it by benchmark name.
+    p0_ranges: Mapping[str, tuple[float, float]] = dataclasses.field(default_factory=dict, hash=False)
     skill_penalty: float = 0.015  # per skill beyond the first
     gain: float = 0.30  # "a": success bonus per unit of skill overlap J
     harm: float = 0.25  # "b": penalty for a memory whose skills barely overlap
@@ -62,30 +53,34 @@ class SimParams:
     eos_tokens: int = 1
 
     def __post_init__(self) -> None:
-        for field in dataclasses.fields(self):
-            if field.name.startswith("p0_range_"):
-                lo, hi = getattr(self, field.name)
-                if not 0.0 <= lo <= hi <= 1.0:
-                    raise ValueError(f"{field.name} must satisfy 0 <= lo <= hi <= 1, got {(lo, hi)}")
+        for name, (lo, hi) in self.p0_ranges.items():
+            if not 0.0 <= lo <= hi <= 1.0:
+                raise ValueError(f"p0_ranges[{name!r}] must satisfy 0 <= lo <= hi <= 1, got {(lo, hi)}")
         if not 0.0 <= self.p_floor <= self.p_ceil <= 1.0:
             raise ValueError(f"need 0 <= p_floor <= p_ceil <= 1, got {self.p_floor}, {self.p_ceil}")
         if self.aux_items_max < 1 or not 0.0 <= self.aux_match_overlap <= 1.0:
             raise ValueError(f"need aux_items_max >= 1 and 0 <= aux_match_overlap <= 1, got "
                              f"{self.aux_items_max}, {self.aux_match_overlap}")
-        for name in ("alfworld_slip_rate", "alfworld_format_slip_share"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"SimParams.{name} must be in [0, 1], got {getattr(self, name)}")
         for name in ("skill_penalty", "gain", "harm", "harm_threshold"):
             if getattr(self, name) < 0:
                 raise ValueError(f"SimParams.{name} must be >= 0, got {getattr(self, name)}")
         for name in ("thought_sentences_base", "thought_sentences_helpful", "thought_sentences_harmful",
-                     "harmful_extra_rounds", "eos_tokens", "alfworld_wander_slip_every"):
+                     "harmful_extra_rounds", "eos_tokens"):
             if getattr(self, name) < 0:
                 raise ValueError(f"SimParams.{name} must be >= 0, got {getattr(self, name)}")
 
     def p0_range(self, env: str) -> tuple[float, float]:
-        """The base success probability's range on ``env``: the field ``p0_range_<env>`` (one per environment)."""
-        return getattr(self, f"p0_range_{env}")
+        """The base success probability's range on ``env``: ``p0_ranges[env]``, else its benchmark's own; a benchmark
+        that brings no simulated replies cannot run here (one line)."""
+        if env in self.p0_ranges:
+            return self.p0_ranges[env]
+        from tokenworth_agent.core.plugins import benchmark
+
+        found = benchmark(env).sim_p0_range
+        if found is None:
+            raise ValueError(f"the {env} benchmark brings no simulated replies, so it cannot run on --backbone sim; "
+                             "use --backbone vllm or openai")
+        return tuple(found)
 
 
 

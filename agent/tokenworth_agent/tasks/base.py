@@ -1,6 +1,6 @@
 """What every task record is, where the data lives, and how a loader reports a bad file.
 
-**The task record.** Each environment has its own frozen record type (:mod:`tokenworth_agent.tasks.db`,
+**The task record.** Each environment has its own frozen record type (:mod:`tokenworth_agent.benchmarks.db.tasks`,
 ...); every layer above reads only :class:`Task`, the fields they all share. An environment adds
 its record without touching this module.
 
@@ -61,7 +61,7 @@ class DataError(RuntimeError):
 
 
 @dataclasses.dataclass(frozen=True)
-class Benchmark:
+class DataFolder:
     """A benchmark's folder under the data root, and how to tell that folder when it is named directly."""
 
     folder: str  # e.g. "lifelongagentbench"
@@ -82,8 +82,8 @@ def resolve_data_root(data_dir: str | os.PathLike[str] | None = None) -> Path:
     return DEFAULT_DATA_ROOT
 
 
-def benchmark_dir(benchmark: Benchmark, data_dir: str | os.PathLike[str] | None = None,
-                  benchmarks: Sequence[Benchmark] = ()) -> Path:
+def benchmark_dir(benchmark: DataFolder, data_dir: str | os.PathLike[str] | None = None,
+                  benchmarks: Sequence[DataFolder] = ()) -> Path:
     """``benchmark``'s folder: under the data root, or the named folder itself when it is that benchmark's.
 
     A folder that is another of ``benchmarks``' folders stands for its parent, the root.
@@ -104,7 +104,7 @@ def source_of(data_dir: str | os.PathLike[str] | None) -> str:
     return f"the default folder: neither {DATA_ENV_VARIABLE} nor --data-dir is set"
 
 
-def data_error(message: str, benchmark: Benchmark, data_dir: str | os.PathLike[str] | None,
+def data_error(message: str, benchmark: DataFolder, data_dir: str | os.PathLike[str] | None,
                folder: Path) -> DataError:
     """``message``, where the folder came from, the two ways to name another (first), then how to get the data."""
     source = source_of(data_dir)
@@ -169,6 +169,6 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-__all__ = ["Task", "EnvName", "DataError", "Benchmark", "DATA_ENV_VARIABLE", "DEFAULT_DATA_ROOT",
+__all__ = ["Task", "EnvName", "DataError", "DataFolder", "DATA_ENV_VARIABLE", "DEFAULT_DATA_ROOT",
            "resolve_data_root", "benchmark_dir", "data_error", "corrupt", "column", "literal", "text", "strings",
            "file_sha256"]

@@ -32,7 +32,7 @@ as verified only once every check has passed. :func:`data_source` says which com
 run's data came from; the run's ``config.json`` keeps it (``data_source``). ALFWorld's zip has no published
 checksum either: its game files are unpacked into a temporary folder beside ``alfworld/json_2.1.1``,
 and renamed to it only when they give the manifest of the shipped ``json_2.1.1.tar.xz`` (the game
-counts and :data:`~tokenworth_agent.tasks.alfworld.MANIFEST_SHA256`); the zip is then deleted. A
+counts and :data:`~tokenworth_agent.benchmarks.alfworld.tasks.MANIFEST_SHA256`); the zip is then deleted. A
 verified ``json_2.1.1/`` or the shipped archive already there means nothing is downloaded.
 
 Every file is written as ``<name>.part`` in its own folder, checked, then renamed into place, so
@@ -54,43 +54,10 @@ import urllib.request
 from pathlib import Path
 from typing import Callable, Sequence
 
-from tokenworth_agent.tasks.base import Benchmark, DataError, benchmark_dir, file_sha256
+from tokenworth_agent.tasks.base import DataFolder, DataError, benchmark_dir, file_sha256
 
-FETCH_ENVS: tuple[str, ...] = ("db", "os", "kg", "bigcodebench", "alfworld")
 HF_ENDPOINT_VARIABLE = "HF_ENDPOINT"
 DEFAULT_HF_ENDPOINT = "https://huggingface.co"
-ALFWORLD_URL_VARIABLE = "TOKENWORTH_ALFWORLD_URL"
-ONTOLOGY_URL_VARIABLE = "TOKENWORTH_KG_ONTOLOGY_URL"
-ONTOLOGY_COMMIT = "578c5e9f706fc2dd96188ca6c8cf9095ca0c6528"  # THUDM/AgentBench, where both files' sha256 match
-DEFAULT_ONTOLOGY_URL = (f"https://github.com/THUDM/AgentBench/raw/{ONTOLOGY_COMMIT}/src/server/tasks/knowledgegraph/"
-                        "ontology")
-# ALFWorld's game files as its release publishes them: the zip `alfworld-download` of alfworld 0.4.2 (the version
-# requirements/alfworld.txt pins) fetches for them. Its other two zips (traj_data.json, initial_state.pddl) hold
-# nothing the harness reads. $TOKENWORTH_ALFWORLD_URL replaces the folder (a mirror, a test server).
-ALFWORLD_RELEASE_URL = "https://github.com/alfworld/alfworld/releases/download/0.4.0"
-ALFWORLD_ZIP = "json_2.1.2_tw-pddl.zip"
-
-LAB_REVISION = "main"  # the data folder's README names no hub commit for LAB; the sha256 below pins the bytes
-LAB_SHA256 = {  # the LAB data folder's README.md (lifelongagentbench/ of the data root): the hub's files, byte for byte
-    "db": "9559d085c4747ae5afb28d45155040af0743e4dfdb5759a3f13da84501c52f51",
-    "os": "61795fd6a0231fad9a509f8dbb8863bb0cdde1daa1db05e1b2e6dbb077946b13",
-    "kg": "204e8246c77d1e2e62cebf8bee0babfc87e1e83858d061b8328e2cade27f72a4",
-}
-ONTOLOGY_SHA256 = {  # the KG ontology folder's README (AgentBench 578c5e9)
-    "vocab.json": "6a178fa7f348631d816e37a384a89039b6ef1903c8797c4a20fbe97074ba6453",
-    "fb_roles": "052ec0a1083b5cf83cfbf7f56f5d864e363382e3210e9a482da6e52ca37392ba",
-}
-BCB_HUB_ID = "bigcode/bigcodebench"
-BCB_HARD_HUB_ID = "bigcode/bigcodebench-hard"
-BCB_HUB_FILE = "data/v0.1.4-00000-of-00001.parquet"  # the hub's parquet of split v0.1.4 (both datasets)
-BCB_REVISION = "b74c0d0bf70d2c0bc459be537895cca163007f1a"  # the hub commit of bigcode/bigcodebench fetched
-BCB_HARD_REVISION = "298d2cc7b96612e15e47313c3603ee124cee0c1f"  # and of bigcode/bigcodebench-hard
-BCB_SPLIT_SHA256 = "d9a4965821c9507ebdfb551c288656b2d5fe553234f5183044333ca8a4018267"  # its LFS object id (published)
-BCB_FIRST_RELEASE_SOURCE = "bigcode-project/bigcodebench-annotation@a3b8985:hf_data/BigCodeBench.jsonl.gz"
-BCB_FIRST_RELEASE_SHA256 = "58142744edaf6036387f8761701f1b353432b0ed33f2edec1de8a59e7431ef7a"
-# sha256 of tasks_digest(the 1,140 records the loader reads from the shipped v0.1.0_hf file)
-BCB_TASKS_SHA256 = "bc885f775c1383345bf3a5f943ab560c624190d86f39cf4dc7380c287659bd5c"
-
 CHUNK = 1 << 16
 TIMEOUT_S = 60.0
 
@@ -170,7 +137,7 @@ def fetch_file(item: Download, say: Say = print, timeout: float = TIMEOUT_S, *, 
         raise DataError(f"{item.label}: the file from {item.url} failed its check ({exc}); it was deleted and "
                         f"nothing was kept. If the source has changed, {item.by_hand()}") from None
     os.replace(part, item.path)
-    _sync_folder(item.path.parent)
+    sync_folder(item.path.parent)
     say(f"{item.label}: {item.path} downloaded" + (f"; {checked_next} next" if checked_next else " and verified"))
     return True
 
@@ -227,7 +194,7 @@ def _transfer(item: Download, part: Path, say: Say, timeout: float) -> None:
                         f"bytes; run the same command again to resume it from {part}")
 
 
-def _sync_folder(folder: Path) -> None:
+def sync_folder(folder: Path) -> None:
     try:
         handle = os.open(folder, os.O_RDONLY)
     except OSError:
@@ -247,152 +214,24 @@ def tasks_digest(tasks: Sequence[object]) -> str:
     return hashlib.sha256(json.dumps(rows, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
-def _check_bcb_split(path: Path) -> None:
-    from tokenworth_agent.tasks.bigcodebench import load_release_split
+def downloads(env: str, data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[DataFolder]) -> list[Download]:
+    """The files ``env`` needs under the data root, in the order they are fetched (its benchmark's ``downloads``)."""
+    from tokenworth_agent.core.plugins import benchmark
 
-    digest = tasks_digest(load_release_split(path))
-    if digest != BCB_TASKS_SHA256:
-        raise DataError(f"its tasks' digest is {digest[:16]}…, expected {BCB_TASKS_SHA256[:16]}… (the tasks of "
-                        "v0.1.0_hf with the v0.1.4 edits)")
-
-
-def _check_bcb_hard(path: Path) -> None:
-    from tokenworth_agent.tasks.bigcodebench import hard_numbers, hard_split_numbers
-
-    found = hard_split_numbers(path)
-    if found != hard_numbers():
-        extra = sorted(set(found) - set(hard_numbers()))[:5]
-        missing = sorted(set(hard_numbers()) - set(found))[:5]
-        raise DataError(f"its {len(found)} task ids are not the {len(hard_numbers())} shipped Hard ids "
-                        f"(not in the list: {extra}; missing: {missing})")
+    listed = getattr(benchmark(env), "downloads", None)
+    if listed is None:
+        raise DataError(f"{env}: its benchmark names no files to fetch; put its data in place by hand")
+    return listed(data_dir, benchmarks)
 
 
-def _lab(env: str, data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[Benchmark]) -> list[Download]:
-    from tokenworth_agent.tasks.lab import ENV_SUBDIR, HUB_ID, LAB, ONTOLOGY_DIR, PARQUET_NAME
-
-    folder = benchmark_dir(LAB, data_dir, benchmarks)
-    name = f"{ENV_SUBDIR[env]}/{PARQUET_NAME}"
-    items = [Download(env, hub_url(HUB_ID, name, LAB_REVISION), folder / name, sha256=LAB_SHA256[env])]
-    if env == "kg":
-        base = (os.environ.get(ONTOLOGY_URL_VARIABLE) or DEFAULT_ONTOLOGY_URL).rstrip("/")
-        items += [Download(f"kg (ontology {file})", f"{base}/{file}", folder / ONTOLOGY_DIR / file, sha256=digest)
-                  for file, digest in ONTOLOGY_SHA256.items()]
-    return items
-
-
-def _bigcodebench(data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[Benchmark]) -> list[Download]:
-    from tokenworth_agent.tasks.bigcodebench import BCB, HARD_SPLIT_FILE, SPLIT_FILE
-
-    folder = benchmark_dir(BCB, data_dir, benchmarks)
-    return [Download("bigcodebench", hub_url(BCB_HUB_ID, BCB_HUB_FILE, BCB_REVISION), folder / SPLIT_FILE,
-                     sha256=BCB_SPLIT_SHA256, check=_check_bcb_split),
-            Download("bigcodebench (Hard ids)", hub_url(BCB_HARD_HUB_ID, BCB_HUB_FILE, BCB_HARD_REVISION),
-                     folder / HARD_SPLIT_FILE, check=_check_bcb_hard,
-                     described=f"the hub's parquet of split v0.1.4 at commit {BCB_HARD_REVISION}")]
-
-
-def _check_alfworld_zip(path: Path) -> None:
-    from tokenworth_agent.tasks.alfworld import EXPECTED_GAMES, zip_game_counts
-
-    counts = zip_game_counts(path)
-    if counts != EXPECTED_GAMES:
-        raise DataError(f"it lists {counts} game files, expected {EXPECTED_GAMES}")
-
-
-def _alfworld(data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[Benchmark]) -> list[Download]:
-    from tokenworth_agent.tasks.alfworld import ALFWORLD, RELEASE
-
-    folder = benchmark_dir(ALFWORLD, data_dir, benchmarks)
-    base = (os.environ.get(ALFWORLD_URL_VARIABLE) or ALFWORLD_RELEASE_URL).rstrip("/")
-    return [Download("alfworld", f"{base}/{ALFWORLD_ZIP}", folder / ALFWORLD_ZIP, check=_check_alfworld_zip,
-                     described=f"ALFWorld's release zip of the game files; its games are checked and unpacked "
-                               f"to {folder / RELEASE}")]
-
-
-def fetch_alfworld(data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[Benchmark], say: Say = print,
-                   timeout: float = TIMEOUT_S) -> bool:
-    """Make ``alfworld/json_2.1.1`` from ALFWorld's release zip, checked by content (module docstring); True if
-    anything was downloaded. Nothing is fetched when a verified ``json_2.1.1/`` or the shipped archive is there."""
-    from tokenworth_agent.tasks.alfworld import (ALFWORLD, ARCHIVE, ARCHIVE_SHA256, RELEASE, check_release,
-                                                 install_release_zip)
-
-    folder = benchmark_dir(ALFWORLD, data_dir, benchmarks)
-    target = folder / RELEASE
-    [item] = _alfworld(data_dir, benchmarks)
-    if target.exists():
-        try:
-            check_release(target)
-        except DataError as exc:
-            raise DataError(f"alfworld: {target} is there but is not the release the harness reads ({exc}); "
-                            "move it away and fetch again") from None
-        say(f"alfworld: {target} already there, verified; nothing to download")
-        return False
-    if (folder / ARCHIVE).exists():  # the shipped repack: its sha256 pins it
-        return fetch_file(dataclasses.replace(item, path=folder / ARCHIVE, sha256=ARCHIVE_SHA256, check=None), say)
-    downloaded = fetch_file(item, say, timeout, checked_next="its games' CRCs and digests are checked while unpacking")
-    try:
-        install_release_zip(item.path, folder)
-    except DataError as exc:
-        if not downloaded:  # put there by hand: left alone
-            raise DataError(f"alfworld: {item.path} is there but its games are not the release the harness reads "
-                            f"({exc}); move it away and fetch again") from None
-        item.path.unlink(missing_ok=True)
-        raise DataError(f"alfworld: the games in {item.url} are not the release the harness reads ({exc}); the "
-                        f"zip was deleted and nothing was kept. If the source has changed, {item.by_hand()}") from None
-    item.path.unlink()
-    _sync_folder(folder)
-    say(f"alfworld: {target} unpacked from {item.path.name} and verified (the zip was deleted)")
-    return downloaded
-
-
-def downloads(env: str, data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[Benchmark]) -> list[Download]:
-    """The files ``env`` needs under the data root, in the order they are fetched."""
-    if env in ("db", "os", "kg"):
-        return _lab(env, data_dir, benchmarks)
-    if env == "bigcodebench":
-        return _bigcodebench(data_dir, benchmarks)
-    if env == "alfworld":
-        return _alfworld(data_dir, benchmarks)
-    raise DataError(f"unknown environment {env!r} for data fetch; expected some of {', '.join(FETCH_ENVS)}")
-
-
-def data_source(env: str, data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[Benchmark]) -> dict[str, str]:
+def data_source(env: str, data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[DataFolder]) -> dict[str, str]:
     """Which source, at which commit, and which digest ``env``'s tasks come from: what a run's ``config.json``
-    keeps as ``data_source``. The digest is of the file the loader reads, taken now (a few MB at most); for
-    ALFWorld's games, the manifest digest the loader checks them against."""
-    if env in ("db", "os", "kg"):
-        from tokenworth_agent.tasks.lab import ENV_SUBDIR, HUB_ID, LAB, PARQUET_NAME
+    keeps as ``data_source`` (its benchmark's ``data_source``; ``{}`` where it says none)."""
+    from tokenworth_agent.core.plugins import benchmark
 
-        name = f"{ENV_SUBDIR[env]}/{PARQUET_NAME}"
-        return {"source": hub_source(HUB_ID, name, LAB_REVISION),
-                "sha256": file_sha256(benchmark_dir(LAB, data_dir, benchmarks) / name)}
-    if env == "bigcodebench":
-        from tokenworth_agent.tasks.bigcodebench import BCB, FILE, SPLIT_FILE
-
-        folder = benchmark_dir(BCB, data_dir, benchmarks)
-        if (folder / FILE).is_file():  # the loader's first choice
-            return {"source": BCB_FIRST_RELEASE_SOURCE, "sha256": file_sha256(folder / FILE)}
-        return {"source": hub_source(BCB_HUB_ID, BCB_HUB_FILE, BCB_REVISION), "sha256": file_sha256(folder / SPLIT_FILE)}
-    if env == "alfworld":
-        from tokenworth_agent.tasks.alfworld import ALFWORLD, ARCHIVE, MANIFEST_SHA256, RELEASE
-
-        folder = benchmark_dir(ALFWORLD, data_dir, benchmarks)
-        source = (f"{ALFWORLD_RELEASE_URL}/{ALFWORLD_ZIP}" if (folder / RELEASE).is_dir() else
-                  f"{ARCHIVE} (a third party's repack of the same games)")
-        return {"source": source, "manifest_sha256": MANIFEST_SHA256}
-    raise DataError(f"unknown environment {env!r}; expected some of {', '.join(FETCH_ENVS)}")
+    source = benchmark(env).data_source
+    return {} if source is None else dict(source(data_dir, benchmarks))
 
 
-def present_first_release(data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[Benchmark]) -> Path | None:
-    """The shipped BigCodeBench.jsonl.gz when it is there and is v0.1.0_hf (then nothing is fetched for BCB)."""
-    from tokenworth_agent.tasks.bigcodebench import BCB, FILE
-
-    path = benchmark_dir(BCB, data_dir, benchmarks) / FILE
-    return path if path.is_file() and file_sha256(path) == BCB_FIRST_RELEASE_SHA256 else None
-
-
-__all__ = ["FETCH_ENVS", "Download", "fetch_file", "downloads", "hub_url", "hub_source", "data_source", "hf_endpoint", "tasks_digest",
-           "file_sha256", "present_first_release", "LAB_SHA256", "ONTOLOGY_SHA256", "BCB_TASKS_SHA256",
-           "HF_ENDPOINT_VARIABLE", "ALFWORLD_URL_VARIABLE", "ONTOLOGY_URL_VARIABLE", "ALFWORLD_RELEASE_URL",
-           "ALFWORLD_ZIP", "fetch_alfworld", "BCB_REVISION", "BCB_HARD_REVISION", "BCB_SPLIT_SHA256", "LAB_REVISION",
-           "ONTOLOGY_COMMIT"]
+__all__ = ["Download", "fetch_file", "downloads", "hub_url", "hub_source", "data_source", "hf_endpoint", "tasks_digest",
+           "file_sha256", "HF_ENDPOINT_VARIABLE", "Say", "sync_folder"]

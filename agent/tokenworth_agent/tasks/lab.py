@@ -3,7 +3,7 @@
 The public dataset (hub id ``csyq/LifelongAgentBench``) ships one parquet file per environment
 under ``<data root>/lifelongagentbench/<env folder>/``. Columns holding dicts or lists are
 Python-literal strings, decoded with :func:`ast.literal_eval` (never JSON) by each environment's
-record module (:mod:`tokenworth_agent.tasks.db`, :mod:`~tokenworth_agent.tasks.os_env`, :mod:`~tokenworth_agent.tasks.kg`).
+record module (:mod:`tokenworth_agent.benchmarks.db.tasks`, :mod:`~tokenworth_agent.benchmarks.os_env.tasks`, :mod:`~tokenworth_agent.benchmarks.kg.tasks`).
 Records come back in stream order (``sample_index`` 0..N-1), the order every method processes them in.
 """
 
@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from tokenworth_agent.tasks.base import Benchmark, DataError, Task, benchmark_dir, data_error
+from tokenworth_agent.tasks.base import DataFolder, DataError, Task, benchmark_dir, data_error, file_sha256
 
 HUB_ID = "csyq/LifelongAgentBench"
 ENV_SUBDIR: dict[str, str] = {"db": "db_bench", "os": "os_interaction", "kg": "knowledge_graph"}
@@ -24,7 +24,7 @@ EXPECTED_ROWS: dict[str, int] = {"db": 500, "os": 500, "kg": 396}
 ONTOLOGY_DIR = "knowledge_graph/ontology"
 ONTOLOGY_FILES = ("vocab.json", "fb_roles")
 
-LAB = Benchmark(
+LAB = DataFolder(
     "lifelongagentbench", markers=tuple(ENV_SUBDIR.values()),
     how_to_get=(f"{', '.join(f'{d}/{PARQUET_NAME}' for d in ENV_SUBDIR.values())} under it; with internet, "
                 f"`tokenworth data fetch --data-dir {{root}}` downloads them into {{folder}} (hub id {HUB_ID})."))
@@ -38,12 +38,12 @@ class LabSource:
 
     env: str
     decode: Decoder
-    benchmark: Benchmark = LAB
+    benchmark: DataFolder = LAB
 
     def path(self, folder: Path) -> Path:
         return folder / ENV_SUBDIR[self.env] / PARQUET_NAME
 
-    def load(self, data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[Benchmark] = ()) -> list[Task]:
+    def load(self, data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[DataFolder] = ()) -> list[Task]:
         """The whole stream as typed records, in stream order.
 
         Raises :class:`DataError` (with instructions) if the file is missing, unreadable, has
@@ -87,5 +87,32 @@ def ontology_folder(folder: Path) -> Path | None:
     return ontology if all((ontology / name).is_file() for name in ONTOLOGY_FILES) else None
 
 
-__all__ = ["HUB_ID", "ENV_SUBDIR", "PARQUET_NAME", "EXPECTED_ROWS", "LAB", "LabSource", "ONTOLOGY_DIR",
+# ------------------------------------------------------------------ what `tokenworth data fetch` brings for LAB
+LAB_REVISION = "main"  # the data folder's README names no hub commit for LAB; the sha256 below pins the bytes
+LAB_SHA256 = {  # the LAB data folder's README.md (lifelongagentbench/ of the data root): the hub's files, byte for byte
+    "db": "9559d085c4747ae5afb28d45155040af0743e4dfdb5759a3f13da84501c52f51",
+    "os": "61795fd6a0231fad9a509f8dbb8863bb0cdde1daa1db05e1b2e6dbb077946b13",
+    "kg": "204e8246c77d1e2e62cebf8bee0babfc87e1e83858d061b8328e2cade27f72a4",
+}
+
+
+def lab_downloads(env: str, data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[DataFolder]) -> list[Any]:
+    """``env``'s parquet file of LAB's hub dataset (db, os, kg), checked by its sha256."""
+    from tokenworth_agent.tasks.download import Download, hub_url
+
+    folder = benchmark_dir(LAB, data_dir, benchmarks)
+    name = f"{ENV_SUBDIR[env]}/{PARQUET_NAME}"
+    return [Download(env, hub_url(HUB_ID, name, LAB_REVISION), folder / name, sha256=LAB_SHA256[env])]
+
+
+def lab_data_source(env: str, data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[DataFolder]) -> dict[str, str]:
+    """Where ``env``'s LAB file came from and its sha256, for the run's ``config.json``."""
+    from tokenworth_agent.tasks.download import hub_source
+
+    name = f"{ENV_SUBDIR[env]}/{PARQUET_NAME}"
+    return {"source": hub_source(HUB_ID, name, LAB_REVISION),
+            "sha256": file_sha256(benchmark_dir(LAB, data_dir, benchmarks) / name)}
+
+
+__all__ = ["LAB_REVISION", "LAB_SHA256", "lab_downloads", "lab_data_source", "HUB_ID", "ENV_SUBDIR", "PARQUET_NAME", "EXPECTED_ROWS", "LAB", "LabSource", "ONTOLOGY_DIR",
            "ONTOLOGY_FILES", "ontology_folder"]

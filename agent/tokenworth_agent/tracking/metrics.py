@@ -111,7 +111,9 @@ def controller_params(env: str, method: str, overrides: Mapping[str, Any]) -> di
         import tokenworth_jax as tw
         from tokenworth_jax.config import flatten
 
-        spec, hp = tw.preset(env, method=method, **dict(overrides))
+        from tokenworth_agent.core.plugins import benchmark
+
+        spec, hp = tw.preset(benchmark(env).preset, method=method, **dict(overrides))
         return {f"hparams.{k}": _text(v) for k, v in flatten(hp, spec.parts).items()}
     except Exception as exc:  # noqa: BLE001 - a method the preset table does not know: say so, track the rest
         return {"hparams": f"unavailable ({type(exc).__name__})"}

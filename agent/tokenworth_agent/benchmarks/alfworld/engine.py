@@ -3,7 +3,7 @@ ALFWorld's demangler, serving any number of engines (one per stream) over a JSON
 
 This file runs as a script under ALFWorld's own venv (``.venv-alfworld``: the old pinned textworld /
 tatsu / fast-downward set, docs/alfworld.md), never imported by the harness: it imports only the
-standard library and the engine. :mod:`tokenworth_agent.envs.alfworld` starts it and talks to it.
+standard library and the engine. :mod:`tokenworth_agent.benchmarks.alfworld.env` starts it and talks to it.
 
 Why a worker process (and never two engines in the run's process): fast-downward's ``libdownward.so``
 holds a GNU-unique static (``options::RawRegistry::instance()::instance_``); TextWorld dlopens one copy
@@ -46,7 +46,7 @@ import time
 from typing import Any
 
 WELCOME = "-= Welcome to TextWorld, ALFRED! =-"
-# Run as a script, this file's folder (agent/tokenworth_agent/envs, which holds alfworld.py) would come first on sys.path
+# Run as a script, this file's folder (agent/tokenworth_agent/benchmarks/alfworld) would come first on sys.path
 # and shadow the `alfworld` package.
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 

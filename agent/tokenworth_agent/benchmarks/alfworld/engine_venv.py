@@ -3,7 +3,7 @@
 ALFWorld's text engine needs an old, tightly pinned set (textworld 1.7.0 pins tatsu 5.8.3;
 fast-downward-textworld and jericho are built from source), so it lives in a venv of its own
 (``make alfworld-setup`` → ``.venv-alfworld``; docs/alfworld.md), and the engine runs in worker
-processes under that venv's interpreter (:mod:`tokenworth_agent.envs.alfworld_engine`), never in the run's
+processes under that venv's interpreter (:mod:`tokenworth_agent.benchmarks.alfworld.engine`), never in the run's
 process. Which venv, first match wins: ``$TOKENWORTH_ALFWORLD_VENV``, the checkout's
 ``.venv-alfworld``. The engine's package versions are part of an ALFWorld run's identity.
 """
@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 VENV_VARIABLE = "TOKENWORTH_ALFWORLD_VENV"
-DEFAULT_VENV = Path(__file__).resolve().parents[3] / ".venv-alfworld"  # where `make alfworld-setup` builds it
+DEFAULT_VENV = Path(__file__).resolve().parents[4] / ".venv-alfworld"  # where `make alfworld-setup` builds it
 ENGINE_PACKAGES = ("alfworld", "textworld", "fast_downward_textworld", "tatsu")
 HOW_TO_BUILD = ("build it with `make alfworld-setup` (builds fast-downward once into ~/.cache/tokenworth/wheels), "
                 "or name one with $TOKENWORTH_ALFWORLD_VENV")

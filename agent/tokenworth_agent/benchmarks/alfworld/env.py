@@ -29,9 +29,9 @@ Decisions where the paper is silent (docs/alfworld.md):
 * **The walkthrough** never reaches the engine, a prompt or a memory: the worker reads the game file
   and drops it; prompts, observations and repair turns come from the engine's state.
 * **The manifest is followed**: the worker plays the game file only if its sha256 is the one the
-  manifest names for the episode (:class:`~tokenworth_agent.tasks.alfworld.ALFWorldTask`).
+  manifest names for the episode (:class:`~tokenworth_agent.benchmarks.alfworld.tasks.ALFWorldTask`).
 
-The engine runs in worker processes under ALFWorld's own venv (:mod:`tokenworth_agent.envs.alfworld_engine`
+The engine runs in worker processes under ALFWorld's own venv (:mod:`tokenworth_agent.benchmarks.alfworld.engine`
 says why): a pool of ``$TOKENWORTH_ALFWORLD_WORKERS`` workers (default ``min(2, cores)``) shared by
 every ALFWorld environment of the process, environments dealt round-robin, one engine per
 environment inside its worker (so the streams of one experiment share a worker's memoised
@@ -71,10 +71,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tokenworth_agent.core.alfworld_venv import open_venv
+from tokenworth_agent.benchmarks.alfworld.engine_venv import open_venv
 from tokenworth_agent.envs.base import Environment, Judgement, StepResult
 from tokenworth_agent.tasks import Task
-from tokenworth_agent.tasks.alfworld import repair_prompt
+from tokenworth_agent.benchmarks.alfworld.tasks import repair_prompt
 
 INSTRUCTIONS = """You are an agent in a text-based household. You will be placed in a room and given a household task, such as putting an object somewhere, heating, cooling or cleaning an object first, or examining an object under a lamp. You act by issuing one text command per reply; the next message tells you what happened.
 
@@ -126,7 +126,7 @@ class EngineError(RuntimeError):
 
 
 class _Worker:
-    """One engine worker process (agent/tokenworth_agent/envs/alfworld_engine.py under the engine venv)."""
+    """One engine worker process (agent/tokenworth_agent/benchmarks/alfworld/engine.py under the engine venv)."""
 
     def __init__(self, index: int, plain: bool = False) -> None:
         self.index, self.plain = index, plain  # plain: the engine without the worker's speed-ups
@@ -143,7 +143,7 @@ class _Worker:
         data = Path(tempfile.gettempdir()) / "tokenworth-alfworld-data"  # `import alfworld` creates this folder
         env = {**os.environ, "ALFWORLD_DATA": str(data), "PYTHONUNBUFFERED": "1"}
         env.pop("PYTHONPATH", None)
-        script = Path(__file__).with_name("alfworld_engine.py")
+        script = Path(__file__).with_name("engine.py")
         self.generation += 1
         command = [str(venv.python), "-P", str(script), *(["--plain"] if self.plain else [])]
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,

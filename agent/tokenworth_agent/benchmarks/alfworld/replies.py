@@ -4,7 +4,7 @@ The simulator's skill model is the one every environment shares (:mod:`tokenwort
 the outcome from the task's difficulty and the injected memory's skill overlap; the real TextWorld
 engine then judges what the simulator actually played.
 
-* **Skills = the task type alone** (:class:`~tokenworth_agent.tasks.alfworld.ALFWorldTask`): a memory of a
+* **Skills = the task type alone** (:class:`~tokenworth_agent.benchmarks.alfworld.tasks.ALFWorldTask`): a memory of a
   game of the same type has J = 1 (helps, +gain), one of another type J = 0 (harmful, -harm). Why
   not objects or receptacles too: with (type, object, receptacle) a same-type memory about another
   object has J = 1/5 < the harm threshold and would count as harmful, and (type, object) makes
@@ -12,20 +12,20 @@ engine then judges what the simulator actually played.
   over between ALFWorld games. BM25 over goal texts separates the types imperfectly (clean, heat and
   cool of one object share words), which gives the methods something to learn.
 * **Success: the walkthrough with slips and recoveries.** Before each walkthrough command, with
-  probability ``alfworld_slip_rate`` a slip: half are format slips (a near miss that is never an
+  probability ``SLIP_RATE`` a slip: half are format slips (a near miss that is never an
   admissible command, "pick up X", "put X in Y", "walk to Y", "turn on Y", "heat X"), which the repair
   call corrects; half are detours ("look", or "go to" another receptacle of the opening and back).
   A harmful memory adds ``harmful_extra_rounds`` detours first.
 * **Failure: the walkthrough cut short, then lost.** The first k commands (k uniform in 0..len-2, so
   the last is never played), then wandering: "go to" receptacles in a seeded order, every
-  ``alfworld_wander_slip_every``-th move a "look" or a format slip. Wandering never takes, moves,
+  ``WANDER_SLIP_EVERY``-th move a "look" or a format slip. Wandering never takes, moves,
   heats, cools, cleans or uses anything, so it cannot win by accident (the engine checks it).
 * **Common random numbers.** The moves are drawn from a stream keyed by the task's difficulty draw
   (which depends on the run's seed and the task, not on the memory), so the same game plays the same
   slips with or without a memory.
 * **Which call this is** is read from the conversation, as a model reads it: the number of
   observations so far is the environment step, and a last user turn that is the repair turn makes
-  this the repair call (:func:`tokenworth_agent.tasks.alfworld.is_repair_turn`).
+  this the repair call (:func:`tokenworth_agent.benchmarks.alfworld.tasks.is_repair_turn`).
 """
 
 from __future__ import annotations
@@ -36,9 +36,17 @@ import re
 
 from tokenworth_agent.backbones.base import Conversation
 from tokenworth_agent.sim.model import Episode, SimParams, stable_rng
-from tokenworth_agent.tasks.alfworld import ALFWorldTask, is_repair_turn
+from tokenworth_agent.benchmarks.alfworld.tasks import ALFWorldTask, is_repair_turn
 
 _RECEPTACLES = re.compile(r"you see (.*?)\.\s*(?:\n|$)", re.IGNORECASE)
+# The simulator's ALFWorld knobs, fixed with the rest before any method comparison: mean no-memory p about 0.675
+# (P0_RANGE), the paper's local ALFWorld SRs being in the 70s; slips before a walkthrough command (half format
+# slips the repair call corrects, half detours) and, on the failure path, a look or a format slip every 5th
+# wandering move.
+P0_RANGE = (0.40, 0.95)
+SLIP_RATE = 0.10
+FORMAT_SLIP_SHARE = 0.5
+WANDER_SLIP_EVERY = 5
 TASK_TURN = 3  # the conversation's index of the game's opening (system, instructions, "OK.", opening)
 
 
@@ -104,8 +112,8 @@ def plan(task: ALFWorldTask, success: bool, harmful: bool, p0: float, opening: s
     cut = len(walk) if success else int(rng.integers(0, max(1, len(walk) - 1)))
     for command in walk[:cut]:
         u, v, w = rng.random(3)
-        if u < params.alfworld_slip_rate:
-            if v < params.alfworld_format_slip_share:
+        if u < SLIP_RATE:
+            if v < FORMAT_SLIP_SHARE:
                 moves.append(Move(near_miss(command), repair=command, kind="format_slip"))
                 here = _target(command) or here
                 continue
@@ -125,7 +133,7 @@ def plan(task: ALFWorldTask, success: bool, harmful: bool, p0: float, opening: s
         order = list(places)
         rng.shuffle(order)
         i = 0
-        every = params.alfworld_wander_slip_every
+        every = WANDER_SLIP_EVERY
         while len(moves) < 200:  # more than any J_max: the episode stops there
             if every and len(moves) % every == every - 1:
                 if rng.random() < 0.5:

@@ -30,7 +30,7 @@ every phase are one game of each type, so ``--limit 6`` plays one game per type.
 
 **The record** (:class:`ALFWorldTask`): the manifest entry (index, game, split, type, the game
 file's sha256), the goal read from the game's grammar (what similarity-based methods index), skills
-= the task type alone (see :mod:`tokenworth_agent.sim.replies.alfworld`), and the walkthrough, which ONLY the
+= the task type alone (see :mod:`tokenworth_agent.benchmarks.alfworld.replies`), and the walkthrough, which ONLY the
 simulated backbone and the gold replay read: the environment reads the game file itself and never
 passes the walkthrough to the engine, a prompt or a memory.
 """
@@ -53,7 +53,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from tokenworth_agent.tasks.base import Benchmark, DataError, Task, benchmark_dir, data_error, file_sha256
+from tokenworth_agent.tasks.base import DataFolder, DataError, Task, benchmark_dir, data_error, file_sha256
 
 ENV = "alfworld"
 RELEASE = "json_2.1.1"
@@ -84,7 +84,7 @@ MANIFEST_NAME = "alfworld_manifest.jsonl"
 CACHE_VARIABLE = "TOKENWORTH_ALFWORLD_CACHE"
 DEFAULT_CACHE = Path("~/.cache/tokenworth/alfworld")
 
-ALFWORLD = Benchmark(
+ALFWORLD = DataFolder(
     "alfworld", markers=(ARCHIVE, RELEASE),
     how_to_get=(f"{{folder}} must hold the unpacked {RELEASE}/ folder (`tokenworth data fetch --env alfworld` "
                 f"makes it from ALFWorld's release zip) or {ARCHIVE} (sha256 {ARCHIVE_SHA256[:12]}…, a third "
@@ -266,7 +266,7 @@ def install_release_zip(archive: Path, folder: Path) -> Path:
     return target
 
 
-def release_root(data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[Benchmark] = ()) -> Path:
+def release_root(data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[DataFolder] = ()) -> Path:
     """The unpacked release: ``alfworld/json_2.1.1/`` under the data root, else the archive unpacked into the
     cache. DataError (saying how to get the data) when neither is there."""
     folder = benchmark_dir(ALFWORLD, data_dir, benchmarks)
@@ -331,7 +331,7 @@ def read_manifest(path: Path) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------ the repair turn
-# The environment writes it (agent/tokenworth_agent/envs/alfworld.py); the simulator, like a model, reads it from the
+# The environment writes it (agent/tokenworth_agent/benchmarks/alfworld/env.py); the simulator, like a model, reads it from the
 # conversation. Kept here, below both, so there is one copy.
 REPAIR_NO_ACTION = 'Your reply has no "Action:" line.'
 REPAIR_INADMISSIBLE = '"{command}" is not a command you can use now.'
@@ -361,7 +361,7 @@ class ALFWorldTask:
     object_class: str
     parent: str
     goal: str  # "look at alarmclock under the desklamp."
-    skill_list: tuple[str, ...]  # (task type,): see agent/tokenworth_agent/sim/replies/alfworld.py
+    skill_list: tuple[str, ...]  # (task type,): see agent/tokenworth_agent/benchmarks/alfworld/replies.py
     walkthrough: tuple[str, ...]  # the expert plan: the simulated backbone and the gold replay ONLY
     env: str = ENV
 
@@ -396,7 +396,7 @@ def _stream(root: str) -> tuple[tuple[dict[str, Any], ...], tuple[ALFWorldTask, 
     return tuple(episodes), tuple(make_task(Path(root), e) for e in episodes)
 
 
-def manifest(data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[Benchmark] = ()) -> list[dict[str, Any]]:
+def manifest(data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[DataFolder] = ()) -> list[dict[str, Any]]:
     """The whole 574-episode manifest of the data root's release (whatever ``--limit`` a run has)."""
     return [dict(e) for e in _stream(str(release_root(data_dir, benchmarks)))[0]]
 
@@ -416,9 +416,9 @@ class ALFWorldSource:
     """The stream's task source (``tokenworth_agent.tasks.registry.TASK_SOURCES``)."""
 
     env: str = ENV
-    benchmark: Benchmark = ALFWORLD
+    benchmark: DataFolder = ALFWORLD
 
-    def load(self, data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[Benchmark] = ()) -> list[Task]:
+    def load(self, data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[DataFolder] = ()) -> list[Task]:
         """The 574 episodes in manifest order; DataError for missing data, a corrupt game file (named) or a
         release with other game counts."""
         episodes, tasks = _stream(str(release_root(data_dir, benchmarks)))
@@ -426,7 +426,7 @@ class ALFWorldSource:
         return list(tasks)
 
     def run_files(self, data_dir: str | os.PathLike[str] | None,
-                  benchmarks: Sequence[Benchmark] = ()) -> dict[str, str]:
+                  benchmarks: Sequence[DataFolder] = ()) -> dict[str, str]:
         """Files a run folder keeps beside its records: the whole manifest (also under ``--limit``)."""
         return {MANIFEST_NAME: manifest_text(manifest(data_dir, benchmarks))}
 

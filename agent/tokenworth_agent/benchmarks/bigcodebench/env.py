@@ -9,11 +9,11 @@
 * **One round.** J_max = 1: the reply is the solution (:meth:`BigCodeBenchEnvironment.step` judges
   it and the task ends). The action recorded is the sanitised solution, so a memory holds the code
   as the evaluator read it.
-* **Judging.** :class:`~tokenworth_agent.envs.bigcodebench_judge.BigCodeBenchJudge`: sanitise, calibrate and
+* **Judging.** :class:`~tokenworth_agent.benchmarks.bigcodebench.judge.BigCodeBenchJudge`: sanitise, calibrate and
   ``untrusted_check``, in a fresh sandbox. ``pass`` is reward 1; ``fail`` and ``timeout`` are 0.
   A reply without code that defines the entry point ends ``invalid_action`` (still judged, as
   upstream judges it; its raw text is in the record). An evaluator that cannot judge raises
-  :class:`~tokenworth_agent.envs.bigcodebench_judge.JudgeError` (an infrastructure error: the run stops).
+  :class:`~tokenworth_agent.benchmarks.bigcodebench.judge.JudgeError` (an infrastructure error: the run stops).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 from tokenworth_agent.envs.base import Environment, Judgement, StepResult
-from tokenworth_agent.envs.bigcodebench_judge import BigCodeBenchJudge, Verdict
-from tokenworth_agent.tasks import BCBTask
+from tokenworth_agent.benchmarks.bigcodebench.judge import BigCodeBenchJudge, Verdict
+from tokenworth_agent.benchmarks.bigcodebench.tasks import BCBTask
 
 # bigcodebench 0.2.5, provider/utility.py: the instruct-mode instruction prefix
 INSTRUCTIONS = ("Please provide a self-contained Python script that solves the following problem in a markdown "

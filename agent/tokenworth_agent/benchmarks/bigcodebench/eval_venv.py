@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 
 VENV_VARIABLE = "TOKENWORTH_BCB_VENV"
-DEFAULT_VENV = Path(__file__).resolve().parents[3] / ".venv-bcb"  # where `make bcb-setup` builds it
+DEFAULT_VENV = Path(__file__).resolve().parents[4] / ".venv-bcb"  # where `make bcb-setup` builds it
 EVALUATOR = "bigcodebench"
 HOW_TO_BUILD = ("build it with `make bcb-setup` (the full library set; `make bcb-ci-setup` builds the small "
                 "CI set into .venv-bcb-ci), or name one with --bcb-venv or $TOKENWORTH_BCB_VENV")

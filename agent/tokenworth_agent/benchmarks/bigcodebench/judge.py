@@ -2,7 +2,7 @@
 
 :meth:`BigCodeBenchJudge.judge` takes a task and the model's whole reply and returns a
 :class:`Verdict`. In a fresh :class:`~tokenworth_agent.sandbox.Sandbox` the evaluation venv's interpreter runs
-``bigcodebench_runner.py``, which sanitises the reply, calibrates it and calls the package's own
+``runner.py``, which sanitises the reply, calibrates it and calls the package's own
 ``untrusted_check`` (docstring there). The sandbox adds what that check lacks (it says itself that
 it is no security boundary): no network (a network namespace with only ``lo``), no write outside
 the sandbox's own tmpfs (the venv, its base interpreter and the request are read-only bind mounts;
@@ -26,10 +26,10 @@ Before its first judgement the judge checks the canary and a known-wrong solutio
 (:meth:`BigCodeBenchJudge.preflight`): an evaluator that passes everything is broken too.
 
 **Cost.** Judgements run at most :data:`JudgeSettings.slots` at a time per process (sandboxes of
-the streams of one run share them), and a :class:`~tokenworth_agent.envs.bigcodebench_verdicts.VerdictCache`
+the streams of one run share them), and a :class:`~tokenworth_agent.benchmarks.bigcodebench.verdicts.VerdictCache`
 returns the verdict of a reply already judged for the same task, and skips the tests of a solution
 already tested. Which solution a reply holds is asked of the host's
-:class:`~tokenworth_agent.envs.bigcodebench_sanitiser.Sanitiser` first (the runner's sanitising code in one
+:class:`~tokenworth_agent.benchmarks.bigcodebench.sanitiser.Sanitiser` first (the runner's sanitising code in one
 long-lived process of the venv: parsing, nothing of the reply runs; one per venv and process); where
 it cannot say, or the solution is new, the sandboxed runner sanitises and judges as before.
 """
@@ -51,16 +51,17 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from tokenworth_agent.core.bigcodebench_venv import EvalVenv
-from tokenworth_agent.core.harness import BCB_TIME_LIMIT
+from tokenworth_agent.benchmarks.bigcodebench.eval_venv import EvalVenv
 from tokenworth_agent.envs.base import InfrastructureError
-from tokenworth_agent.envs.bigcodebench_sanitiser import Sanitiser
-from tokenworth_agent.envs.bigcodebench_verdicts import VerdictCache, digest, solution_digest
+from tokenworth_agent.benchmarks.bigcodebench.sanitiser import Sanitiser
+from tokenworth_agent.benchmarks.bigcodebench.verdicts import VerdictCache, digest, solution_digest
 from tokenworth_agent.sandbox import DEFAULT_PATH, Sandbox, SandboxError, SandboxLimits
-from tokenworth_agent.tasks import BCBTask
+from tokenworth_agent.benchmarks.bigcodebench.tasks import BCBTask
+
+BCB_TIME_LIMIT = 240.0  # seconds: upstream's per-task limit (bigcodebench.eval.utils.TIMEOUT_LIMIT)
 
 Status = Literal["pass", "fail", "timeout"]
-RUNNER = resources.files(__package__).joinpath("bigcodebench_runner.py").read_text()
+RUNNER = resources.files(__package__).joinpath("runner.py").read_text()
 RUNNER_DIGEST = hashlib.sha256(RUNNER.encode()).hexdigest()[:16]
 MPLCONFIG = "share/bigcodebench-mplconfig"  # matplotlib's font cache, built with the venv
 

@@ -16,7 +16,7 @@ import ast
 
 from tokenworth_agent.backbones.base import Conversation
 from tokenworth_agent.sim.model import Episode, SimParams
-from tokenworth_agent.tasks import BCBTask
+from tokenworth_agent.benchmarks.bigcodebench.tasks import BCBTask
 
 # bigcodebench 0.2.5 (generate.py): the assistant turn's prefill for chat models
 RESPONSE_PREFIX = ("Below is a Python script with a self-contained function that solves the problem and passes "

@@ -1,6 +1,6 @@
 """The BigCodeBench judge's program inside the sandbox. Standard library and the official evaluator only.
 
-Run by :mod:`tokenworth_agent.envs.bigcodebench_judge` as ``<eval venv>/bin/python -I RUNNER REQUEST`` inside a
+Run by :mod:`tokenworth_agent.benchmarks.bigcodebench.judge` as ``<eval venv>/bin/python -I RUNNER REQUEST`` inside a
 fresh sandbox (never imported by the harness). ``REQUEST`` is a JSON file: ``reply`` (the model's
 whole reply), ``code_prompt``, ``test``, ``entry_point``, ``time_limit`` (seconds), ``nonce`` and
 ``known``: the sha256 digests of sanitised solutions of this task the judge has already tested.
@@ -28,7 +28,7 @@ polled every :data:`POLL_S`). The status stays upstream's (no result from the te
 ``timeout``); the report adds how the process ended (``ended``: its exit code, negative for a signal).
 
 When the sanitised solution is a ``known`` one, step 3 is skipped: the report names the digest
-instead (:mod:`tokenworth_agent.envs.bigcodebench_verdicts`; nothing of the reply has run at that point).
+instead (:mod:`tokenworth_agent.benchmarks.bigcodebench.verdicts`; nothing of the reply has run at that point).
 
 It reports on its own descriptor (the solution's output goes to /dev/null, so a solution that prints
 cannot bury or forge-by-accident the report), one line per marker, tagged with the request's nonce:

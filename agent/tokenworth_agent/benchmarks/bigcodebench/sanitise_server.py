@@ -1,6 +1,6 @@
 """The BigCodeBench sanitiser as a long-lived process of the evaluation venv. Standard library and the evaluator only.
 
-Run by :mod:`tokenworth_agent.envs.bigcodebench_sanitiser` as ``<eval venv>/bin/python -I SERVER RUNNER`` (never
+Run by :mod:`tokenworth_agent.benchmarks.bigcodebench.sanitiser` as ``<eval venv>/bin/python -I SERVER RUNNER`` (never
 imported by the harness). ``RUNNER`` is the judge's own runner file: this program loads it as a module
 and calls exactly what it calls (the ``datasets`` stand-in, ``bigcodebench.sanitize.sanitize`` and its
 ``defines`` check), so a solution sanitised here is the one the sandboxed runner would test.

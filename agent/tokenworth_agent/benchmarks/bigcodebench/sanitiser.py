@@ -1,11 +1,11 @@
 """The judge's sanitiser on the host: which solution a reply holds, without a sandbox.
 
-A verdict is a function of the *sanitised* solution (:mod:`tokenworth_agent.envs.bigcodebench_verdicts`), so a
+A verdict is a function of the *sanitised* solution (:mod:`tokenworth_agent.benchmarks.bigcodebench.verdicts`), so a
 reply whose solution has been tested for its task needs no new sandbox: only the sanitiser's answer.
 Asking the sandboxed runner for it costs a sandbox and the evaluator's import (about 0.7 s on 2 cores),
 which was most of a BigCodeBench run once its verdict file was warm (11 streams write the same few
 solutions in different prose). :class:`Sanitiser` keeps one process of the evaluation venv that runs
-the runner's own sanitising code (``bigcodebench_sanitise_server.py``) for every reply.
+the runner's own sanitising code (``sanitise_server.py``) for every reply.
 
 **Why this may run outside the sandbox.** Sanitising is parsing: ``bigcodebench.sanitize`` reads the
 reply with tree-sitter and ``ast`` and returns a substring of it; nothing of the reply runs, as when
@@ -30,10 +30,10 @@ from importlib import resources
 from pathlib import Path
 from typing import NamedTuple
 
-from tokenworth_agent.core.bigcodebench_venv import EvalVenv
+from tokenworth_agent.benchmarks.bigcodebench.eval_venv import EvalVenv
 from tokenworth_agent.sandbox import DEFAULT_PATH
 
-SERVER = resources.files(__package__).joinpath("bigcodebench_sanitise_server.py").read_text()
+SERVER = resources.files(__package__).joinpath("sanitise_server.py").read_text()
 TIMEOUT = 20.0  # seconds for one answer (a cold start imports tree-sitter; a reply is a few ms)
 
 

@@ -4,7 +4,7 @@
 
 * ``BigCodeBench.jsonl.gz``: the 1,140 tasks of the first Hugging Face release (``v0.1.0_hf``),
   one JSON object a line. The loader rebuilds ``v0.1.4``, the paper's release, from it
-  (:mod:`tokenworth_agent.tasks.bigcodebench_patches`) and refuses a file the edits do not match.
+  (:mod:`tokenworth_agent.benchmarks.bigcodebench.patches`) and refuses a file the edits do not match.
 * ``BigCodeBench-v0.1.4.parquet``: the hub's parquet file of split ``v0.1.4`` (hub dataset
   ``bigcode/bigcodebench``), as ``tokenworth data fetch`` stores it; read as it is. Both give the
   same records (``tests/test_data_fetch.py`` compares them).
@@ -31,8 +31,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
 
-from tokenworth_agent.tasks.base import Benchmark, DataError, Task, benchmark_dir, corrupt, data_error, literal, text
-from tokenworth_agent.tasks.bigcodebench_patches import BASE_RELEASE, PAPER_RELEASE, ReleaseError, to_release
+from tokenworth_agent.tasks.base import DataFolder, DataError, Task, benchmark_dir, corrupt, data_error, literal, text
+from tokenworth_agent.benchmarks.bigcodebench.patches import BASE_RELEASE, PAPER_RELEASE, ReleaseError, to_release
 
 ENV = "bigcodebench"
 FILE = "BigCodeBench.jsonl.gz"
@@ -41,7 +41,7 @@ HARD_SPLIT_FILE = "BigCodeBench-Hard-v0.1.4.parquet"  # the Hard split, kept as 
 EXPECTED_TASKS = 1140
 EXPECTED_HARD = 148
 
-BCB = Benchmark(
+BCB = DataFolder(
     "bigcodebench", markers=(FILE, SPLIT_FILE),
     how_to_get=(f"{FILE} (BigCodeBench v0.1.0_hf: bigcode-project/bigcodebench-annotation, hf_data/{FILE}) "
                 f"or {SPLIT_FILE} (the hub's split v0.1.4) must be in {{folder}}; with internet, "
@@ -189,9 +189,9 @@ class BigCodeBenchSource:
     """The stream's task source (``tokenworth_agent.tasks.registry.TASK_SOURCES``)."""
 
     env: str = ENV
-    benchmark: Benchmark = BCB
+    benchmark: DataFolder = BCB
 
-    def load(self, data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[Benchmark] = ()) -> list[Task]:
+    def load(self, data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[DataFolder] = ()) -> list[Task]:
         """All 1,140 tasks in stream order, from the first release (preferred) or the hub's v0.1.4 split;
         DataError (saying how to get the file) if neither is there, or the file is unreadable, incomplete,
         not the release it is named for or has a malformed record (naming its line and field)."""

@@ -7,7 +7,7 @@ levels follow:
 
 * by **reply**: the exact reply text → its verdict, answered on the host at no cost;
 * by **solution**: per task, the sanitised solutions already tested and their verdicts. The judge
-  asks the host's sanitiser (:mod:`tokenworth_agent.envs.bigcodebench_sanitiser`: the runner's own sanitising
+  asks the host's sanitiser (:mod:`tokenworth_agent.benchmarks.bigcodebench.sanitiser`: the runner's own sanitising
   code in a long-lived process, a few ms) which solution the new reply holds; when it is one of
   them, that verdict is the answer (a reply that only differs in its prose, e.g. the simulator's
   ``Thought:`` line, costs no sandbox). Where the host's sanitiser cannot say, the digests go into

@@ -31,7 +31,7 @@ import time
 from decimal import Decimal, InvalidOperation
 from typing import Any, Sequence
 
-from tokenworth_agent.tasks import DBTask
+from tokenworth_agent.benchmarks.db.tasks import DBTask
 from tokenworth_agent.envs.base import Environment, Judgement, StepResult
 from tokenworth_agent.sqlite_mysql import Limits, MySQLError, MySQLOnSQLite
 from tokenworth_agent.sqlite_mysql.limits import Clock

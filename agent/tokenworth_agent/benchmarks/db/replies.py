@@ -7,7 +7,7 @@ import re
 from tokenworth_agent.backbones.base import Conversation
 from tokenworth_agent.sim.model import Episode, SimParams
 from tokenworth_agent.sim.replies.base import last_observation
-from tokenworth_agent.tasks import DBTask
+from tokenworth_agent.benchmarks.db.tasks import DBTask
 
 
 def _observed_rows(observation: str) -> str:

@@ -1,7 +1,7 @@
 """The KG environment of LifelongAgentBench: Freebase tools over a SPARQL endpoint.
 
 The agent answers a question by calling tools, one per reply, and names the variable
-that holds the answer. Variables hold lazy S-expressions (:mod:`tokenworth_agent.envs.sparql`);
+that holds the answer. Variables hold lazy S-expressions (:mod:`tokenworth_agent.benchmarks.kg.sparql`);
 the graph is only read to list relations/attributes, to look up a relation's type, and
 to execute the final answer.
 
@@ -9,7 +9,7 @@ Action format (the original's): the reply holds a line ``Action: tool(arg, arg)`
 ``Final Answer: #k``. If a reply contains a final answer anywhere it is the answer
 (the original checked that pattern first); otherwise the first ``Action:`` is run. A
 reply with neither ends the task as ``invalid_action``. How exactly a reply is read is the
-parser's (:mod:`tokenworth_agent.envs.kg_parsers`): LAB's strict reading by default, or the lenient one
+parser's (:mod:`tokenworth_agent.benchmarks.kg.parsers`): LAB's strict reading by default, or the lenient one
 (any case of ``Final Answer``, any spacing after ``Action:``, quotes dropped from arguments).
 
 Naming: an entity is named by its key in ``entity_dict`` (what the agent is shown) or
@@ -41,12 +41,12 @@ import dataclasses
 import os
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from tokenworth_agent.tasks import KGTask
+from tokenworth_agent.benchmarks.kg.tasks import KGTask
 from tokenworth_agent.envs.base import Environment, Judgement, StepResult
-from tokenworth_agent.envs.kg_parsers import STRICT, ParsedReply, ReplyParser, reply_parser
-from tokenworth_agent.envs.kg_parsers import parse_lenient as parse_reply  # noqa: F401 - the lenient reading, by its old name
-from tokenworth_agent.envs.kg_parsers import split_lenient as split_arguments  # noqa: F401
-from tokenworth_agent.envs.sparql import (
+from tokenworth_agent.benchmarks.kg.parsers import STRICT, ParsedReply, ReplyParser, reply_parser
+from tokenworth_agent.benchmarks.kg.parsers import parse_lenient as parse_reply  # noqa: F401 - the lenient reading, by its old name
+from tokenworth_agent.benchmarks.kg.parsers import split_lenient as split_arguments  # noqa: F401
+from tokenworth_agent.benchmarks.kg.sparql import (
     And,
     Count,
     Entity,
@@ -62,7 +62,7 @@ from tokenworth_agent.envs.sparql import (
 )
 
 if TYPE_CHECKING:
-    from tokenworth_agent.core.harness import KGVocabulary
+    from tokenworth_agent.benchmarks.kg.ontology import KGVocabulary
 
 MAX_ROUNDS = 15
 ENDPOINT_ENV_VAR = "TOKENWORTH_KG_ENDPOINT"
@@ -136,7 +136,7 @@ class KGEnvironment(Environment):
 
     def __init__(self, endpoint: SparqlEndpoint | FreebaseQueries, max_rounds: int = MAX_ROUNDS, *,
                  parser: ReplyParser | str = STRICT, instructions: str | None = None) -> None:
-        """``parser``: how replies are read (:mod:`tokenworth_agent.envs.kg_parsers`; LAB's strict one by
+        """``parser``: how replies are read (:mod:`tokenworth_agent.benchmarks.kg.parsers`; LAB's strict one by
         default); ``instructions``: a text that replaces :data:`INSTRUCTIONS`."""
         if max_rounds < 1:
             raise ValueError(f"max_rounds must be at least 1, got {max_rounds}")
@@ -386,7 +386,7 @@ def make_kg_environment(endpoint_url: str | None, timeout: float = 60.0, max_rou
                         instructions: str | None = None) -> KGEnvironment:
     """The KG environment on a remote Freebase endpoint (``TOKENWORTH_KG_ENDPOINT`` if no URL).
 
-    ``vocabulary`` (LAB's ontology files, :func:`tokenworth_agent.core.harness.load_kg_vocabulary`) filters
+    ``vocabulary`` (LAB's ontology files, :func:`tokenworth_agent.benchmarks.kg.ontology.load_kg_vocabulary`) filters
     relation and attribute listings and gives each relation its range, as LAB does.
     Raises :class:`KGEndpointRequired` when neither names one: there is no offline Freebase.
     """

@@ -7,7 +7,7 @@ from typing import Callable
 
 from tokenworth_agent.backbones.base import BackboneError, Conversation
 from tokenworth_agent.sim.model import Episode, SimParams
-from tokenworth_agent.tasks import KGTask, kg_gold_calls, kg_gold_replies, kg_variables_made
+from tokenworth_agent.benchmarks.kg.tasks import KGTask, kg_gold_calls, kg_gold_replies, kg_variables_made
 
 
 def _gold(replay: Callable[[KGTask], list[str]], task: KGTask) -> list[str]:

@@ -490,7 +490,7 @@ class FreebaseQueries:
     ``ontology/vocab.json``), restrict listings to those names, as the original did;
     otherwise the structural rules above apply and ``excluded_domains`` drops Freebase
     bookkeeping. ``ranges`` (e.g. the original's ``ontology/fb_roles``, read by
-    :func:`tokenworth_agent.core.harness.load_fb_roles`) overrides the endpoint's ``type.property.expected_type``
+    :func:`tokenworth_agent.benchmarks.kg.ontology.load_fb_roles`) overrides the endpoint's ``type.property.expected_type``
     for a relation's type.
     """
 

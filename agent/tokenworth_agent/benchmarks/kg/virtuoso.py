@@ -175,7 +175,7 @@ def ini_text(folder: Path, http_port: int, isql_port: int, memory_mb: int, dirs_
     """
     buffers = max(1000, memory_mb * 1024 // 8)
     dirs = ", ".join(dict.fromkeys([".", str(folder), *(str(d) for d in dirs_allowed)]))
-    return f"""; written by tokenworth (agent/tokenworth_agent/envs/virtuoso.py); rewritten on every start
+    return f"""; written by tokenworth (agent/tokenworth_agent/benchmarks/kg/virtuoso.py); rewritten on every start
 [Database]
 DatabaseFile       = {folder}/virtuoso.db
 ErrorLogFile       = {folder}/{LOG_FILE}

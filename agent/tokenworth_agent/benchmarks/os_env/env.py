@@ -33,7 +33,7 @@ import re
 import time
 from typing import Any, Callable, Literal
 
-from tokenworth_agent.tasks import CommandItem, OSTask
+from tokenworth_agent.benchmarks.os_env.tasks import CommandItem, OSTask
 from tokenworth_agent.envs.base import Environment, Judgement, StepResult
 from tokenworth_agent.sandbox import CommandResult, Sandbox, SandboxError, SandboxLimits
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tokenworth_agent.backbones.base import Conversation
 from tokenworth_agent.sim.model import Episode, SimParams
-from tokenworth_agent.tasks import OSTask
+from tokenworth_agent.benchmarks.os_env.tasks import OSTask
 
 _WRONG_COMMANDS = ("ls -la", "pwd && ls -la /tmp", "echo \"checking\" && whoami")
 
