@@ -39,7 +39,7 @@ build)
   done
   test "$(ls "$dist" | wc -l)" -eq 4 || { echo "scripts/wheels.sh: expected 2 sdists and 2 wheels in $dist" >&2; exit 1; }
   # Their metadata, and each long description as PyPI renders it (an error, or a warning, fails).
-  NO_COLOR=1 "$python" -m twine check --strict "$dist"/*
+  "$python" -m twine --no-color check --strict "$dist"/*
   ;;
 library)
   dist=$(realpath -m "${2:?DIST}") venv=$(realpath -m "${3:?VENV}") python=${4:?PYTHON}; shift 4
