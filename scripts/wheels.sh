@@ -38,6 +38,9 @@ build)
     test -f "$sdist" || { echo "scripts/wheels.sh: $base has no sdist ($(basename "$sdist"))" >&2; exit 1; }
   done
   test "$(ls "$dist" | wc -l)" -eq 4 || { echo "scripts/wheels.sh: expected 2 sdists and 2 wheels in $dist" >&2; exit 1; }
+  # The library's sdist holds the library alone (MANIFEST.in): its package, licence, metadata and long description.
+  extra=$(tar tzf "$dist"/tokenworth_jax-*.tar.gz | sed 's|^[^/]*/||' | grep -vE '^(tokenworth_jax(\.egg-info)?/.*|docs/|docs/pypi-library\.md|LICENSE|MANIFEST\.in|PKG-INFO|pyproject\.toml|setup\.cfg|)$' || true)
+  test -z "$extra" || { echo "scripts/wheels.sh: the library's sdist holds more than the library:" $extra >&2; exit 1; }
   # Their metadata, and each long description as PyPI renders it (an error, or a warning, fails).
   "$python" -m twine --no-color check --strict "$dist"/*
   ;;
