@@ -40,8 +40,11 @@ build)
     test -f "$sdist" || { echo "scripts/wheels.sh: $base has no sdist ($(basename "$sdist"))" >&2; exit 1; }
   done
   test "$(ls "$dist" | wc -l)" -eq 6 || { echo "scripts/wheels.sh: expected 3 sdists and 3 wheels in $dist" >&2; exit 1; }
+  # The library's sdist holds the library alone (MANIFEST.in): its package, licence, metadata and long description.
+  extra=$(tar tzf "$dist"/tokenworth_jax-*.tar.gz | sed 's|^[^/]*/||' | grep -vE '^(tokenworth_jax(\.egg-info)?/.*|docs/|docs/pypi-library\.md|LICENSE|MANIFEST\.in|PKG-INFO|pyproject\.toml|setup\.cfg|)$' || true)
+  test -z "$extra" || { echo "scripts/wheels.sh: the library's sdist holds more than the library:" $extra >&2; exit 1; }
   # Their metadata, and each long description as PyPI renders it (an error, or a warning, fails).
-  NO_COLOR=1 "$python" -m twine check --strict "$dist"/*
+  "$python" -m twine --no-color check --strict "$dist"/*
   ;;
 library)
   dist=$(realpath -m "${2:?DIST}") venv=$(realpath -m "${3:?VENV}") python=${4:?PYTHON}; shift 4

@@ -220,7 +220,8 @@ def test_worth_matrix_matches_reference():
 PATH_T = 260
 
 
-def _reference_decisions(spec, hp, q, m, rewards):
+def _reference_decisions(spec, hp, q, m, rewards, ids=None):
+    ids = np.arange(len(rewards)) if ids is None else ids
     reference = ref.ReferenceController(spec, hp)
     chosen, chosen_ids, codes, slots = [], [], [], []
     for t in range(len(rewards)):
@@ -228,7 +229,7 @@ def _reference_decisions(spec, hp, q, m, rewards):
         chosen_ids.append(-1 if chosen[-1] < 0 else int(reference.ids[chosen[-1]]))
         reference.observe(int(rewards[t]))
         if rewards[t] == 1:
-            d = reference.offer(m[t], t)
+            d = reference.offer(m[t], int(ids[t]))
             codes.append(d["code"])
             slots.append(d["slot"])
         else:
@@ -238,9 +239,10 @@ def _reference_decisions(spec, hp, q, m, rewards):
     return np.array(chosen), np.array(chosen_ids), np.array(codes), np.array(slots), reference
 
 
-def _pure_decisions(path, spec, hp, q, m, rewards, f):
+def _pure_decisions(path, spec, hp, q, m, rewards, f, ids=None):
     T = len(rewards)
-    events = tw.Event(jnp.asarray(q, f), jnp.asarray(rewards, jnp.int32), jnp.asarray(m, f), jnp.arange(T, dtype=jnp.int32))
+    ids = np.arange(T) if ids is None else ids
+    events = tw.Event(jnp.asarray(q, f), jnp.asarray(rewards, jnp.int32), jnp.asarray(m, f), jnp.asarray(ids, jnp.int32))
     if path == "single":
         state, out = tw.run(tw.init(spec, hp), events, hp, spec)
     else:  # configuration 0 of three, stacked
@@ -298,6 +300,32 @@ def test_every_path_makes_the_reference_decisions_float64(path, incremental):
         for code in (tw.Admission.ADMITTED_NOVEL, tw.Admission.ADMITTED_WORTH, tw.Admission.REPLACED_NEAREST,
                      tw.Admission.REJECTED):
             assert np.any(codes == int(code)), code.name
+
+
+@pytest.mark.parametrize("path", ["single", "batched-vmap", "batched-map"])
+def test_inadmissible_memories_are_invalid_memory_on_every_path_as_in_the_reference(path):
+    """Successes that offer a memory with a NaN or an inf, or an id below 0: INVALID_MEMORY, nothing written, in the
+    fused step (alone, vmapped, mapped) and in the reference; every other decision and the final state agree."""
+    with precision("float64") as f:
+        spec, hp = small_setup(f)
+        q, m, rewards = clustered_stream(seed=13, T=120, dim=spec.dim)
+        ids = np.arange(len(rewards))
+        success = np.flatnonzero(rewards == 1)
+        m[success[1::6], 3] = np.nan
+        m[success[2::6], 0] = np.inf
+        ids[success[3::6]] = -1 - success[3::6]
+        bad = np.zeros(len(rewards), bool)
+        bad[np.concatenate([success[1::6], success[2::6], success[3::6]])] = True
+        want_chosen, _, want_codes, want_slots, reference = _reference_decisions(spec, hp, q, m, rewards, ids)
+        chosen, codes, slots, state = _pure_decisions(path, spec, hp, q, m, rewards, f, ids)
+        np.testing.assert_array_equal(codes[bad], int(tw.Admission.INVALID_MEMORY))
+        assert np.all(codes[~bad] != int(tw.Admission.INVALID_MEMORY))
+        np.testing.assert_array_equal(chosen, want_chosen)
+        np.testing.assert_array_equal(codes, want_codes)
+        np.testing.assert_array_equal(slots, want_slots)
+        _compare_states(state, reference, f)
+        assert np.all(np.isfinite(np.asarray(state.bank.emb))) and np.all(np.asarray(state.bank.ids) >= -1)
+        assert np.all(np.asarray(state.bank.ids)[np.asarray(state.bank.valid)] >= 0)
 
 
 def test_the_app_c_warm_up_rule_matches_the_reference():

@@ -414,6 +414,14 @@ def caught_logging(out: Path, uri: str, proc: subprocess.Popen, tasks: int) -> t
         time.sleep(0.05)
 
 
+def assert_grouped_now(uri: str, out: Path, name: str) -> None:
+    """While the run goes: the stream's MLflow run, made by a worker, is already the folder's parent run's child."""
+    runs = experiment_runs(uri, out)
+    parent = runs[f"{out.name} (all streams)"]
+    assert parent.info.status == "RUNNING"
+    assert runs[name].data.tags.get("mlflow.parentRunId") == parent.info.run_id, runs[name].data.tags
+
+
 def assert_one_run_per_stream(uri: str, out: Path, taken: str, first_pid: int) -> dict[str, dict]:
     """Every stream is one MLflow run holding each step once; ``taken`` continued the run its first worker made."""
     notes = node_notes(out)
@@ -463,6 +471,7 @@ def test_a_stream_a_restarted_ray_worker_takes_over_continues_its_mlflow_run(ser
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         name, note = caught_logging(out, server.uri, proc, int(TAKEOVER[-1]))
+        assert_grouped_now(server.uri, out, name)
         os.kill(note["pid"], signal.SIGKILL)  # the worker, its tracker and its MLflow sender with it
         _, stderr = proc.communicate(timeout=600)
     finally:
@@ -483,6 +492,7 @@ def test_a_preempted_slurm_task_continues_its_streams_mlflow_runs(server, data_d
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         name, note = caught_logging(out, server.uri, proc, int(TAKEOVER[-1]))
+        assert_grouped_now(server.uri, out, name)
         os.kill(note["pid"], signal.SIGUSR2)  # what Slurm sends before it preempts a task; submitit requeues it
         _, stderr = proc.communicate(timeout=600)
     finally:

@@ -9,7 +9,10 @@ in program order, of these kinds (where a call has several, jax 0.10 may report 
 which runs inside the controller's own jitted program, ahead of an earlier input check):
 
 1. a wrong input value: a reward other than 0 or 1 (``observe: input reward must be 0 or 1 ...,
-   got 2``; ``run: input events.reward ...`` names the first bad task);
+   got 2``; ``run: input events.reward ...`` names the first bad task; a reward of a float dtype is
+   refused before that, at trace time, with the plain functions' TypeError), and an offered memory
+   that can never be admitted (a non-finite vector or an id below 0: ``offer(): an offered memory
+   needs finite entries ... got memory id -1``; the plain functions answer ``INVALID_MEMORY``);
 2. a non-finite input (``query``, ``reward``, ``memory``, a hyperparameter leaf such as ``hp.gamma``);
 3. the incoming state (e.g. ``state.bank.emb`` already poisoned by an unchecked call);
 4. the protocol's order, read from the open task's phase in the state (``State.task.progress``), so
@@ -19,8 +22,9 @@ which runs inside the controller's own jitted program, ahead of an earlier input
    eager walk (the host ``Controller`` raises the same messages);
 5. the outgoing state (a non-finite value the step itself produced).
 
-Shapes, a batch given to a function of one configuration, and a float64 spec without 64-bit JAX
-are refused by the plain functions too, at trace time (a ``ValueError``).
+Shapes, a batch given to a function of one configuration, one task's event given to a stream
+function, a float64 spec without 64-bit JAX (a ``ValueError``) and a reward of a float dtype (a
+``TypeError``) are refused by the plain functions too, at trace time.
 
 Usage: ``tw.checked.select(state, q, hp, spec)`` instead of ``tw.select(...)`` (same signature
 and results), for every function of the controller (``init``, ``select``, ``observe``, ``offer``,
@@ -33,9 +37,10 @@ untrusted.
 Which entry points validate (see docs/controller.md): ``tw.hparams``/``tw.preset``/``Spec``
 and ``tw.stack_hparams`` check every value on the host at construction; the host
 ``Controller`` checks its inputs (shape, finiteness, reward in {0, 1}) and the protocol;
-the pure API checks shapes, batches and the float64 setting at trace time and answers an
-out-of-order call with a documented no-op, but cannot raise on values (this module is its checked
-twin).
+the pure API checks shapes, batches, reward dtypes and the float64 setting at trace time, refuses a
+concrete reward other than 0 or 1 before its program runs, answers an out-of-order call with a
+documented no-op and an inadmissible memory with ``INVALID_MEMORY``, but cannot raise on traced
+values (this module is its checked twin).
 """
 
 from __future__ import annotations
@@ -57,16 +62,17 @@ STATE_ARGS = ("state", "states")  # checked as the incoming state
 
 
 def _check_reward(reward: Any, what: str) -> Any:
-    """Check that every entry of ``reward`` (as given: an int or float array) is 0 or 1, reporting the first bad
-    one; returns ``reward`` with bad entries as 0, so the controller's own reward check (which would report
-    the int32 it casts to, -1 for 0.5) does not fire too (the call raises and its result is discarded)."""
+    """Check that every entry of ``reward`` (as given: int32, or float for an integer beyond int32's range, so
+    that its value is reported) is 0 or 1, reporting the first bad one; returns ``reward`` as int32 with bad
+    entries as 0, so the controller's own reward check (which would report the int32 it casts to) does not fire
+    too (the call raises and its result is discarded)."""
     r = jnp.ravel(jnp.asarray(reward))
     bad = ~((r == 0) | (r == 1))
     first = jnp.argmax(bad)
     where = " (first at index {i})" if jnp.ndim(reward) else ""
     checkify.check(~jnp.any(bad), f"{what} {REWARD_RULE[len('reward '):]}, got {{v}}{where}", v=r[first],
                    **({"i": first} if jnp.ndim(reward) else {}))  # type: ignore[arg-type]  # format values
-    return jnp.where(bad.reshape(jnp.shape(reward)), jnp.zeros((), r.dtype), reward)
+    return jnp.where(bad.reshape(jnp.shape(reward)), jnp.zeros((), r.dtype), reward).astype(jnp.int32)
 
 
 def _with_reward(event: Event, reward: Any) -> Event:
@@ -75,14 +81,13 @@ def _with_reward(event: Event, reward: Any) -> Event:
 
 
 def _raw_reward(reward: Any, spec: Spec) -> Any:
-    """A reward as the checked program takes it: its value kept (0.5 stays 0.5, so the check can report it),
-    Python and NumPy values as int32 or the spec's float dtype (so a new value never compiles again)."""
+    """A reward (of an integer or bool dtype: :func:`~tokenworth_jax.controller.cast_arguments` refused any other)
+    as the checked program takes it: its value kept (2**40 stays 2**40, so the check can report it), Python and
+    NumPy values as int32 or, beyond int32's range, the spec's float dtype (so a new value never compiles again)."""
     if isinstance(reward, jax.Array):
         return reward
     r = np.asarray(reward)
-    if r.dtype == bool or np.issubdtype(r.dtype, np.integer):
-        return r.astype(np.int32) if np.all(np.abs(r) < 2**31) else r.astype(spec.float_dtype)
-    return r.astype(spec.float_dtype)
+    return r.astype(np.int32) if np.all(np.abs(r) < 2**31) else r.astype(spec.float_dtype)
 
 
 def _check_finite(tree: Any, what: str) -> None:

@@ -30,6 +30,7 @@ from typing import Any, Callable, NamedTuple, Optional, Protocol
 
 import jax
 import jax.numpy as jnp
+from jax.experimental import checkify
 from jax.typing import ArrayLike
 
 from . import _doc
@@ -42,7 +43,7 @@ from .config import N_STAT_FEATURES, PART_SLOTS, HParams, check_dtype, check_par
 from .features import new_memory_stats
 from .featurize import DIM
 from .inputs import MemoryText, Query
-from .lifecycle import Decision, Worth
+from .lifecycle import Admission, Decision, Worth
 from .modes import Candidates, Feedback, Mode, paper
 from .protocol import Progress
 from .residual import Residual
@@ -94,7 +95,7 @@ _doc.fields(
 
 
 class Spec(_SpecFields):
-    """Static settings: the shape fields and the two parts. Hashable, so it is a static jit argument.
+    """Static settings: the shape fields and the two parts. Hashable, and a static pytree node.
 
     Every field fixes an array shape or a program (the scorer and the mode), so a new value
     compiles anew; everything else is a traced leaf of :class:`~tokenworth_jax.HParams`. Every
@@ -102,6 +103,13 @@ class Spec(_SpecFields):
     value and the allowed range. The parts bring their own shape fields (``spec.mode.shapes``),
     hyperparameters (``hp.mode``) and inputs (``spec.mode.features``). Build one with
     :func:`tokenworth_jax.preset`, or directly: ``Spec(capacity=32, dim=256)``.
+
+    A Spec is registered as a pytree with no leaves (``jax.tree_util.register_static``: the
+    spec itself is the tree's auxiliary data, hashed and compared by value), as ``equinox``
+    marks a static field. So a transformation passes it through unchanged and keys its cache on
+    it: ``jax.jit(tw.select)(state, q, hp, spec)``, ``jax.vmap(tw.init, in_axes=(None, 0))(spec,
+    hps)`` and ``jax.tree.map`` over ``(state, spec)`` work as written, an equal spec reuses the
+    compiled program, and a new spec compiles anew. No ``static_argnames`` is needed.
     """
 
     __slots__ = ()
@@ -135,6 +143,12 @@ class Spec(_SpecFields):
     def float_dtype(self) -> jnp.dtype:
         """``dtype`` as a NumPy dtype object."""
         return jnp.dtype(self.dtype)
+
+
+# A leafless pytree node: jit, vmap and scan carry a Spec as static auxiliary data (compared by value), so a
+# user's own jax.jit of a pure function needs no static_argnames, and a NamedTuple's default flattening (its
+# fields as leaves: a str dtype, the parts' functions) never reaches a transformation.
+jax.tree_util.register_static(Spec)
 
 
 # ----- the state --------------------------------------------------------------------------------
@@ -278,10 +292,12 @@ _doc.fields(
     Event,
     query="(D,) float recall vector of the task's question, or a :class:`~tokenworth_jax.Query` with the "
           "features the parts read.",
-    reward="() int32 0 or 1: the task's judged outcome (ignored when ``step`` is given a ``reward_fn``).",
+    reward="() int 0 or 1 (any integer or bool dtype; a float is refused, see :func:`run`): the task's judged "
+           "outcome (ignored when ``step`` is given a ``reward_fn``).",
     memory="(D,) float vector of the memory this task offers if it succeeds (its key text's recall vector), "
            "or a :class:`~tokenworth_jax.MemoryText`.",
-    memory_id="() int32: the id that memory gets in the bank (the caller's, >= 0).",
+    memory_id="() int32: the id that memory gets in the bank (the caller's, >= 0; an id below 0, or a non-finite "
+              "memory, is answered ``INVALID_MEMORY`` and never admitted).",
 )
 
 
@@ -431,10 +447,14 @@ def _same_residual(res: Residual, hp: HParams) -> Residual:
 def _observe(p: Parts, state: State, reward: ArrayLike, hp: HParams, spec: Spec) -> State:
     """Record the judged reward (0/1) of the open task, then run the refits it makes due.
 
-    ``reward`` is 0 or 1 (cast to int32). The plain function is a no-op, returning the state unchanged
-    (nothing credited, recorded or refitted, the phase kept), for a reward other than 0 or 1 and for a
+    ``reward`` is 0 or 1, of an integer or bool dtype (cast to int32). A reward of a float dtype is refused
+    at trace time (TypeError): a graded score is not a reward, threshold it yourself (``(score >=
+    0.5).astype(jnp.int32)``). A concrete reward other than 0 or 1 (NumPy, Python, a ``jax.Array`` outside
+    a transformation) is refused before the program runs (ValueError). A traced one (inside your own
+    ``jax.jit``, ``vmap`` or ``scan``) cannot be read while tracing: there the plain function is a no-op,
+    returning the state unchanged (nothing credited, recorded or refitted, the phase kept), as it is for a
     call out of the protocol's order (no task open, or a second observe of the same task);
-    ``tw.checked.observe`` refuses both, naming the problem. A host ``Controller``'s judged task (its
+    ``tw.checked.observe`` reports both, naming the problem. A host ``Controller``'s judged task (its
     feedback pending) takes its feedback here."""
     _check(p, spec, hp, state)
     task = state.task
@@ -515,12 +535,17 @@ def _offer_if(p: Parts, state: State, memory: ArrayLike | MemoryText, memory_id:
     the whole state in and out."""
     _check(p, spec, hp, state)
     memory = _as_memory(memory, spec)
+    memory_id = jnp.asarray(memory_id, jnp.int32)
     progress = state.task.progress
     offered = jnp.asarray(offered, bool)
     protocol.device_check(progress, "offer", offered)
-    # only the task's first offer after its observe(1) (the eager walk's phase OBSERVED) can write
-    success = ((progress.phase == protocol.OBSERVED) & (progress.reward == 1) & ~jnp.asarray(progress.offered, bool)
-               & offered)
+    # only the task's first offer after its observe(1) (the eager walk's phase OBSERVED) can write, and only a memory
+    # that can be admitted at all: an inadmissible one leaves the state as it was (INVALID_MEMORY)
+    offering = ((progress.phase == protocol.OBSERVED) & (progress.reward == 1) & ~jnp.asarray(progress.offered, bool)
+                & offered)
+    invalid = offering & ~lifecycle.admissible(memory, memory_id)
+    checkify.debug_check(~invalid, f"offer(): {lifecycle.ADMISSIBLE_RULE}; got memory id {{i}}", i=memory_id)
+    success = offering & ~invalid
     assess = functools.partial(_assess, p, spec=spec)
     shapes = jax.eval_shape(assess, state, memory, hp)[1]  # static: the branches close over no tracer
 
@@ -529,8 +554,8 @@ def _offer_if(p: Parts, state: State, memory: ArrayLike | MemoryText, memory_id:
                 jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), shapes))
 
     dec, column = gated(success, assess, skipped, state, memory, hp)
+    dec = dec._replace(code=jnp.where(invalid, jnp.int32(Admission.INVALID_MEMORY), dec.code))
     writes = dec.slot >= 0
-    memory_id = jnp.asarray(memory_id, jnp.int32)
     task = state.task._replace(progress=protocol.on_device(
         protocol.after(progress, "offer", jnp.asarray(progress.offered, bool) | success)))
     return state._replace(bank=bank_lib.write(state.bank, dec.slot, writes, memory.key, memory_id, state.clock.t,
@@ -545,8 +570,10 @@ def _offer(p: Parts, state: State, memory: ArrayLike | MemoryText, memory_id: Ar
 
     Out of the protocol's order (before ``observe``, after a failure, a second offer of the same task)
     the plain function answers NOT_OFFERED with the state unchanged; ``tw.checked.offer`` refuses all but
-    the failure's offer (NOT_OFFERED is its answer). The memory is cast to the spec's dtype before the
-    jitted program."""
+    the failure's offer (NOT_OFFERED is its answer). A memory that can never be admitted (a non-finite
+    entry in its vector or features, or ``memory_id`` below 0) is answered ``INVALID_MEMORY`` with the state
+    unchanged (the task may offer a valid memory instead); ``tw.checked.offer`` refuses it. The memory is
+    cast to the spec's dtype before the jitted program."""
     return _offer_if(p, state, memory, memory_id, True, hp, spec)
 
 
@@ -587,23 +614,54 @@ def _advance(p: Parts, state: State, reward: ArrayLike, memory: ArrayLike | Memo
 
 def _step(p: Parts, state: State, event: Event, hp: HParams, spec: Spec,
           reward_fn: Optional[RewardFn] = None) -> tuple[State, StepOutput]:
-    """One whole task: select, the reward (the event's, or ``reward_fn`` of the selection), finish."""
+    """One whole task: select, the reward (the event's, or ``reward_fn`` of the selection), finish.
+
+    The reward follows :func:`observe`'s rules: a float dtype (the event's or ``reward_fn``'s) is refused at
+    trace time; the event's concrete reward other than 0 or 1 is refused before the program runs; a traced
+    one, or ``reward_fn``'s, other than 0 or 1 closes the task without feedback (nothing credited, nothing
+    offered: ``NOT_OFFERED``), and ``tw.checked.step`` reports it."""
     state, selection = _select(p, state, event.query, hp, spec)
-    reward = jnp.asarray(event.reward if reward_fn is None else reward_fn(event, selection), jnp.int32)
+    reward = (jnp.asarray(event.reward, jnp.int32) if reward_fn is None
+              else inputs.cast_reward(reward_fn(event, selection), "the reward that reward_fn returns"))
     state, decision = _finish_task(p, state, reward, event.memory, event.memory_id, True, hp, spec)
     return state, StepOutput(selection=selection, reward=reward, decision=decision)
 
 
 def _run(p: Parts, state: State, events: Event, hp: HParams, spec: Spec,
          reward_fn: Optional[RewardFn] = None) -> tuple[State, StepOutput]:
-    """``lax.scan`` of ``step`` over a stream of events stacked on axis 0."""
+    """``lax.scan`` of ``step`` over a stream of events stacked on axis 0.
+
+    Every field of ``events`` has the leading time axis T: query (T, D), reward (T,), memory (T, D),
+    memory_id (T,); one task's event is refused at trace time (ValueError: use :func:`step`, or
+    ``jax.tree.map(lambda x: x[None], event)``). Rewards follow :func:`step`'s rules: a float dtype is
+    refused (TypeError: threshold a graded score yourself), a concrete reward other than 0 or 1 is refused
+    naming the first such task (ValueError), and under your own ``jax.jit`` such a task is closed without
+    feedback (``tw.checked.run`` reports it)."""
+    _one_stream(events, "run")
     return jax.lax.scan(lambda s, e: _step(p, s, e, hp, spec, reward_fn), state, events)
+
+
+def _one_stream(events: Event, name: str) -> None:
+    """Refuse (ValueError, one line, at trace time) events that are not one stream: every field stacked on the same
+    leading time axis T (one task's Event, given where a stream is expected, has none)."""
+    if not isinstance(events, Event):
+        raise TypeError(f"{name} takes its events as a tokenworth_jax.Event, got {type(events).__name__}")
+    leaves = jax.tree_util.tree_leaves_with_path(events)
+    T = jnp.shape(events.reward)[0] if jnp.ndim(events.reward) == 1 else None
+    for path, leaf in leaves:
+        want = 1 if getattr(path[0], "name", None) in ("reward", "memory_id") else 2  # vectors: (T, width)
+        if T is None or jnp.ndim(leaf) != want or jnp.shape(leaf)[0] != T:
+            raise ValueError(f"{name} takes a stream of events, every field stacked on a leading time axis T (query "
+                             f"(T, D), reward (T,), memory (T, D), memory_id (T,)); got events{jax.tree_util.keystr(path)}"
+                             f" of shape {jnp.shape(leaf)} and reward of shape {jnp.shape(events.reward)}: for one task "
+                             "call tw.step, or make it a stream of one with jax.tree.map(lambda x: x[None], event)")
 
 
 def _run_batched(p: Parts, states: State, events: Event, hps: HParams, spec: Spec,
                  reward_fn: Optional[RewardFn] = None, strategy: Strategy = "auto") -> tuple[State, StepOutput]:
     """C configurations (stacked states and hyperparameters) over one shared stream: ``jax.vmap(run)``
     (or ``lax.map``, the CPU default). Outputs have shape (C, T, ...)."""
+    _one_stream(events, "run_batched")
     return over_configs(lambda s, h: _run(p, s, events, h, spec, reward_fn), strategy)(states, hps)
 
 
@@ -766,7 +824,8 @@ def cast_arguments(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     """The arguments of the controller function ``name`` (by parameter name, ``spec`` among them) with every
     input cast to what its program takes: queries and memories (a Query / MemoryText: each vector) to the
     spec's dtype, rewards and memory ids to int32, ``offered`` to bool (an Event's fields alike), and
-    ``strategy="auto"`` resolved by where the states live (:func:`tokenworth_jax.batching.resolve`).
+    ``strategy="auto"`` resolved by where the states live (:func:`tokenworth_jax.batching.resolve`). A reward
+    of a float dtype is refused here (TypeError: :func:`tokenworth_jax.inputs.check_reward_dtype`).
 
     The public functions call this before their jitted programs, so an input of another dtype (a float64
     or bfloat16 query, a Python int) never compiles a program again and the outputs are of the spec's
@@ -778,13 +837,14 @@ def cast_arguments(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         if key in ("query", "memory") and f is not None:
             out[key] = inputs.cast(value, f, Query if key == "query" else MemoryText)
         elif key == "reward":
-            out[key] = inputs.cast_reward(value)
+            out[key] = inputs.cast_reward(value, f"{name}: input reward")
         elif key == "memory_id":
             out[key] = inputs.cast_index(value)
         elif key == "offered":
             out[key] = inputs.cast_flag(value)
         elif key in ("event", "events") and isinstance(value, Event) and f is not None:
-            out[key] = Event(query=inputs.cast(value.query, f, Query), reward=inputs.cast_reward(value.reward),
+            out[key] = Event(query=inputs.cast(value.query, f, Query),
+                             reward=inputs.cast_reward(value.reward, f"{name}: input {key}.reward"),
                              memory=inputs.cast(value.memory, f, MemoryText),
                              memory_id=inputs.cast_index(value.memory_id))
         elif key == "strategy":
@@ -792,9 +852,22 @@ def cast_arguments(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def check_rewards(name: str, arguments: dict[str, Any]) -> None:
+    """Refuse (ValueError, one line) a concrete reward other than 0 or 1 given to the controller function ``name``
+    (``arguments`` by parameter name, as given): ``reward``, or an Event's rewards unless a ``reward_fn`` replaces
+    them. A traced reward is left to the program (:func:`tokenworth_jax.inputs.check_reward_values`)."""
+    if "reward" in arguments:
+        inputs.check_reward_values(arguments["reward"], f"{name}: input reward")
+    for key in ("event", "events"):
+        value = arguments.get(key)
+        if isinstance(value, Event) and arguments.get("reward_fn") is None:
+            inputs.check_reward_values(value.reward, f"{name}: input {key}.reward")
+
+
 def _public(name: str, jitted: Any) -> Callable[..., Any]:
-    """The public function ``name``: casts its inputs (:func:`cast_arguments`), then calls its jitted program
-    (``jitted``; its ``_cache_size``, ``lower`` and ``eval_shape`` are the program's)."""
+    """The public function ``name``: casts its inputs (:func:`cast_arguments`) and checks concrete rewards
+    (:func:`check_rewards`), then calls its jitted program (``jitted``; its ``_cache_size``, ``lower`` and
+    ``eval_shape`` are the program's)."""
     sig = signature(name)
     params = tuple(sig.parameters)
 
@@ -805,7 +878,9 @@ def _public(name: str, jitted: Any) -> Callable[..., Any]:
             arguments = dict(bound.arguments)
         else:
             arguments = dict(zip(params, args))
-        return jitted(*cast_arguments(name, arguments).values())
+        cast = cast_arguments(name, arguments)
+        check_rewards(name, arguments)
+        return jitted(*cast.values())
 
     call.__name__ = call.__qualname__ = name
     call.__doc__ = jitted.__doc__
@@ -846,10 +921,14 @@ def select(state: State, query: ArrayLike | Query, hp: HParams, spec: Spec) -> t
 def observe(state: State, reward: ArrayLike, hp: HParams, spec: Spec) -> State:
     """Record the judged reward (0/1) of the open task, then run the refits it makes due.
 
-    ``reward`` is 0 or 1 (cast to int32). The plain function is a no-op, returning the state unchanged
-    (nothing credited, recorded or refitted, the phase kept), for a reward other than 0 or 1 and for a
+    ``reward`` is 0 or 1, of an integer or bool dtype (cast to int32). A reward of a float dtype is refused
+    at trace time (TypeError): a graded score is not a reward, threshold it yourself (``(score >=
+    0.5).astype(jnp.int32)``). A concrete reward other than 0 or 1 (NumPy, Python, a ``jax.Array`` outside
+    a transformation) is refused before the program runs (ValueError). A traced one (inside your own
+    ``jax.jit``, ``vmap`` or ``scan``) cannot be read while tracing: there the plain function is a no-op,
+    returning the state unchanged (nothing credited, recorded or refitted, the phase kept), as it is for a
     call out of the protocol's order (no task open, or a second observe of the same task);
-    ``tw.checked.observe`` refuses both, naming the problem. A host ``Controller``'s judged task (its
+    ``tw.checked.observe`` reports both, naming the problem. A host ``Controller``'s judged task (its
     feedback pending) takes its feedback here."""
     return controller(spec.scorer, spec.mode).observe(state, reward, hp, spec)
 
@@ -860,8 +939,10 @@ def offer(state: State, memory: ArrayLike | MemoryText, memory_id: ArrayLike, hp
 
     Out of the protocol's order (before ``observe``, after a failure, a second offer of the same task)
     the plain function answers NOT_OFFERED with the state unchanged; ``tw.checked.offer`` refuses all but
-    the failure's offer (NOT_OFFERED is its answer). The memory is cast to the spec's dtype before the
-    jitted program."""
+    the failure's offer (NOT_OFFERED is its answer). A memory that can never be admitted (a non-finite
+    entry in its vector or features, or ``memory_id`` below 0) is answered ``INVALID_MEMORY`` with the state
+    unchanged (the task may offer a valid memory instead); ``tw.checked.offer`` refuses it. The memory is
+    cast to the spec's dtype before the jitted program."""
     return controller(spec.scorer, spec.mode).offer(state, memory, memory_id, hp, spec)
 
 
@@ -888,13 +969,25 @@ def advance(state: State, reward: ArrayLike, memory: ArrayLike | MemoryText, mem
 
 def step(state: State, event: Event, hp: HParams, spec: Spec,
          reward_fn: Optional[RewardFn] = None) -> tuple[State, StepOutput]:
-    """One whole task: select, the reward (the event's, or ``reward_fn`` of the selection), finish."""
+    """One whole task: select, the reward (the event's, or ``reward_fn`` of the selection), finish.
+
+    The reward follows :func:`observe`'s rules: a float dtype (the event's or ``reward_fn``'s) is refused at
+    trace time; the event's concrete reward other than 0 or 1 is refused before the program runs; a traced
+    one, or ``reward_fn``'s, other than 0 or 1 closes the task without feedback (nothing credited, nothing
+    offered: ``NOT_OFFERED``), and ``tw.checked.step`` reports it."""
     return controller(spec.scorer, spec.mode).step(state, event, hp, spec, reward_fn)
 
 
 def run(state: State, events: Event, hp: HParams, spec: Spec,
         reward_fn: Optional[RewardFn] = None) -> tuple[State, StepOutput]:
-    """``lax.scan`` of ``step`` over a stream of events stacked on axis 0."""
+    """``lax.scan`` of ``step`` over a stream of events stacked on axis 0.
+
+    Every field of ``events`` has the leading time axis T: query (T, D), reward (T,), memory (T, D),
+    memory_id (T,); one task's event is refused at trace time (ValueError: use :func:`step`, or
+    ``jax.tree.map(lambda x: x[None], event)``). Rewards follow :func:`step`'s rules: a float dtype is
+    refused (TypeError: threshold a graded score yourself), a concrete reward other than 0 or 1 is refused
+    naming the first such task (ValueError), and under your own ``jax.jit`` such a task is closed without
+    feedback (``tw.checked.run`` reports it)."""
     return controller(spec.scorer, spec.mode).run(state, events, hp, spec, reward_fn)
 
 

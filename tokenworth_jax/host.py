@@ -48,7 +48,7 @@ from .config import HParams, flatten, hparams_from_arrays, validate_hparams
 from .controller import Spec, State, controller, with_progress
 from .featurize import featurize
 from .inputs import Feature, MemoryText, Query, declared
-from .lifecycle import Admission
+from .lifecycle import ADMISSIBLE_RULE, Admission
 from .presets import describe, preset, spec_from_dict
 from .protocol import ProtocolError
 from .pytree import fetch, from_numpy, to_numpy
@@ -150,6 +150,14 @@ def _reward(value: Any) -> int:
     if isinstance(value, (float, np.floating)) and float(value) in (0.0, 1.0):
         return int(value)
     raise ValueError(f"{protocol.REWARD_RULE}, got {value!r}")
+
+
+def _check_id(memory_id: int) -> None:
+    """The id the next offer gets is one the bank can hold (``lifecycle.admissible``): the device would answer
+    INVALID_MEMORY after the task's feedback had run, so the host refuses first, with nothing changed."""
+    if not 0 <= memory_id <= np.iinfo(np.int32).max:
+        raise ValueError(f"{ADMISSIBLE_RULE}: this controller's next memory id is {memory_id}, outside [0, 2**31 - 1] "
+                         "(its memory table's next_id)")
 
 
 def _text_of(payload: Any) -> Optional[str]:
@@ -340,10 +348,13 @@ class Controller:
 
         Raises:
             ProtocolError: the task is not judged, failed (observe(0)), or has offered already.
+            ValueError: the memory could never be admitted (``INVALID_MEMORY``: a non-finite vector, or no
+                int32 memory id >= 0 left to give it); nothing is changed.
         """
         protocol.check(self._progress, "offer")
-        m = self.memory(memory_text, key_text, **features)
+        m = self.memory(memory_text, key_text, **features)  # its vectors: finite (refused here if not)
         new_id = self.memories.next_id
+        _check_id(new_id)
         self._state, dec = self._calls.finish_task(self._state, np.int32(self._progress.reward), m, np.int32(new_id),
                                                    np.bool_(True), self.hp, self.spec)  # feedback + admission + end
         self._progress = protocol.START
@@ -405,5 +416,7 @@ class Controller:
         ctl._state = from_numpy(ctl._state, data["state"])  # fresh buffers (the calls donate them)
         ctl._progress = protocol.validate(fetch(ctl._state.task.progress))
         ctl.memories = MemoryTable.from_state_dict(data["memories"], decode)
+        if ctl.memories.next_id < 0:
+            raise ValueError(f"checkpoint memory table: next_id = {ctl.memories.next_id}, but {ADMISSIBLE_RULE}")
         return ctl
 

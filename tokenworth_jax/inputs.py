@@ -17,6 +17,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from . import _doc
+from .protocol import REWARD_RULE
 
 Side = Literal["query", "memory"]
 
@@ -155,27 +156,66 @@ def cast(x: Any, dtype: Any, cls: type | None = None) -> Any:
     return _as(x, dtype) if cls is None else cls(key=_as(x, dtype))
 
 
-def cast_reward(reward: Any) -> Any:
-    """A reward as int32. Integer rewards keep their value (2 stays 2, for the checks to report); a
-    non-integer one (0.5) becomes -1: either way not 0 or 1, so ``observe`` is a no-op on it (and
-    ``tw.checked`` reports the value it was given)."""
+# A graded score (0.9) is not a reward: the controller learns from success and failure only, and a float that
+# happens to be 0.0 or 1.0 hides the same mistake, so a reward's dtype is refused at trace time.
+GRADED = ("a graded score is not a reward here: threshold it to 0 or 1 yourself, e.g. reward = (score >= 0.5)"
+          ".astype(jnp.int32)")
+
+
+def check_reward_dtype(reward: Any, what: str = "reward") -> None:
+    """Refuse (TypeError, one line, at trace time: the dtype is static) a reward that is not of an integer or bool
+    dtype (Python ints and bools are; Python floats are not)."""
+    dtype = reward.dtype if hasattr(reward, "dtype") else np.asarray(reward).dtype
+    if not (dtype == np.bool_ or jnp.issubdtype(dtype, jnp.integer)):
+        raise TypeError(f"{what} must be an integer 0 or 1 (any integer or bool dtype), got dtype {dtype}: {GRADED}")
+
+
+def check_reward_values(reward: Any, what: str = "reward") -> None:
+    """Refuse (ValueError, one line) a concrete reward (NumPy, Python, a ``jax.Array`` outside a transformation)
+    with an entry other than 0 or 1, naming the first. A traced one (under a user's own jit, vmap or scan) has no
+    value to read: it is left to the program, where a task whose reward is not 0 or 1 gets no feedback (the
+    documented no-op of ``observe``) and ``tw.checked`` reports it. An integer dtype is checked before this
+    (:func:`check_reward_dtype`)."""
+    if isinstance(reward, jax.core.Tracer):
+        return
+    if type(reward) is np.int32:  # the host's input: the fast path
+        if reward == 0 or reward == 1:
+            return
+    r = np.asarray(reward)  # a device array is fetched (a few bytes; already in host memory on the CPU)
+    bad = (r != 0) & (r != 1)
+    if np.any(bad):
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        where = f" (first at index {index[0] if len(index) == 1 else index})" if r.ndim else ""
+        raise ValueError(f"{what} {REWARD_RULE[len('reward '):]}, got {r[index].item()!r}{where}")
+
+
+def cast_reward(reward: Any, what: str = "reward") -> Any:
+    """A reward (or a stack of them) as int32, its dtype checked first (:func:`check_reward_dtype`: a float is
+    refused). Values outside the int32 range become -1, so that no wider integer wraps round to 0 or 1; a value
+    other than 0 or 1 stays one (2 stays 2, for the checks to report)."""
     if type(reward) is np.int32:  # the host's input: the fast path
         return reward
-    if isinstance(reward, (bool, np.bool_)) or (isinstance(reward, np.ndarray) and reward.dtype == bool):
-        return np.asarray(reward, np.int32)
-    if isinstance(reward, (int, float, np.number, np.ndarray, list, tuple)):
-        r: Any = np.asarray(reward)  # NumPy here, a jax.Array below
-        if r.dtype == np.int32:
-            return r
-        if np.issubdtype(r.dtype, np.integer):
-            return np.where((r >= -2**31) & (r < 2**31), r, -1).astype(np.int32)
-        return np.where(r == np.round(r), np.clip(np.nan_to_num(r, nan=-1.0), -2**31, 2**31 - 1), -1).astype(np.int32)
-    r = jnp.asarray(reward)
-    if r.dtype == jnp.int32:
+    check_reward_dtype(reward, what)
+    if isinstance(reward, jax.Array):  # a device array or a tracer
+        if reward.dtype == jnp.int32:
+            return reward
+        return jnp.where(_in_int32(reward), reward, -1).astype(jnp.int32) if _wide(reward.dtype) else \
+            reward.astype(jnp.int32)
+    r: Any = np.asarray(reward)
+    if r.dtype == np.int32:
         return r
-    if r.dtype == bool or jnp.issubdtype(r.dtype, jnp.integer):
-        return r.astype(jnp.int32)
-    return jnp.where((r == 0) | (r == 1), r, -1).astype(jnp.int32)
+    return np.where(_in_int32(r), r, -1).astype(np.int32) if _wide(r.dtype) else r.astype(np.int32)
+
+
+def _wide(dtype: Any) -> bool:
+    """An integer dtype with values beyond int32's range (int64, uint32, uint64)."""
+    return dtype != np.bool_ and np.iinfo(dtype).max > np.iinfo(np.int32).max
+
+
+def _in_int32(r: Any) -> Any:
+    """Which entries of an integer array fit in int32 (works on NumPy and JAX arrays alike)."""
+    ok = r <= np.iinfo(np.int32).max
+    return ok & (r >= np.iinfo(np.int32).min) if np.iinfo(r.dtype).min < 0 else ok
 
 
 def cast_index(x: Any) -> Any:

@@ -9,6 +9,8 @@ its statistics).
 from __future__ import annotations
 
 import enum
+import functools
+import operator
 from typing import NamedTuple
 
 import jax
@@ -16,6 +18,7 @@ import jax.numpy as jnp
 
 from . import _doc
 from .bank import Bank
+from .inputs import MemoryText
 
 
 class Admission(enum.IntEnum):
@@ -28,7 +31,10 @@ class Admission(enum.IntEnum):
     the worth gate passed and the lowest-worth memory was evicted), 4 ``SELF_EVICTED`` (a gate
     passed but the offered memory had the lowest worth itself: bank unchanged), 5
     ``REPLACED_NEAREST`` (no gate passed; the weak nearest neighbour was replaced), 6 ``REJECTED``
-    (no rule applied).
+    (no rule applied), and, before any rule, 7 ``INVALID_MEMORY`` (a judged success offered a memory
+    that can never be admitted: a non-finite entry in its vector or features, or an id below 0; the
+    state is unchanged, so the task may offer a valid memory instead; ``tw.checked`` and the host
+    ``Controller`` raise on it). Codes are never renumbered: a new one takes the next number.
     """
 
     NOT_OFFERED = 0  #: the task failed or offered nothing: bank untouched
@@ -38,6 +44,7 @@ class Admission(enum.IntEnum):
     SELF_EVICTED = 4  #: a gate passed but the offered memory itself had the lowest worth: bank unchanged
     REPLACED_NEAREST = 5  #: no gate passed; the weak nearest neighbour was replaced
     REJECTED = 6  #: no rule applied: bank unchanged
+    INVALID_MEMORY = 7  #: a non-finite memory or an id below 0, never admitted: state unchanged
 
 
 class Worth(NamedTuple):
@@ -68,8 +75,8 @@ _doc.fields(
 class Decision(NamedTuple):
     """What the lifecycle did with an offered memory (:func:`tokenworth_jax.offer`).
 
-    ``-1`` in an integer field means "none"; a task that offered nothing (``NOT_OFFERED``) has
-    ``-1`` slots and NaN values. Floats have the spec's dtype.
+    ``-1`` in an integer field means "none"; a task that offered nothing (``NOT_OFFERED``) or an
+    inadmissible memory (``INVALID_MEMORY``) has ``-1`` slots and NaN values. Floats have the spec's dtype.
     """
 
     code: jax.Array
@@ -145,6 +152,17 @@ def decide(bank: Bank, e_new: jax.Array, V: Worth, tau_nov: jax.Array, delta_wri
     return Decision(code=code, slot=slot, evicted_id=evicted_id, novelty=novelty,
                     near_slot=jnp.where(any_valid, near, i32(-1)), v_new=V.new, v_max_bank=v_bank_max, v_near=v_near,
                     rho_pos=V.rho_pos)
+
+
+#: Why a memory is ``INVALID_MEMORY`` (also the message of ``tw.checked`` and the host ``Controller``).
+ADMISSIBLE_RULE = "an offered memory needs finite entries (its vector and features) and a memory id >= 0"
+
+
+def admissible(memory: MemoryText, memory_id: jax.Array) -> jax.Array:
+    """() bool: ``memory`` can be admitted at all (:data:`ADMISSIBLE_RULE`). A NaN would spread into every score
+    and worth it meets, and an id of -1 reads as "nothing injected" once selected, so neither may enter the bank."""
+    finite = [jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(memory)]
+    return functools.reduce(operator.and_, finite, jnp.asarray(memory_id) >= 0)
 
 
 def not_offered(dtype: jnp.dtype) -> Decision:

@@ -28,6 +28,8 @@ Conventions and decisions (where the two documents leave something open):
   30 halvings (then the iterate is already at numerical precision).
 * ``SELF_EVICTED`` reports ``slot = -1`` and ``evicted_id = -1``: the bank is
   unchanged, nothing was removed from it.
+* ``offer`` of a memory with a non-finite entry or an id below 0 returns ``INVALID_MEMORY``
+  and changes nothing: the task has not offered yet (docs/controller.md).
 * Protocol misuse (``observe`` before ``select``, ``offer`` after a failed task,
   calling a phase twice) raises ``RuntimeError`` naming the problem.
   ``end_task`` is accepted at any point of a task; it just closes it.
@@ -49,6 +51,7 @@ ADMITTED_WORTH = 3
 SELF_EVICTED = 4
 REPLACED_NEAREST = 5
 REJECTED = 6
+INVALID_MEMORY = 7  # a non-finite memory or an id below 0: never written, the task may offer again
 
 FLOAT_HPARAMS = (
     "w0", "lambda_w", "beta_w", "w_min", "w_max", "lambda_krr", "gamma", "beta_m",
@@ -551,6 +554,10 @@ class ReferenceController:
         if self._offered:
             raise RuntimeError("offer called twice in one task")
         hp = self.hp
+        e_new = np.asarray(e_new, dtype=np.float64)
+        if e_new.shape == (self.spec.dim,) and (not np.all(np.isfinite(e_new)) or new_id < 0):
+            return dict(code=INVALID_MEMORY, slot=-1, evicted_id=-1, novelty=np.nan, v_new=np.nan,
+                        v_max_bank=np.nan, v_near=np.nan, rho_pos=np.nan)
         e_new = self._check_vector(e_new, "e_new")
         wv = self.worth(e_new)
         self._offered = True

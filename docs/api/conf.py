@@ -7,9 +7,10 @@ README's controller example is shown on the quickstart page straight from README
 
 It builds from the library alone: ``make docs`` runs it in ``.venv-docs`` (the library, editable, and
 its ``docs`` extra, nothing of the harness), Read the Docs with ``pip install .[docs]``
-(.readthedocs.yaml). The research notebooks are rendered from their executed copies in
-``notebooks/`` (myst-nb, execution off): ``make test`` executes the scripts they come from, with
-the harness, and checks those copies are current (scripts/notebooks.py, docs/notebooks.md).
+(.readthedocs.yaml). The research notebooks are rendered from their executed, committed copies
+beside this file (``notebooks/*.ipynb``; myst-nb, execution off): ``make test`` executes the
+jupytext scripts they come from (the repository's ``notebooks/0*.py``), with the harness, and checks
+those copies are current (scripts/notebooks.py, docs/notebooks.md).
 """
 
 from __future__ import annotations

@@ -87,8 +87,7 @@ class ChildSink:
             raise
         if ok:
             return value
-        kind, message = value
-        raise type(kind, (RuntimeError,), {})(message)  # named as the child named it, for the run's one line
+        raise _rebuilt(value)  # named as the child named them, cause and all, for the run's one line
 
     # ------------------------------------------------------------------ the sink's interface
     def warm(self) -> None:
@@ -120,6 +119,28 @@ class ChildSink:
             self._stop(kill=True)
 
 
+def chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what it was raised from or during, outermost first (the last is the cause as it happened:
+    a refused connection, a read that timed out)."""
+    found = [exc]
+    while len(found) < 20:
+        nxt = found[-1].__cause__ or found[-1].__context__
+        if nxt is None or any(nxt is e for e in found):
+            break
+        found.append(nxt)
+    return found
+
+
+def _rebuilt(links: Any) -> BaseException:
+    """A child's exception chain, [(type name, message)] outermost first, as linked exceptions here."""
+    if links and isinstance(links[0], str):  # (type name, message): one exception
+        links = [links]
+    made = [type(kind, (RuntimeError,), {})(message) for kind, message in links]
+    for outer, inner in zip(made, made[1:]):
+        outer.__cause__ = inner
+    return made[0]
+
+
 def _serve(fd: int, nice: int) -> None:
     """The child: build the sink, then answer calls until the socket closes or a ``None`` comes."""
     if nice:
@@ -143,7 +164,7 @@ def _serve(fd: int, nice: int) -> None:
             result = getattr(sink, method, lambda *_: None)(*call_args)
             reply = (True, result)
         except Exception as exc:  # noqa: BLE001 - every failure goes back to the courier, which retries
-            reply = (False, (type(exc).__name__, str(exc)))
+            reply = (False, [(type(e).__name__, str(e)) for e in chain(exc)])
         try:
             conn.send(reply)
         except OSError:
@@ -154,4 +175,4 @@ if __name__ == "__main__":
     _serve(int(sys.argv[1]), int(sys.argv[2]))
 
 
-__all__ = ["ChildSink", "CALL_TIMEOUT_S"]
+__all__ = ["ChildSink", "CALL_TIMEOUT_S", "chain"]

@@ -276,9 +276,25 @@ class Courier:
                 f"`{command}`")
 
 
+CAUSE_CHARS = 300  # of the cause's own words; the call that failed gets what is left of a short line
+
+
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:200] if text else ''}".rstrip(": ")
+    """What went wrong as the last exception of the chain says it (``ConnectionRefusedError: [Errno 111]
+    Connection refused``, ``TimeoutError: timed out``, an HTTP status), then the failing call's words, cut.
+    Never the head of the outermost message alone: MLflow's starts with the request's URL, which filled
+    the line before and left every failure reading the same."""
+    from tokenworth_agent.tracking.child_sink import chain
+
+    def said(e: BaseException, limit: int) -> str:
+        lines = str(e).strip().splitlines()
+        text = lines[0] if lines else ""
+        return f"{type(e).__name__}: {text[:limit]}{'…' if len(text) > limit else ''}".rstrip(": ")
+
+    links = chain(exc)
+    if len(links) == 1:
+        return said(exc, CAUSE_CHARS)
+    return f"{said(links[-1], CAUSE_CHARS)}; in {said(exc, 120)}"
 
 
 def rows_of(values: Sequence[Mapping[str, float]], start: int = 0, at: float | None = None) -> list[Row]:

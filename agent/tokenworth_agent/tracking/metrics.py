@@ -97,10 +97,18 @@ def commit() -> str:
 
 
 def _text(value: Any) -> str:
+    """A hyperparameter as the user or preset wrote it: a float32 as the shortest decimal that gives back the
+    same float32 (``0.05``, not ``0.05000000074505806``), so MLflow's filters and compare views match it."""
     import numpy as np
 
-    array = np.asarray(value)
-    return str(array.item()) if array.ndim == 0 else str(array.tolist())
+    def plain(array: Any) -> Any:
+        if array.ndim:
+            return [plain(part) for part in array]
+        if array.dtype.kind == "f":
+            return float(np.format_float_positional(array[()]))
+        return array.item()
+
+    return str(plain(np.asarray(value)))
 
 
 def controller_params(env: str, method: str, overrides: Mapping[str, Any]) -> dict[str, str]:

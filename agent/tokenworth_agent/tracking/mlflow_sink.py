@@ -1,5 +1,11 @@
 """MLflow: one experiment per run folder, one MLflow run per stream, a parent run for the folder.
 
+The parent run exists from the first stream opened (:meth:`MlflowSink.parent`), so a live run or sweep
+is grouped while it runs (its streams' runs are its children from their creation; a worker of a
+distributed run finds the same parent: the id the folder's ``tracking.json`` keeps, else the run tagged
+with the folder's id). It stays ``RUNNING`` until :meth:`~MlflowSink.finish_folder`; a resumed run
+continues it (set ``RUNNING`` again if an earlier call had finished it).
+
 Used only by a courier (:mod:`.courier`): during a run from a child process (:mod:`.child_sink`), in a
 replay in the replaying process. The courier calls, per stream: :meth:`MlflowSink.open`
 (find or make the stream's run, log its parameters and tags), :meth:`~MlflowSink.logged` (the steps the
@@ -26,6 +32,7 @@ from tokenworth_agent.tracking import files
 BATCH = 1000  # metrics per log_batch request (MLflow's own limit)
 FOLDER_TAG = "tokenworth.folder_run"
 KEY_TAG = "tokenworth.stream_key"
+PARENT_TAG = "mlflow.parentRunId"  # what MLflow's UI nests child runs by
 
 
 class MlflowSink:
@@ -38,6 +45,7 @@ class MlflowSink:
         self._client: Any = None
         self._experiment: str | None = None
         self.runs: dict[str, str] = {}  # stream -> run id
+        self._parent: str | None = None
 
     # ------------------------------------------------------------------ plumbing
     @property
@@ -94,11 +102,35 @@ class MlflowSink:
                                        max_results=1, order_by=["attributes.start_time ASC"])
         return runs[0].info.run_id if runs else None
 
+    def parent(self) -> str:
+        """The folder's parent run: found (kept id, then the folder's tag) or made, once per process; RUNNING."""
+        if self._parent is not None:
+            return self._parent
+        kept = self.out / TRACKING
+        run = self._existing(files.run_id(kept, self.target))
+        if run is None:
+            folder = files.folder_id(self.out)
+            run = self._tagged(FOLDER_TAG, folder)
+            if run is None:
+                made = self.client.create_run(self.experiment(), run_name=f"{self.out.name} (all streams)",
+                                              tags={FOLDER_TAG: folder, "tokenworth.run_folder": str(self.out)}
+                                              ).info.run_id
+                run = self._tagged(FOLDER_TAG, folder) or made  # the first made, should two workers race
+                if run != made:
+                    self.client.delete_run(made)
+            files.keep_run_id(kept, self.target, run)
+        if self.client.get_run(run).info.status != "RUNNING":  # resumed after it had finished: going on
+            self.client.update_run(run, status="RUNNING")
+        self._parent = run
+        return run
+
     # ------------------------------------------------------------------ a stream
     def open(self, meta: Mapping[str, Any]) -> None:
-        """Find or make the stream's run, and log its parameters and tags (the same values again are fine)."""
+        """Find or make the stream's run, a child of the folder's parent run, and log its parameters and tags
+        (the same values again are fine)."""
         from mlflow.entities import Param, RunTag
 
+        meta = {**meta, "tags": {**meta["tags"], PARENT_TAG: self.parent()}}
         name = meta["name"]
         folder = self.out / name
         kept = folder / TRACKING
@@ -142,16 +174,7 @@ class MlflowSink:
     # ------------------------------------------------------------------ the folder
     def finish_folder(self, artifacts: Sequence[str], streams: Sequence[str], params: Mapping[str, Any]) -> None:
         """The folder's parent run: the summary and figures as artifacts, every stream's run its child."""
-        kept = self.out / TRACKING
-        run = self._existing(files.run_id(kept, self.target))
-        if run is None:
-            folder = files.folder_id(self.out)
-            run = self._tagged(FOLDER_TAG, folder)
-            if run is None:
-                run = self.client.create_run(self.experiment(), run_name=f"{self.out.name} (all streams)",
-                                             tags={FOLDER_TAG: folder, "tokenworth.run_folder": str(self.out)}
-                                             ).info.run_id
-            files.keep_run_id(kept, self.target, run)
+        run = self.parent()
         from mlflow.entities import Param
 
         self.client.log_batch(run, params=[Param(k, str(v)) for k, v in params.items()])
@@ -160,8 +183,8 @@ class MlflowSink:
                 self.client.log_artifact(run, str(path))
         for stream in streams:
             child = self._existing(files.run_id(self.out / stream / TRACKING, self.target))
-            if child is not None:
-                self.client.set_tag(child, "mlflow.parentRunId", run)
+            if child is not None:  # a stream's run made before it had a parent (an older version) too
+                self.client.set_tag(child, PARENT_TAG, run)
         self.client.set_terminated(run, "FINISHED")
 
     def close(self) -> None:
