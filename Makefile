@@ -47,7 +47,7 @@ DOCS_OUT   ?= docs/api/_build
 DOCS_AFTER := $(if $(filter test-envs,$(MAKECMDGOALS)),$(VLLM_VENV)/.installed)
 
 .PHONY: setup system-deps wheels wheel-checks vllm-setup bcb-setup bcb-tf bcb-ci-setup alfworld-setup test-envs run test bench notebooks clean \
-	docs docs-setup typecheck
+	docs docs-setup typecheck agent-docs
 
 # The three distributions of this repository, installed editable: the library (pyproject.toml), the
 # harness (agent/pyproject.toml, which depends on the library at the same version) and the benchmark
@@ -184,6 +184,12 @@ notebooks: setup
 docs: $(DOCS_VENV)/.installed
 	$(DOCS_PY) -m sphinx -W --keep-going -q -b html docs/api $(DOCS_OUT)/html
 	$(DOCS_PY) -m sphinx -W --keep-going -q -b doctest docs/api $(DOCS_OUT)/doctest
+
+# The harness's plugin interface (docs/agent-api: what a method, benchmark or backbone plugin implements and
+# receives; Sphinx autodoc, warnings are errors), built in .venv where the harness is installed; make test builds
+# it too (tests/test_agent_api_docs.py). The HTML lands in docs/agent-api/_build/html.
+agent-docs: $(VENV)/.installed
+	$(PY) -m sphinx -W --keep-going -q -b html docs/agent-api docs/agent-api/_build/html
 
 # The library's types: mypy over tokenworth_jax with the settings of pyproject.toml's [tool.mypy].
 typecheck: $(VENV)/.installed

@@ -8,7 +8,10 @@
 #       bound; what it installed is listed), then the library's tests and notebook 01 run against
 #       it from a folder that holds no source
 #   scripts/wheels.sh harness DIST VENV PYTHON DATA
-#       a fresh venv with both wheels, non-editable, then `tokenworth run --limit 5` in an empty folder
+#       a fresh venv with the library's and the harness's wheels, non-editable, then `tokenworth run --limit 5`
+#       in an empty folder; then the two example plugins of examples/plugins/, installed non-editable from
+#       their folders, through tests/test_plugin_examples.py (DB with the example method, the example
+#       benchmark with the paper's methods, a sweep, kill -9 and resume, a two-node Ray run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The library's tests: the files that declare `pytestmark = pytest.mark.library` (they import nothing
@@ -82,6 +85,7 @@ harness)
   dist=$(realpath -m "${2:?DIST}") venv=$(realpath -m "${3:?VENV}") python=${4:?PYTHON} data=${5:?DATA}
   fresh_venv "$venv" "$python"
   "$venv/bin/python" -m pip install -q "$dist"/tokenworth_jax-*.whl "$dist"/tokenworth_agent-*.whl
+  repo=$(pwd)
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
   cd "$work"
@@ -89,6 +93,14 @@ harness)
   test -s run/summary.md
   "$venv/bin/python" -c "import tokenworth_agent, tokenworth_jax; assert all('site-packages' in m.__file__ for m in (tokenworth_agent, tokenworth_jax)), (tokenworth_agent.__file__, tokenworth_jax.__file__)"
   echo "harness wheel: tokenworth run --limit 5 wrote $(ls run | wc -l) entries in its run folder"
+  # The example plugins, as a user installs a plugin: pip from its folder, non-editable, beside the harness's
+  # wheel with its test and ray extras (the two-node Ray run); their tests run from a copy without our source.
+  wheel=$(ls "$dist"/tokenworth_agent-*.whl)
+  "$venv/bin/python" -m pip install -q "$dist"/tokenworth_jax-*.whl "$wheel[test,ray]" \
+    "$repo/examples/plugins/tokenworth-example-method" "$repo/examples/plugins/tokenworth-example-benchmark"
+  cp -r "$repo/tests" "$work/tests"
+  TOKENWORTH_DATA_DIR=$data TOKENWORTH_PLUGIN_EXAMPLES=required \
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider --durations=10 tests/test_plugin_examples.py
   ;;
 *) echo "scripts/wheels.sh: unknown command $1" >&2; exit 2 ;;
 esac

@@ -270,6 +270,13 @@ def test_refusals_are_one_line_within_a_minute_and_write_nothing(two_nodes, data
     two_nodes.ready()
     silent, port = silent_port()
     skewed = [sys.executable, "-c", "import ray; ray.__version__ = '2.59.0'; from tokenworth_agent.cli import app; app()"]
+    # a method plugin the driver has and the nodes do not (a distribution on the driver's path alone)
+    site = tmp_path.parent / f"{tmp_path.name}-site"
+    info = site / "ghost_plugin-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ghost-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[tokenworth.methods]\nghost = tokenworth_agent.policies.standard:StandardPolicy\n")
+    ghost = [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(site)!r}); from tokenworth_agent.cli import app; app()"]
     cases = {  # name: (command, what the line must say)
         "nothing listening": (command(data_dir, FAULT, tmp_path / "a", "--executor", "ray", "--ray-address",
                                       f"127.0.0.1:{free_port()}"), "no Ray cluster answers at 127.0.0.1"),
@@ -283,6 +290,9 @@ def test_refusals_are_one_line_within_a_minute_and_write_nothing(two_nodes, data
                                                   "--ray-address", two_nodes.address)[3:]], "other versions"),
         "--ray-address without ray": (command(data_dir, FAULT, tmp_path / "f", "--ray-address", "h:1"),
                                       "--ray-address only applies to --executor ray"),
+        "a plugin the nodes lack": ([*ghost, *command(data_dir, ["--methods", "ghost,rag", "--limit", "2"], tmp_path / "g",
+                                                      "--executor", "ray", "--ray-address", two_nodes.address)[3:]],
+                                    "lacks the method 'ghost' (ghost-plugin 1.0 here)"),
     }
     try:
         started = time.monotonic()

@@ -211,8 +211,9 @@ def benchmark_flags(warn: Any = None) -> list[BenchmarkFlag]:
                                   f"{option.flag}")
             kind = option.type if option.default is not None else Optional[option.type]
             extra: dict[str, Any] = {} if option.show_default is None else {"show_default": option.show_default}
+            names = (option.flag,) if option.type is bool else ()  # a single flag, as the shared ones are
             flags[option.name] = BenchmarkFlag(option.name, kind, option.default,
-                                               _option(benchmark_panel(name), option.help, **extra), name)
+                                               _option(benchmark_panel(name), option.help, *names, **extra), name)
     return list(flags.values())
 
 

@@ -157,7 +157,33 @@ def _node_facts() -> dict[str, Any]:
 
     return {"node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname(),
             "ray": ray.__version__, "python": platform.python_version(), "code": code_digest(),
-            "vllm_build": installed_build()}
+            "vllm_build": installed_build(), "plugins": installed_plugins()}
+
+
+def installed_plugins() -> dict[str, dict[str, str]]:
+    """kind -> name -> "distribution version" of every usable plugin here (the built-ins among them)."""
+    from tokenworth_agent.core.plugins import GROUPS, installed
+
+    return {kind: {name: f"{p.distribution} {p.version}" for name, p in installed(kind).entries.items()}
+            for kind in GROUPS}
+
+
+def check_plugins(nodes: Sequence[Node], plan: Plan) -> None:
+    """Refuse a node that lacks a method, benchmark or backbone the run uses, or has another release of it (one
+    line): its workers could not run those streams, or would record them differently."""
+    here = installed_plugins()
+    needed = [("method", s.method) for s in plan.streams] + [("benchmark", e) for e in plan.envs]
+    needed.append(("backbone", plan.backbone_spec.name))
+    for node in nodes:
+        there = (node.facts or {}).get("plugins", {})
+        for kind, name in dict.fromkeys(needed):
+            mine, theirs = here.get(kind, {}).get(name), there.get(kind, {}).get(name)
+            if theirs is None:
+                raise ClusterRefused(f"node {node.label()} lacks the {kind} {name!r} ({mine} here); install it on "
+                                     "every node of the cluster")
+            if theirs != mine:
+                raise ClusterRefused(f"node {node.label()} has the {kind} {name!r} from {theirs}, this driver from "
+                                     f"{mine}; install the same release on every node")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -37,7 +37,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskErro
 
 from tokenworth_agent.experiment.config import ExecutorConfig
 from tokenworth_agent.experiment.distributed.leases import StreamLeases
-from tokenworth_agent.experiment.distributed.ray_cluster import (Node, Placement, check_nodes, check_storage, connect, pinned,
+from tokenworth_agent.experiment.distributed.ray_cluster import (Node, Placement, check_nodes, check_plugins, check_storage, connect, pinned,
                                                       placement, survey)
 from tokenworth_agent.experiment.distributed.worker import (forward_progress, pending_streams, run_worker, where_here,
                                                  worker_backbone)
@@ -156,6 +156,7 @@ class RayExecutor:
         try:
             self.nodes = survey()
             check_nodes(self.nodes)
+            check_plugins(self.nodes, plan)
             self.placement = placement(self.nodes, plan, self.config)
         except BaseException:
             ray.shutdown()

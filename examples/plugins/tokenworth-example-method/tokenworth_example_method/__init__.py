@@ -1,0 +1,60 @@
+"""An example memory method: inject the stored success whose question shares the most words with the task.
+
+The method in full (docs/plugins.md, "Add your memory method"):
+
+* **write**: every success the run counts as one (``candidate``: the run's ``--memory-from`` and
+  ``--memory-format`` decide) is stored; at B_max the oldest is evicted (FIFO);
+* **retrieve**: the K_max memories with the highest word overlap (Jaccard over lower-cased words) between
+  their source question and the task's, newest first among equals, and only above :data:`MIN_OVERLAP`;
+* **learn**: nothing; the decision log records each retrieval's candidates and scores.
+
+It needs no model call, so it implements ``retrieve`` and ``update``; its state (the store) is checkpointed
+by :class:`~tokenworth_agent.policies.base.StoreBackedPolicy`, so a killed run resumes with the same bank.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from tokenworth_agent.memory import Memory, Turn
+from tokenworth_agent.policies.base import MemoryStore, Outcome, StoreBackedPolicy
+from tokenworth_agent.tasks import Task
+
+MIN_OVERLAP = 0.2  # below this a memory is about something else: inject nothing
+_WORD = re.compile(r"[a-z0-9_]+")
+
+
+def words(text: str) -> frozenset[str]:
+    return frozenset(_WORD.findall(text.lower()))
+
+
+def overlap(a: frozenset[str], b: frozenset[str]) -> float:
+    return len(a & b) / len(a | b) if a | b else 0.0
+
+
+class OverlapPolicy(StoreBackedPolicy):
+    name = "overlap"
+
+    def __init__(self, env: str, budget, seed: int = 0, **kwargs) -> None:  # noqa: ANN001 - as MemoryPolicy
+        super().__init__(env, budget, seed, **kwargs)
+        self.store = MemoryStore()
+
+    def retrieve(self, task: Task) -> list[Memory]:
+        query = words(task.query_text)
+        memories = self.store.memories
+        scores = [overlap(query, words(m.key_text)) for m in memories]
+        # best first; among equal scores the newest (the store keeps write order)
+        order = sorted(range(len(memories)), key=lambda i: (-scores[i], -i))[: self.budget.max_memories]
+        chosen = [memories[i] for i in order if scores[i] >= MIN_OVERLAP]
+        self.note(candidate_ids=[memories[i].memory_id for i in order],
+                  scores=[round(scores[i], 6) for i in order], chosen_ids=[m.memory_id for m in chosen])
+        return chosen
+
+    def update(self, task: Task, memories: Sequence[Memory], outcome: Outcome, trajectory: Sequence[Turn]) -> None:
+        memory = self.candidate(task, outcome, trajectory)
+        if memory is None:
+            self.note(write=None)
+            return
+        written, evicted = self.write(memory, lambda: 0)  # FIFO: the oldest goes
+        self.note(write=written, evicted=evicted)
