@@ -23,11 +23,12 @@ BCB_BUILD   := bash scripts/bigcodebench-venv.sh
 # ~/.cache/tokenworth/wheels/<platform>-cp<XY>/ ($TOKENWORTH_WHEEL_CACHE), so a rebuild of the venv takes ~10 s.
 ALFWORLD_VENV ?= .venv-alfworld
 
-# What a user installs (scripts/wheels.sh, docs/release.md): both wheels built from this checkout; the
+# What a user installs (scripts/wheels.sh, docs/release.md): the three wheels built from this checkout; the
 # library's wheel alone in fresh venvs at the two ends of its jax range (Python 3.12 takes the newest
 # jax the range allows; the lower bound's pins on Python 3.11), each running the library's tests from a
 # folder without our source, and notebook 01; the harness's wheel, non-editable, running
-# `tokenworth run --limit 5`.
+# `tokenworth run --limit 5`, then with the two example plugins of examples/plugins/ installed from their
+# folders (non-editable) running tests/test_plugin_examples.py (docs/plugins.md).
 DIST        ?= dist
 PYTHON_NEW  ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12) $(PYTHON))
 LOWER_PINS  := jax==0.10.0 jaxlib==0.10.0 optax==0.2.4 numpy==2.0.2

@@ -22,7 +22,7 @@ from tokenworth_agent.benchmarks.alfworld.engine_venv import VENV_VARIABLE, Engi
 from tokenworth_agent.core.budget import Budget
 from tokenworth_agent.tasks import DataError, load_tasks
 from tokenworth_agent.tasks.registry import benchmarks
-from tokenworth_agent.tasks import alfworld as alf
+from tokenworth_agent.benchmarks.alfworld import tasks as alf
 
 MANIFEST_SHA256 = "bd84b9686c5b8e275cc5b70a7e684d5d391cc038029a1ab57b647254471ac855"  # phase-1 prototype's file
 

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from tokenworth_agent.tasks import load_tasks
-from tokenworth_agent.envs import db as db_module
+from tokenworth_agent.benchmarks.db import env as db_module
 from tokenworth_agent.benchmarks.db.env import DBEnvironment, answer_matches, replay_gold
 from tokenworth_agent.sqlite_mysql import Deadline, Limits, MySQLError, MySQLOnSQLite
 from tokenworth_agent.sqlite_mysql.database import mysql_filesort
