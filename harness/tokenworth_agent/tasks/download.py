@@ -356,7 +356,8 @@ def downloads(env: str, data_dir: str | os.PathLike[str] | None, benchmarks: Seq
     raise DataError(f"unknown environment {env!r} for data fetch; expected some of {', '.join(FETCH_ENVS)}")
 
 
-def data_source(env: str, data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[Benchmark]) -> dict[str, str]:
+def data_source(env: str, data_dir: str | os.PathLike[str] | None,
+                benchmarks: Sequence[Benchmark]) -> dict[str, str | None]:
     """Which source, at which commit, and which digest ``env``'s tasks come from: what a run's ``config.json``
     keeps as ``data_source``. The digest is of the file the loader reads, taken now (a few MB at most); for
     ALFWorld's games, the manifest digest the loader checks them against."""
@@ -365,14 +366,14 @@ def data_source(env: str, data_dir: str | os.PathLike[str] | None, benchmarks: S
 
         name = f"{ENV_SUBDIR[env]}/{PARQUET_NAME}"
         return {"source": hub_source(HUB_ID, name, LAB_REVISION),
-                "sha256": file_sha256(benchmark_dir(LAB, data_dir, benchmarks) / name)}
+                "sha256": _digest(benchmark_dir(LAB, data_dir, benchmarks) / name)}
     if env == "bigcodebench":
         from tokenworth_agent.tasks.bigcodebench import BCB, FILE, SPLIT_FILE
 
         folder = benchmark_dir(BCB, data_dir, benchmarks)
         if (folder / FILE).is_file():  # the loader's first choice
-            return {"source": BCB_FIRST_RELEASE_SOURCE, "sha256": file_sha256(folder / FILE)}
-        return {"source": hub_source(BCB_HUB_ID, BCB_HUB_FILE, BCB_REVISION), "sha256": file_sha256(folder / SPLIT_FILE)}
+            return {"source": BCB_FIRST_RELEASE_SOURCE, "sha256": _digest(folder / FILE)}
+        return {"source": hub_source(BCB_HUB_ID, BCB_HUB_FILE, BCB_REVISION), "sha256": _digest(folder / SPLIT_FILE)}
     if env == "alfworld":
         from tokenworth_agent.tasks.alfworld import ALFWORLD, ARCHIVE, MANIFEST_SHA256, RELEASE
 
@@ -381,6 +382,11 @@ def data_source(env: str, data_dir: str | os.PathLike[str] | None, benchmarks: S
                   f"{ARCHIVE} (a third party's repack of the same games)")
         return {"source": source, "manifest_sha256": MANIFEST_SHA256}
     raise DataError(f"unknown environment {env!r}; expected some of {', '.join(FETCH_ENVS)}")
+
+
+def _digest(path: Path) -> str | None:
+    """The file's sha256; None where there is no file (tasks handed to the plan another way, as tests do)."""
+    return file_sha256(path) if path.is_file() else None
 
 
 def present_first_release(data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[Benchmark]) -> Path | None:
