@@ -51,7 +51,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 # given, and only the preset table (and the root's exports) names TokenWorth+ (tests below).
 JAX_LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("library root", ("tokenworth_jax",)),
-    ("host wrappers", ("tokenworth_jax.host", "tokenworth_jax.checked", "tokenworth_jax.presets")),
+    ("host wrappers", ("tokenworth_jax.host", "tokenworth_jax.checked", "tokenworth_jax.presets",
+                       "tokenworth_jax.checkpoint")),
     ("controller", ("tokenworth_jax.controller",)),
     ("modes", ("tokenworth_jax.plus", "tokenworth_jax.modes")),
     ("scorers", ("tokenworth_jax.scorers",)),

@@ -417,6 +417,7 @@ def caught_logging(out: Path, uri: str, proc: subprocess.Popen, tasks: int) -> t
 def assert_grouped_now(uri: str, out: Path, name: str) -> None:
     """While the run goes: the stream's MLflow run, made by a worker, is already the folder's parent run's child."""
     runs = experiment_runs(uri, out)
+    assert f"{out.name} (all streams)" in runs, f"no parent run while the run goes: {sorted(runs)}"
     parent = runs[f"{out.name} (all streams)"]
     assert parent.info.status == "RUNNING"
     assert runs[name].data.tags.get("mlflow.parentRunId") == parent.info.run_id, runs[name].data.tags

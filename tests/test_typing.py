@@ -1,7 +1,7 @@
 """The library's types: mypy passes on tokenworth_jax (pyproject.toml's [tool.mypy]), and a user's code is
 checked through it: a wrong argument type in a call made through ``tw.controller(...)`` is reported, and
-``tw.init`` / the controller's ``init`` / ``tw.checked.select`` return what they say. Both runs share one
-mypy cache in a temporary folder (about 10-20 s cold on two cores)."""
+``tw.init`` / the controller's ``init`` / ``tw.checked.select`` / ``tw.load`` return what they say. Both runs
+share one mypy cache in a temporary folder (about 10-20 s cold on two cores)."""
 
 from __future__ import annotations
 
@@ -37,6 +37,11 @@ checked_state, checked_sel = tw.checked.select(state, jnp.zeros((spec.dim,)), hp
 assert_type(checked_sel, tw.Selection)
 ctl = tw.Controller(spec, hp)
 assert_type(ctl.select("a question"), tw.HostSelection)
+tw.save("state.npz", state, spec, hp)
+loaded = tw.load("state.npz")
+assert_type(loaded, tw.Checkpoint)
+assert_type(loaded.state, tw.State)
+assert_type(loaded.hp, tw.HParams)
 '''
 
 

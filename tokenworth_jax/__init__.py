@@ -20,6 +20,10 @@ C configurations are ``jax.vmap`` of the same functions over stacked states and
 hyperparameters (``stack_hparams``); refits and admissions stay gated on "some configuration
 needs it". ``run_batched`` is that for a whole stream, with ``lax.map`` as the CPU strategy.
 
+Save and restore a pure state with its spec and hyperparameters: ``tokenworth_jax.save(path, state,
+spec, hp)`` and ``state, spec, hp = tokenworth_jax.load(path)`` (a flat ``.npz`` with a JSON manifest:
+:mod:`.checkpoint`).
+
 Host wrapper for agent loops: :class:`Controller`; its memory-id bookkeeping is
 :class:`MemoryTable`. Checked (NaN-reporting) variants: :mod:`.checked`.
 """
@@ -29,6 +33,7 @@ from ._version import __version__
 from .bank import Bank
 from .batching import Strategy, gated
 from .bookkeeping import MemoryTable
+from .checkpoint import Checkpoint, load, save
 from .config import HParams, Schema, stack_hparams
 from .controller import (
     ControllerFunctions,
@@ -67,10 +72,10 @@ from .pytree import Empty, tree_where
 from .scorers import Scorer
 
 __all__ = [
-    "__version__", "Admission", "Bank", "Controller", "ControllerFunctions", "Decision", "Empty", "Event", "Feature", "HParams",
+    "__version__", "Admission", "Bank", "Checkpoint", "Controller", "ControllerFunctions", "Decision", "Empty", "Event", "Feature", "HParams",
     "HostDecision", "HostSelection", "MemoryTable", "MemoryText", "Mode", "OpenTask", "PlusHParams", "Predictor",
     "ProtocolError", "Query", "Schema", "Scorer", "Selection", "Spec", "State", "StepOutput", "Strategy", "Worth",
     "action_vectors", "advance", "checked", "controller", "end_task", "featurize", "finish_task", "gated", "hparams",
-    "init", "modes", "observe", "offer", "paper_mode", "plus_mode", "preset", "presets", "protocol", "run",
-    "run_batched", "scorers", "select", "stack_hparams", "step", "tree_where", "word_vectors", "worth",
+    "init", "load", "modes", "observe", "offer", "paper_mode", "plus_mode", "preset", "presets", "protocol", "run",
+    "run_batched", "save", "scorers", "select", "stack_hparams", "step", "tree_where", "word_vectors", "worth",
 ]

@@ -919,30 +919,11 @@ def select(state: State, query: ArrayLike | Query, hp: HParams, spec: Spec) -> t
 
 
 def observe(state: State, reward: ArrayLike, hp: HParams, spec: Spec) -> State:
-    """Record the judged reward (0/1) of the open task, then run the refits it makes due.
-
-    ``reward`` is 0 or 1, of an integer or bool dtype (cast to int32). A reward of a float dtype is refused
-    at trace time (TypeError): a graded score is not a reward, threshold it yourself (``(score >=
-    0.5).astype(jnp.int32)``). A concrete reward other than 0 or 1 (NumPy, Python, a ``jax.Array`` outside
-    a transformation) is refused before the program runs (ValueError). A traced one (inside your own
-    ``jax.jit``, ``vmap`` or ``scan``) cannot be read while tracing: there the plain function is a no-op,
-    returning the state unchanged (nothing credited, recorded or refitted, the phase kept), as it is for a
-    call out of the protocol's order (no task open, or a second observe of the same task);
-    ``tw.checked.observe`` reports both, naming the problem. A host ``Controller``'s judged task (its
-    feedback pending) takes its feedback here."""
     return controller(spec.scorer, spec.mode).observe(state, reward, hp, spec)
 
 
 def offer(state: State, memory: ArrayLike | MemoryText, memory_id: ArrayLike, hp: HParams,
           spec: Spec) -> tuple[State, Decision]:
-    """Offer the memory of the current task. Only a judged success can write (else NOT_OFFERED).
-
-    Out of the protocol's order (before ``observe``, after a failure, a second offer of the same task)
-    the plain function answers NOT_OFFERED with the state unchanged; ``tw.checked.offer`` refuses all but
-    the failure's offer (NOT_OFFERED is its answer). A memory that can never be admitted (a non-finite
-    entry in its vector or features, or ``memory_id`` below 0) is answered ``INVALID_MEMORY`` with the state
-    unchanged (the task may offer a valid memory instead); ``tw.checked.offer`` refuses it. The memory is
-    cast to the spec's dtype before the jitted program."""
     return controller(spec.scorer, spec.mode).offer(state, memory, memory_id, hp, spec)
 
 
@@ -969,25 +950,11 @@ def advance(state: State, reward: ArrayLike, memory: ArrayLike | MemoryText, mem
 
 def step(state: State, event: Event, hp: HParams, spec: Spec,
          reward_fn: Optional[RewardFn] = None) -> tuple[State, StepOutput]:
-    """One whole task: select, the reward (the event's, or ``reward_fn`` of the selection), finish.
-
-    The reward follows :func:`observe`'s rules: a float dtype (the event's or ``reward_fn``'s) is refused at
-    trace time; the event's concrete reward other than 0 or 1 is refused before the program runs; a traced
-    one, or ``reward_fn``'s, other than 0 or 1 closes the task without feedback (nothing credited, nothing
-    offered: ``NOT_OFFERED``), and ``tw.checked.step`` reports it."""
     return controller(spec.scorer, spec.mode).step(state, event, hp, spec, reward_fn)
 
 
 def run(state: State, events: Event, hp: HParams, spec: Spec,
         reward_fn: Optional[RewardFn] = None) -> tuple[State, StepOutput]:
-    """``lax.scan`` of ``step`` over a stream of events stacked on axis 0.
-
-    Every field of ``events`` has the leading time axis T: query (T, D), reward (T,), memory (T, D),
-    memory_id (T,); one task's event is refused at trace time (ValueError: use :func:`step`, or
-    ``jax.tree.map(lambda x: x[None], event)``). Rewards follow :func:`step`'s rules: a float dtype is
-    refused (TypeError: threshold a graded score yourself), a concrete reward other than 0 or 1 is refused
-    naming the first such task (ValueError), and under your own ``jax.jit`` such a task is closed without
-    feedback (``tw.checked.run`` reports it)."""
     return controller(spec.scorer, spec.mode).run(state, events, hp, spec, reward_fn)
 
 
@@ -1003,3 +970,10 @@ def run_batched(states: State, events: Event, hps: HParams, spec: Spec, reward_f
 def worth(state: State, memory: ArrayLike | MemoryText, hp: HParams, spec: Spec) -> Worth:
     """V(m) = mean over valid probes of the mode's per-probe worth, for the whole bank and ``memory``."""
     return controller(spec.scorer, spec.mode).worth(state, memory, hp, spec)
+
+
+# One copy of each rule: these public functions read their composition's docstring, which tw.controller(...)'s
+# functions and tw.checked's show too.
+for _fn in (observe, offer, step, run):
+    _fn.__doc__ = COMPOSED[_fn.__name__][0].__doc__
+del _fn

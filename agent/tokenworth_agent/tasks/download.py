@@ -224,7 +224,13 @@ def downloads(env: str, data_dir: str | os.PathLike[str] | None, benchmarks: Seq
     return listed(data_dir, benchmarks)
 
 
-def data_source(env: str, data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[DataFolder]) -> dict[str, str]:
+def file_digest(path: Path) -> str | None:
+    """The file's sha256; None where there is no file (tasks handed to the plan another way, as tests do)."""
+    return file_sha256(path) if path.is_file() else None
+
+
+def data_source(env: str, data_dir: str | os.PathLike[str] | None,
+                benchmarks: Sequence[DataFolder]) -> dict[str, str | None]:
     """Which source, at which commit, and which digest ``env``'s tasks come from: what a run's ``config.json``
     keeps as ``data_source`` (its benchmark's ``data_source``; ``{}`` where it says none)."""
     from tokenworth_agent.core.plugins import benchmark
@@ -234,4 +240,4 @@ def data_source(env: str, data_dir: str | os.PathLike[str] | None, benchmarks: S
 
 
 __all__ = ["Download", "fetch_file", "downloads", "hub_url", "hub_source", "data_source", "hf_endpoint", "tasks_digest",
-           "file_sha256", "HF_ENDPOINT_VARIABLE", "Say", "sync_folder"]
+           "file_sha256", "file_digest", "HF_ENDPOINT_VARIABLE", "Say", "sync_folder"]

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from tokenworth_agent.tasks.base import DataFolder, DataError, Task, benchmark_dir, data_error, file_sha256
+from tokenworth_agent.tasks.base import DataFolder, DataError, Task, benchmark_dir, data_error
 
 HUB_ID = "csyq/LifelongAgentBench"
 ENV_SUBDIR: dict[str, str] = {"db": "db_bench", "os": "os_interaction", "kg": "knowledge_graph"}
@@ -105,13 +105,14 @@ def lab_downloads(env: str, data_dir: str | os.PathLike[str] | None, benchmarks:
     return [Download(env, hub_url(HUB_ID, name, LAB_REVISION), folder / name, sha256=LAB_SHA256[env])]
 
 
-def lab_data_source(env: str, data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[DataFolder]) -> dict[str, str]:
-    """Where ``env``'s LAB file came from and its sha256, for the run's ``config.json``."""
-    from tokenworth_agent.tasks.download import hub_source
+def lab_data_source(env: str, data_dir: str | os.PathLike[str] | None,
+                    benchmarks: Sequence[DataFolder]) -> dict[str, str | None]:
+    """Where ``env``'s LAB file came from and its sha256 (None without the file), for the run's ``config.json``."""
+    from tokenworth_agent.tasks.download import file_digest, hub_source
 
     name = f"{ENV_SUBDIR[env]}/{PARQUET_NAME}"
     return {"source": hub_source(HUB_ID, name, LAB_REVISION),
-            "sha256": file_sha256(benchmark_dir(LAB, data_dir, benchmarks) / name)}
+            "sha256": file_digest(benchmark_dir(LAB, data_dir, benchmarks) / name)}
 
 
 __all__ = ["LAB_REVISION", "LAB_SHA256", "lab_downloads", "lab_data_source", "HUB_ID", "ENV_SUBDIR", "PARQUET_NAME", "EXPECTED_ROWS", "LAB", "LabSource", "ONTOLOGY_DIR",

@@ -54,14 +54,16 @@ def downloads(data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[Data
                      described=f"the hub's parquet of split v0.1.4 at commit {BCB_HARD_REVISION}")]
 
 
-def data_source(data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[DataFolder]) -> dict[str, str]:
-    """The file the loader reads: the shipped first release when it is there, else the hub's split."""
+def data_source(data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[DataFolder]) -> dict[str, str | None]:
+    """The file the loader reads: the shipped first release when it is there, else the hub's split (its sha256;
+    None without the file, where the tasks were handed to the plan another way)."""
     from tokenworth_agent.benchmarks.bigcodebench.tasks import BCB, FILE, SPLIT_FILE
+    from tokenworth_agent.tasks.download import file_digest
 
     folder = benchmark_dir(BCB, data_dir, benchmarks)
     if (folder / FILE).is_file():  # the loader's first choice
-        return {"source": BCB_FIRST_RELEASE_SOURCE, "sha256": file_sha256(folder / FILE)}
-    return {"source": hub_source(BCB_HUB_ID, BCB_HUB_FILE, BCB_REVISION), "sha256": file_sha256(folder / SPLIT_FILE)}
+        return {"source": BCB_FIRST_RELEASE_SOURCE, "sha256": file_digest(folder / FILE)}
+    return {"source": hub_source(BCB_HUB_ID, BCB_HUB_FILE, BCB_REVISION), "sha256": file_digest(folder / SPLIT_FILE)}
 
 
 def present_first_release(data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[DataFolder]) -> Path | None:
