@@ -27,7 +27,7 @@ def test_the_flags_defaults_are_the_typed_runs() -> None:
 
 
 @pytest.mark.parametrize("make, message", [
-    (lambda: Streams(envs=("db", "web")), "unknown environment 'web'; choose from db, os, kg"),
+    (lambda: Streams(envs=("db", "web")), "unknown environment 'web'; choose from alfworld, bigcodebench, db, kg, os"),
     (lambda: Streams(methods=("standard", "standard")), "--methods lists a value twice"),
     (lambda: Streams(seeds=()), "--seeds: name at least one"),
     (lambda: Sweep(grid=("eta=0.1",), table_a3=True), "either --table-a3 or --grid"),
