@@ -104,3 +104,31 @@ def test_a_benchmark_without_simulated_replies_refuses_the_sim_backbone(site, tm
     result = CliRunner().invoke(app, ["run", "--env", "silent", "--methods", "standard", "--out", str(tmp_path / "o")])
     assert result.exit_code == 2
     assert "the silent benchmark brings no simulated replies" in result.output and not (tmp_path / "o").exists()
+
+
+def test_a_plugin_method_runs_shows_and_is_tracked_like_a_builtin(site, tmp_path, data_dir) -> None:
+    """A method from another distribution (here RAG under a name of its own): run, the summary table, `tokenworth
+    show`, and --track tensorboard's event files for its stream; a class whose `name` is not its entry's is refused."""
+    pytest.importorskip("tensorboard")
+    (site / "mine_policy.py").write_text("from tokenworth_agent.policies.rag import RAGPolicy\n\n\n"
+                                         "class MinePolicy(RAGPolicy):\n    name = 'mine'\n")
+    fake_distribution(site, "mine-plugin", {"tokenworth.methods": {"mine": "mine_policy:MinePolicy",
+                                                                   "misnamed": "tokenworth_agent.policies.rag:RAGPolicy"}})
+    import os
+    import subprocess
+
+    def tokenworth(*args: str) -> subprocess.CompletedProcess:
+        code = f"import sys; sys.path.insert(0, {str(site)!r}); from tokenworth_agent.cli import app; app()"
+        return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=600,
+                              cwd=tmp_path, env={**os.environ, "TOKENWORTH_DATA_DIR": data_dir})
+
+    done = tokenworth("run", "--methods", "mine,standard", "--limit", "4", "--out", "run", "--track", "tensorboard",
+                      "--no-progress")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| mine |" in (tmp_path / "run" / "summary.md").read_text()
+    assert list((tmp_path / "run" / "mine").rglob("events.out.tfevents.*")), "no TensorBoard events for the plugin"
+    shown = tokenworth("show", "run", "--method", "mine", "--task", "1")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert shown.stdout.startswith("mine · task 1 (db-1)")  # its records carry its name
+    misnamed = tokenworth("run", "--methods", "misnamed", "--limit", "2", "--out", "other", "--no-progress")
+    assert misnamed.returncode == 2 and "error: method 'misnamed'" in misnamed.stderr, misnamed.stderr[-2000:]

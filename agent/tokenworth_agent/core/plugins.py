@@ -167,8 +167,14 @@ def loadable(kind: str, *, warn: Any = None) -> dict[str, Any]:
 
 
 def benchmark(name: str) -> Any:
-    """The :class:`~tokenworth_agent.benchmarks.base.Benchmark` registered as ``name``."""
-    return load("benchmark", name)
+    """The :class:`~tokenworth_agent.benchmarks.base.Benchmark` registered as ``name`` (one whose own ``name``
+    differs is refused: its records would carry another)."""
+    found = load("benchmark", name)
+    if getattr(found, "name", None) != name:
+        plugin = describe("benchmark", name)
+        raise PluginError(f"benchmark {name!r} ({plugin.value}) of {plugin.distribution} {plugin.version} names itself "
+                          f"{getattr(found, 'name', None)!r}; its Benchmark's name must be the name it is registered under")
+    return found
 
 
 def listing() -> list[dict[str, str]]:

@@ -195,6 +195,22 @@ def checked_harness(envs: Sequence[str], config: RunConfig) -> HarnessOptions:
         raise LaunchError(str(exc)) from None
 
 
+def checked_methods(methods: Sequence[str]) -> None:
+    """Each method's class, imported now (a plugin that fails to import is its one line), names itself as its entry
+    does: the records, the stream folders and the tables all carry that one name."""
+    from tokenworth_agent.core.plugins import PluginError
+
+    for method in dict.fromkeys(methods):
+        try:
+            policy = POLICIES.factory(method)
+        except PluginError as exc:
+            raise LaunchError(str(exc)) from None
+        if getattr(policy, "name", None) != method:
+            raise LaunchError(f"method {method!r}: its class {policy.__module__}.{policy.__qualname__} names itself "
+                              f"{getattr(policy, 'name', None)!r}; a method's class attribute `name` must be the name it "
+                              "is registered under")
+
+
 def simulated(envs: Sequence[str], backbone: str) -> None:
     """``--backbone sim`` needs each benchmark's simulated replies; one that brings none is refused in one line."""
     from tokenworth_agent.core.plugins import benchmark
@@ -290,6 +306,7 @@ def make_plan(config: RunConfig, *, engine_here: bool = True) -> Plan:
     except GridError as exc:
         raise LaunchError(str(exc)) from None
     envs = config.envs
+    checked_methods([s.method for s in shape.streams])
     simulated(envs, config.backbone.name)
     harness = checked_harness(envs, config)
     out_dir = shape.out_dir
