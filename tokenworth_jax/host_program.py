@@ -83,7 +83,8 @@ def compile_options() -> dict[str, Any] | None:
 
 
 def _persistent_cache_dir() -> str | None:
-    return jax.config.jax_compilation_cache_dir
+    value = getattr(jax.config, "jax_compilation_cache_dir", None)  # not in jax's type stubs
+    return str(value) if value else None
 
 
 @functools.lru_cache(maxsize=None)
