@@ -52,7 +52,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 JAX_LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("library root", ("tokenworth_jax",)),
     ("host wrappers", ("tokenworth_jax.host", "tokenworth_jax.checked", "tokenworth_jax.presets",
-                       "tokenworth_jax.checkpoint")),
+                       "tokenworth_jax.checkpoint", "tokenworth_jax.host_program")),
     ("controller", ("tokenworth_jax.controller",)),
     ("modes", ("tokenworth_jax.plus", "tokenworth_jax.modes")),
     ("scorers", ("tokenworth_jax.scorers",)),

@@ -1,7 +1,7 @@
 """The strategy follows where the state lives, not ``jax.default_backend()``.
 
 A user who keeps the controller on the CPU while a model server holds the GPU must get the CPU strategy:
-``run_batched(..., strategy="auto")`` maps configurations with ``lax.map`` and ``pytree.fetch`` reads the
+``run_batched(..., strategy="auto")`` runs ``tw.run``'s program once per configuration (``"loop"``) and ``pytree.fetch`` reads the
 arrays in place, because the states' arrays live on the CPU.
 
 This machine has no accelerator and jax 0.10.2 offers no second real platform on it (``jax_platforms``
@@ -55,12 +55,12 @@ def test_the_state_lives_on_the_cpu():
 def test_auto_follows_the_states_platform_not_the_default_backend(configs, gpu_default):
     spec, hps, states, events = configs
     assert batching.resolve("auto") == "vmap"  # nothing to look at: the (patched) default backend
-    assert batching.resolve("auto", states) == "map"  # the states live on the CPU
+    assert batching.resolve("auto", states) == "loop"  # the states live on the CPU
     assert batching.resolve("vmap", states) == "vmap"  # an explicit strategy is kept
     from tokenworth_jax.controller import cast_arguments
 
     arguments = dict(states=states, events=events, hps=hps, spec=spec, reward_fn=None, strategy="auto")
-    assert cast_arguments("run_batched", arguments)["strategy"] == "map"  # what tw.run_batched hands its program
+    assert cast_arguments("run_batched", arguments)["strategy"] == "loop"  # what tw.run_batched runs
 
 
 def test_auto_inside_a_users_jit_falls_back_to_the_default_backend(configs, gpu_default):
@@ -80,16 +80,24 @@ def test_run_batched_on_cpu_states_takes_the_cpu_strategy_with_the_same_decision
     taken = []
     over_configs = batching.over_configs
 
+    loop = batching.loop
+
     def spy(fn, strategy="auto"):
         taken.append(batching.resolve(strategy))
         return over_configs(fn, strategy)
 
-    monkeypatch.setattr(sys.modules["tokenworth_jax.controller"], "over_configs", spy)  # tw.controller is the function
+    def loop_spy(fn, *stacked):
+        taken.append("loop")
+        return loop(fn, *stacked)
+
+    module = sys.modules["tokenworth_jax.controller"]  # tw.controller is the function
+    monkeypatch.setattr(module, "over_configs", spy)
+    monkeypatch.setattr(module, "loop", loop_spy)
     jax.clear_caches()  # trace again, so the spy sees the strategy the program is built with
     _, auto = tw.run_batched(states, events, hps, spec)
-    assert taken == ["map"]
+    assert taken == ["loop"]
     _, vmapped = tw.run_batched(states, events, hps, spec, strategy="vmap")
-    assert taken == ["map", "vmap"]
+    assert taken == ["loop", "vmap"]
     for name in ("chosen", "slot", "memory_id"):
         np.testing.assert_array_equal(np.asarray(getattr(auto.selection, name)),
                                       np.asarray(getattr(vmapped.selection, name)))

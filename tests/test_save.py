@@ -131,6 +131,15 @@ def test_a_float64_state_saves_exactly_and_needs_x64_to_load(tmp_path):
     refused(r"^tw\.load: .*f64\.npz: Spec\.dtype = float64 needs JAX's 64-bit mode, which is off", lambda: tw.load(path))
 
 
+def test_a_spec_with_numpy_integers_saves(tmp_path):
+    spec, hp = small_setup(jnp.float32)
+    spec = spec._replace(capacity=np.int64(spec.capacity), dim=np.int32(spec.dim))
+    state = tw.init(spec, hp)
+    tw.save(tmp_path / "np.npz", state, spec, hp)
+    loaded = tw.load(tmp_path / "np.npz")
+    assert loaded.spec == spec and fingerprint(loaded.state) == fingerprint(state)
+
+
 def test_a_host_controllers_state_saves_as_a_pure_state(tmp_path):
     ctl = tw.Controller(*tw.preset("db", spec_overrides=dict(dim=32, capacity=4)))
     for i in range(3):

@@ -18,7 +18,8 @@ module-level functions use). The preset table names the paper's pair and TokenWo
 
 C configurations are ``jax.vmap`` of the same functions over stacked states and
 hyperparameters (``stack_hparams``); refits and admissions stay gated on "some configuration
-needs it". ``run_batched`` is that for a whole stream, with ``lax.map`` as the CPU strategy.
+needs it". ``run_batched`` is the sweep's entry point: a grid over a stream, by the fastest strategy for
+where the states live (on the CPU ``tw.run``'s program once per configuration).
 
 Save and restore a pure state with its spec and hyperparameters: ``tokenworth_jax.save(path, state,
 spec, hp)`` and ``state, spec, hp = tokenworth_jax.load(path)`` (a flat ``.npz`` with a JSON manifest:

@@ -8,9 +8,15 @@ configuration, and, through :func:`jax.custom_batching.custom_vmap`, one ``lax.c
 configuration needs it" followed by a per-configuration :func:`~tokenworth_jax.pytree.tree_where`
 when vmapped. So ``jax.vmap(tw.step)`` is the batched controller, and stays cheap.
 
-``"auto"`` picks ``"map"`` when the states live on the CPU, whatever the default backend (each
-configuration keeps its own real branches and small matmuls stay small), and ``"vmap"`` elsewhere
-(measurements: docs/performance.md; the rule: :func:`resolve`).
+``"auto"`` picks ``"loop"`` when the states live on the CPU, whatever the default backend, and
+``"vmap"`` elsewhere (the rule: :func:`resolve`; the measurements: the API docs' performance page and
+bench/results/grid_sweep/). ``"loop"`` calls the one compiled program of
+``tw.run`` once per configuration (:func:`loop`): each configuration keeps its own real branches and
+small matmuls stay small, it compiles exactly what a Python loop of ``tw.run`` compiles (the same
+executable, shared with ``tw.run``), and it is that loop, so it is never slower than it. ``"map"``
+(``lax.map``, one program) runs the same per-configuration work inside one program: what ``"loop"``
+becomes under a user's own ``jax.jit`` (a traced loop would unroll C copies of the stream), and an
+option for long sweeps, where it saves the calls' dispatch but compiles a larger program.
 
 What :func:`gated` guarantees, and where it stops (``tests/test_batching.py`` checks each):
 
@@ -40,39 +46,74 @@ from typing import Any, Callable, Literal, TypeVar, get_args
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import custom_batching
 from jax.extend.core import ClosedJaxpr, jaxpr_as_fun
 
 from .pytree import platform, tree_where
 
-Strategy = Literal["auto", "vmap", "map"]
+Strategy = Literal["auto", "vmap", "map", "loop"]
 Strategy.__doc__ = """How :func:`tokenworth_jax.run_batched` maps C configurations: ``"vmap"`` (``jax.vmap``: one
-batched program), ``"map"`` (``jax.lax.map``: one configuration after another, each with its own branches), or
-``"auto"`` (``"map"`` when the states live on the CPU, ``"vmap"`` elsewhere: :func:`resolve`)."""
+batched program), ``"loop"`` (``tw.run``'s program called once per configuration), ``"map"`` (``jax.lax.map``: one
+program that runs one configuration after another), or ``"auto"`` (``"loop"`` when the states live on the CPU,
+``"vmap"`` elsewhere: :func:`resolve`)."""
 T = TypeVar("T")
 
 
-def resolve(strategy: Strategy, like: Any = None) -> Literal["vmap", "map"]:
-    """``"auto"`` -> ``"map"`` where the configurations live on the CPU, ``"vmap"`` elsewhere; anything else
-    must be a Strategy.
+def resolve(strategy: Strategy, like: Any = None) -> Literal["vmap", "map", "loop"]:
+    """``"auto"`` -> ``"loop"`` where the configurations live on the CPU, ``"vmap"`` elsewhere; anything else
+    must be a Strategy. ``"loop"`` needs concrete states: given tracers (``run_batched`` inside a user's own
+    ``jax.jit``) it is ``"map"``, the same loop inside one program.
 
     Where they live is the platform of ``like``'s arrays (the stacked states; :func:`~tokenworth_jax.pytree.platform`),
     so a controller kept on the CPU beside a GPU that serves the model gets the CPU strategy. When that is
-    unknown (no ``like``, NumPy values, or tracers: ``run_batched`` inside a user's own ``jax.jit``) it is
-    ``jax.default_backend()``, where JAX places uncommitted values. ``tw.run_batched`` resolves ``"auto"``
-    before its jitted program, on the states it is given."""
+    unknown (no ``like``, NumPy values, or tracers) it is ``jax.default_backend()``, where JAX places
+    uncommitted values. ``tw.run_batched`` resolves ``"auto"`` before its jitted program, on the states it is
+    given."""
     if strategy not in get_args(Strategy):
         raise ValueError(f"strategy must be one of {get_args(Strategy)}, got {strategy!r}")
     if strategy == "auto":
-        return "map" if (platform(like) or jax.default_backend()) == "cpu" else "vmap"
+        strategy = "loop" if (platform(like) or jax.default_backend()) == "cpu" else "vmap"
+    if strategy == "loop" and (like is None or _traced(like)):
+        return "map"
     return strategy
 
 
+def _traced(tree: Any) -> bool:
+    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(tree))
+
+
 def over_configs(fn: Callable[..., T], strategy: Strategy = "auto") -> Callable[..., T]:
-    """``fn`` of one configuration, applied to arguments stacked on axis 0 (vmap or lax.map)."""
-    if resolve(strategy) == "map":
+    """``fn`` of one configuration, applied to arguments stacked on axis 0 inside one program (vmap or lax.map;
+    ``"loop"`` is :func:`loop`, outside any program, so here it is ``lax.map``)."""
+    if resolve(strategy) in ("map", "loop"):
         return lambda *stacked: jax.lax.map(lambda args: fn(*args), stacked)
     return jax.vmap(fn)
+
+
+def loop(fn: Callable[..., T], *stacked: Any) -> T:
+    """``fn`` (a compiled function of one configuration) called once per configuration of ``stacked`` (pytrees
+    whose leaves share a leading axis C), its results stacked on a new axis 0: what ``jax.lax.map`` computes,
+    as C calls of one compiled program instead of one program holding the loop.
+
+    The slicing and the stacking are NumPy on host memory (CPU arrays are read in place), so nothing but
+    ``fn`` is compiled. Arrays committed to a device (``jax.device_put(x, device)``: a CPU-resident controller
+    beside a GPU) stay there, configurations and results alike; uncommitted ones are handed over as NumPy, which
+    ``fn`` places as it places an uncommitted array, so its compiled program is the one a ``tw.run`` of an
+    uncommitted state already made (a committed argument would compile it again)."""
+    leaves = jax.tree_util.tree_leaves(stacked)
+    if not leaves:
+        raise ValueError("loop: no stacked arrays to map over")
+    n = int(np.shape(leaves[0])[0])
+    device = next((next(iter(x.devices())) for x in leaves if isinstance(x, jax.Array) and x.committed), None)
+    host = jax.tree_util.tree_map(np.asarray, stacked)
+
+    def place(tree: Any) -> Any:
+        return tree if device is None else jax.device_put(tree, device)
+
+    outs = [fn(*place(jax.tree_util.tree_map(lambda x, i=i: x[i], host))) for i in range(n)]
+    stacked_out = jax.tree_util.tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *outs)
+    return jax.device_put(stacked_out, device)
 
 
 def gated(pred: jax.Array, fn: Callable[..., T], otherwise: Callable[..., T], *operands: Any) -> T:

@@ -116,7 +116,7 @@ def save(path: str | os.PathLike[str], state: State, spec: Spec, hp: HParams) ->
                                dir=os.path.dirname(os.path.abspath(target)))
     try:
         with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as z:
-            z.writestr(MANIFEST, json.dumps(manifest, indent=1))
+            z.writestr(MANIFEST, json.dumps(manifest, indent=1, default=_plain))
             for name, arr in arrays.items():
                 buffer = io.BytesIO()
                 np.lib.format.write_array(buffer, np.asarray(arr), allow_pickle=False)
@@ -180,6 +180,13 @@ def _check_manifest(manifest: Any, where: str) -> None:
                          f"{LAYOUT} only: load it with the release that wrote it")
     if not isinstance(manifest.get("spec"), dict) or not isinstance(manifest.get("batch_shape"), list):
         raise ValueError(f"tw.load: {where}: its manifest lacks the spec or the batch shape")
+
+
+def _plain(value: Any) -> Any:
+    """A NumPy scalar in the spec (``Spec(capacity=np.int64(8))`` is valid) as the Python number JSON holds."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"tw.save: the spec holds {value!r} ({type(value).__name__}), which its JSON manifest cannot hold")
 
 
 def _template(spec: Spec, hp: HParams) -> State:

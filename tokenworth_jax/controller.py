@@ -38,7 +38,7 @@ from . import bank as bank_lib
 from . import base_scorer, inputs, lifecycle, probes, protocol, residual, schedule
 from .bank import Bank
 from .base_scorer import BaseScorer
-from .batching import Strategy, gated, over_configs, resolve
+from .batching import Strategy, gated, loop, over_configs, resolve
 from .config import N_STAT_FEATURES, PART_SLOTS, HParams, check_dtype, check_parts, check_shapes, check_x64
 from .features import new_memory_stats
 from .featurize import DIM
@@ -428,20 +428,8 @@ def _fit_base(base: BaseScorer, hp: HParams) -> BaseScorer:
     return base_scorer.fit(base, hp.w0, hp.lambda_w, hp.beta_w, hp.w_min, hp.w_max)
 
 
-def _fit_krr(res: Residual, hp: HParams) -> Residual:
-    return residual.fit(res, hp.gamma, hp.lambda_krr)
-
-
-def _agop(res: Residual, hp: HParams) -> Residual:
-    return residual.agop(res, hp.gamma, hp.lambda_krr, hp.beta_m, hp.m_min, hp.m_max)
-
-
 def _same_base(base: BaseScorer, hp: HParams) -> BaseScorer:
     return base
-
-
-def _same_residual(res: Residual, hp: HParams) -> Residual:
-    return res
 
 
 def _observe(p: Parts, state: State, reward: ArrayLike, hp: HParams, spec: Spec) -> State:
@@ -476,9 +464,8 @@ def _observe(p: Parts, state: State, reward: ArrayLike, hp: HParams, spec: Spec)
 
     base = gated(sel & due.base, _fit_base, _same_base, base_scorer.record(state.base, task.phi, y, sel), hp)
     res = residual.record(state.residual, task.z, p.mode.target(state.mode, y, task.s_base, hp), sel)
-    res = gated(sel & due.krr, _fit_krr, _same_residual, res, hp)
-    run_agop = sel & due.agop & (res.n_fits > 0)  # AGOP needs a fitted KRR
-    res = gated(run_agop, _agop, _same_residual, res, hp)
+    res, run_agop = residual.refit(res, sel & due.krr, sel & due.agop, hp.gamma, hp.lambda_krr, hp.beta_m, hp.m_min,
+                                   hp.m_max)
     queries, _ = probes.queries(state.probes, task.query)
     scorer = p.scorer.refit(state.scorer, (sel & due.krr) | run_agop, queries.key, state.bank.emb, res.predictor,
                             res.metric)
@@ -659,8 +646,9 @@ def _one_stream(events: Event, name: str) -> None:
 
 def _run_batched(p: Parts, states: State, events: Event, hps: HParams, spec: Spec,
                  reward_fn: Optional[RewardFn] = None, strategy: Strategy = "auto") -> tuple[State, StepOutput]:
-    """C configurations (stacked states and hyperparameters) over one shared stream: ``jax.vmap(run)``
-    (or ``lax.map``, the CPU default). Outputs have shape (C, T, ...)."""
+    """C configurations (stacked states and hyperparameters) over one shared stream in one program:
+    ``jax.vmap(run)`` or ``lax.map`` (the public function runs the ``"loop"`` strategy itself, outside any
+    program). Outputs have shape (C, T, ...)."""
     _one_stream(events, "run_batched")
     return over_configs(lambda s, h: _run(p, s, events, h, spec, reward_fn), strategy)(states, hps)
 
@@ -807,11 +795,11 @@ def controller(scorer: Scorer, mode: Mode, *, donate: bool = False) -> Controlle
 @functools.lru_cache(maxsize=None)
 def _controller(scorer: Scorer, mode: Mode, donate: bool) -> ControllerFunctions:
     p = Parts(scorer=scorer, mode=mode)
-    functions: dict[str, Any] = {
-        name: _public(name, jax.jit(_bind(fn, p), static_argnames=static,
-                                    donate_argnames=("state",) if donate and "state" in inspect.signature(fn).parameters
-                                    else ()))
-        for name, (fn, static) in COMPOSED.items()}
+    functions: dict[str, Any] = {}
+    for name, (fn, static) in COMPOSED.items():  # run before run_batched: its "loop" strategy calls run
+        functions[name] = _public(name, jax.jit(_bind(fn, p), static_argnames=static,
+                                                donate_argnames=("state",) if donate and "state" in
+                                                inspect.signature(fn).parameters else ()), functions.get("run"))
     return ControllerFunctions(**functions)
 
 
@@ -864,10 +852,11 @@ def check_rewards(name: str, arguments: dict[str, Any]) -> None:
             inputs.check_reward_values(value.reward, f"{name}: input {key}.reward")
 
 
-def _public(name: str, jitted: Any) -> Callable[..., Any]:
+def _public(name: str, jitted: Any, run: Optional[Callable[..., Any]] = None) -> Callable[..., Any]:
     """The public function ``name``: casts its inputs (:func:`cast_arguments`) and checks concrete rewards
     (:func:`check_rewards`), then calls its jitted program (``jitted``; its ``_cache_size``, ``lower`` and
-    ``eval_shape`` are the program's)."""
+    ``eval_shape`` are the program's). ``run_batched``'s ``"loop"`` strategy calls ``run`` (the public ``run``)
+    instead, once per configuration (:func:`tokenworth_jax.batching.loop`)."""
     sig = signature(name)
     params = tuple(sig.parameters)
 
@@ -880,6 +869,10 @@ def _public(name: str, jitted: Any) -> Callable[..., Any]:
             arguments = dict(zip(params, args))
         cast = cast_arguments(name, arguments)
         check_rewards(name, arguments)
+        if cast.get("strategy") == "loop" and run is not None:  # run_batched on the CPU: run, once per configuration
+            a, one = cast, run
+            _one_stream(a["events"], name)  # refused as run_batched's, before any configuration runs
+            return loop(lambda s, h: one(s, a["events"], h, a["spec"], a["reward_fn"]), a["states"], a["hps"])
         return jitted(*cast.values())
 
     call.__name__ = call.__qualname__ = name
@@ -960,10 +953,16 @@ def run(state: State, events: Event, hp: HParams, spec: Spec,
 
 def run_batched(states: State, events: Event, hps: HParams, spec: Spec, reward_fn: Optional[RewardFn] = None,
                 strategy: Strategy = "auto") -> tuple[State, StepOutput]:
-    """C configurations (stacked states and hyperparameters) over one shared stream. Outputs (C, T, ...).
+    """C configurations (stacked states and hyperparameters) over one shared stream: the entry point of a sweep.
+    Outputs (C, T, ...).
 
-    ``strategy="auto"`` is ``"map"`` (``lax.map``) when the states live on the CPU and ``"vmap"`` elsewhere,
-    read from the states' arrays, not from ``jax.default_backend()`` (:func:`tokenworth_jax.batching.resolve`)."""
+    ``strategy="auto"`` takes the fastest way for where the states live (read from their arrays, not from
+    ``jax.default_backend()``: :func:`tokenworth_jax.batching.resolve`): on the CPU ``"loop"``, the compiled
+    program of :func:`run` called once per configuration (it compiles what one ``tw.run`` compiles and is never
+    slower than a Python loop of ``tw.run``, which it is); elsewhere ``"vmap"``, one batched program whose
+    refits and admissions run only when some configuration needs them. ``"map"`` (``lax.map``: the loop
+    inside one program) is what ``"loop"`` becomes under a user's own ``jax.jit``. Every strategy gives the
+    decisions of separate ``tw.run`` calls; a new grid of values compiles nothing."""
     return controller(spec.scorer, spec.mode).run_batched(states, events, hps, spec, reward_fn, strategy)
 
 

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
-from . import inputs, protocol
+from . import host_program, inputs, protocol
 from .bookkeeping import MemoryTable
 from .config import HParams, flatten, hparams_from_arrays, validate_hparams
 from .controller import Spec, State, controller, with_progress
@@ -198,11 +198,13 @@ class Controller:
         self.spec = spec
         self.hp = validate_hparams(hp, spec.parts)
         self.functions = controller(spec.scorer, spec.mode)
-        self._calls = controller(spec.scorer, spec.mode, donate=True)
-        self._state: State = self.functions.init(spec, self.hp)
+        # the compiled programs: select, advance and finish_task are one (host_program.step)
+        self._init, self._program = host_program.programs(spec.scorer, spec.mode)
+        self._state: State = self._init(spec, self.hp)
         self._progress = protocol.START  # the host's copy of state.task.progress
         self._features = {side: declared(spec.parts.values(), side) for side in ("query", "memory")}
         self._nothing = inputs.zeros(spec.dim, self._features["memory"], spec.float_dtype, MemoryText)
+        self._no_query = inputs.zeros(spec.dim, self._features["query"], spec.float_dtype, Query)
         self.memories: MemoryTable[Any] = MemoryTable()
 
     @classmethod
@@ -297,11 +299,10 @@ class Controller:
         """
         protocol.check(self._progress, "select")
         q = self.query(query, **features)
-        if protocol.pending(self._progress):  # the last task's feedback and end run first, in the same call
-            self._state, _, sel = self._calls.advance(self._state, np.int32(self._progress.reward), self._nothing,
-                                                      np.int32(-1), np.bool_(False), q, self.hp, self.spec)
-        else:
-            self._state, sel = self._calls.select(self._state, q, self.hp, self.spec)
+        # one program (host_program.step): the last task's feedback and end first, when pending, then the selection
+        reward = self._progress.reward if protocol.pending(self._progress) else -1
+        self._state, _, sel = self._program(self._state, np.int32(reward), self._nothing, np.int32(-1), np.bool_(False),
+                                            q, np.bool_(True), self.hp, self.spec)
         self._progress = protocol.after(self._progress, "select")
         sel = fetch(sel)
         ids = sel.candidate_ids
@@ -355,8 +356,9 @@ class Controller:
         m = self.memory(memory_text, key_text, **features)  # its vectors: finite (refused here if not)
         new_id = self.memories.next_id
         _check_id(new_id)
-        self._state, dec = self._calls.finish_task(self._state, np.int32(self._progress.reward), m, np.int32(new_id),
-                                                   np.bool_(True), self.hp, self.spec)  # feedback + admission + end
+        self._state, dec, _ = self._program(self._state, np.int32(self._progress.reward), m, np.int32(new_id),
+                                            np.bool_(True), self._no_query, np.bool_(False), self.hp,
+                                            self.spec)  # feedback + admission + end, no selection
         self._progress = protocol.START
         dec = fetch(dec)
         slot, evicted = int(dec.slot), int(dec.evicted_id)

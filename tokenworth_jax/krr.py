@@ -81,13 +81,15 @@ def fit(support: jax.Array, valid: jax.Array, delta: jax.Array, metric: jax.Arra
         return (~a.ok) & (a.tries < MAX_RIDGE_RETRIES)
 
     def retry(a: _Attempt) -> _Attempt:
-        ridge = a.ridge * RIDGE_GROWTH
+        ridge = jnp.where(a.tries < 0, a.ridge, a.ridge * RIDGE_GROWTH)  # the first pass tries lambda_krr itself
         alpha, ok = attempt(ridge)
         return _Attempt(a.tries + 1, ridge, alpha, ok)
 
+    # The first solve is the loop's first pass (tries -1 -> 0), not a copy before it: one Cholesky and one
+    # solve in the program, not two (each is compiled code; the results are the same).
     ridge0 = jnp.asarray(lambda_krr, f)
-    alpha0, ok0 = attempt(ridge0)
-    final = jax.lax.while_loop(not_done, retry, _Attempt(jnp.zeros((), jnp.int32), ridge0, alpha0, ok0))
+    final = jax.lax.while_loop(not_done, retry, _Attempt(jnp.full((), -1, jnp.int32), ridge0, jnp.zeros_like(target),
+                                                         jnp.zeros((), bool)))
     alpha = jnp.where(valid & final.ok, final.alpha, jnp.zeros_like(final.alpha))
     return Predictor(support=support, support_valid=valid, alpha=alpha, ridge=final.ridge)
 

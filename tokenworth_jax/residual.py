@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from . import krr
+from .batching import gated
 from .agop import agop_diagonal, update_metric
 from .krr import Predictor, predictor_init
 from .ring import Ring, ring_init, ring_push, ring_valid
@@ -56,12 +57,41 @@ def fit(res: Residual, gamma: jax.Array, lambda_krr: jax.Array) -> Residual:
     return res._replace(predictor=predictor, n_fits=res.n_fits + 1)
 
 
-def agop(res: Residual, gamma: jax.Array, lambda_krr: jax.Array, beta_m: jax.Array, m_min: jax.Array,
-         m_max: jax.Array) -> Residual:
-    """Diagonal AGOP step on the slow window, then an immediate KRR refit with the new metric."""
+def metric_step(res: Residual, gamma: jax.Array, beta_m: jax.Array, m_min: jax.Array, m_max: jax.Array) -> Residual:
+    """Diagonal AGOP step on the slow window: the new metric M (the predictor is not refitted)."""
     z, _ = res.slow.data
     f = z.dtype
     grads = krr.grad(z, res.predictor, res.metric, jnp.asarray(gamma, f))
     G = agop_diagonal(grads, ring_valid(res.slow))
     metric = update_metric(res.metric, G, jnp.asarray(beta_m, f), jnp.asarray(m_min, f), jnp.asarray(m_max, f))
-    return fit(res._replace(metric=metric, n_agop=res.n_agop + 1), gamma, lambda_krr)
+    return res._replace(metric=metric, n_agop=res.n_agop + 1)
+
+
+def agop(res: Residual, gamma: jax.Array, lambda_krr: jax.Array, beta_m: jax.Array, m_min: jax.Array,
+         m_max: jax.Array) -> Residual:
+    """Diagonal AGOP step on the slow window, then an immediate KRR refit with the new metric."""
+    return fit(metric_step(res, gamma, beta_m, m_min, m_max), gamma, lambda_krr)
+
+
+def _unchanged(res: Residual, *hyperparameters: jax.Array) -> Residual:
+    return res
+
+
+def refit(res: Residual, fit_due: jax.Array, agop_due: jax.Array, gamma: jax.Array, lambda_krr: jax.Array,
+          beta_m: jax.Array, m_min: jax.Array, m_max: jax.Array) -> tuple[Residual, jax.Array]:
+    """The refits due after a feedback example, in the schedule's order: a KRR solve where ``fit_due``; then,
+    where ``agop_due`` and a fit exists, :func:`agop` (a metric step and a solve with the new metric).
+    Returns the residual and whether the AGOP step ran.
+
+    The two solves are two passes of one loop body, so the compiled program holds one KRR solve, not two
+    (fewer kernels to compile; the same operations in the same order). Each step runs only where due
+    (:func:`~tokenworth_jax.batching.gated`)."""
+
+    def one_pass(i: jax.Array, carry: tuple[Residual, jax.Array]) -> tuple[Residual, jax.Array]:
+        r, agop_ran = carry
+        agop_now = (i == 1) & agop_due & (r.n_fits > 0)  # AGOP needs a fitted KRR
+        r = gated(agop_now, metric_step, _unchanged, r, gamma, beta_m, m_min, m_max)
+        r = gated(((i == 0) & fit_due) | agop_now, fit, _unchanged, r, gamma, lambda_krr)
+        return r, agop_ran | agop_now
+
+    return jax.lax.fori_loop(0, 2, one_pass, (res, jnp.zeros(jnp.shape(agop_due), bool)))
