@@ -275,7 +275,9 @@ def test_refusals_are_one_line_within_a_minute_and_write_nothing(two_nodes, data
     info = site / "ghost_plugin-1.0.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ghost-plugin\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[tokenworth.methods]\nghost = tokenworth_agent.policies.standard:StandardPolicy\n")
+    (info / "entry_points.txt").write_text("[tokenworth.methods]\nghost = ghost_policy:GhostPolicy\n")
+    (site / "ghost_policy.py").write_text("from tokenworth_agent.policies.standard import StandardPolicy\n\n\n"
+                                          "class GhostPolicy(StandardPolicy):\n    name = 'ghost'\n")
     ghost = [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(site)!r}); from tokenworth_agent.cli import app; app()"]
     cases = {  # name: (command, what the line must say)
         "nothing listening": (command(data_dir, FAULT, tmp_path / "a", "--executor", "ray", "--ray-address",
