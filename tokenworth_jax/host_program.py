@@ -89,12 +89,20 @@ def _persistent_cache_dir() -> str | None:
 
 @functools.lru_cache(maxsize=None)
 def fast_compile_options() -> dict[str, Any] | None:
-    """:data:`FAST_COMPILE` if this jaxlib knows its options (checked once, on a tiny program), else None."""
+    """The options of :data:`FAST_COMPILE` this jaxlib knows (each tried once, on a tiny program), or None
+    where it knows none of them. XLA drops options between releases (jaxlib 0.11 has no
+    ``xla_cpu_use_fusion_emitters``: its CPU backend has only the fusion emitters), and an unknown option
+    fails the whole compile, so each is kept only where it compiles."""
+    known = {name: value for name, value in FAST_COMPILE.items() if _compiles_with({name: value})}
+    return known or None
+
+
+def _compiles_with(options: dict[str, Any]) -> bool:
     try:
-        jax.jit(lambda x: x + 1, compiler_options=FAST_COMPILE).lower(jnp.zeros((), jnp.float32)).compile()
-    except Exception:  # an XLA without the option: the default emitters (correct, only slower to compile)
-        return None
-    return dict(FAST_COMPILE)
+        jax.jit(lambda x: x + 1, compiler_options=options).lower(jnp.zeros((), jnp.float32)).compile()
+    except Exception:  # an XLA without the option: its default (correct, only slower to compile)
+        return False
+    return True
 
 
 class Programs(NamedTuple):
