@@ -33,7 +33,10 @@ if importlib.util.find_spec("mlflow") is None or importlib.util.find_spec("tenso
 
 REPO = Path(__file__).resolve().parents[1]
 # five streams in lockstep: long enough (seconds) that a kill lands after the tracker has logged some steps
-RUN = ["--methods", "standard,rag,memrl,memp,tokenworth", "--limit", "40"]
+# 150 tasks: long enough that the trackers' child (MLflow's import included, on a loaded CI machine) logs a
+# stream's first steps while the run still goes, where the kill test must land (40 tasks, with the controller's
+# faster start, once finished first in CI)
+RUN = ["--methods", "standard,rag,memrl,memp,tokenworth", "--limit", "150"]
 STREAMS = ("standard", "rag", "memrl", "memp", "tokenworth")
 DOWN = ["--methods", "standard,tokenworth", "--limit", "40"]  # the run whose server is stopped under it
 TIME = "time/task_s"  # the record's wall clock: the one scalar a redone task may change
