@@ -17,9 +17,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from tokenworth_agent.memory import Memory, Turn
-from tokenworth_agent.policies.base import MemoryStore, Outcome, StoreBackedPolicy
-from tokenworth_agent.tasks import Task
+from tokenworth_agent.plugin import Memory, MemoryStore, Outcome, StoreBackedPolicy, Task, Turn
 
 MIN_OVERLAP = 0.2  # below this a memory is about something else: inject nothing
 _WORD = re.compile(r"[a-z0-9_]+")
