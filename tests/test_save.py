@@ -1,4 +1,4 @@
-"""Save and restore a pure state with its spec and hyperparameters (``tw.save`` / ``tw.load``, issue 48):
+"""Save and restore a pure state with its spec and hyperparameters (``tw.save`` / ``tw.load``):
 
 * exact: every leaf's bytes, dtype and shape, in this process and in a fresh one, which then continues the
   stream to the same decisions and state as the process that saved;
