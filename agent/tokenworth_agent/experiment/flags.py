@@ -141,7 +141,7 @@ class ExperimentFlags:
     slurm_cluster: Annotated[str, _option(
         EXECUTOR, "slurm, or local (the array as processes here).")] = \
         DEFAULT.executor.slurm.cluster
-    # the installed benchmarks' own flags (benchmark_flags), by name; not a flag itself
+    # the benchmarks' own flags the command line took (benchmark_flags), by name; not a flag itself
     benchmark_options: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False,
                                                              metadata={"flag": False})
 
