@@ -179,29 +179,78 @@ def describe(spec: Spec) -> dict[str, Any]:
 
 def spec_from_dict(data: Mapping[str, Any], parts: Mapping[str, Any] | None = None) -> Spec:
     """The Spec :func:`describe` wrote. Parts are rebuilt from the table by name, or taken from ``parts``
-    (``{name: value}``) for those the table does not know; unknown fields or parts are an error."""
+    for those the table does not know; unknown fields or parts are an error.
+
+    ``parts`` is ``{name: part}``, keyed by the name the data gives, which is each part's own ``name``: a
+    part under another key is refused (``{'other': mine}`` for a mode named ``'mine'``), and so is a part
+    under a table name that is not the table's value (what that name means in a checkpoint). Entries the
+    data does not name are unused, so one mapping of all your own parts serves every checkpoint."""
     data = dict(data)
-    given = {p.name: p for p in (parts or {}).values()} if parts else {}
+    given = _given_parts(parts)
     built = {}
     for slot in PART_SLOTS:
         entry = data.pop(slot, None)
         if not isinstance(entry, Mapping) or "name" not in entry:
             raise ValueError(f"the spec lacks its {slot} ({{'name': ..., 'shapes': ...}}), got {entry!r}")
         name, shapes = entry["name"], {k: as_int(v) for k, v in dict(entry.get("shapes") or {}).items()}
+        kind = Scorer if slot == "scorer" else Mode
         if name in given:
-            built[slot] = given[name]
-            if dict(built[slot].shapes._asdict()) != shapes:
-                raise ValueError(f"the {slot} {name!r} given has shapes {dict(built[slot].shapes._asdict())}, the "
+            part = built[slot] = given[name]
+            if not isinstance(part, kind):
+                raise ValueError(f"parts[{name!r}] is a {type(part).__name__}, but {name!r} is the spec's {slot}: "
+                                 f"give a {kind.__name__} under that name")
+            if part.name != name:
+                raise ValueError(f"the spec's {slot} is {name!r}, but parts[{name!r}] is the {slot} named "
+                                 f"{part.name!r}: give the {slot} named {name!r}")
+            if dict(part.shapes._asdict()) != shapes:
+                raise ValueError(f"the {slot} {name!r} given has shapes {dict(part.shapes._asdict())}, the "
                                  f"spec says {shapes}")
         elif name in (SCORERS if slot == "scorer" else MODES):
             built[slot] = _part(slot, name, **shapes)
         else:
+            _check_keys(given)  # the part given under another key: say so
             raise ValueError(f"the spec's {slot} {name!r} is not in the preset table: pass it "
                              f"(parts={{{name!r}: your_{slot}}})")
+    _check_keys(given)
     unknown = set(data) - set(Spec._fields)
     if unknown:
         raise ValueError(f"unknown Spec field(s) {sorted(unknown)}; known: {list(Spec._fields)}")
     return Spec(**{k: (as_int(v) if not isinstance(v, str) else v) for k, v in data.items()}, **built)
+
+
+def _given_parts(parts: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``parts`` as a dict, once it is a mapping of scorers and modes (TypeError if not)."""
+    if parts is None:
+        return {}
+    if not isinstance(parts, Mapping):
+        raise TypeError(f"parts must be a mapping {{name: scorer or mode}}, got {type(parts).__name__}")
+    for key, part in parts.items():
+        if not isinstance(part, (Scorer, Mode)):
+            raise TypeError(f"parts[{key!r}] is a {type(part).__name__}, not a tokenworth_jax Scorer or Mode")
+    return dict(parts)
+
+
+def _check_keys(given: Mapping[str, Any]) -> None:
+    """Each part given under its own name, and none posing as a part of the table (ValueError, one line)."""
+    for key, part in given.items():
+        slot = "scorer" if isinstance(part, Scorer) else "mode"
+        if part.name != key:
+            raise ValueError(f"parts[{key!r}] is the {slot} named {part.name!r}: parts are keyed by their own name "
+                             f"(parts={{{part.name!r}: ...}})")
+        if key in (SCORERS if slot == "scorer" else MODES) and not is_table_part(slot, part):
+            raise ValueError(f"parts[{key!r}] is not the preset table's {slot} {key!r}, which is what that name means "
+                             f"in a checkpoint (tw.save refuses any other {slot} of that name)")
+
+
+def is_table_part(slot: str, part: Any) -> bool:
+    """Whether ``part`` is the preset table's value of its name (what the name means in a checkpoint)."""
+    table = SCORERS if slot == "scorer" else MODES
+    if part.name not in table:
+        return False
+    try:
+        return bool(table[part.name](**part.shapes._asdict()) == part)
+    except TypeError:  # shape fields the table's part does not take
+        return False
 
 
 # The environments' presets as functions (``presets.db()``), for the quickstart.
