@@ -85,7 +85,24 @@ def hparams(env: str = "db", *, scorer: Any = "full", mode: Any = "paper", dtype
     the table, or values), with overrides by flat name, as arrays of ``dtype`` (ints as int32).
 
     Every value is validated on the host first. A name of another part than these (``plus_margin``
-    without ``mode="tokenworth+"``) is refused, naming the part it belongs to."""
+    without ``mode="tokenworth+"``) is refused, naming the part it belongs to.
+
+    Args:
+        env: an environment of the preset table (:data:`~tokenworth_jax.presets.ENVIRONMENTS`: ``"db"``,
+            ``"os"``, ``"kg"``, ``"bigcodebench"``, ``"alfworld"``).
+        scorer: the controller's scorer: a name of the table or a :class:`~tokenworth_jax.Scorer` (keyword-only,
+            as are the rest).
+        mode: the controller's mode: a name of the table or a :class:`~tokenworth_jax.Mode`.
+        dtype: the float dtype of the float leaves (the integer ones are int32).
+        **overrides: hyperparameters by flat name, the core's and the parts' own (``plus_margin``).
+
+    Returns:
+        HParams: every leaf a JAX array, validated (``hp.mode`` holds the mode's own, ``Empty()`` where it has
+        none).
+
+    Raises:
+        ValueError: an unknown name, a name of another part than these, or a value out of its range.
+    """
     env_values = _environment(env).hparams
     parts = {"scorer": _part("scorer", scorer), "mode": _part("mode", mode)}
     foreign = {n: owner for n in overrides for owner, schema in _known_schemas().items()
@@ -104,7 +121,28 @@ def preset(env: str = "db", *, method: str = "tokenworth", scorer: Any = None, d
 
     ``scorer`` replaces the method's (``"incremental"``). ``spec_overrides`` sets shape fields: the
     core's (``capacity``, ``dim``, ...) and the parts' own (``word_dim`` for TokenWorth+) by name.
-    ``overrides`` set hyperparameters by flat name."""
+    ``overrides`` set hyperparameters by flat name.
+
+    Args:
+        env: an environment of the preset table (:data:`~tokenworth_jax.presets.ENVIRONMENTS`: ``"db"``,
+            ``"os"``, ``"kg"``, ``"bigcodebench"``, ``"alfworld"``).
+        method: a method of :data:`~tokenworth_jax.presets.METHODS`: ``"tokenworth"`` (the paper's) or
+            ``"tokenworth+"`` (keyword-only, as are the rest).
+        scorer: a scorer that replaces the method's: a name of the table (``"incremental"``) or a
+            :class:`~tokenworth_jax.Scorer`; None keeps the method's.
+        dtype: the float dtype of the spec and of the hyperparameters (float64 needs JAX's 64-bit mode).
+        spec_overrides: shape fields by name: the core's (``capacity``, ``dim``, ...) and the parts' own
+            (``word_dim`` for TokenWorth+).
+        **overrides: hyperparameters by flat name (``eta_max=0.2``), each validated on the host.
+
+    Returns:
+        tuple[Spec, HParams]: the :class:`~tokenworth_jax.Spec` and the :class:`~tokenworth_jax.HParams` built
+        for its parts.
+
+    Raises:
+        ValueError: an unknown environment, method, shape field or hyperparameter, or a value out of its range
+            (one line, naming it).
+    """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {sorted(METHODS)}")
     env_preset = _environment(env)
@@ -255,27 +293,72 @@ def is_table_part(slot: str, part: Any) -> bool:
 
 # The environments' presets as functions (``presets.db()``), for the quickstart.
 def db(**overrides: Any) -> tuple[Spec, HParams]:
-    """``preset("db", **overrides)``: the paper's method at the DB environment (Table A1)."""
+    """``preset("db", **overrides)``: the paper's method at the DB environment (Table A1).
+
+    Args:
+        **overrides: what :func:`~tokenworth_jax.preset` takes besides the environment: ``method``, ``scorer``,
+            ``dtype``, ``spec_overrides`` and hyperparameters by flat name.
+
+    Returns:
+        tuple[Spec, HParams]: the :class:`~tokenworth_jax.Spec` and its :class:`~tokenworth_jax.HParams`, as
+        :func:`~tokenworth_jax.preset` returns them.
+    """
     return preset("db", **overrides)
 
 
 def os(**overrides: Any) -> tuple[Spec, HParams]:  # noqa: A001 - the environment's name
-    """``preset("os", **overrides)``: the paper's method at the OS environment (Table A1)."""
+    """``preset("os", **overrides)``: the paper's method at the OS environment (Table A1).
+
+    Args:
+        **overrides: what :func:`~tokenworth_jax.preset` takes besides the environment: ``method``, ``scorer``,
+            ``dtype``, ``spec_overrides`` and hyperparameters by flat name.
+
+    Returns:
+        tuple[Spec, HParams]: the :class:`~tokenworth_jax.Spec` and its :class:`~tokenworth_jax.HParams`, as
+        :func:`~tokenworth_jax.preset` returns them.
+    """
     return preset("os", **overrides)
 
 
 def kg(**overrides: Any) -> tuple[Spec, HParams]:
-    """``preset("kg", **overrides)``: the paper's method at the KG environment (Table A1)."""
+    """``preset("kg", **overrides)``: the paper's method at the KG environment (Table A1).
+
+    Args:
+        **overrides: what :func:`~tokenworth_jax.preset` takes besides the environment: ``method``, ``scorer``,
+            ``dtype``, ``spec_overrides`` and hyperparameters by flat name.
+
+    Returns:
+        tuple[Spec, HParams]: the :class:`~tokenworth_jax.Spec` and its :class:`~tokenworth_jax.HParams`, as
+        :func:`~tokenworth_jax.preset` returns them.
+    """
     return preset("kg", **overrides)
 
 
 def bigcodebench(**overrides: Any) -> tuple[Spec, HParams]:
-    """``preset("bigcodebench", **overrides)``: the paper's method at BigCodeBench (App. C)."""
+    """``preset("bigcodebench", **overrides)``: the paper's method at BigCodeBench (App. C).
+
+    Args:
+        **overrides: what :func:`~tokenworth_jax.preset` takes besides the environment: ``method``, ``scorer``,
+            ``dtype``, ``spec_overrides`` and hyperparameters by flat name.
+
+    Returns:
+        tuple[Spec, HParams]: the :class:`~tokenworth_jax.Spec` and its :class:`~tokenworth_jax.HParams`, as
+        :func:`~tokenworth_jax.preset` returns them.
+    """
     return preset("bigcodebench", **overrides)
 
 
 def alfworld(**overrides: Any) -> tuple[Spec, HParams]:
-    """``preset("alfworld", **overrides)``: the paper's method at ALFWorld (App. C)."""
+    """``preset("alfworld", **overrides)``: the paper's method at ALFWorld (App. C).
+
+    Args:
+        **overrides: what :func:`~tokenworth_jax.preset` takes besides the environment: ``method``, ``scorer``,
+            ``dtype``, ``spec_overrides`` and hyperparameters by flat name.
+
+    Returns:
+        tuple[Spec, HParams]: the :class:`~tokenworth_jax.Spec` and its :class:`~tokenworth_jax.HParams`, as
+        :func:`~tokenworth_jax.preset` returns them.
+    """
     return preset("alfworld", **overrides)
 
 
