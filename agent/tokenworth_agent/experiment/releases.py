@@ -12,7 +12,8 @@ The rule: a stream with results is resumed only under the releases that made the
 plugin, or the harness's own) is refused in one line naming both, with the two ways on: reinstall the release that
 made the stream, or start the stream anew under the new one (``--overwrite --methods M``: only M's records go). A
 folder or checkpoint made before releases were recorded has no entry: it is taken as made by the installed
-releases, resumed once, and its entry recorded from then on (its earlier records' release is unknown).
+releases, resumed once, and its entry recorded from then on (its earlier records' release is unknown); where only
+the config lacks the entry, the plan reads it from the stream's checkpoint.
 """
 
 from __future__ import annotations
@@ -66,14 +67,28 @@ def folder_refusal(out: Any, recorded: Mapping[str, Any] | None, now: Mapping[st
 
     recorded = recorded or {}
     for spec, name in zip(streams, names):
-        entry = recorded.get(name)
-        if entry is None or name in fresh or not runfolder.has_results(out, name):
-            continue  # a new stream, one made before releases were recorded, or one started anew
+        if name in fresh or not runfolder.has_results(out, name):
+            continue  # a new stream, or one started anew
+        entry = recorded.get(name) or _checkpointed(out / name / runfolder.CHECKPOINT)
+        if entry is None:
+            continue  # made before releases were recorded: resumed once, recorded from now on
         line = changed_line(f"{out}/{name}", {"method": spec.method, "benchmark": spec.env, "backbone": backbone},
                             entry, now[name], start_anew.format(method=spec.method))
         if line is not None:
             return line
     return None
+
+
+def _checkpointed(path: Any) -> Mapping[str, Any] | None:
+    """The release entry a stream's checkpoint holds (a folder whose config.json has none: an older version's, or
+    one a worker on another machine ran), None when it holds none or cannot be read (its stream says why)."""
+    from tokenworth_agent.storage.checkpoint import CheckpointError, load_checkpoint
+
+    try:
+        state = load_checkpoint(path)
+    except (CheckpointError, OSError):
+        return None
+    return (state or {}).get("identity", {}).get(KEY)
 
 
 __all__ = ["KINDS", "KEY", "release", "stream_releases", "changed_line", "folder_refusal"]
