@@ -69,6 +69,7 @@ def test_a_method_parameter_multiplies_only_its_method_and_reaches_its_construct
     (["memrl.epsilon=1.5"], ["memrl"], ["must be in [0.0, 1.0]", "memrl declares: sim_threshold"]),
     (["dbx_level=0.1"], ["rag"], ["option of the dbx benchmark", "--env is db"]),
     (["dbx_note=a,b"], ["rag"], ["--dbx-note of the dbx benchmark", "cannot be swept"]),
+    (["eta=0.1", "tokenworth.eta_max=0.2"], ["tokenworth"], ["sets eta_max twice", "eta_max and tokenworth.eta_max"]),
 ])
 def test_bad_values_and_unknown_names_are_one_line_naming_what_is_declared(site, grid, methods, words) -> None:
     with pytest.raises(GridError) as refused:

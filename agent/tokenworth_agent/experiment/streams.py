@@ -293,38 +293,39 @@ def axis_kind(name: str) -> str:
     return "controller" if name in _hparam_fields()[0] else "option"
 
 
-def split_point(point: Mapping[str, Any], method: str | None = None, env: str | None = None
-                ) -> tuple[dict[str, int], dict[str, Any], dict[str, Any]]:
-    """(Budget changes, the method's settings, the benchmark's option overrides) of one grid point for a stream of
-    ``method`` on ``env`` (None: every controller field and option counts). What acts on other methods or
-    benchmarks is left out."""
-    budget = {BUDGET_AXES[k]: int(v) for k, v in point.items() if k in BUDGET_AXES}
+def split_point(point: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, Any], dict[str, Any]]:
+    """(Budget changes, the method's settings, the benchmark's option overrides) of one stream's point (the axes
+    that act on it, :func:`acts_on`); one setting given twice (``eta_max`` and ``tokenworth.eta_max``) is refused."""
+    budget: dict[str, int] = {}
     settings: dict[str, Any] = {}
     options: dict[str, Any] = {}
     for name, value in point.items():
         kind = axis_kind(name)
-        if kind == "controller" and (method is None or method in CONTROLLER_METHODS):
-            settings[name] = value
-        elif kind == "method" and name.partition(".")[0] == method:
-            settings[name.partition(".")[2]] = value
-        elif kind == "option" and (env is None or _acts_on(name, "", env)):
+        if kind == "budget":
+            budget[BUDGET_AXES[name]] = int(value)
+        elif kind == "option":
             options[name] = value
+        else:
+            setting = name.partition(".")[2] if kind == "method" else name
+            if setting in settings:
+                both = [k for k in point if k == setting or k.endswith("." + setting)]
+                raise GridError(f"--grid sets {setting} twice for one stream ({' and '.join(both)}); name it once")
+            settings[setting] = value
     return budget, settings, options
 
 
-def _benchmark(env: str) -> Any:
-    from tokenworth_agent.core.plugins import benchmark
-
-    return benchmark(env)
-
-
-def _acts_on(name: str, method: str, env: str) -> bool:
+def acts_on(name: str, method: str, env: str) -> bool:
+    """Whether the grid axis ``name`` acts on a stream of ``method`` on ``env``: a method's parameter on that
+    method, a benchmark's option on that benchmark's streams, a budget axis or a controller field on every stream
+    (:func:`expand` refuses a controller field beside a method without a controller)."""
     kind = axis_kind(name)
     if kind == "method":
         return name.partition(".")[0] == method
     if kind == "option":
-        return any(o.name == name for o in _benchmark(env).options)
-    return True  # budget axes act on every stream; controller fields only run with controller methods
+        from tokenworth_agent.core.plugins import benchmark
+
+        return any(o.name == name for o in benchmark(env).options)
+    return True
 
 
 def _check_axes(envs: Sequence[str], methods: Sequence[str], names: Sequence[str]) -> None:
@@ -336,11 +337,10 @@ def _check_axes(envs: Sequence[str], methods: Sequence[str], names: Sequence[str
                         f"hyperparameters; run the grid with --methods {' or '.join(sorted(CONTROLLER_METHODS))}, "
                         f"or set one method's as METHOD.NAME (e.g. tokenworth.{controller_fields[0]})")
     for name in names:
-        kind = axis_kind(name)
-        if kind == "method" and name.partition(".")[0] not in methods:
-            raise GridError(f"--grid {name}: {name.partition('.')[0]} is not among the run's methods "
-                            f"({', '.join(methods)}); add it to --methods")
-        if kind == "option" and not any(_acts_on(name, methods[0], e) for e in envs):
+        if not any(acts_on(name, m, e) for m in methods for e in envs):
+            if axis_kind(name) == "method":
+                raise GridError(f"--grid {name}: {name.partition('.')[0]} is not among the run's methods "
+                                f"({', '.join(methods)}); add it to --methods")
             owner = _benchmark_options().get(name, ("another benchmark",))[0]
             raise GridError(f"--grid {name}: it is an option of the {owner} benchmark, and this run's --env is "
                             f"{','.join(envs)}")
@@ -364,12 +364,12 @@ def expand(envs: Sequence[str], methods: Sequence[str], seeds: Sequence[int], bu
         for seed in seeds:
             for point in points:
                 for method in methods:
-                    own = {k: v for k, v in point.items() if _acts_on(k, method, env)}
+                    own = {k: v for k, v in point.items() if acts_on(k, method, env)}
                     key = (env, seed, method, tuple(own.items()))
                     if key in seen:
                         continue
                     seen.add(key)
-                    changes, settings, options = split_point(own, method, env)
+                    changes, settings, options = split_point(own)
                     try:
                         budget = budgets[env].replace(**changes) if changes else budgets[env]
                     except ValueError as exc:
@@ -390,4 +390,4 @@ def stream_names(streams: Sequence[StreamSpec]) -> list[str]:
 
 
 __all__ = ["StreamSpec", "GridError", "BUDGET_AXES", "CONTROLLER_METHODS", "parse_grid_item", "grid_points",
-           "axis_kind", "split_point", "expand", "stream_names", "digest"]
+           "axis_kind", "acts_on", "split_point", "expand", "stream_names", "digest"]
