@@ -202,7 +202,8 @@ def sweep(
         = None,
     *, flags: ExperimentFlags,
 ) -> None:
-    """A TokenWorth grid: one lockstep stream per configuration (the same engine as `run`)."""
+    """A TokenWorth grid (or, with --method, any method's): one lockstep stream per configuration (the same engine
+    as `run`)."""
     sweep_command(flags, env=env, grid=grid or [], table_a3=table_a3, plus=plus, seed=seed, out=out, method=method)
 
 

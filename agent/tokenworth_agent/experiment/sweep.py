@@ -1,7 +1,7 @@
 """``tokenworth sweep``: a TokenWorth grid, as a front end of the experiment engine.
 
 A sweep is an experiment (:func:`tokenworth_agent.experiment.run_experiment`) whose streams are one
-TokenWorth method (``tokenworth``, or ``tokenworth+`` with ``--plus``) on one env and seed,
+TokenWorth method (``tokenworth``, or ``tokenworth+`` with ``--plus``; any method with ``--method``) on one env and seed,
 one stream per grid point. Every stream is a stream like any other: its own folder
 (``<out>/tokenworth@eta_max=0.1``; the preset point is ``<out>/tokenworth``), per-task JSONL
 records (so ``tokenworth show`` and the summaries read it), checkpoint and resume; every
