@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from tokenworth_agent.core.budget import Budget
+from tokenworth_agent.core.parameters import Parameter
 from tokenworth_agent.envs.base import Environment
 from tokenworth_agent.tasks.base import DataFolder, Task
 
@@ -53,44 +53,10 @@ class TaskSource(Protocol):
     def load(self, data_dir: str | os.PathLike[str] | None, benchmarks: Sequence[DataFolder]) -> list[Task]: ...
 
 
-@dataclasses.dataclass(frozen=True)
-class BenchmarkOption:
-    """One option of a benchmark: the flag ``--<name with dashes>`` of ``tokenworth run`` and ``sweep``,
-    shown in the benchmark's own ``--help`` section.
-
-    ``identity``: the value enters each stream's identity under ``name`` (a run with another value is
-    not resumed into this one); options that name a file or a place enter through
-    :attr:`Benchmark.identity` instead (by content), or not at all (a server's address)."""
-
-    name: str  # a Python name, unique among all benchmarks' options: "kg_parser"
-    type: type  # str, int, float, bool or pathlib.Path
-    default: Any
-    help: str
-    identity: bool = False
-    show_default: str | None = None  # what --help shows where the default is not a value (an env variable, ...)
-    choices: tuple[str, ...] = ()  # the allowed values of a str option (lower-cased)
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
-
-    def convert(self, value: Any) -> Any:
-        """The value as the run keeps it: paths and text as str, numbers as their type; a bad value is one line."""
-        from tokenworth_agent.core.harness import HarnessError
-
-        if value is None:
-            return None
-        if self.type is Path:
-            return str(value)
-        if self.type is str:
-            text = str(value).strip().lower() if self.choices else str(value)
-            if self.choices and text not in self.choices:
-                raise HarnessError(f"{self.flag} must be one of {', '.join(self.choices)}, got {value!r}")
-            return text
-        try:
-            return self.type(value)
-        except (TypeError, ValueError):
-            raise HarnessError(f"{self.flag} takes a {self.type.__name__}, got {value!r}") from None
+# One option of a benchmark: the flag ``--<name with dashes>`` of ``tokenworth run`` and ``sweep``, shown in the
+# benchmark's own ``--help`` section. The type is the one every plugin parameter has (a method's hyperparameters
+# too): :class:`tokenworth_agent.core.parameters.Parameter`; ``BenchmarkOption`` is its older name and stays.
+BenchmarkOption = Parameter
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,4 +102,4 @@ class Benchmark:
         return {o.name: given.get(o.name, o.default) for o in self.options}
 
 
-__all__ = ["Benchmark", "BenchmarkOption", "TaskSource", "Options"]
+__all__ = ["Benchmark", "BenchmarkOption", "Parameter", "TaskSource", "Options"]

@@ -73,6 +73,10 @@ class HarnessOptions:
                         return option.default
         raise AttributeError(f"{type(self).__name__!s} has no option {name!r}")
 
+    def with_options(self, overrides: Mapping[str, Any]) -> "HarnessOptions":
+        """These options with some benchmark options replaced (a grid's values for one stream)."""
+        return dataclasses.replace(self, options={**self.options, **overrides}) if overrides else self
+
     # ------------------------------------------------------------------ files the options name
     def instructions_path(self, env: str) -> Path | None:
         return None if self.instructions is None else Path(self.instructions) / f"{env}.txt"

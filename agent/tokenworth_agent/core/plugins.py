@@ -52,6 +52,11 @@ class Plugin:
     def builtin(self) -> bool:
         return self.distribution == HOME
 
+    @property
+    def release(self) -> str:
+        """``distribution version``: what a stream's identity and a Ray node check compare."""
+        return f"{self.distribution} {self.version}"
+
     def load(self) -> Any:
         module, _, attribute = self.value.partition(":")
         try:

@@ -22,6 +22,11 @@ without ending by its own answer/finish action (``HarnessOptions.memory_from``).
 Every policy is built with the run's :class:`~tokenworth_agent.core.harness.HarnessOptions` (``harness=``, by
 :func:`tokenworth_agent.policies.registry.make_policy`); it is fixed for the policy's life.
 
+Parameters: a method declares its hyperparameters in :attr:`MemoryPolicy.parameters` (name, type, default, help:
+the :class:`~tokenworth_agent.core.parameters.Parameter` a benchmark's options are), and takes each as a
+constructor keyword with the same default. ``--grid METHOD.NAME=v1,v2`` runs one stream per value, the value
+passed as that keyword (a value not set by a grid is not passed: the constructor's default holds).
+
 Checkpointing: ``state_dict()`` returns plain Python data and NumPy arrays (picklable);
 ``load_state_dict`` restores a freshly constructed policy of the same kind and settings
 so that every later decision, random draws included, is identical.
@@ -39,6 +44,7 @@ from tokenworth_agent.policies.auxiliary import AuxSteps
 from tokenworth_agent.core.budget import Budget
 from tokenworth_agent.tasks import Task
 from tokenworth_agent.core.harness import DEFAULT_HARNESS, HarnessOptions
+from tokenworth_agent.core.parameters import Parameter
 from tokenworth_agent.memory import Memory, Turn, build_memory
 
 
@@ -52,6 +58,8 @@ class MemoryPolicy(abc.ABC):
     name: ClassVar[str]
     # shown on the progress bar while the first task of a (resumed) stream runs, e.g. while compiling
     first_task_note: ClassVar[str | None] = None
+    # the hyperparameters a grid may set (--grid METHOD.NAME=v1,v2), each a keyword of __init__ with the same default
+    parameters: ClassVar[tuple[Parameter, ...]] = ()
 
     def __init__(self, env: str, budget: Budget, seed: int = 0, *, harness: HarnessOptions = DEFAULT_HARNESS) -> None:
         self.env = env
