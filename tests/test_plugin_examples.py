@@ -105,6 +105,25 @@ def test_a_sweep_with_the_example_benchmark(tmp_path) -> None:
     assert len(streams(tmp_path / "sweep")) == 2
 
 
+def test_the_example_methods_parameter_is_listed_and_swept(tmp_path) -> None:
+    """overlap declares min_overlap: `tokenworth plugins overlap` prints it, `--grid overlap.min_overlap=...` runs
+    one overlap stream per value (rag once), each constructed with its value, and arith's own option is swept."""
+    listed = ok(tokenworth("plugins", "overlap", cwd=tmp_path)).stdout.splitlines()
+    assert listed[0].startswith("overlap: method of tokenworth-example-method 0.1.0")
+    assert listed[2].split()[:3] == ["min_overlap", "float", "0.2"]
+    ok(tokenworth("run", "--methods", "overlap,rag", "--grid", "overlap.min_overlap=0.05,0.9", "--limit", "30",
+                  "--out", "grid", "--no-progress", cwd=tmp_path))
+    assert streams(tmp_path / "grid") == ["overlap@overlap.min_overlap=0.05", "overlap@overlap.min_overlap=0.9", "rag"]
+    low, high = (read_records(tmp_path / "grid" / f"overlap@overlap.min_overlap={v}" / "records.jsonl")
+                 for v in ("0.05", "0.9"))
+    assert low[0].stream["hparams"] == {"min_overlap": 0.05}
+    injected = [sum(bool(r.injected_memory_ids) for r in records) for records in (low, high)]
+    assert injected[0] > injected[1]  # a stricter overlap injects less: the constructor got the value
+    ok(tokenworth("sweep", "--env", "arith", "--method", "overlap", "--grid", "arith_strict=true,false", "--limit",
+                  "10", "--out", "strict", "--no-progress", cwd=tmp_path))
+    assert streams(tmp_path / "strict") == ["overlap@arith_strict=False", "overlap@arith_strict=True"]
+
+
 def test_kill_9_and_resume_with_both(tmp_path) -> None:
     args = ["run", "--env", "arith,db", "--methods", "overlap,tokenworth", "--limit", "40", "--no-progress"]
     ok(tokenworth(*args, "--out", "reference", cwd=tmp_path))

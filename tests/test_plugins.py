@@ -178,8 +178,8 @@ def test_a_benchmark_is_checked_field_by_field_as_it_is_made(changes, expected) 
 
 
 @pytest.mark.parametrize("option, expected", [
-    (("x-y", str, "a"), "option 'x-y': its name must be a lower-case Python name"),
-    (("x", list, None), "option 'x': its type must be one of str, int, float, bool, pathlib.Path"),
+    (("x-y", str, "a"), "options: parameter name 'x-y' is not a Python name"),
+    (("x", list, None), "options: parameter 'x' has type <class 'list'>; use one of str, int, float, bool, pathlib.Path"),
     (("x", int, "3"), "option 'x': its default '3' is not of its type, int"),
     (("x", bool, 0), "option 'x': its default 0 is not of its type, bool"),
 ])

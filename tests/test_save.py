@@ -14,6 +14,10 @@ import functools
 import hashlib
 import io
 import json
+import os
+import re
+import stat
+import struct
 import subprocess
 import sys
 import textwrap
@@ -194,19 +198,26 @@ def test_a_part_with_a_table_name_that_is_not_the_tables_is_refused(tmp_path):
 
 
 # ----- refusals ------------------------------------------------------------------------------------------------------
-def _rewrite(src: Path, dst: Path, manifest=None, drop: str | None = None, replace: dict | None = None) -> None:
-    """A copy of the save ``src`` with its manifest edited, a member dropped, or arrays replaced."""
-    with zipfile.ZipFile(src) as z, zipfile.ZipFile(dst, "w") as out:
-        for name in z.namelist():
-            if name == drop:
-                continue
-            data = z.read(name)
-            if name == "manifest.json" and manifest is not None:
-                data = json.dumps(manifest(json.loads(data))).encode()
-            if replace and name in replace:
-                buffer = io.BytesIO()
-                np.lib.format.write_array(buffer, replace[name])
-                data = buffer.getvalue()
+def _rewrite(src: Path, dst: Path, manifest=None, drop: str | None = None, replace: dict | None = None,
+             raw: dict | None = None, redigest: bool = True) -> None:
+    """A copy of the save ``src`` with its manifest edited, a member dropped, arrays replaced or members' bytes
+    replaced (``raw``); the manifest's digests follow the new bytes unless ``redigest`` is False (an edit that
+    only the digest can catch)."""
+    with zipfile.ZipFile(src) as z:
+        members = {name: z.read(name) for name in z.namelist() if name != drop}
+    for name, arr in (replace or {}).items():
+        buffer = io.BytesIO()
+        np.lib.format.write_array(buffer, arr)
+        members[name] = buffer.getvalue()
+    members.update(raw or {})
+    meta = json.loads(members.pop("manifest.json"))
+    if redigest and "digests" in meta:
+        meta["digests"] = {n: hashlib.sha256(d).hexdigest() for n, d in members.items()}
+    if manifest is not None:
+        meta = manifest(meta)
+    with zipfile.ZipFile(dst, "w") as out:
+        out.writestr("manifest.json", json.dumps(meta))
+        for name, data in members.items():
             out.writestr(name, data)
 
 
@@ -220,20 +231,21 @@ def test_a_file_of_another_layout_or_a_newer_version_is_refused_in_one_line(tmp_
                                                             r"tw\.save wrote"),
         "newer.npz": (lambda p: _rewrite(good, p, lambda m: {**m, "layout": tw.checkpoint.LAYOUT + 1,
                                                              "tokenworth_jax": "9.0.0"}),
-                      r"has layout 2, written by tokenworth_jax 9\.0\.0, newer than this version .*: upgrade "
+                      rf"has layout {tw.checkpoint.LAYOUT + 1}, written by tokenworth_jax 9\.0\.0, newer than this "
+                      r"version .*: upgrade "
                       r"tokenworth-jax to load it$"),
         "older.npz": (lambda p: _rewrite(good, p, lambda m: {**m, "layout": 0}),
-                      r"has layout 0 .*; this version reads layout 1 only"),
+                      r"has layout 0 .*; this version reads layouts 1 and 2 only"),
         "other.npz": (lambda p: _rewrite(good, p, lambda m: {**m, "format": "orbax"}),
                       r"holds format 'orbax', not 'tokenworth_jax\.save'"),
-        "missing.npz": (lambda p: _rewrite(good, p, drop="state/.bank.emb.npy"), r"lacks leaf \.bank\.emb"),
+        "missing.npz": (lambda p: _rewrite(good, p, drop="state/.bank.emb.npy"), r"lacks leaf state/\.bank\.emb$"),
         "reshaped.npz": (lambda p: _rewrite(good, p, replace={"state/.bank.u.npy": np.zeros(3, np.float32)}),
-                         r"leaf \.bank\.u has \(3,\)/float32, expected \(6,\)/float32"),
+                         r"leaf state/\.bank\.u has \(3,\)/float32, expected \(6,\)/float32$"),
         "bad_hp.npz": (lambda p: _rewrite(good, p, replace={"hparams/gamma.npy": np.float32(-1.0)}),
                        r"hyperparameter gamma = -1\.0 is out of range"),
-        "no_hp.npz": (lambda p: _rewrite(good, p, drop="hparams/kappa.npy"), r"hyperparameters: missing \['kappa'\]"),
+        "no_hp.npz": (lambda p: _rewrite(good, p, drop="hparams/kappa.npy"), r"lacks leaf hparams/kappa$"),
         "pickled.npz": (lambda p: _rewrite(good, p, replace={"state/.bank.u.npy": np.array([object()] * 6)}),
-                        r"pickled data|allow_pickle"),
+                        r"leaf state/\.bank\.u holds Python objects \(dtype object\), which tw\.load never unpickles"),
     }
     for name, (make, pattern) in cases.items():
         path = tmp_path / name
@@ -255,3 +267,262 @@ def test_save_refuses_a_state_the_spec_does_not_make(tmp_path):
     with pytest.raises(TypeError, match=r"^tw\.save: spec must be a tokenworth_jax\.Spec"):
         tw.save(tmp_path / "x.npz", tw.init(spec, hp), dict(spec._asdict()), hp)
     assert not (tmp_path / "x.npz").exists() and not list(tmp_path.iterdir())  # nothing written, no temporary left
+
+
+# ----- refusals: one line naming the file and the leaf for every damaged file; parts by name; a careful save ------
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> Path:
+    spec, hp = small_setup(jnp.float32)
+    path = tmp_path_factory.mktemp("saved") / "good.npz"
+    tw.save(path, tw.init(spec, hp), spec, hp)
+    return path
+
+
+def _npy_header(shape: tuple[int, ...], descr: str = "<f4") -> bytes:
+    """A .npy header claiming ``shape`` (what a damaged or hostile file may say), without its data."""
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": descr, "fortran_order": False, "shape": shape})
+    return buffer.getvalue()
+
+
+def _flipped(src: Path, dst: Path, member: str) -> None:
+    """A copy of ``src`` with the last data byte of ``member`` flipped in place (its CRC-32 left as it was)."""
+    raw = bytearray(src.read_bytes())
+    with zipfile.ZipFile(src) as z:
+        info = z.getinfo(member)
+    name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26:info.header_offset + 30])
+    raw[info.header_offset + 30 + name_len + extra_len + info.file_size - 1] ^= 0xFF
+    dst.write_bytes(bytes(raw))
+
+
+def _with(values: np.ndarray, at: int, value: float) -> np.ndarray:
+    out = values.copy()
+    out[at] = value
+    return out
+
+
+U = "state/.bank.u.npy"
+
+
+def _damaged_files(good: Path) -> dict[str, tuple]:
+    """``{file name: (how to make it, the refusal after "tw.load: <path>: ", data read before it is refused)}``."""
+    with zipfile.ZipFile(good) as z:
+        u = np.lib.format.read_array(io.BytesIO(z.read(U)))
+    return {
+        "flipped.npz": (lambda p: _flipped(good, p, "state/.bank.emb.npy"),
+                        r"leaf state/\.bank\.emb is damaged: its bytes fail their check \(BadZipFile: Bad CRC-32 for "
+                        r"file 'state/\.bank\.emb\.npy'\); the file was changed after it was written", True),
+        "object.npz": (lambda p: _rewrite(good, p, replace={U: np.array([object()] * 6)}),
+                       r"leaf state/\.bank\.u holds Python objects \(dtype object\), which tw\.load never unpickles: not "
+                       r"a file tw\.save wrote", False),
+        "huge.npz": (lambda p: _rewrite(good, p, raw={U: _npy_header((2**34,)) + bytes(24)}),  # 64 GiB if read
+                     r"leaf state/\.bank\.u has \(17179869184,\)/float32, expected \(6,\)/float32", False),
+        "large.npz": (lambda p: _rewrite(good, p, raw={U: _npy_header((2**28,)) + bytes(24)}),
+                      r"leaf state/\.bank\.u has \(268435456,\)/float32, expected \(6,\)/float32", False),
+        "short.npz": (lambda p: _rewrite(good, p, raw={U: _npy_header((6,)) + bytes(8)}),
+                      r"leaf state/\.bank\.u holds 136 bytes, its header \(\(6,\)/float32\) says 152: the file was cut "
+                      r"short or changed", False),
+        "edited.npz": (lambda p: _rewrite(good, p, replace={U: u + 1}, redigest=False),  # a valid CRC, a stale digest
+                       r"leaf state/\.bank\.u does not match its SHA-256 digest in the manifest \(its bytes were "
+                       r"changed after tw\.save wrote them\)", True),
+        "undigested.npz": (lambda p: _rewrite(good, p, lambda m: {**m, "digests": {
+                               k: v for k, v in m["digests"].items() if k != U}}),
+                           r"leaf state/\.bank\.u does not match its SHA-256 digest in the manifest \(the manifest has "
+                           r"none\)", True),
+        "no_digests.npz": (lambda p: _rewrite(good, p, lambda m: {k: v for k, v in m.items() if k != "digests"}),
+                           r"its manifest \(layout 2\) lacks the digests of its leaves", False),
+        "nan.npz": (lambda p: _rewrite(good, p, replace={U: _with(u, 2, np.nan)}),
+                    r"leaf state/\.bank\.u holds nan at index \(2,\): tw\.save writes a finite state, so the file was "
+                    r"changed", True),
+        "inf.npz": (lambda p: _rewrite(good, p, replace={"state/.base.w.npy": np.array([1, np.inf, 0, 0], np.float32)}),
+                    r"leaf state/\.base\.w holds inf at index \(1,\): tw\.save writes a finite state, so the "
+                    r"file was changed", True),
+        "int_eta.npz": (lambda p: _rewrite(good, p, replace={"hparams/eta_max.npy": np.int32(0)}),
+                        r"leaf hparams/eta_max has \(\)/int32, expected \(\)/float32", False),
+        "f64_gamma.npz": (lambda p: _rewrite(good, p, replace={"hparams/gamma.npy": np.float64(1.0)}),
+                          r"leaf hparams/gamma has \(\)/float64, expected \(\)/float32", False),
+        "int64_ids.npz": (lambda p: _rewrite(good, p, replace={"state/.bank.ids.npy": np.zeros(6, np.int64)}),
+                          r"leaf state/\.bank\.ids has \(6,\)/int64, expected \(6,\)/int32", False),
+    }
+
+
+def test_load_refuses_each_damaged_file_in_one_line_naming_the_file_and_the_leaf(saved, tmp_path):
+    for name, (make, pattern, _) in _damaged_files(saved).items():
+        path = tmp_path / name
+        make(path)
+        try:
+            refused(rf"^tw\.load: {re.escape(str(path))}: {pattern}$", lambda: tw.load(path))
+        except AssertionError as e:
+            raise AssertionError(f"{name}: {e}") from None
+        except Exception as e:  # today's main: BadZipFile, MemoryError, ...
+            raise AssertionError(f"{name}: {type(e).__name__}: {str(e)[:300]}") from None
+    assert tw.load(saved).spec.capacity == 6
+
+
+def test_load_checks_every_header_before_it_reads_any_data(saved, tmp_path, monkeypatch):
+    """A header claiming another shape or dtype (64 GiB of it), or Python objects, is refused before any array is
+    read: nothing is allocated."""
+    def no_read(*args, **kwargs):
+        raise AssertionError("an array was read before its header was checked")
+
+    cases = {name: case for name, case in _damaged_files(saved).items() if not case[2]}
+    assert {"huge.npz", "large.npz", "object.npz", "int_eta.npz"} <= set(cases)
+    for name, (make, pattern, _) in cases.items():
+        make(tmp_path / name)
+    monkeypatch.setattr(np.lib.format, "read_array", no_read)
+    monkeypatch.setattr(np, "load", no_read)
+    for name, (_, pattern, _) in cases.items():
+        try:
+            refused(rf"^tw\.load: .*{re.escape(name)}: {pattern}$", lambda: tw.load(tmp_path / name))
+        except (AssertionError, MemoryError) as e:
+            raise AssertionError(f"{name}: {type(e).__name__}: {str(e)[:300]}") from None
+
+
+def test_load_names_a_missing_path_and_a_folder(tmp_path):
+    nowhere = tmp_path / "nowhere.npz"
+    with pytest.raises(FileNotFoundError, match=rf"^tw\.load: {re.escape(str(nowhere))} does not exist$"):
+        tw.load(nowhere)
+    with pytest.raises(IsADirectoryError, match=rf"^tw\.load: {re.escape(str(tmp_path))} is a folder, not a file "
+                                                r"tw\.save wrote$"):
+        tw.load(tmp_path)
+
+
+def test_a_layout_1_file_has_no_digests_and_still_loads_with_its_bytes_checked(saved, tmp_path):
+    """Layout 1 (development versions between 0.2.0 and 0.3.0, no digests) is read by 0.3.0, as docs/release.md
+    promised; its leaves are checked by their CRC-32 and every other check."""
+    old = tmp_path / "old.npz"
+    _rewrite(saved, old, lambda m: {**{k: v for k, v in m.items() if k != "digests"}, "layout": 1,
+                                    "tokenworth_jax": "0.2.0"})
+    assert fingerprint(tw.load(old)) == fingerprint(tw.load(saved))
+    _flipped(old, tmp_path / "old_flipped.npz", "state/.bank.emb.npy")
+    refused(r"^tw\.load: .*old_flipped\.npz: leaf state/\.bank\.emb is damaged: its bytes fail their check "
+            r"\(BadZipFile: Bad CRC-32", lambda: tw.load(tmp_path / "old_flipped.npz"))
+    _rewrite(old, tmp_path / "old_nan.npz", replace={U: np.full(6, np.nan, np.float32)})
+    refused(r"^tw\.load: .*old_nan\.npz: leaf state/\.bank\.u holds nan at index \(0,\)",
+            lambda: tw.load(tmp_path / "old_nan.npz"))
+
+
+def test_the_manifest_holds_every_leafs_digest_and_names_a_release_that_has_tw_load(saved):
+    with zipfile.ZipFile(saved) as z:
+        manifest = json.loads(z.read("manifest.json"))
+        members = [n for n in z.namelist() if n != "manifest.json"]
+        assert manifest["digests"] == {n: hashlib.sha256(z.read(n)).hexdigest() for n in members}
+    assert manifest["layout"] == tw.checkpoint.LAYOUT == 2 and tw.checkpoint.READS == (1, 2)
+    assert manifest["tokenworth_jax"] == tw.__version__
+    assert tuple(int(x) for x in tw.__version__.split(".")[:2]) >= (0, 3)  # 0.3.0 is the first release with tw.load
+
+
+def test_parts_are_keyed_by_the_parts_own_name(tmp_path):
+    spec, hp = small_setup(jnp.float32)
+    mine = tw.paper_mode()._replace(name="mine", target=lambda state, y, s_base, hp: y - jnp.tanh(s_base))
+    spec_mine = spec._replace(mode=mine)
+    tw.save(tmp_path / "mine.npz", tw.init(spec_mine, hp), spec_mine, hp)
+    refused(r"^tw\.load: .*mine\.npz: parts\['other'\] is the mode named 'mine': parts are keyed by their own name "
+            r"\(parts=\{'mine': \.\.\.\}\)$", lambda: tw.load(tmp_path / "mine.npz", parts={"other": mine}))
+
+    near_spec, near_hp = nearest_setup()
+    tw.save(tmp_path / "nearest.npz", tw.init(near_spec, near_hp), near_spec, near_hp)
+    refused(r"^tw\.load: .*nearest\.npz: the spec's mode is 'nearest', but parts\['nearest'\] is the mode named 'paper': "
+            r"give the mode named 'nearest'$",  # not the advice to do what was done
+            lambda: tw.load(tmp_path / "nearest.npz", parts={"nearest": tw.paper_mode()}))
+    registry = {"nearest": nearest(history=5), "mine": mine, "paper": tw.paper_mode()}  # unused entries are fine
+    assert tw.load(tmp_path / "nearest.npz", parts=registry).spec == near_spec
+    assert tw.load(tmp_path / "mine.npz", parts=registry).spec.mode is mine
+
+    fake = tw.paper_mode()._replace(target=lambda state, y, s_base, hp: y)  # named "paper", but not the table's
+    refused(r"parts\['paper'\] is not the preset table's mode 'paper', which is what that name means in a checkpoint",
+            lambda: tw.load(tmp_path / "nearest.npz", parts={**registry, "paper": fake}))
+    scorer = tw.scorers.full()._replace(name="nearest")
+    refused(r"parts\['nearest'\] is a Scorer, but 'nearest' is the spec's mode: give a Mode under that name$",
+            lambda: tw.load(tmp_path / "nearest.npz", parts={"nearest": scorer}))
+    with pytest.raises(TypeError, match=r"^tw\.load: .*nearest\.npz: parts must be a mapping \{name: scorer or mode\}, "
+                                        r"got list$"):
+        tw.load(tmp_path / "nearest.npz", parts=[nearest(history=5)])
+    # the host Controller's checkpoint reads parts by the same rule
+    data = tw.Controller(spec_mine, hp).state_dict()
+    with pytest.raises(ValueError, match=r"^parts\['other'\] is the mode named 'mine'"):
+        tw.Controller.from_state_dict(data, parts={"other": mine})
+    assert tw.Controller.from_state_dict(data, parts={"mine": mine}).spec.mode is mine
+
+
+def _a_state(t: int = 0):
+    spec, hp = small_setup(jnp.float32)
+    state = tw.init(spec, hp)
+    return state._replace(clock=state.clock._replace(t=jnp.int32(t))), spec, hp
+
+
+def test_save_refuses_to_replace_a_file_unless_told_to(tmp_path):
+    state, spec, hp = _a_state()
+    path = tmp_path / "s.npz"
+    tw.save(path, state, spec, hp)
+    before = path.read_bytes()
+    later, _, _ = _a_state(t=5)
+    with pytest.raises(FileExistsError, match=rf"^tw\.save: {re.escape(str(path))} exists: pass overwrite=True to "
+                                              r"replace it$"):
+        tw.save(path, later, spec, hp)
+    assert path.read_bytes() == before
+    tw.save(path, later, spec, hp, overwrite=True)
+    assert int(tw.load(path).state.clock.t) == 5
+    assert [p.name for p in tmp_path.iterdir()] == ["s.npz"]  # no temporary left
+
+
+def test_an_interrupted_save_leaves_the_earlier_file_whole(tmp_path, monkeypatch):
+    state, spec, hp = _a_state()
+    path = tmp_path / "s.npz"
+    tw.save(path, state, spec, hp)
+    before = path.read_bytes()
+    writes = []
+    real = zipfile.ZipFile.writestr
+
+    def interrupted(self, name, data, *args, **kwargs):
+        writes.append(name)
+        if len(writes) == 5:
+            raise KeyboardInterrupt
+        return real(self, name, data, *args, **kwargs)
+
+    monkeypatch.setattr(zipfile.ZipFile, "writestr", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        tw.save(path, _a_state(t=5)[0], spec, hp, overwrite=True)
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["s.npz"]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file modes and the umask are POSIX's")
+def test_save_gives_the_file_the_mode_of_the_users_umask(tmp_path):
+    state, spec, hp = _a_state()
+    path = tmp_path / "s.npz"
+    old = os.umask(0o027)
+    try:
+        tw.save(path, state, spec, hp)
+        assert stat.S_IMODE(path.stat().st_mode) == 0o640
+        os.umask(0o022)
+        tw.save(path, state, spec, hp, overwrite=True)
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644  # as open(path, "w") makes a new file (mkstemp's was 0600)
+    finally:
+        os.umask(old)
+
+
+def test_save_names_the_real_target(tmp_path):
+    state, spec, hp = _a_state()
+    target = tmp_path / "nowhere" / "s.npz"
+    with pytest.raises(FileNotFoundError) as info:
+        tw.save(target, state, spec, hp)
+    assert str(info.value) == f"tw.save: cannot write {target}: the folder {tmp_path / 'nowhere'} does not exist"
+    with pytest.raises(IsADirectoryError, match=rf"^tw\.save: {re.escape(str(tmp_path))} is a folder: name the file "
+                                                r"to write$"):
+        tw.save(tmp_path, state, spec, hp, overwrite=True)
+    assert not list(tmp_path.iterdir())
+
+
+def test_save_refuses_what_load_would_refuse(tmp_path):
+    state, spec, hp = _a_state()
+    poisoned = state._replace(bank=state.bank._replace(u=state.bank.u.at[2].set(jnp.nan)))
+    refused(r"^tw\.save: leaf state/\.bank\.u holds nan at index \(2,\): a state with a NaN or an infinity is not saved",
+            lambda: tw.save(tmp_path / "x.npz", poisoned, spec, hp))
+    mixed = hp._replace(eta_max=jnp.asarray(0.1, jnp.float16))
+    refused(r"^tw\.save: these hyperparameters are not what tw\.hparams builds for this spec \(int32 integers, one float "
+            r"dtype\): leaf hparams/eta_max has \(\)/float16, expected \(\)/float32$",
+            lambda: tw.save(tmp_path / "x.npz", state, spec, mixed))
+    bf16 = jax.tree.map(lambda x: x.astype(jnp.bfloat16) if jnp.issubdtype(x.dtype, jnp.floating) else x, hp)
+    refused(r"^tw\.save: the hyperparameters are bfloat16, which \.npy cannot store",
+            lambda: tw.save(tmp_path / "x.npz", state, spec, bf16))
+    assert not list(tmp_path.iterdir())

@@ -69,7 +69,19 @@ def resolve(strategy: Strategy, like: Any = None) -> Literal["vmap", "map", "loo
     so a controller kept on the CPU beside a GPU that serves the model gets the CPU strategy. When that is
     unknown (no ``like``, NumPy values, or tracers) it is ``jax.default_backend()``, where JAX places
     uncommitted values. ``tw.run_batched`` resolves ``"auto"`` before its jitted program, on the states it is
-    given."""
+    given.
+
+    Args:
+        strategy: ``"auto"``, ``"vmap"``, ``"map"`` or ``"loop"`` (:data:`~tokenworth_jax.Strategy`).
+        like: the stacked states (any pytree of arrays) whose platform decides ``"auto"``; None: JAX's default
+            backend.
+
+    Returns:
+        str: the strategy that runs, ``"vmap"``, ``"map"`` or ``"loop"``.
+
+    Raises:
+        ValueError: a strategy that is not one of these.
+    """
     if strategy not in get_args(Strategy):
         raise ValueError(f"strategy must be one of {get_args(Strategy)}, got {strategy!r}")
     if strategy == "auto":
@@ -122,6 +134,16 @@ def gated(pred: jax.Array, fn: Callable[..., T], otherwise: Callable[..., T], *o
     Vmapped with a batched ``pred``, ``fn`` runs (vmapped) only when some configuration's ``pred``
     holds, and each configuration keeps ``otherwise``'s result where its own is false. Its limits
     (nested vmap, derivatives, unbatched predicates, closed-over tracers) are in the module docstring.
+
+    Args:
+        pred: () bool: which branch runs (batched under ``jax.vmap``: one per configuration).
+        fn: the branch taken where ``pred`` holds.
+        otherwise: the branch taken where it does not; the same output structure as ``fn``.
+        *operands: the arguments of both branches.
+
+    Returns:
+        ``fn(*operands)`` where ``pred`` holds, ``otherwise(*operands)`` where it does not, configuration by
+        configuration.
     """
     pred = jnp.asarray(pred, bool)
     try:

@@ -452,7 +452,19 @@ def hparams_from_arrays(data: Mapping[str, Any], parts: Mapping[str, Any]) -> HP
 
 
 def stack_hparams(configs: list[HParams]) -> HParams:
-    """Stack configurations along a new leading axis, for ``jax.vmap`` (each one validated)."""
+    """Stack configurations along a new leading axis, for ``jax.vmap`` (each one validated).
+
+    Args:
+        configs: a non-empty list of :class:`~tokenworth_jax.HParams` of one controller (the same parts, so the
+            same structure).
+
+    Returns:
+        HParams: every leaf stacked on a new leading axis C = ``len(configs)``, for ``jax.vmap`` and
+        :func:`~tokenworth_jax.run_batched`.
+
+    Raises:
+        ValueError: an empty list, a value out of range (naming it), or configurations of different controllers.
+    """
     if not configs:
         raise ValueError("stack_hparams needs at least one configuration")
     for hp in configs:

@@ -375,7 +375,18 @@ def _as_memory(memory: ArrayLike | MemoryText, spec: Spec) -> MemoryText:
 
 
 def _init(p: Parts, spec: Spec, hp: HParams) -> State:
-    """A fresh controller: empty bank and windows, w = w0, M = I, no KRR fit yet."""
+    """A fresh controller: empty bank and windows, w = w0, M = I, no KRR fit yet.
+
+    Args:
+        spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
+            program, a new one compiles anew).
+        hp: the :class:`~tokenworth_jax.HParams` built for the spec's parts (``w0`` and ``lambda_krr`` set the
+            first state).
+
+    Returns:
+        State: the fresh state, sized by ``spec`` (under ``jax.vmap`` over stacked ``hp``, every leaf with their
+        leading axis C).
+    """
     _check(p, spec, hp)
     f = spec.float_dtype
     zero = jnp.zeros((), jnp.int32)
@@ -397,7 +408,22 @@ def _select(p: Parts, state: State, query: ArrayLike | Query, hp: HParams, spec:
     that task: it is abandoned without feedback, its query does not join the probes and the clock does not
     tick; ``tw.checked.select`` refuses it (call ``observe`` / ``end_task`` first). The query is cast to the
     spec's dtype before the jitted program (no new compile for a float64 or bfloat16 query); a batch of
-    queries (a leading axis) is refused with a ValueError: map the call with ``jax.vmap``."""
+    queries (a leading axis) is refused with a ValueError: map the call with ``jax.vmap``.
+
+    Args:
+        state: the controller's :class:`~tokenworth_jax.State` (from :func:`init`; under ``jax.vmap`` of C
+            configurations, stacked ones).
+        query: the question: its (D,) float recall vector (``tw.featurize(text, spec.dim)``), or a
+            :class:`~tokenworth_jax.Query` with the features the parts declare; cast to the spec's dtype.
+        hp: its :class:`~tokenworth_jax.HParams` (traced: new values compile nothing).
+        spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
+            program, a new one compiles anew).
+
+    Returns:
+        tuple[State, Selection]: the state with the task open (its query and candidates kept for ``observe`` and
+        ``offer``), and the :class:`~tokenworth_jax.Selection`: the K candidates, their scores and the memory to
+        inject (``memory_id`` -1 when none).
+    """
     _check(p, spec, hp, state)
     protocol.device_check(state.task.progress, "select")
     query = _as_query(query, spec)
@@ -443,7 +469,21 @@ def _observe(p: Parts, state: State, reward: ArrayLike, hp: HParams, spec: Spec)
     returning the state unchanged (nothing credited, recorded or refitted, the phase kept), as it is for a
     call out of the protocol's order (no task open, or a second observe of the same task);
     ``tw.checked.observe`` reports both, naming the problem. A host ``Controller``'s judged task (its
-    feedback pending) takes its feedback here."""
+    feedback pending) takes its feedback here.
+
+    Args:
+        state: the controller's :class:`~tokenworth_jax.State` (from :func:`init`; under ``jax.vmap`` of C
+            configurations, stacked ones).
+        reward: the open task's judged outcome: a scalar 0 or 1 of an integer or bool dtype (a float dtype is
+            refused).
+        hp: its :class:`~tokenworth_jax.HParams` (traced: new values compile nothing).
+        spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
+            program, a new one compiles anew).
+
+    Returns:
+        State: the feedback recorded and the refits it made due run (the state unchanged where the call is the
+        documented no-op).
+    """
     _check(p, spec, hp, state)
     task = state.task
     if jnp.ndim(reward) != 0:
@@ -501,7 +541,20 @@ def _probe_worth(p: Parts, state: State, memory: MemoryText, hp: HParams, spec: 
 
 
 def _worth(p: Parts, state: State, memory: ArrayLike | MemoryText, hp: HParams, spec: Spec) -> Worth:
-    """V(m) = mean over valid probes of the mode's per-probe worth, for the whole bank and ``memory``."""
+    """V(m) = mean over valid probes of the mode's per-probe worth, for the whole bank and ``memory``.
+
+    Args:
+        state: the controller's :class:`~tokenworth_jax.State` (from :func:`init`; under ``jax.vmap`` of C
+            configurations, stacked ones).
+        memory: the memory to value, as :func:`offer` takes it.
+        hp: its :class:`~tokenworth_jax.HParams` (traced: new values compile nothing).
+        spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
+            program, a new one compiles anew).
+
+    Returns:
+        Worth: V of every bank slot and of ``memory``, with the per-probe worth it averages (the state is not
+        changed).
+    """
     _check(p, spec, hp, state)
     return _probe_worth(p, state, _as_memory(memory, spec), hp, spec)[0]
 
@@ -560,7 +613,23 @@ def _offer(p: Parts, state: State, memory: ArrayLike | MemoryText, memory_id: Ar
     the failure's offer (NOT_OFFERED is its answer). A memory that can never be admitted (a non-finite
     entry in its vector or features, or ``memory_id`` below 0) is answered ``INVALID_MEMORY`` with the state
     unchanged (the task may offer a valid memory instead); ``tw.checked.offer`` refuses it. The memory is
-    cast to the spec's dtype before the jitted program."""
+    cast to the spec's dtype before the jitted program.
+
+    Args:
+        state: the controller's :class:`~tokenworth_jax.State` (from :func:`init`; under ``jax.vmap`` of C
+            configurations, stacked ones).
+        memory: the memory the task offers: the (D,) float recall vector of its key text, or a
+            :class:`~tokenworth_jax.MemoryText` with the features the parts declare; cast to the spec's dtype.
+        memory_id: the caller's id for the memory: a scalar integer >= 0 that fits int32, which the bank keeps
+            and :class:`~tokenworth_jax.Selection` reports (an id below 0 is answered ``INVALID_MEMORY``).
+        hp: its :class:`~tokenworth_jax.HParams` (traced: new values compile nothing).
+        spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
+            program, a new one compiles anew).
+
+    Returns:
+        tuple[State, Decision]: the state with the memory written where it was admitted, and the
+        :class:`~tokenworth_jax.Decision` (``Admission(int(decision.code))`` names what happened).
+    """
     return _offer_if(p, state, memory, memory_id, True, hp, spec)
 
 
@@ -569,7 +638,17 @@ def _end_task(p: Parts, state: State, spec: Spec) -> State:
 
     Out of the protocol's order the plain function still closes: a selected task not yet judged is
     abandoned without feedback, and with no task open the clock ticks (an empty task);
-    ``tw.checked.end_task`` refuses both."""
+    ``tw.checked.end_task`` refuses both.
+
+    Args:
+        state: the controller's :class:`~tokenworth_jax.State` (from :func:`init`; under ``jax.vmap`` of C
+            configurations, stacked ones).
+        spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
+            program, a new one compiles anew).
+
+    Returns:
+        State: the task closed and the clock one task on.
+    """
     _one_configuration(state=state.clock.t)
     protocol.device_check(state.task.progress, "end_task")
     task = state.task
@@ -584,7 +663,26 @@ def _end_task(p: Parts, state: State, spec: Spec) -> State:
 
 def _finish_task(p: Parts, state: State, reward: ArrayLike, memory: ArrayLike | MemoryText, memory_id: ArrayLike,
                  offered: ArrayLike, hp: HParams, spec: Spec) -> tuple[State, Decision]:
-    """observe + offer (where ``offered``) + end_task: the rest of a task in one call."""
+    """observe + offer (where ``offered``) + end_task: the rest of a task in one call.
+
+    Args:
+        state: the controller's :class:`~tokenworth_jax.State` (from :func:`init`; under ``jax.vmap`` of C
+            configurations, stacked ones).
+        reward: the open task's judged outcome: a scalar 0 or 1 of an integer or bool dtype (a float dtype is
+            refused).
+        memory: the memory the task offers: the (D,) float recall vector of its key text, or a
+            :class:`~tokenworth_jax.MemoryText` with the features the parts declare; cast to the spec's dtype.
+        memory_id: the caller's id for the memory: a scalar integer >= 0 that fits int32, which the bank keeps
+            and :class:`~tokenworth_jax.Selection` reports (an id below 0 is answered ``INVALID_MEMORY``).
+        offered: a scalar bool: whether the task offers ``memory`` (False: the decision is ``NOT_OFFERED``).
+        hp: its :class:`~tokenworth_jax.HParams` (traced: new values compile nothing).
+        spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
+            program, a new one compiles anew).
+
+    Returns:
+        tuple[State, Decision]: the state with the task closed, and the :class:`~tokenworth_jax.Decision` of the
+        offer (``NOT_OFFERED`` where nothing was offered or the task failed).
+    """
     state = _observe(p, state, reward, hp, spec)
     state, decision = _offer_if(p, state, memory, memory_id, offered, hp, spec)
     return _end_task(p, state, spec), decision
@@ -593,7 +691,28 @@ def _finish_task(p: Parts, state: State, reward: ArrayLike, memory: ArrayLike | 
 def _advance(p: Parts, state: State, reward: ArrayLike, memory: ArrayLike | MemoryText, memory_id: ArrayLike,
              offered: ArrayLike, query: ArrayLike | Query, hp: HParams,
              spec: Spec) -> tuple[State, Decision, Selection]:
-    """``finish_task`` of the open task, then ``select`` for the next ``query``: one call."""
+    """``finish_task`` of the open task, then ``select`` for the next ``query``: one call.
+
+    Args:
+        state: the controller's :class:`~tokenworth_jax.State` (from :func:`init`; under ``jax.vmap`` of C
+            configurations, stacked ones).
+        reward: the open task's judged outcome: a scalar 0 or 1 of an integer or bool dtype (a float dtype is
+            refused).
+        memory: the memory the task offers: the (D,) float recall vector of its key text, or a
+            :class:`~tokenworth_jax.MemoryText` with the features the parts declare; cast to the spec's dtype.
+        memory_id: the caller's id for the memory: a scalar integer >= 0 that fits int32, which the bank keeps
+            and :class:`~tokenworth_jax.Selection` reports (an id below 0 is answered ``INVALID_MEMORY``).
+        offered: a scalar bool: whether the task offers ``memory`` (False: the decision is ``NOT_OFFERED``).
+        query: the next task's question, as :func:`select` takes it.
+        hp: its :class:`~tokenworth_jax.HParams` (traced: new values compile nothing).
+        spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
+            program, a new one compiles anew).
+
+    Returns:
+        tuple[State, Decision, Selection]: the state with the next task open, the
+        :class:`~tokenworth_jax.Decision` of the task just finished, and the :class:`~tokenworth_jax.Selection`
+        for ``query``.
+    """
     state, decision = _finish_task(p, state, reward, memory, memory_id, offered, hp, spec)
     state, selection = _select(p, state, query, hp, spec)
     return state, decision, selection
@@ -606,7 +725,22 @@ def _step(p: Parts, state: State, event: Event, hp: HParams, spec: Spec,
     The reward follows :func:`observe`'s rules: a float dtype (the event's or ``reward_fn``'s) is refused at
     trace time; the event's concrete reward other than 0 or 1 is refused before the program runs; a traced
     one, or ``reward_fn``'s, other than 0 or 1 closes the task without feedback (nothing credited, nothing
-    offered: ``NOT_OFFERED``), and ``tw.checked.step`` reports it."""
+    offered: ``NOT_OFFERED``), and ``tw.checked.step`` reports it.
+
+    Args:
+        state: the controller's :class:`~tokenworth_jax.State` (from :func:`init`; under ``jax.vmap`` of C
+            configurations, stacked ones).
+        event: one task's :class:`~tokenworth_jax.Event`: query (D,), reward (), memory (D,), memory_id ().
+        hp: its :class:`~tokenworth_jax.HParams` (traced: new values compile nothing).
+        spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
+            program, a new one compiles anew).
+        reward_fn: optional ``(event, selection) -> reward``: the task's reward computed from the selection
+            (e.g. a simulated judge) instead of the event's; part of the compiled program, like ``spec``.
+
+    Returns:
+        tuple[State, StepOutput]: the state after the task, and its :class:`~tokenworth_jax.StepOutput` (the
+        selection, the reward credited, the decision).
+    """
     state, selection = _select(p, state, event.query, hp, spec)
     reward = (jnp.asarray(event.reward, jnp.int32) if reward_fn is None
               else inputs.cast_reward(reward_fn(event, selection), "the reward that reward_fn returns"))
@@ -623,7 +757,23 @@ def _run(p: Parts, state: State, events: Event, hp: HParams, spec: Spec,
     ``jax.tree.map(lambda x: x[None], event)``). Rewards follow :func:`step`'s rules: a float dtype is
     refused (TypeError: threshold a graded score yourself), a concrete reward other than 0 or 1 is refused
     naming the first such task (ValueError), and under your own ``jax.jit`` such a task is closed without
-    feedback (``tw.checked.run`` reports it)."""
+    feedback (``tw.checked.run`` reports it).
+
+    Args:
+        state: the controller's :class:`~tokenworth_jax.State` (from :func:`init`; under ``jax.vmap`` of C
+            configurations, stacked ones).
+        events: a stream of tasks: an :class:`~tokenworth_jax.Event` whose every field has the leading time axis
+            T (query (T, D), reward (T,), memory (T, D), memory_id (T,)).
+        hp: its :class:`~tokenworth_jax.HParams` (traced: new values compile nothing).
+        spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
+            program, a new one compiles anew).
+        reward_fn: optional ``(event, selection) -> reward``: the task's reward computed from the selection
+            (e.g. a simulated judge) instead of the event's; part of the compiled program, like ``spec``.
+
+    Returns:
+        tuple[State, StepOutput]: the state after the last task, and the :class:`~tokenworth_jax.StepOutput` of
+        every task, each field with the leading time axis T.
+    """
     _one_stream(events, "run")
     return jax.lax.scan(lambda s, e: _step(p, s, e, hp, spec, reward_fn), state, events)
 
@@ -648,7 +798,24 @@ def _run_batched(p: Parts, states: State, events: Event, hps: HParams, spec: Spe
                  reward_fn: Optional[RewardFn] = None, strategy: Strategy = "auto") -> tuple[State, StepOutput]:
     """C configurations (stacked states and hyperparameters) over one shared stream in one program:
     ``jax.vmap(run)`` or ``lax.map`` (the public function runs the ``"loop"`` strategy itself, outside any
-    program). Outputs have shape (C, T, ...)."""
+    program). Outputs have shape (C, T, ...).
+
+    Args:
+        states: C configurations' :class:`~tokenworth_jax.State` stacked on axis 0
+            (``jax.vmap(functools.partial(tw.init, spec))(hps)``).
+        events: one stream shared by every configuration, as :func:`run` takes it (fields (T, ...)).
+        hps: their :class:`~tokenworth_jax.HParams`, stacked on axis 0 (:func:`~tokenworth_jax.stack_hparams`).
+        spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
+            program, a new one compiles anew).
+        reward_fn: optional ``(event, selection) -> reward``: the task's reward computed from the selection
+            (e.g. a simulated judge) instead of the event's; part of the compiled program, like ``spec``.
+        strategy: how the configurations are mapped: ``"auto"`` (the default), ``"vmap"``, ``"map"`` or
+            ``"loop"`` (:data:`~tokenworth_jax.Strategy`).
+
+    Returns:
+        tuple[State, StepOutput]: the C final states (stacked on axis 0) and the
+        :class:`~tokenworth_jax.StepOutput` of every configuration and task, each field (C, T, ...).
+    """
     _one_stream(events, "run_batched")
     return over_configs(lambda s, h: _run(p, s, events, h, spec, reward_fn), strategy)(states, hps)
 
@@ -788,7 +955,18 @@ def controller(scorer: Scorer, mode: Mode, *, donate: bool = False) -> Controlle
     Built once per pair (cached), so calling it again costs nothing and compiles nothing. The functions
     take a ``spec`` that names the same parts (its shape fields size the state). ``donate=True``: each
     function consumes the state it is given (its buffers are updated in place; the host ``Controller``
-    calls these)."""
+    calls these).
+
+    Args:
+        scorer: the :class:`~tokenworth_jax.Scorer` (``spec.scorer``).
+        mode: the :class:`~tokenworth_jax.Mode` (``spec.mode``).
+        donate: whether each function donates the state it is given (keyword-only).
+
+    Returns:
+        :class:`~tokenworth_jax.ControllerFunctions`: ``init``, ``select``, ``observe``, ``offer``,
+        ``end_task``, ``finish_task``, ``advance``, ``step``, ``run``, ``run_batched`` and ``worth``, each with
+        the signature of the module-level function of that name.
+    """
     return _controller(scorer, mode, donate)
 
 
@@ -896,7 +1074,18 @@ def _bind(fn: Callable[..., Any], p: Parts) -> Callable[..., Any]:
 
 # ----- the module-level API: the controller that ``spec`` names ---------------------------------
 def init(spec: Spec, hp: HParams) -> State:
-    """A fresh state: empty bank and windows, w = w0, M = I, no KRR fit yet."""
+    """A fresh state: empty bank and windows, w = w0, M = I, no KRR fit yet.
+
+    Args:
+        spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
+            program, a new one compiles anew).
+        hp: the :class:`~tokenworth_jax.HParams` built for the spec's parts (``w0`` and ``lambda_krr`` set the
+            first state).
+
+    Returns:
+        State: the fresh state, sized by ``spec`` (under ``jax.vmap`` over stacked ``hp``, every leaf with their
+        leading axis C).
+    """
     return controller(spec.scorer, spec.mode).init(spec, hp)
 
 
@@ -907,7 +1096,22 @@ def select(state: State, query: ArrayLike | Query, hp: HParams, spec: Spec) -> t
     that task: it is abandoned without feedback, its query does not join the probes and the clock does not
     tick; ``tw.checked.select`` refuses it (call ``observe`` / ``end_task`` first). The query is cast to the
     spec's dtype before the jitted program (no new compile for a float64 or bfloat16 query); a batch of
-    queries (a leading axis) is refused with a ValueError: map the call with ``jax.vmap``."""
+    queries (a leading axis) is refused with a ValueError: map the call with ``jax.vmap``.
+
+    Args:
+        state: the controller's :class:`~tokenworth_jax.State` (from :func:`init`; under ``jax.vmap`` of C
+            configurations, stacked ones).
+        query: the question: its (D,) float recall vector (``tw.featurize(text, spec.dim)``), or a
+            :class:`~tokenworth_jax.Query` with the features the parts declare; cast to the spec's dtype.
+        hp: its :class:`~tokenworth_jax.HParams` (traced: new values compile nothing).
+        spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
+            program, a new one compiles anew).
+
+    Returns:
+        tuple[State, Selection]: the state with the task open (its query and candidates kept for ``observe`` and
+        ``offer``), and the :class:`~tokenworth_jax.Selection`: the K candidates, their scores and the memory to
+        inject (``memory_id`` -1 when none).
+    """
     return controller(spec.scorer, spec.mode).select(state, query, hp, spec)
 
 
@@ -925,19 +1129,69 @@ def end_task(state: State, spec: Spec) -> State:
 
     Out of the protocol's order the plain function still closes: a selected task not yet judged is
     abandoned without feedback, and with no task open the clock ticks (an empty task);
-    ``tw.checked.end_task`` refuses both."""
+    ``tw.checked.end_task`` refuses both.
+
+    Args:
+        state: the controller's :class:`~tokenworth_jax.State` (from :func:`init`; under ``jax.vmap`` of C
+            configurations, stacked ones).
+        spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
+            program, a new one compiles anew).
+
+    Returns:
+        State: the task closed and the clock one task on.
+    """
     return controller(spec.scorer, spec.mode).end_task(state, spec)
 
 
 def finish_task(state: State, reward: ArrayLike, memory: ArrayLike | MemoryText, memory_id: ArrayLike,
                 offered: ArrayLike, hp: HParams, spec: Spec) -> tuple[State, Decision]:
-    """observe + offer (where ``offered``) + end_task: the rest of a task in one call."""
+    """observe + offer (where ``offered``) + end_task: the rest of a task in one call.
+
+    Args:
+        state: the controller's :class:`~tokenworth_jax.State` (from :func:`init`; under ``jax.vmap`` of C
+            configurations, stacked ones).
+        reward: the open task's judged outcome: a scalar 0 or 1 of an integer or bool dtype (a float dtype is
+            refused).
+        memory: the memory the task offers: the (D,) float recall vector of its key text, or a
+            :class:`~tokenworth_jax.MemoryText` with the features the parts declare; cast to the spec's dtype.
+        memory_id: the caller's id for the memory: a scalar integer >= 0 that fits int32, which the bank keeps
+            and :class:`~tokenworth_jax.Selection` reports (an id below 0 is answered ``INVALID_MEMORY``).
+        offered: a scalar bool: whether the task offers ``memory`` (False: the decision is ``NOT_OFFERED``).
+        hp: its :class:`~tokenworth_jax.HParams` (traced: new values compile nothing).
+        spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
+            program, a new one compiles anew).
+
+    Returns:
+        tuple[State, Decision]: the state with the task closed, and the :class:`~tokenworth_jax.Decision` of the
+        offer (``NOT_OFFERED`` where nothing was offered or the task failed).
+    """
     return controller(spec.scorer, spec.mode).finish_task(state, reward, memory, memory_id, offered, hp, spec)
 
 
 def advance(state: State, reward: ArrayLike, memory: ArrayLike | MemoryText, memory_id: ArrayLike, offered: ArrayLike,
             query: ArrayLike | Query, hp: HParams, spec: Spec) -> tuple[State, Decision, Selection]:
-    """``finish_task`` of the open task, then ``select`` for the next ``query``: one call."""
+    """``finish_task`` of the open task, then ``select`` for the next ``query``: one call.
+
+    Args:
+        state: the controller's :class:`~tokenworth_jax.State` (from :func:`init`; under ``jax.vmap`` of C
+            configurations, stacked ones).
+        reward: the open task's judged outcome: a scalar 0 or 1 of an integer or bool dtype (a float dtype is
+            refused).
+        memory: the memory the task offers: the (D,) float recall vector of its key text, or a
+            :class:`~tokenworth_jax.MemoryText` with the features the parts declare; cast to the spec's dtype.
+        memory_id: the caller's id for the memory: a scalar integer >= 0 that fits int32, which the bank keeps
+            and :class:`~tokenworth_jax.Selection` reports (an id below 0 is answered ``INVALID_MEMORY``).
+        offered: a scalar bool: whether the task offers ``memory`` (False: the decision is ``NOT_OFFERED``).
+        query: the next task's question, as :func:`select` takes it.
+        hp: its :class:`~tokenworth_jax.HParams` (traced: new values compile nothing).
+        spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
+            program, a new one compiles anew).
+
+    Returns:
+        tuple[State, Decision, Selection]: the state with the next task open, the
+        :class:`~tokenworth_jax.Decision` of the task just finished, and the :class:`~tokenworth_jax.Selection`
+        for ``query``.
+    """
     return controller(spec.scorer, spec.mode).advance(state, reward, memory, memory_id, offered, query, hp, spec)
 
 
@@ -962,12 +1216,42 @@ def run_batched(states: State, events: Event, hps: HParams, spec: Spec, reward_f
     slower than a Python loop of ``tw.run``, which it is); elsewhere ``"vmap"``, one batched program whose
     refits and admissions run only when some configuration needs them. ``"map"`` (``lax.map``: the loop
     inside one program) is what ``"loop"`` becomes under a user's own ``jax.jit``. Every strategy gives the
-    decisions of separate ``tw.run`` calls; a new grid of values compiles nothing."""
+    decisions of separate ``tw.run`` calls; a new grid of values compiles nothing.
+
+    Args:
+        states: C configurations' :class:`~tokenworth_jax.State` stacked on axis 0
+            (``jax.vmap(functools.partial(tw.init, spec))(hps)``).
+        events: one stream shared by every configuration, as :func:`run` takes it (fields (T, ...)).
+        hps: their :class:`~tokenworth_jax.HParams`, stacked on axis 0 (:func:`~tokenworth_jax.stack_hparams`).
+        spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
+            program, a new one compiles anew).
+        reward_fn: optional ``(event, selection) -> reward``: the task's reward computed from the selection
+            (e.g. a simulated judge) instead of the event's; part of the compiled program, like ``spec``.
+        strategy: how the configurations are mapped: ``"auto"`` (the default), ``"vmap"``, ``"map"`` or
+            ``"loop"`` (:data:`~tokenworth_jax.Strategy`).
+
+    Returns:
+        tuple[State, StepOutput]: the C final states (stacked on axis 0) and the
+        :class:`~tokenworth_jax.StepOutput` of every configuration and task, each field (C, T, ...).
+    """
     return controller(spec.scorer, spec.mode).run_batched(states, events, hps, spec, reward_fn, strategy)
 
 
 def worth(state: State, memory: ArrayLike | MemoryText, hp: HParams, spec: Spec) -> Worth:
-    """V(m) = mean over valid probes of the mode's per-probe worth, for the whole bank and ``memory``."""
+    """V(m) = mean over valid probes of the mode's per-probe worth, for the whole bank and ``memory``.
+
+    Args:
+        state: the controller's :class:`~tokenworth_jax.State` (from :func:`init`; under ``jax.vmap`` of C
+            configurations, stacked ones).
+        memory: the memory to value, as :func:`offer` takes it.
+        hp: its :class:`~tokenworth_jax.HParams` (traced: new values compile nothing).
+        spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
+            program, a new one compiles anew).
+
+    Returns:
+        Worth: V of every bank slot and of ``memory``, with the per-probe worth it averages (the state is not
+        changed).
+    """
     return controller(spec.scorer, spec.mode).worth(state, memory, hp, spec)
 
 

@@ -88,5 +88,18 @@ def batch(texts: str | Sequence[str] | Iterable[str], dim: int, vector: Callable
 
 
 def featurize(texts: str | Sequence[str] | Iterable[str], dim: int = DIM, *, dtype: type = np.float32) -> np.ndarray:
-    """Hashed recall vectors for a batch of texts: ``(n, dim)`` (or ``(dim,)`` for one string)."""
+    """Hashed recall vectors for a batch of texts: ``(n, dim)`` (or ``(dim,)`` for one string).
+
+    Args:
+        texts: one string, or a sequence (any iterable) of strings.
+        dim: D, the width of the vectors (``spec.dim``).
+        dtype: the NumPy dtype of the vectors (keyword-only; the pure functions cast them to the spec's dtype).
+
+    Returns:
+        np.ndarray: ``(n, dim)`` for n texts, ``(dim,)`` for one string; each row unit-norm or zero.
+
+    Raises:
+        ValueError: ``dim`` below 1.
+        TypeError: an entry that is not a string.
+    """
     return batch(texts, dim, lambda text, d: hashed(features(text), d), dtype)

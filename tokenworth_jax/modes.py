@@ -147,7 +147,16 @@ def paper_target(y: jax.Array, s_base: jax.Array) -> jax.Array:
 
 
 def no_report(index: jax.Array, dtype: jnp.dtype) -> Choice:
-    """A choice that reports nothing beyond ``index`` (NaN estimates, no scores, no abstention)."""
+    """A choice that reports nothing beyond ``index`` (NaN estimates, no scores, no abstention).
+
+    Args:
+        index: () int32: the chosen candidate's index, -1 for none.
+        dtype: the float dtype of the estimates (the spec's).
+
+    Returns:
+        :class:`~tokenworth_jax.modes.Choice`: ``index`` with NaN ``p0`` and ``advantage``, ``abstained`` False
+        and no scores.
+    """
     nan = jnp.full((), jnp.nan, dtype)
     return Choice(index=index, p0=nan, advantage=nan, abstained=jnp.zeros((), bool), scores={})
 
@@ -182,5 +191,9 @@ PAPER: Mode[Empty] = Mode(name="paper", init=_init, choose=_choose, target=_targ
 
 
 def paper() -> Mode[Empty]:
-    """The paper's mode: stateless, no hyperparameters or inputs of its own."""
+    """The paper's mode: stateless, no hyperparameters or inputs of its own.
+
+    Returns:
+        Mode: the paper's mode, named ``"paper"`` (the preset table's value).
+    """
     return PAPER

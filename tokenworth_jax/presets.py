@@ -85,7 +85,24 @@ def hparams(env: str = "db", *, scorer: Any = "full", mode: Any = "paper", dtype
     the table, or values), with overrides by flat name, as arrays of ``dtype`` (ints as int32).
 
     Every value is validated on the host first. A name of another part than these (``plus_margin``
-    without ``mode="tokenworth+"``) is refused, naming the part it belongs to."""
+    without ``mode="tokenworth+"``) is refused, naming the part it belongs to.
+
+    Args:
+        env: an environment of the preset table (:data:`~tokenworth_jax.presets.ENVIRONMENTS`: ``"db"``,
+            ``"os"``, ``"kg"``, ``"bigcodebench"``, ``"alfworld"``).
+        scorer: the controller's scorer: a name of the table or a :class:`~tokenworth_jax.Scorer` (keyword-only,
+            as are the rest).
+        mode: the controller's mode: a name of the table or a :class:`~tokenworth_jax.Mode`.
+        dtype: the float dtype of the float leaves (the integer ones are int32).
+        **overrides: hyperparameters by flat name, the core's and the parts' own (``plus_margin``).
+
+    Returns:
+        HParams: every leaf a JAX array, validated (``hp.mode`` holds the mode's own, ``Empty()`` where it has
+        none).
+
+    Raises:
+        ValueError: an unknown name, a name of another part than these, or a value out of its range.
+    """
     env_values = _environment(env).hparams
     parts = {"scorer": _part("scorer", scorer), "mode": _part("mode", mode)}
     foreign = {n: owner for n in overrides for owner, schema in _known_schemas().items()
@@ -104,7 +121,28 @@ def preset(env: str = "db", *, method: str = "tokenworth", scorer: Any = None, d
 
     ``scorer`` replaces the method's (``"incremental"``). ``spec_overrides`` sets shape fields: the
     core's (``capacity``, ``dim``, ...) and the parts' own (``word_dim`` for TokenWorth+) by name.
-    ``overrides`` set hyperparameters by flat name."""
+    ``overrides`` set hyperparameters by flat name.
+
+    Args:
+        env: an environment of the preset table (:data:`~tokenworth_jax.presets.ENVIRONMENTS`: ``"db"``,
+            ``"os"``, ``"kg"``, ``"bigcodebench"``, ``"alfworld"``).
+        method: a method of :data:`~tokenworth_jax.presets.METHODS`: ``"tokenworth"`` (the paper's) or
+            ``"tokenworth+"`` (keyword-only, as are the rest).
+        scorer: a scorer that replaces the method's: a name of the table (``"incremental"``) or a
+            :class:`~tokenworth_jax.Scorer`; None keeps the method's.
+        dtype: the float dtype of the spec and of the hyperparameters (float64 needs JAX's 64-bit mode).
+        spec_overrides: shape fields by name: the core's (``capacity``, ``dim``, ...) and the parts' own
+            (``word_dim`` for TokenWorth+).
+        **overrides: hyperparameters by flat name (``eta_max=0.2``), each validated on the host.
+
+    Returns:
+        tuple[Spec, HParams]: the :class:`~tokenworth_jax.Spec` and the :class:`~tokenworth_jax.HParams` built
+        for its parts.
+
+    Raises:
+        ValueError: an unknown environment, method, shape field or hyperparameter, or a value out of its range
+            (one line, naming it).
+    """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {sorted(METHODS)}")
     env_preset = _environment(env)
@@ -179,54 +217,148 @@ def describe(spec: Spec) -> dict[str, Any]:
 
 def spec_from_dict(data: Mapping[str, Any], parts: Mapping[str, Any] | None = None) -> Spec:
     """The Spec :func:`describe` wrote. Parts are rebuilt from the table by name, or taken from ``parts``
-    (``{name: value}``) for those the table does not know; unknown fields or parts are an error."""
+    for those the table does not know; unknown fields or parts are an error.
+
+    ``parts`` is ``{name: part}``, keyed by the name the data gives, which is each part's own ``name``: a
+    part under another key is refused (``{'other': mine}`` for a mode named ``'mine'``), and so is a part
+    under a table name that is not the table's value (what that name means in a checkpoint). Entries the
+    data does not name are unused, so one mapping of all your own parts serves every checkpoint."""
     data = dict(data)
-    given = {p.name: p for p in (parts or {}).values()} if parts else {}
+    given = _given_parts(parts)
     built = {}
     for slot in PART_SLOTS:
         entry = data.pop(slot, None)
         if not isinstance(entry, Mapping) or "name" not in entry:
             raise ValueError(f"the spec lacks its {slot} ({{'name': ..., 'shapes': ...}}), got {entry!r}")
         name, shapes = entry["name"], {k: as_int(v) for k, v in dict(entry.get("shapes") or {}).items()}
+        kind = Scorer if slot == "scorer" else Mode
         if name in given:
-            built[slot] = given[name]
-            if dict(built[slot].shapes._asdict()) != shapes:
-                raise ValueError(f"the {slot} {name!r} given has shapes {dict(built[slot].shapes._asdict())}, the "
+            part = built[slot] = given[name]
+            if not isinstance(part, kind):
+                raise ValueError(f"parts[{name!r}] is a {type(part).__name__}, but {name!r} is the spec's {slot}: "
+                                 f"give a {kind.__name__} under that name")
+            if part.name != name:
+                raise ValueError(f"the spec's {slot} is {name!r}, but parts[{name!r}] is the {slot} named "
+                                 f"{part.name!r}: give the {slot} named {name!r}")
+            if dict(part.shapes._asdict()) != shapes:
+                raise ValueError(f"the {slot} {name!r} given has shapes {dict(part.shapes._asdict())}, the "
                                  f"spec says {shapes}")
         elif name in (SCORERS if slot == "scorer" else MODES):
             built[slot] = _part(slot, name, **shapes)
         else:
+            _check_keys(given)  # the part given under another key: say so
             raise ValueError(f"the spec's {slot} {name!r} is not in the preset table: pass it "
                              f"(parts={{{name!r}: your_{slot}}})")
+    _check_keys(given)
     unknown = set(data) - set(Spec._fields)
     if unknown:
         raise ValueError(f"unknown Spec field(s) {sorted(unknown)}; known: {list(Spec._fields)}")
     return Spec(**{k: (as_int(v) if not isinstance(v, str) else v) for k, v in data.items()}, **built)
 
 
+def _given_parts(parts: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``parts`` as a dict, once it is a mapping of scorers and modes (TypeError if not)."""
+    if parts is None:
+        return {}
+    if not isinstance(parts, Mapping):
+        raise TypeError(f"parts must be a mapping {{name: scorer or mode}}, got {type(parts).__name__}")
+    for key, part in parts.items():
+        if not isinstance(part, (Scorer, Mode)):
+            raise TypeError(f"parts[{key!r}] is a {type(part).__name__}, not a tokenworth_jax Scorer or Mode")
+    return dict(parts)
+
+
+def _check_keys(given: Mapping[str, Any]) -> None:
+    """Each part given under its own name, and none posing as a part of the table (ValueError, one line)."""
+    for key, part in given.items():
+        slot = "scorer" if isinstance(part, Scorer) else "mode"
+        if part.name != key:
+            raise ValueError(f"parts[{key!r}] is the {slot} named {part.name!r}: parts are keyed by their own name "
+                             f"(parts={{{part.name!r}: ...}})")
+        if key in (SCORERS if slot == "scorer" else MODES) and not is_table_part(slot, part):
+            raise ValueError(f"parts[{key!r}] is not the preset table's {slot} {key!r}, which is what that name means "
+                             f"in a checkpoint (tw.save refuses any other {slot} of that name)")
+
+
+def is_table_part(slot: str, part: Any) -> bool:
+    """Whether ``part`` is the preset table's value of its name (what the name means in a checkpoint)."""
+    table = SCORERS if slot == "scorer" else MODES
+    if part.name not in table:
+        return False
+    try:
+        return bool(table[part.name](**part.shapes._asdict()) == part)
+    except TypeError:  # shape fields the table's part does not take
+        return False
+
+
 # The environments' presets as functions (``presets.db()``), for the quickstart.
 def db(**overrides: Any) -> tuple[Spec, HParams]:
-    """``preset("db", **overrides)``: the paper's method at the DB environment (Table A1)."""
+    """``preset("db", **overrides)``: the paper's method at the DB environment (Table A1).
+
+    Args:
+        **overrides: what :func:`~tokenworth_jax.preset` takes besides the environment: ``method``, ``scorer``,
+            ``dtype``, ``spec_overrides`` and hyperparameters by flat name.
+
+    Returns:
+        tuple[Spec, HParams]: the :class:`~tokenworth_jax.Spec` and its :class:`~tokenworth_jax.HParams`, as
+        :func:`~tokenworth_jax.preset` returns them.
+    """
     return preset("db", **overrides)
 
 
 def os(**overrides: Any) -> tuple[Spec, HParams]:  # noqa: A001 - the environment's name
-    """``preset("os", **overrides)``: the paper's method at the OS environment (Table A1)."""
+    """``preset("os", **overrides)``: the paper's method at the OS environment (Table A1).
+
+    Args:
+        **overrides: what :func:`~tokenworth_jax.preset` takes besides the environment: ``method``, ``scorer``,
+            ``dtype``, ``spec_overrides`` and hyperparameters by flat name.
+
+    Returns:
+        tuple[Spec, HParams]: the :class:`~tokenworth_jax.Spec` and its :class:`~tokenworth_jax.HParams`, as
+        :func:`~tokenworth_jax.preset` returns them.
+    """
     return preset("os", **overrides)
 
 
 def kg(**overrides: Any) -> tuple[Spec, HParams]:
-    """``preset("kg", **overrides)``: the paper's method at the KG environment (Table A1)."""
+    """``preset("kg", **overrides)``: the paper's method at the KG environment (Table A1).
+
+    Args:
+        **overrides: what :func:`~tokenworth_jax.preset` takes besides the environment: ``method``, ``scorer``,
+            ``dtype``, ``spec_overrides`` and hyperparameters by flat name.
+
+    Returns:
+        tuple[Spec, HParams]: the :class:`~tokenworth_jax.Spec` and its :class:`~tokenworth_jax.HParams`, as
+        :func:`~tokenworth_jax.preset` returns them.
+    """
     return preset("kg", **overrides)
 
 
 def bigcodebench(**overrides: Any) -> tuple[Spec, HParams]:
-    """``preset("bigcodebench", **overrides)``: the paper's method at BigCodeBench (App. C)."""
+    """``preset("bigcodebench", **overrides)``: the paper's method at BigCodeBench (App. C).
+
+    Args:
+        **overrides: what :func:`~tokenworth_jax.preset` takes besides the environment: ``method``, ``scorer``,
+            ``dtype``, ``spec_overrides`` and hyperparameters by flat name.
+
+    Returns:
+        tuple[Spec, HParams]: the :class:`~tokenworth_jax.Spec` and its :class:`~tokenworth_jax.HParams`, as
+        :func:`~tokenworth_jax.preset` returns them.
+    """
     return preset("bigcodebench", **overrides)
 
 
 def alfworld(**overrides: Any) -> tuple[Spec, HParams]:
-    """``preset("alfworld", **overrides)``: the paper's method at ALFWorld (App. C)."""
+    """``preset("alfworld", **overrides)``: the paper's method at ALFWorld (App. C).
+
+    Args:
+        **overrides: what :func:`~tokenworth_jax.preset` takes besides the environment: ``method``, ``scorer``,
+            ``dtype``, ``spec_overrides`` and hyperparameters by flat name.
+
+    Returns:
+        tuple[Spec, HParams]: the :class:`~tokenworth_jax.Spec` and its :class:`~tokenworth_jax.HParams`, as
+        :func:`~tokenworth_jax.preset` returns them.
+    """
     return preset("alfworld", **overrides)
 
 

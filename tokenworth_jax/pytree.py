@@ -22,6 +22,14 @@ def tree_where(mask: jax.Array, new: Any, old: Any) -> Any:
     """Per-configuration choice between two stacked pytrees: ``new[c] if mask[c] else old[c]``.
 
     ``mask`` has shape (C,) and every leaf a leading axis C; a scalar mask picks whole trees.
+
+    Args:
+        mask: (C,) bool, one entry per configuration, or () to pick whole trees.
+        new: a pytree whose every leaf has the leading axis C.
+        old: a pytree of the same structure and shapes.
+
+    Returns:
+        pytree: of that structure, leaf by leaf, ``new[c]`` where ``mask[c]``, else ``old[c]``.
     """
 
     def pick(a: jax.Array, b: jax.Array) -> jax.Array:

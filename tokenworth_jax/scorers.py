@@ -170,7 +170,11 @@ FULL: Scorer[Empty, None] = Scorer(name="full", init=_no_state, candidates=_full
 
 
 def full() -> Scorer[Empty, None]:
-    """Every pair scored from scratch: stateless."""
+    """Every pair scored from scratch: stateless.
+
+    Returns:
+        Scorer: the full scorer, named ``"full"`` (the preset table's value).
+    """
     return FULL
 
 
@@ -231,5 +235,10 @@ INCREMENTAL: Scorer[WorthCache, _Column] = Scorer(
 
 
 def incremental() -> Scorer[WorthCache, _Column]:
-    """The D part of the KRR distances cached and maintained (see :mod:`tokenworth_jax.worth_cache`)."""
+    """The D part of the KRR distances cached and maintained (see :mod:`tokenworth_jax.worth_cache`).
+
+    Returns:
+        Scorer: the incremental scorer, named ``"incremental"`` (the preset table's value): the full scorer's
+        decisions at a lower cost per task.
+    """
     return INCREMENTAL

@@ -289,7 +289,8 @@ def run(
                                                         "--seed).")] = None,
     grid: Annotated[Optional[list[str]], _option(
         EXPERIMENT, "NAME=v1,v2,... (repeatable; the product is run): budget levels o_max, j_max, b_max, k_max, "
-                    "l_max, and for TokenWorth methods any HParams field.")] = None,
+                    "l_max, for TokenWorth methods any HParams field, a method's parameter as METHOD.NAME "
+                    "(tokenworth plugins METHOD lists them), a benchmark's option by its name.")] = None,
     out: Annotated[Optional[Path], _option(
         OUTPUT, "Run folder; one holding the same run is resumed.",
         show_default="a folder under runs/ named after the settings, e.g. runs/db-sim-seed0")] = None,
@@ -322,20 +323,24 @@ def sweep(
                                                         "run.")] = None,
     table_a3: Annotated[bool, _option(SWEEP, "The spec §9 one-at-a-time sensitivity grid.", "--table-a3")] = False,
     plus: Annotated[bool, _option(SWEEP, "TokenWorth+ controllers (docs/tokenworth-plus.md).", "--plus")] = False,
+    method: Annotated[Optional[str], _option(SWEEP, "Sweep this method instead; --grid METHOD.NAME sets its "
+                                                    "parameters.", show_default="tokenworth")] = None,
     seed: Annotated[int, _option(SWEEP, "Seed of the backbone and of TokenWorth+'s exploration.")] = Sweep().seed,
     out: Annotated[Optional[Path], _option(
         OUTPUT, "Sweep folder; one holding the same sweep is resumed.", show_default="runs/sweep-ENV-seedSEED")] \
         = None,
     *, flags: ExperimentFlags,
 ) -> None:
-    """A TokenWorth grid: one lockstep stream per configuration (the same engine as `run`)."""
-    sweep_command(flags, env=env, grid=grid or [], table_a3=table_a3, plus=plus, seed=seed, out=out)
+    """A TokenWorth grid (or, with --method, any method's): one lockstep stream per configuration (the same engine
+    as `run`)."""
+    sweep_command(flags, env=env, grid=grid or [], table_a3=table_a3, plus=plus, seed=seed, out=out, method=method)
 
 
 @expected_failures
 def sweep_command(flags: ExperimentFlags, *, env: str, grid: Sequence[str], table_a3: bool, plus: bool, seed: int,
-                  out: Path | None) -> LaunchResult:
-    what = Sweep(env=env.strip().lower(), seed=seed, grid=tuple(grid), table_a3=table_a3, plus=plus)
+                  out: Path | None, method: str | None = None) -> LaunchResult:
+    what = Sweep(env=env.strip().lower(), seed=seed, grid=tuple(grid), table_a3=table_a3, plus=plus,
+                 method=None if method is None else method.strip().lower())
     result = launch(flags.config(what, out=out))
     present(result)
     return result
@@ -388,11 +393,17 @@ def data_fetch(
 
 
 @app.command("plugins")
-def plugins_command() -> None:
+def plugins_command(name: Optional[str] = typer.Argument(
+        None, metavar="[NAME]", help="A method or benchmark: print its parameters, one per line.")) -> None:
     """List the installed methods, benchmarks and backbones: name, kind, distribution, version, and whether each can
     be used (ok, broken: refused when asked for, clash: its name is registered twice), with what it is or why not
-    (docs/plugins.md). Each is loaded on its own: a broken one is its own row."""
+    (docs/plugins.md); each is loaded on its own, a broken one is its own row. With NAME, that plugin's parameters
+    (name, type, default, help), as `--grid` takes them."""
     from tokenworth_agent.core.plugins import listing
+
+    if name is not None:
+        _plugin_parameters(name)
+        return
 
     rows = listing()
     columns = (("NAME", "name"), ("KIND", "kind"), ("DISTRIBUTION", "distribution"), ("VERSION", "version"),
@@ -401,6 +412,41 @@ def plugins_command() -> None:
     typer.echo("  ".join(h.ljust(w) for (h, _), w in zip(columns, widths)) + "  DETAIL")
     for r in rows:
         typer.echo(("  ".join(r[k].ljust(w) for (_, k), w in zip(columns, widths)) + f"  {r['detail']}").rstrip())
+
+
+def _plugin_parameters(name: str) -> None:
+    """`tokenworth plugins NAME`: the plugin's release, then its parameters (docs/plugins.md, Parameters)."""
+    from tokenworth_agent.core.parameters import listing as parameter_lines
+    from tokenworth_agent.core.plugins import GROUPS, PluginError, describe, load, names
+
+    found = False
+    for kind in GROUPS:
+        try:
+            plugin = describe(kind, name)
+            loaded = load(kind, name)
+            if kind == "method":
+                from tokenworth_agent.policies.registry import method_parameters
+
+                declared, how = method_parameters(name), f"--grid {name}.NAME=v1,v2 sets them"
+            elif kind == "benchmark":
+                declared = tuple(getattr(loaded, "options", ()))
+                swept = [o.name for o in declared if o.identity and o.type is not Path]
+                how = ("each the flag --NAME-with-dashes of run and sweep" +
+                       (f"; --grid NAME=v1,v2 sweeps {', '.join(swept)}" if swept else ""))
+            else:
+                declared, how = (), "set by the Backbone flags of `tokenworth run --help`"
+        except PluginError as exc:
+            fail(str(exc))
+        except ValueError as exc:
+            if str(exc).startswith(f"unknown {kind} "):
+                continue
+            fail(str(exc))
+        found = True
+        typer.echo(f"{name}: {kind} of {plugin.release}; its parameters ({how}):")
+        typer.echo("\n".join(parameter_lines(declared)) or "(none)")
+    if not found:
+        fail(f"no plugin named {name!r}; installed: {', '.join(n for kind in GROUPS for n in names(kind))}")
+
 
 
 track_app = typer.Typer(add_completion=False, help="Send a run to a tracker after the fact (docs/running.md, Tracking).")

@@ -36,6 +36,7 @@ from tokenworth_agent.backbones.base import Backbone, BackboneError, Conversatio
 from tokenworth_agent.benchmarks.base import Benchmark, BenchmarkError, BenchmarkOption, Options, TaskSource
 from tokenworth_agent.core.budget import Budget
 from tokenworth_agent.core.harness import HarnessError, HarnessOptions
+from tokenworth_agent.core.parameters import Parameter, at_least, within
 from tokenworth_agent.core.plugins import PluginError
 from tokenworth_agent.envs.base import Environment, InfrastructureError, Judgement, Status, StepResult
 from tokenworth_agent.memory.base import Memory, Step, Turn
@@ -46,6 +47,8 @@ from tokenworth_agent.tasks.base import DataError, DataFolder, Task, benchmark_d
 from tokenworth_agent.tasks.download import Download
 
 __all__ = [
+    # a parameter: a benchmark's option, a method's hyperparameter
+    "Parameter", "at_least", "within",
     # a benchmark: the value it registers, and what its parts are given and return
     "Benchmark", "BenchmarkOption", "BenchmarkError", "TaskSource", "Options", "Task", "DataFolder", "DataError",
     "benchmark_dir", "Download", "Environment", "StepResult", "Status", "Judgement", "InfrastructureError", "Turn",

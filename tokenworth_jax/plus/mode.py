@@ -288,7 +288,15 @@ NAME = "tokenworth+"
 
 def plus(**shapes: int) -> Mode[PlusState]:
     """The TokenWorth+ mode, with its shape fields (:class:`PlusShapes`: ``null_window``, ``word_dim``,
-    ``action_dim``) where given. It reads the question's words and the memory's actions."""
+    ``action_dim``) where given. It reads the question's words and the memory's actions.
+
+    Args:
+        **shapes: TokenWorth+'s shape fields by name (``null_window``, ``word_dim``, ``action_dim``); the rest
+            keep their defaults.
+
+    Returns:
+        Mode: the TokenWorth+ mode, named ``"tokenworth+"`` (the preset table's value for those shapes).
+    """
     own = PlusShapes(**shapes)
     return Mode(name=NAME, init=init, choose=choose, target=target, update=update, worth=worth, write=write,
                 shapes=own, hparams=SCHEMA,

@@ -48,11 +48,29 @@ def action_vector(text: str, dim: int) -> np.ndarray:
 
 def word_vectors(texts: str | Sequence[str] | Iterable[str], dim: int = WORD_DIM, *,
                  dtype: type = np.float32) -> np.ndarray:
-    """A question's words and word bigrams, ``(n, dim)`` or ``(dim,)``."""
+    """A question's words and word bigrams, ``(n, dim)`` or ``(dim,)``.
+
+    Args:
+        texts: one string, or a sequence (any iterable) of strings.
+        dim: the width of the vectors (TokenWorth+'s ``word_dim``).
+        dtype: the NumPy dtype of the vectors (keyword-only; the pure functions cast them to the spec's dtype).
+
+    Returns:
+        np.ndarray: ``(n, dim)`` for n texts, ``(dim,)`` for one string.
+    """
     return batch(texts, dim, word_vector, dtype)
 
 
 def action_vectors(texts: str | Sequence[str] | Iterable[str], dim: int = ACTION_DIM, *,
                    dtype: type = np.float32) -> np.ndarray:
-    """A memory's action tokens and bigrams (SQL, scripts, tool calls), ``(n, dim)`` or ``(dim,)``."""
+    """A memory's action tokens and bigrams (SQL, scripts, tool calls), ``(n, dim)`` or ``(dim,)``.
+
+    Args:
+        texts: one string, or a sequence (any iterable) of strings.
+        dim: the width of the vectors (TokenWorth+'s ``action_dim``).
+        dtype: the NumPy dtype of the vectors (keyword-only; the pure functions cast them to the spec's dtype).
+
+    Returns:
+        np.ndarray: ``(n, dim)`` for n texts, ``(dim,)`` for one string.
+    """
     return batch(texts, dim, action_vector, dtype)

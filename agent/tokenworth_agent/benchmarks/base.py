@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from tokenworth_agent.core.budget import Budget
+from tokenworth_agent.core.parameters import Parameter, check_declared
 from tokenworth_agent.envs.base import Environment
 from tokenworth_agent.tasks.base import DataFolder, Task
 
@@ -76,54 +77,10 @@ class TaskSource(Protocol):
         """
 
 
-@dataclasses.dataclass(frozen=True)
-class BenchmarkOption:
-    """One option of a benchmark: the flag ``--<name with dashes>`` of ``tokenworth run`` and ``sweep``,
-    shown in the benchmark's own ``--help`` section, and passed to ``make_environment`` as ``options[name]``.
-
-    Attributes:
-        name: a lower-case Python name, unique among the benchmarks' options and the commands' own flags
-            (prefix it with the benchmark's name: ``kg_parser``).
-        type: ``str``, ``int``, ``float``, ``bool`` (a flag without a value) or ``pathlib.Path`` (kept as text).
-        default: the value when the flag is not given (None, or a value of ``type``).
-        help: one line for ``--help``.
-        identity: the value enters each stream's identity under ``name`` (a run with another value is not
-            resumed into this one); options that name a file or a place enter through :attr:`Benchmark.identity`
-            instead (by content), or not at all (a server's address).
-        show_default: what ``--help`` shows as the default where it is not a value (an environment variable).
-        choices: the allowed values of a ``str`` option (compared lower-cased).
-    """
-
-    name: str  # a Python name, unique among all benchmarks' options: "kg_parser"
-    type: type  # str, int, float, bool or pathlib.Path
-    default: Any
-    help: str
-    identity: bool = False
-    show_default: str | None = None  # what --help shows where the default is not a value (an env variable, ...)
-    choices: tuple[str, ...] = ()  # the allowed values of a str option (lower-cased)
-
-    @property
-    def flag(self) -> str:
-        """The command-line flag: ``--`` and the name with dashes."""
-        return "--" + self.name.replace("_", "-")
-
-    def convert(self, value: Any) -> Any:
-        """The value as the run keeps it: paths and text as str, numbers as their type; a bad value is one line."""
-        from tokenworth_agent.core.harness import HarnessError
-
-        if value is None:
-            return None
-        if self.type is Path:
-            return str(value)
-        if self.type is str:
-            text = str(value).strip().lower() if self.choices else str(value)
-            if self.choices and text not in self.choices:
-                raise HarnessError(f"{self.flag} must be one of {', '.join(self.choices)}, got {value!r}")
-            return text
-        try:
-            return self.type(value)
-        except (TypeError, ValueError):
-            raise HarnessError(f"{self.flag} takes a {self.type.__name__}, got {value!r}") from None
+# One option of a benchmark: the flag ``--<name with dashes>`` of ``tokenworth run`` and ``sweep``, shown in the
+# benchmark's own ``--help`` section. The type is the one every plugin parameter has (a method's hyperparameters
+# too): :class:`tokenworth_agent.core.parameters.Parameter`; ``BenchmarkOption`` is its older name and stays.
+BenchmarkOption = Parameter
 
 
 class BenchmarkError(ValueError):
@@ -254,7 +211,6 @@ class Benchmark:
 
 
 # ------------------------------------------------------------------------- the checks of a Benchmark value
-OPTION_TYPES: tuple[type, ...] = (str, int, float, bool, Path)
 # The limits a benchmark gives: Budget's fields but the env and the run's accounting. Required: those Budget has no
 # default for, but B_max (the controller preset's unless given).
 LIMIT_KEYS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Budget) if f.name not in ("env", "accounting"))
@@ -276,7 +232,6 @@ _CALLABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 _REQUIRED_CALLABLES = ("make_environment", "compact_memory")
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
-_OPTION_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
 def _shown(value: Any) -> str:
@@ -378,20 +333,13 @@ def _probability_range(pair: Any) -> bool:
 
 
 def _option_problems(options: Any) -> list[str]:
-    if not isinstance(options, (tuple, list)) or not all(isinstance(o, BenchmarkOption) for o in options):
-        return [f"options must be a tuple of BenchmarkOption values, got {_shown(options)}"]
+    try:  # the checks every declared parameter gets (a method's too): a tuple of Parameter, names, types
+        declared = check_declared(options, "options")
+    except ValueError as exc:
+        return [str(exc)]
     found = []
-    seen: set[str] = set()
-    for option in options:
+    for option in declared:
         label = f"option {option.name!r}"
-        if not isinstance(option.name, str) or not _OPTION_NAME.fullmatch(option.name):
-            found.append(f"{label}: its name must be a lower-case Python name (the flag is --name-with-dashes)")
-        elif option.name in seen:
-            found.append(f"{label} is declared twice")
-        seen.add(option.name)
-        if option.type not in OPTION_TYPES:
-            found.append(f"{label}: its type must be one of str, int, float, bool, pathlib.Path, got {option.type!r}")
-            continue
         if option.default is not None and not _of_type(option.default, option.type):
             found.append(f"{label}: its default {option.default!r} is not of its type, {option.type.__name__}")
         if option.choices and option.type is not str:
@@ -411,5 +359,5 @@ def _of_type(value: Any, kind: type) -> bool:
     return isinstance(value, kind) and not isinstance(value, bool)
 
 
-__all__ = ["Benchmark", "BenchmarkError", "BenchmarkOption", "TaskSource", "Options", "LIMIT_KEYS", "REQUIRED_LIMITS",
-           "OPTION_TYPES"]
+__all__ = ["Benchmark", "BenchmarkError", "BenchmarkOption", "Parameter", "TaskSource", "Options", "LIMIT_KEYS",
+           "REQUIRED_LIMITS"]

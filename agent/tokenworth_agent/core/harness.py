@@ -85,6 +85,10 @@ class HarnessOptions:
                         return option.default
         raise AttributeError(f"{type(self).__name__!s} has no option {name!r}")
 
+    def with_options(self, overrides: Mapping[str, Any]) -> "HarnessOptions":
+        """These options with some benchmark options replaced (a grid's values for one stream)."""
+        return dataclasses.replace(self, options={**self.options, **overrides}) if overrides else self
+
     # ------------------------------------------------------------------ files the options name
     def instructions_path(self, env: str) -> Path | None:
         """``DIR/<env>.txt`` of ``--instructions DIR``, or None."""

@@ -83,6 +83,11 @@ class Plugin:
         return self.distribution == HOME
 
     @property
+    def release(self) -> str:
+        """``distribution version``: what a stream's identity and a Ray node check compare."""
+        return f"{self.distribution} {self.version}"
+
+    @property
     def label(self) -> str:
         """How a message names the entry: ``benchmark 'units' (units_pkg:BENCHMARK) of hp-units 0.3.1``."""
         return f"{self.kind} {self.name!r} ({self.value}) of {self.distribution} {self.version}"

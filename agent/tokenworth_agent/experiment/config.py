@@ -80,18 +80,32 @@ class Streams:
 
 @dataclasses.dataclass(frozen=True)
 class Sweep:
-    """``tokenworth sweep``: TokenWorth (``plus``: TokenWorth+) on one env and seed, one stream per configuration."""
+    """``tokenworth sweep``: TokenWorth (``plus``: TokenWorth+; ``method``: any method, its parameters swept as
+    ``METHOD.NAME``) on one env and seed, one stream per configuration."""
 
     env: str = DEFAULT_ENV
     seed: int = DEFAULT_SEED
     grid: tuple[str, ...] = ()  # NAME=v1,v2,... items; none: the preset alone
     table_a3: bool = False  # the spec §9 one-at-a-time sensitivity grid instead of ``grid``
     plus: bool = False
+    method: str | None = None  # None: tokenworth, or tokenworth+ with ``plus``
 
     def __post_init__(self) -> None:
         _known("environment", (self.env,), names("benchmark", clashing=True))
         if self.table_a3 and self.grid:
             raise ConfigError("use either --table-a3 or --grid, not both")
+        if self.method is not None:
+            _known("method", (self.method,), POLICIES.names)
+            if self.plus and self.method != "tokenworth+":
+                raise ConfigError(f"--plus sweeps tokenworth+; use either --plus or --method {self.method}")
+            if self.table_a3 and self.method not in ("tokenworth", "tokenworth+"):
+                raise ConfigError(f"--table-a3 is TokenWorth's sensitivity grid; sweep {self.method} with --grid "
+                                  f"{self.method}.NAME=v1,v2")
+
+    @property
+    def stream_method(self) -> str:
+        """The method every stream of the sweep runs."""
+        return self.method or ("tokenworth+" if self.plus else "tokenworth")
 
 
 # ------------------------------------------------------------------------- how it runs

@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Literal, Mapping, Protocol, Sequence
 
 from tokenworth_agent.core import interrupt
+from tokenworth_agent.experiment import releases
 from tokenworth_agent.storage import runfolder
 from tokenworth_agent.backbones.base import BackboneError, Generation, ServerUnreachable, Submitting
 from tokenworth_agent.storage.checkpoint import (DURABLE_EVERY_S, CheckpointError, CheckpointWriter, RecordLog, load_checkpoint,
@@ -145,15 +146,22 @@ class ExperimentResult:
 def stream_identity(spec: StreamSpec, tasks: Sequence[Task], backbone_name: str,
                     harness: HarnessOptions) -> dict[str, Any]:
     """What makes a checkpoint this stream's: method, env, seed, budget, backbone, task ids, the harness
-    options (memory rule and format, KG parser and vocabulary, instruction file hashes) and the
-    hyperparameter overrides (only when there are any, so preset streams keep their identity)."""
+    options (memory rule and format, KG parser and vocabulary, instruction file hashes; ``harness`` is the
+    stream's own, a grid's option values in it), the method's settings (only when there are any, so preset
+    streams keep their identity) and the releases of its method, benchmark and backbone
+    (:mod:`tokenworth_agent.experiment.releases`)."""
     identity: dict[str, Any] = {"method": spec.method, "env": spec.env, "seed": spec.seed,
                                 "budget": spec.budget.as_dict(), "backbone": backbone_name,
                                 "task_ids": digest({"ids": [t.task_id for t in tasks]}),
                                 "harness": harness.identity(spec.env)}
     if spec.hparams:
         identity["hparams"] = spec.overrides
+    identity[releases.KEY] = releases.stream_releases(spec.method, spec.env, backbone_name)
     return json.loads(json.dumps(identity, default=str))
+
+
+def _without_releases(identity: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in identity.items() if k != releases.KEY}
 
 
 def _redo_hint(folder: Path, method: str) -> str:
@@ -198,6 +206,7 @@ class _Stream:
         self.folder = out / name
         self.records_path = self.folder / runfolder.RECORDS
         self.checkpoint_path = self.folder / runfolder.CHECKPOINT
+        harness = harness.with_options(spec.option_overrides)  # a grid's benchmark options for this stream
         self.identity = stream_identity(spec, tasks, backbone_name, harness)
         self.harness = harness
         self.policy = make_policy(spec.method, spec.env, spec.budget, spec.seed, harness=harness,
@@ -231,7 +240,15 @@ class _Stream:
                     f"{self.records_path} holds records but {self.checkpoint_path} is missing, so {method}'s state "
                     f"(its memory bank and learned values) cannot be restored; {_redo_hint(self.folder, method)}")
             return rebuilt
-        if state["identity"] != self.identity:
+        recorded = state["identity"]
+        if releases.KEY not in recorded and recorded == _without_releases(self.identity):
+            pass  # made before releases were recorded: resumed under this release, recorded from its next commit
+        elif recorded != self.identity and _without_releases(recorded) == _without_releases(self.identity):
+            names = {"method": method, "benchmark": self.spec.env, "backbone": self.identity["backbone"]}
+            raise CheckpointError(releases.changed_line(
+                str(self.folder), names, recorded[releases.KEY], self.identity[releases.KEY],
+                f"--overwrite --methods {method} (it deletes only {self.folder}'s records and checkpoint)") or "")
+        elif recorded != self.identity:
             raise CheckpointError(
                 f"{self.checkpoint_path} belongs to a different run ({state['identity']} vs {self.identity}); "
                 f"use another --out, or {_redo_hint(self.folder, method)}")

@@ -24,8 +24,10 @@ from typing import Any, Mapping, Sequence
 
 from tokenworth_agent.core.harness import HarnessError, HarnessOptions, harness_from_cli
 from tokenworth_agent.experiment.config import RunConfig, Streams, Sweep
-from tokenworth_agent.experiment.streams import GridError, StreamSpec, digest, expand, grid_points, parse_grid_item, stream_names
-from tokenworth_agent.policies.registry import POLICIES
+from tokenworth_agent.experiment import releases
+from tokenworth_agent.experiment.streams import (CONTROLLER_METHODS, GridError, StreamSpec, digest, expand, grid_points,
+                                                 parse_grid_item, stream_names)
+from tokenworth_agent.policies.registry import POLICIES, method_parameters
 from tokenworth_agent.storage import runfolder
 from tokenworth_agent.tasks import Task, data_folder, load_tasks
 from tokenworth_agent.tasks.download import data_source
@@ -176,12 +178,15 @@ def _sweep_shape(config: RunConfig, what: Sweep) -> _Shape:
     from tokenworth_agent.experiment.sweep import configs_from_grid, sweep_streams, table_a3_configs
 
     configs = table_a3_configs(what.env) if what.table_a3 else configs_from_grid(what.grid)
-    streams = sweep_streams(what.env, config.budget.budget(what.env), configs, what.seed, plus=what.plus)
-    out_dir = config.output.out or default_out(f"sweep-{what.env}-seed{what.seed}", config.data.limit)
+    method = what.stream_method
+    streams = sweep_streams(what.env, config.budget.budget(what.env), configs, what.seed, method=method)
+    controller = method in CONTROLLER_METHODS
+    prefix = "sweep" if controller else f"sweep-{method}"  # another method's sweep never shares TokenWorth's folder
+    out_dir = config.output.out or default_out(f"{prefix}-{what.env}-seed{what.seed}", config.data.limit)
     settings = {"env": what.env, "backbone": config.backbone.name, "seed": what.seed, "limit": config.data.limit,
-                "configs": configs, "plus": what.plus, "kind": "sweep"}
-    title = (f"TokenWorth{'+' if what.plus else ''} sweep · {what.env.upper()} · backbone {config.backbone.name} · "
-             f"seed {what.seed}")
+                "configs": configs, "plus": what.plus, "kind": "sweep", **({} if controller else {"method": method})}
+    name = f"TokenWorth{'+' if method == 'tokenworth+' else ''}" if controller else method
+    title = f"{name} sweep · {what.env.upper()} · backbone {config.backbone.name} · seed {what.seed}"
     return _Shape(streams, out_dir, settings, title, tuple(configs))
 
 
@@ -209,6 +214,10 @@ def checked_methods(methods: Sequence[str]) -> None:
             raise LaunchError(f"method {method!r}: its class {policy.__module__}.{policy.__qualname__} names itself "
                               f"{getattr(policy, 'name', None)!r}; a method's class attribute `name` must be the name it "
                               "is registered under")
+        try:  # its declared parameters can work (tokenworth_agent.policies.registry.method_parameters)
+            method_parameters(method)
+        except ValueError as exc:
+            raise LaunchError(str(exc)) from None
 
 
 def simulated(envs: Sequence[str], backbone: str) -> None:
@@ -303,14 +312,14 @@ def make_plan(config: RunConfig, *, engine_here: bool = True) -> Plan:
     from tokenworth_agent.core.plugins import benchmark
 
     what = config.what
-    for env in config.envs:  # each benchmark asked for, loaded and checked first: a refused plugin is its one line
+    envs = config.envs
+    checked_methods(what.methods if isinstance(what, Streams) else [what.stream_method])
+    for env in envs:  # each benchmark asked for, loaded and checked before the streams: a refused one is one line
         benchmark(env)
     try:
         shape = _streams_shape(config, what) if isinstance(what, Streams) else _sweep_shape(config, what)
     except GridError as exc:
         raise LaunchError(str(exc)) from None
-    envs = config.envs
-    checked_methods([s.method for s in shape.streams])
     simulated(envs, config.backbone.name)
     harness = checked_harness(envs, config)
     out_dir = shape.out_dir
@@ -335,11 +344,21 @@ def make_plan(config: RunConfig, *, engine_here: bool = True) -> Plan:
                 "data_dir": folders[envs[0]] if len(set(folders.values())) == 1 else folders,
                 "budget": budgets[envs[0]] if one else budgets, "connection": dict(spec.links),
                 "harness": harness.identity(envs[0]) if one else {e: harness.identity(e) for e in envs},
-                "data_source": {e: data_source(e, config.data.data_dir, benchmarks(*envs)) for e in envs}}
+                "data_source": {e: data_source(e, config.data.data_dir, benchmarks(*envs)) for e in envs},
+                releases.KEY: {n: releases.stream_releases(s.method, s.env, config.backbone.name)
+                               for s, n in zip(shape.streams, names)}}
     # a sweep's --overwrite discards the whole sweep the folder holds, a run's its own streams
     replaced = (list(dict.fromkeys([*names, *runfolder.streams_in(out_dir)]))
                 if isinstance(what, Sweep) and config.output.overwrite else names)
-    runfolder.check_settings(out_dir, settings, replaced, [*POLICIES.names, *names], overwrite=config.output.overwrite)
+    existing = runfolder.check_settings(out_dir, settings, replaced, [*POLICIES.names, *names],
+                                        overwrite=config.output.overwrite)
+    refused = releases.folder_refusal(
+        out_dir, (existing or {}).get(releases.KEY), settings[releases.KEY], shape.streams, names,
+        config.backbone.name, fresh=replaced if config.output.overwrite else (),
+        start_anew=("--overwrite (it deletes this sweep's records)" if isinstance(what, Sweep) else
+                    "--overwrite --methods {method} (it deletes only that method's streams of this command)"))
+    if refused is not None:
+        raise LaunchError(refused)
     return Plan(config=config, out_dir=out_dir, streams=tuple(shape.streams), names=tuple(names), tasks=tasks,
                 harness=harness, backbone_spec=spec, schedule=schedule, settings=settings,
                 replaced=tuple(replaced), title=shape.title, sweep_configs=shape.sweep_configs, backbone=backbone,

@@ -1,7 +1,7 @@
 """``tokenworth sweep``: a TokenWorth grid, as a front end of the experiment engine.
 
 A sweep is an experiment (:func:`tokenworth_agent.experiment.run_experiment`) whose streams are one
-TokenWorth method (``tokenworth``, or ``tokenworth+`` with ``--plus``) on one env and seed,
+TokenWorth method (``tokenworth``, or ``tokenworth+`` with ``--plus``; any method with ``--method``) on one env and seed,
 one stream per grid point. Every stream is a stream like any other: its own folder
 (``<out>/tokenworth@eta_max=0.1``; the preset point is ``<out>/tokenworth``), per-task JSONL
 records (so ``tokenworth show`` and the summaries read it), checkpoint and resume; every
@@ -11,7 +11,8 @@ those of ``tokenworth run --methods tokenworth`` with the same hyperparameters (
 exploration key is seeded with the run's seed in both).
 
 Grids: ``--grid NAME=v1,v2`` (repeatable; the Cartesian product is run) over the fields of
-:class:`tokenworth_jax.HParams` and the budget axes (:mod:`tokenworth_agent.experiment.streams`);
+:class:`tokenworth_jax.HParams`, the budget axes, the benchmark's options that change results and, with
+``--method M``, M's declared parameters as ``M.NAME`` (:mod:`tokenworth_agent.experiment.streams`);
 ``--table-a3`` is the one-at-a-time sensitivity grid of spec §9 (the preset plus 21 single
 changes: 22 streams). ``sweep.md`` / ``sweep.json`` summarise the streams.
 """
@@ -57,12 +58,13 @@ def label(config: dict[str, Any]) -> str:
 
 
 def sweep_streams(env: str, budget: Budget, configs: Sequence[dict[str, Any]], seed: int, *,
-                  plus: bool = False) -> list[StreamSpec]:
-    """One stream per configuration (heterogeneous points allowed, as in Table A3)."""
+                  plus: bool = False, method: str | None = None) -> list[StreamSpec]:
+    """One stream per configuration (heterogeneous points allowed, as in Table A3) of ``method`` (default:
+    tokenworth, or tokenworth+ with ``plus``)."""
     if not configs:
         raise GridError("the sweep has no configurations")
-    method = "tokenworth+" if plus else "tokenworth"
-    if not plus and any(k.startswith("plus_") for c in configs for k in c):
+    method = method or ("tokenworth+" if plus else "tokenworth")
+    if method == "tokenworth" and any(k.startswith("plus_") for c in configs for k in c):
         raise GridError("plus_* hyperparameters only act on TokenWorth+ controllers: pass --plus")
     return expand([env], [method], [seed], {env: budget}, configs)
 
@@ -100,6 +102,7 @@ class SweepResult:
     streams: list[StreamResult]
     seconds: float
     batch_sizes: list[int]
+    method: str = "tokenworth"
 
     @classmethod
     def from_experiment(cls, result: ExperimentResult, configs: Sequence[dict[str, Any]], env: str,
@@ -108,13 +111,14 @@ class SweepResult:
         if len(configs) != len(result.names):
             raise GridError(f"{len(configs)} configurations but {len(result.names)} streams")
         return cls(env, seed, [StreamResult.from_records(c, result.records[n]) for c, n in zip(configs, result.names)],
-                   result.seconds, result.batch_sizes)
+                   result.seconds, result.batch_sizes, result.streams[0].method if result.streams else "tokenworth")
 
 
 def markdown(result: SweepResult) -> str:
     rows = [s.summary() for s in result.streams]
     preset = next((r for r in rows if not r["config"]), None)
-    lines = [f"## TokenWorth sweep · {result.env.upper()} · seed {result.seed} · {len(result.streams)} configurations · "
+    name = "TokenWorth" if result.method in ("tokenworth", "tokenworth+") else result.method
+    lines = [f"## {name} sweep · {result.env.upper()} · seed {result.seed} · {len(result.streams)} configurations · "
              f"{rows[0]['tasks']} tasks · {result.seconds:.0f}s", "",
              "| Configuration | SR (%) | ΔSR vs preset | OutputTok | Injected (%) |", "|---|---:|---:|---:|---:|"]
     for r in rows:

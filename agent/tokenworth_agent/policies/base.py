@@ -22,6 +22,11 @@ without ending by its own answer/finish action (``HarnessOptions.memory_from``).
 Every policy is built with the run's :class:`~tokenworth_agent.core.harness.HarnessOptions` (``harness=``, by
 :func:`tokenworth_agent.policies.registry.make_policy`); it is fixed for the policy's life.
 
+Parameters: a method declares its hyperparameters in :attr:`MemoryPolicy.parameters` (name, type, default, help:
+the :class:`~tokenworth_agent.core.parameters.Parameter` a benchmark's options are), and takes each as a
+constructor keyword with the same default. ``--grid METHOD.NAME=v1,v2`` runs one stream per value, the value
+passed as that keyword (a value not set by a grid is not passed: the constructor's default holds).
+
 Checkpointing: ``state_dict()`` returns plain Python data and NumPy arrays (picklable);
 ``load_state_dict`` restores a freshly constructed policy of the same kind and settings
 so that every later decision, random draws included, is identical.
@@ -39,6 +44,7 @@ from tokenworth_agent.policies.auxiliary import AuxSteps
 from tokenworth_agent.core.budget import Budget
 from tokenworth_agent.tasks import Task
 from tokenworth_agent.core.harness import DEFAULT_HARNESS, HarnessOptions
+from tokenworth_agent.core.parameters import Parameter
 from tokenworth_agent.memory import Memory, Turn, build_memory
 
 
@@ -70,7 +76,9 @@ class MemoryPolicy(abc.ABC):
     * ``seed``: the stream's seed (``--seed``/``--seeds``); every random draw of the method must come from it;
     * ``harness``: the run's :class:`~tokenworth_agent.core.harness.HarnessOptions` (``memory_from``,
       ``memory_format``, the benchmarks' options), fixed for the instance's life;
-    * ``parameters``: the method's own settings for this stream, by keyword (a grid point's values).
+    * ``parameters``: the values a grid sets for this stream of the hyperparameters the class declares in
+      :attr:`parameters` (``--grid METHOD.NAME=v1,v2``), by keyword; one no grid sets is not passed, so the
+      constructor's default (the declared one) holds.
 
     A subclass that takes settings of its own accepts them as keywords and passes the rest on:
     ``def __init__(self, env, budget, seed=0, *, k=3, **kwargs): super().__init__(env, budget, seed, **kwargs)``.
@@ -80,11 +88,16 @@ class MemoryPolicy(abc.ABC):
         name: the class attribute naming the method: the name its entry point registers (``--methods NAME``, the
             stream folders, the records' ``method``); a class whose ``name`` differs is refused when loaded.
         first_task_note: shown on the progress bar while a stream's first task runs (e.g. "compiling"), or None.
+        parameters: the hyperparameters a grid may set, a tuple of
+            :class:`~tokenworth_agent.core.parameters.Parameter`, each a constructor keyword with the same default
+            (``tokenworth plugins NAME`` lists them).
     """
 
     name: ClassVar[str]
     # shown on the progress bar while the first task of a (resumed) stream runs, e.g. while compiling
     first_task_note: ClassVar[str | None] = None
+    # the hyperparameters a grid may set (--grid METHOD.NAME=v1,v2), each a keyword of __init__ with the same default
+    parameters: ClassVar[tuple[Parameter, ...]] = ()
 
     def __init__(self, env: str, budget: Budget, seed: int = 0, *, harness: HarnessOptions = DEFAULT_HARNESS) -> None:
         self.env = env

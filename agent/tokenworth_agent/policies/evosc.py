@@ -37,6 +37,7 @@ from tokenworth_agent.policies.auxiliary import AuxSteps
 from tokenworth_agent.core.budget import Budget
 from tokenworth_agent.tasks import Task
 from tokenworth_agent.core.harness import DEFAULT_HARNESS, HarnessOptions
+from tokenworth_agent.core.parameters import Parameter, at_least
 from tokenworth_agent.memory import Memory, Turn
 from tokenworth_agent.policies import aux_text
 from tokenworth_agent.policies.base import Outcome, cosine_scores, embed
@@ -57,6 +58,12 @@ CONSOLIDATE_SYSTEM = ("You consolidate an agent's accumulated experience. Merge 
 
 class EvoSCPolicy(WrittenMemoryPolicy):
     name = "evosc"
+    parameters = (
+        Parameter("pool_size", int, 8, "successes kept as contrast partners (they count toward B_max)",
+                  check=at_least(1)),
+        Parameter("max_insights", int, 2, "most INSIGHT lines per call", check=at_least(1)),
+        Parameter("group_size", int, 4, "consolidation: experiences merged at a time", check=at_least(2)),
+    )
 
     def __init__(self, env: str, budget: Budget, seed: int = 0, *, harness: HarnessOptions = DEFAULT_HARNESS,
                  pool_size: int = 8, max_insights: int = 2, group_size: int = 4) -> None:

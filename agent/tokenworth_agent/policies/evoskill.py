@@ -35,6 +35,7 @@ from tokenworth_agent.policies.auxiliary import AuxSteps
 from tokenworth_agent.core.budget import Budget
 from tokenworth_agent.tasks import Task
 from tokenworth_agent.core.harness import DEFAULT_HARNESS, HarnessOptions
+from tokenworth_agent.core.parameters import Parameter, at_least
 from tokenworth_agent.memory import Memory, Turn
 from tokenworth_agent.policies import aux_text
 from tokenworth_agent.policies.base import Outcome
@@ -61,6 +62,10 @@ def smoothed(successes: float, uses: float) -> float:
 
 class EvoSkillPolicy(WrittenMemoryPolicy):
     name = "evoskill"
+    parameters = (
+        Parameter("shown_k", int, 3, "propose: most similar cards shown", check=at_least(1)),
+        Parameter("min_uses", int, 3, "selection: uses before a card may be retired", check=at_least(1)),
+    )
     stat_names = ("uses", "successes")
 
     def __init__(self, env: str, budget: Budget, seed: int = 0, *, harness: HarnessOptions = DEFAULT_HARNESS,

@@ -41,6 +41,7 @@ from tokenworth_agent.policies.auxiliary import AuxSteps
 from tokenworth_agent.core.budget import Budget
 from tokenworth_agent.tasks import Task
 from tokenworth_agent.core.harness import DEFAULT_HARNESS, HarnessOptions
+from tokenworth_agent.core.parameters import Parameter, at_least
 from tokenworth_agent.memory import Memory, Turn
 from tokenworth_agent.policies import aux_text
 from tokenworth_agent.policies.base import Outcome
@@ -76,6 +77,10 @@ def update_prompt(facts: Sequence[str], shown: Sequence[Memory], injected: set[i
 
 class Mem0Policy(WrittenMemoryPolicy):
     name = "mem0"
+    parameters = (
+        Parameter("max_facts", int, 3, "extraction: most facts listed per task", check=at_least(1)),
+        Parameter("similar_k", int, 3, "update: stored memories shown per new fact", check=at_least(1)),
+    )
     stat_names = ("touched",)
 
     def __init__(self, env: str, budget: Budget, seed: int = 0, *, harness: HarnessOptions = DEFAULT_HARNESS,

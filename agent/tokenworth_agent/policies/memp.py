@@ -21,12 +21,18 @@ import numpy as np
 from tokenworth_agent.core.budget import Budget
 from tokenworth_agent.tasks import Task
 from tokenworth_agent.core.harness import DEFAULT_HARNESS, HarnessOptions
+from tokenworth_agent.core.parameters import Parameter, at_least, within
 from tokenworth_agent.memory import Memory, Turn
 from tokenworth_agent.policies.base import MemoryStore, Outcome, StoreBackedPolicy, cosine_scores, embed
 
 
 class MemPPolicy(StoreBackedPolicy):
     name = "memp"
+    parameters = (
+        Parameter("min_hits", int, 3, "deletion: injections before a memory may be deleted", check=at_least(1)),
+        Parameter("min_success_rate", float, 0.5, "deletion: a memory below this success rate goes",
+                  check=within(0.0, 1.0)),
+    )
 
     def __init__(self, env: str, budget: Budget, seed: int = 0, *, harness: HarnessOptions = DEFAULT_HARNESS,
                  min_hits: int = 3, min_success_rate: float = 0.5) -> None:

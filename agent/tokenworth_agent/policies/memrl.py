@@ -29,6 +29,7 @@ import numpy as np
 from tokenworth_agent.core.budget import Budget
 from tokenworth_agent.tasks import Task
 from tokenworth_agent.core.harness import DEFAULT_HARNESS, HarnessOptions
+from tokenworth_agent.core.parameters import Parameter, at_least, within
 from tokenworth_agent.memory import Memory, Turn
 from tokenworth_agent.policies.base import MemoryStore, Outcome, StoreBackedPolicy, cosine_scores, embed, rng_from_state, rng_state
 
@@ -40,6 +41,14 @@ def zscore(values: np.ndarray) -> np.ndarray:
 
 class MemRLPolicy(StoreBackedPolicy):
     name = "memrl"
+    parameters = (
+        Parameter("sim_threshold", float, 0.30, "recall: least cosine similarity of question and memory key"),
+        Parameter("recall_k", int, 12, "recall: most memories recalled before selection", check=at_least(1)),
+        Parameter("epsilon", float, 0.1, "selection: chance of a uniform draw from the recalled set",
+                  check=within(0.0, 1.0)),
+        Parameter("alpha", float, 0.3, "Q update step: Q <- Q + alpha (r - Q)", check=within(0.0, 1.0, open_low=True)),
+        Parameter("q_init", float, 0.0, "Q of a new memory"),
+    )
 
     def __init__(
         self,

@@ -43,6 +43,7 @@ from tokenworth_agent.policies.auxiliary import AuxSteps
 from tokenworth_agent.core.budget import Budget
 from tokenworth_agent.tasks import Task
 from tokenworth_agent.core.harness import DEFAULT_HARNESS, HarnessOptions
+from tokenworth_agent.core.parameters import Parameter, at_least, within
 from tokenworth_agent.memory import Memory, Turn
 from tokenworth_agent.policies import aux_text
 from tokenworth_agent.policies.base import Outcome, cosine_scores, embed, rng_from_state, rng_state
@@ -76,6 +77,17 @@ def skill_card(skill: dict[str, Any]) -> str:
 
 class MemSkillPolicy(WrittenMemoryPolicy):
     name = "memskill"
+    parameters = (
+        Parameter("top_k", int, 2, "controller: skills drawn per task", check=at_least(1)),
+        Parameter("temperature", float, 0.2, "controller: Gumbel top-k temperature", check=at_least(1e-9)),
+        Parameter("alpha", float, 0.3, "skill value step: q <- q + alpha (r - q)", check=within(0.0, 1.0, open_low=True)),
+        Parameter("new_skill_q", float, 0.5, "value of a newly designed skill (the new-skill bias)"),
+        Parameter("shown_k", int, 3, "executor: most similar memories shown"),
+        Parameter("case_pool", int, 20, "designer: hard cases kept"),
+        Parameter("min_cases", int, 5, "designer: least hard cases before a design call"),
+        Parameter("design_every", int, 50, "designer: tasks between design calls", check=at_least(1)),
+        Parameter("max_skills", int, 8, "most skills, the four primitives included", check=at_least(5)),
+    )
 
     def __init__(self, env: str, budget: Budget, seed: int = 0, *, harness: HarnessOptions = DEFAULT_HARNESS,
                  top_k: int = 2, temperature: float = 0.2, alpha: float = 0.3, new_skill_q: float = 0.5, shown_k: int = 3, case_pool: int = 20,

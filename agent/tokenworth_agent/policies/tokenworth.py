@@ -12,15 +12,22 @@ log holds the selection (candidates and their scores) and the admission decision
 Each memory's :class:`~tokenworth_agent.memory.Memory` is the payload the controller's
 :class:`~tokenworth_jax.MemoryTable` keeps under its id; the table drops it when the controller
 evicts or replaces it.
+
+Its parameters (``--grid tokenworth.NAME=...``, ``tokenworth plugins tokenworth``) are the controller's traced
+hyperparameters, every field of :class:`tokenworth_jax.HParams` by its flat name (``plus_*`` only for
+TokenWorth+), each defaulting to the benchmark's preset; a bare ``--grid NAME=...`` sets one for every TokenWorth
+method of the run.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any, Sequence
 
 from tokenworth_agent.core.budget import Budget
 from tokenworth_agent.tasks import Task
 from tokenworth_agent.core.harness import DEFAULT_HARNESS, HarnessOptions
+from tokenworth_agent.core.parameters import Parameter
 from tokenworth_agent.memory import Memory, Turn
 from tokenworth_agent.policies.base import MemoryPolicy, Outcome
 
@@ -28,9 +35,36 @@ if TYPE_CHECKING:
     from tokenworth_jax import HostSelection
 
 
+@functools.lru_cache(maxsize=None)
+def controller_parameters(method: str) -> tuple[Parameter, ...]:
+    """The hyperparameters of the TokenWorth method ``method``: every flat ``HParams`` name of the preset table
+    (``plus_*`` for ``tokenworth+`` only), its range checked as the library checks it."""
+    from tokenworth_jax import presets
+
+    declared = []
+    for name in presets.names():
+        if name.startswith("plus_") and method != "tokenworth+":
+            continue
+        schema = presets._owner(name)  # noqa: SLF001 - the library's own table of which part owns a name
+        integer = schema.is_int(name)
+        declared.append(Parameter(name, int if integer else float, None,
+                                  f"controller hyperparameter, {schema.ranges[schema.field(name)].text(integer)} "
+                                  "(tokenworth_jax.HParams; docs/controller.md)", show_default="preset",
+                                  check=functools.partial(presets.check_value, name)))
+    return tuple(declared)
+
+
+class _ControllerParameters:
+    """A TokenWorth class's ``parameters``, built on first use (reading the preset table imports JAX)."""
+
+    def __get__(self, instance: Any, owner: type) -> tuple[Parameter, ...]:
+        return controller_parameters(owner.name)
+
+
 class TokenWorthPolicy(MemoryPolicy):
     name = "tokenworth"
     first_task_note = "compiling the controller…"  # the first select/offer compile (~13 s on CPU)
+    parameters = _ControllerParameters()  # type: ignore[assignment]
 
     def __init__(self, env: str, budget: Budget, seed: int = 0, *, harness: HarnessOptions = DEFAULT_HARNESS,
                  **overrides: Any) -> None:

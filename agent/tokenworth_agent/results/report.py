@@ -249,7 +249,8 @@ def experiment_rows(finished: Sequence[tuple[Any, Sequence[TaskRecord]]]) -> lis
     """One row per (env, grid point, method) over the finished streams: SR and tokens, mean ± std over seeds.
 
     ``finished`` holds (:class:`~tokenworth_agent.experiment.streams.StreamSpec`, records) pairs. ΔTok is
-    against Standard in the same env and grid point, when that stream ran.
+    against Standard in the same env and grid point (a method's own parameters, ``M.NAME``, left aside), when that
+    stream ran.
     """
     cells: dict[tuple[str, tuple[Any, ...], str], list[tuple[int, Sequence[Mapping[str, Any]]]]] = {}
     for spec, records in finished:
@@ -268,7 +269,8 @@ def experiment_rows(finished: Sequence[tuple[Any, Sequence[TaskRecord]]]) -> lis
                      if len({len(recs) for _, recs in runs}) == 1 else None,
                      "reward_curves": [rewards_of(recs).tolist() for _, recs in runs]})
     for row in rows:
-        standard = next((r for r in rows if r["env"] == row["env"] and r["point"] == row["point"]
+        shared = {k: v for k, v in row["point"].items() if "." not in k}  # a method's own parameters (M.NAME) aside
+        standard = next((r for r in rows if r["env"] == row["env"] and r["point"] == shared
                          and r["method"] == "standard"), None)
         row["delta_tok"] = ((row["output_tok"] - standard["output_tok"]) / standard["output_tok"]
                             if standard and standard["output_tok"] else None)

@@ -38,6 +38,9 @@ Rules:
 * **Settings.** A run whose settings differ from ``config.json`` is refused while any method
   holds results; when none does (every earlier attempt failed before its first task, e.g.
   with a wrong server URL), the new settings simply replace the old ones.
+* **Per-stream settings** (``releases``: the distribution and version of each stream's method,
+  benchmark and backbone) are kept by stream name and merged, never compared as a whole; a stream
+  with results is checked against its own entry (agent/tokenworth_agent/experiment/releases.py).
 * **Overwrite** deletes only the named methods' files (records, checkpoint, temporary
   checkpoint files) and the summary; other methods' results are kept. If other methods hold
   results made with different settings, the overwrite is refused (they would be mixed).
@@ -272,12 +275,31 @@ def _differences(old: dict[str, Any], new: dict[str, Any]) -> str:
 ADDED_SETTINGS = ("data_source",)
 
 
+# Settings kept per stream (a mapping stream name -> entry): not compared as a whole (each stream's entry is checked
+# where it matters: the releases that made a stream, agent/tokenworth_agent/experiment/releases.py), and merged when
+# written, so the entries of streams another command ran stay.
+PER_STREAM_SETTINGS = ("releases",)
+
+
 def _identity(config: dict[str, Any], existing: dict[str, Any] | None = None) -> dict[str, Any]:
     """The settings that define a run. ``connection`` (server URL, timeouts, retries, concurrency)
-    is not among them: moving the model server must not stop a resume (agent/tokenworth_agent/backbones/options.py).
+    is not among them: moving the model server must not stop a resume (agent/tokenworth_agent/backbones/options.py);
+    nor are the :data:`PER_STREAM_SETTINGS`.
     With ``existing`` (the folder's config), an :data:`ADDED_SETTINGS` entry that config lacks is left out."""
     older = [] if existing is None else [k for k in ADDED_SETTINGS if k not in existing]
-    return {k: v for k, v in config.items() if k != "connection" and k not in older}
+    return {k: v for k, v in config.items() if k != "connection" and k not in older and k not in PER_STREAM_SETTINGS}
+
+
+def merged_config(existing: dict[str, Any] | None, config: dict[str, Any], replaced: Sequence[str]) -> dict[str, Any]:
+    """``config`` with the folder's :data:`PER_STREAM_SETTINGS` entries of other streams kept (``replaced``: streams
+    whose entries this command discards, those it deletes first)."""
+    merged = dict(config)
+    for key in PER_STREAM_SETTINGS:
+        if key not in config:
+            continue
+        kept = {k: v for k, v in ((existing or {}).get(key) or {}).items() if k not in replaced}
+        merged[key] = {**kept, **config[key]}
+    return merged
 
 
 def check_settings(out: Path, config: dict[str, Any], methods: Sequence[str], all_methods: Sequence[str], *,
@@ -297,7 +319,8 @@ def check_settings(out: Path, config: dict[str, Any], methods: Sequence[str], al
             hint = (f"pass another --out, or add {','.join(blocking)} to --methods with --overwrite to redo them"
                     if overwrite else
                     f"pass another --out, or --overwrite --methods {','.join(busy)} to redo those methods")
-            raise RunFolderError(f"{out} already holds a run with different settings ({_differences(existing, config)}),"
+            differences = _differences(_identity(existing), _identity(config, existing))
+            raise RunFolderError(f"{out} already holds a run with different settings ({differences}),"
                                  f" with results for {', '.join(busy)}; {hint}")
     return existing
 
@@ -311,6 +334,7 @@ def prepare(out: Path, config: dict[str, Any], methods: Sequence[str], all_metho
     """
     config = json.loads(json.dumps(config, default=str))
     existing = check_settings(out, config, methods, all_methods, overwrite=overwrite)
+    config = merged_config(existing, config, methods if overwrite else ())
     if overwrite:
         for method in methods:
             remove_method_results(out, method)

@@ -1,8 +1,10 @@
 """What is tracked of a stream, computed from its committed records alone.
 
 * :func:`stream_meta`: the stream's run name, parameters (env, method, seed, budget level, backbone,
-  model, the controller's traced hyperparameters flattened, the run's config hash) and tags (commit,
-  host). Plain JSON, so it travels in the undelivered file and replays.
+  model, the method's hyperparameters as it runs them: the controller's traced ones flattened, another
+  method's declared parameters at their values, ``hparams.NAME``; the benchmark's harness options,
+  ``harness.NAME``; the releases of its method, benchmark and backbone, ``release.KIND``; the run's config
+  hash) and tags (commit, host). Plain JSON, so it travels in the undelivered file and replays.
 * :class:`Scalars`: one set of scalars per task, stepped by the task's index: ``reward``,
   ``sr/cumulative`` and ``sr/rolling`` (fractions), ``tokens/output``, ``tokens/auxiliary``,
   ``memory/injected`` (0 or 1), ``memory/bank_size``, ``time/task_s``; with the simulated backbone,
@@ -127,19 +129,54 @@ def controller_params(env: str, method: str, overrides: Mapping[str, Any]) -> di
         return {"hparams": f"unavailable ({type(exc).__name__})"}
 
 
-def stream_meta(name: str, describe: Mapping[str, Any], run: Mapping[str, Any], out_dir: Path) -> dict[str, Any]:
+def method_params(env: str, method: str, overrides: Mapping[str, Any]) -> dict[str, str]:
+    """The method's hyperparameters as the stream runs them: a TokenWorth method's controller
+    (:func:`controller_params`), another method's declared parameters (``hparams.NAME``: the grid's value, else the
+    declared default)."""
+    if method.startswith("tokenworth"):
+        return controller_params(env, method, overrides)
+    try:
+        from tokenworth_agent.policies.registry import method_parameters
+
+        values = {p.name: p.default for p in method_parameters(method)}
+    except Exception as exc:  # noqa: BLE001 - a method that no longer loads here: say so, track the rest
+        return {"hparams": f"unavailable ({type(exc).__name__})"}
+    return {f"hparams.{k}": _text(v) if v is not None else "-" for k, v in {**values, **overrides}.items()}
+
+
+def stream_params(name: str, describe: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, str]:
+    """What ``config.json`` (``settings``) says of one stream: its benchmark's harness options (the grid's values
+    for this stream over the run's, ``harness.NAME``) and the releases that made it (``release.KIND``; ``unknown``
+    in a folder made before releases were recorded)."""
+    harness = settings.get("harness") or {}
+    if "," in str(settings.get("env", "")):  # several envs: one entry per env
+        harness = harness.get(describe["env"]) or {}
+    options = {**harness, **(describe.get("options") or {})}
+    params = {f"harness.{k}": "-" if v is None else str(v) for k, v in sorted(options.items())}
+    releases = (settings.get("releases") or {}).get(name) or {}
+    params.update({f"release.{kind}": str(releases.get(kind) or "unknown") for kind in ("method", "benchmark",
+                                                                                         "backbone")})
+    return params
+
+
+def stream_meta(name: str, describe: Mapping[str, Any], run: Mapping[str, Any], out_dir: Path,
+                settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A stream's run name, parameters and tags (see the module docstring); ``describe``: the stream's own
-    description (:meth:`StreamSpec.describe`), ``run``: what every stream of the run shares."""
+    description (:meth:`StreamSpec.describe`), ``run``: what every stream of the run shares, ``settings``: the
+    run's ``config.json`` (its ``env``, ``harness`` and ``releases``; :func:`stream_params`)."""
     budget = describe.get("budget") or {}
+    point = {**(describe.get("hparams") or {}), **(describe.get("options") or {})}
     params = {"env": describe["env"], "method": describe["method"], "seed": str(describe["seed"]), "stream": name,
               "backbone": run.get("backbone", ""), "model": run.get("model", "") or "-",
               "config_hash": run.get("config_hash", ""),
-              "grid_point": ",".join(f"{k}={v}" for k, v in sorted((describe.get("hparams") or {}).items())) or "-"}
+              "grid_point": ",".join(f"{k}={v}" for k, v in sorted(point.items())) or "-"}
     params.update({f"budget.{k}": str(v) for k, v in sorted(budget.items())})
-    params.update(controller_params(describe["env"], describe["method"], describe.get("hparams") or {}))
+    params.update(method_params(describe["env"], describe["method"], describe.get("hparams") or {}))
+    params.update(stream_params(name, describe, settings or {}))
     tags = {"commit": commit(), "host": socket.gethostname(), "tokenworth.pid": str(os.getpid()), "tokenworth.stream": name,
             "tokenworth.run_folder": str(out_dir)}
     return {"name": name, "params": params, "tags": tags}
 
 
-__all__ = ["KEYS", "SIM_KEYS", "Scalars", "rolling_window", "stream_meta", "controller_params", "commit"]
+__all__ = ["KEYS", "SIM_KEYS", "Scalars", "rolling_window", "stream_meta", "stream_params", "method_params",
+           "controller_params", "commit"]

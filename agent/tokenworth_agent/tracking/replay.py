@@ -130,7 +130,7 @@ def send(run: Path, *, to: str | None = None, backends: Sequence[str] = ("mlflow
                                     "budget": {}, "hparams": {}}
         tasks = _tasks(config, first.env) or len(records)
         scalars = Scalars(tasks, simulated=info["backbone"] == "sim")
-        courier.take(("meta", name, stream_meta(name, describe, info, run)))
+        courier.take(("meta", name, stream_meta(name, describe, info, run, config)))
         now = time.time()
         courier.take(("rows", name, [(r.index, now, scalars(r)) for r in records],
                       len(records) >= tasks))

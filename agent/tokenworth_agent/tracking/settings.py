@@ -81,6 +81,8 @@ class TrackSettings:
     local_store: bool  # the MLflow store is the run folder's own
     run: Mapping[str, Any]  # backbone, model, config hash: the same for every stream
     nice: int = NICE  # the trackers' child processes' niceness (workers take the driver's)
+    # what config.json says of each stream's harness options and releases (metrics.stream_params reads it)
+    streams: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def artifact_location(self) -> str | None:
@@ -95,8 +97,11 @@ class TrackSettings:
 
 
 def config_hash(settings: Mapping[str, Any]) -> str:
-    """16 hex digits of the run's ``config.json`` settings, without the connection (which may move)."""
-    identity = {k: v for k, v in settings.items() if k != "connection"}
+    """16 hex digits of the run's ``config.json`` settings, without the connection (which may move) and the
+    per-stream entries (each stream's releases are parameters of their own)."""
+    from tokenworth_agent.storage.runfolder import PER_STREAM_SETTINGS
+
+    identity = {k: v for k, v in settings.items() if k != "connection" and k not in PER_STREAM_SETTINGS}
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -120,7 +125,8 @@ def track_settings(backends: Sequence[str], out_dir: Path, *, settings: Mapping[
         else:
             uri, local = local_store_uri(out), True
     run = {"backbone": backbone, "model": model or "", "config_hash": config_hash(settings)}
-    return TrackSettings(names, out, uri, local, run, parse_nice(env.get(NICE_ENV, "")))
+    streams = {k: settings[k] for k in ("env", "harness", "releases") if k in settings}
+    return TrackSettings(names, out, uri, local, run, parse_nice(env.get(NICE_ENV, "")), streams)
 
 
 def parse_nice(text: str) -> int:

@@ -5,10 +5,15 @@ written with TensorBoard's own writer (``EventFileWriter``, its protobufs; no Te
 per task holding all of that task's scalars, stepped by the task's index. The steps a stream already
 holds are read back from its event files (a torn last event, from a kill, is simply not there), so
 a resumed run appends only what is missing, in a new event file beside the old ones.
+
+Each stream's parameters (the MLflow run's: method, hyperparameters, harness options, releases, ...) are
+its TensorBoard hparams (the HPARAMS tab, one session per stream folder), written once per stream with
+TensorBoard's own summary (``hparams_pb``); numbers as numbers, so the tab filters and sorts by them.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -30,7 +35,24 @@ class TensorBoardSink:
         from tensorboard.summary.writer.event_file_writer import EventFileWriter  # noqa: F401
 
     def open(self, meta: Mapping[str, Any]) -> None:
-        """Nothing to make: the writer opens with the first events."""
+        """The stream's hparams, unless its event files hold them already (a resumed stream)."""
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.plugins.hparams.metadata import SESSION_START_INFO_TAG
+        from tensorboard.plugins.hparams.summary_v2 import hparams_pb
+
+        if SESSION_START_INFO_TAG in self.logged(meta):
+            return
+        values = {k: _typed(v) for k, v in meta.get("params", {}).items()}
+        self._writer(meta["name"]).add_event(Event(wall_time=time.time(), step=0,
+                                                   summary=hparams_pb(values, trial_id=meta["name"])))
+
+    def _writer(self, name: str) -> Any:
+        writer = self.writers.get(name)
+        if writer is None:
+            from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+            writer = self.writers[name] = EventFileWriter(str(self.out / name), flush_secs=5)
+        return writer
 
     def logged(self, meta: Mapping[str, Any]) -> dict[str, set[int]]:
         from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
@@ -51,12 +73,7 @@ class TensorBoardSink:
         from tensorboard.compat.proto.event_pb2 import Event
         from tensorboard.compat.proto.summary_pb2 import Summary
 
-        name = meta["name"]
-        writer = self.writers.get(name)
-        if writer is None:
-            from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
-            writer = self.writers[name] = EventFileWriter(str(self.out / name), flush_secs=5)
+        writer = self._writer(meta["name"])
         for step, at, values in rows:
             writer.add_event(Event(wall_time=at, step=int(step), summary=Summary(
                 value=[Summary.Value(tag=key, simple_value=float(v)) for key, v in values.items()])))
@@ -73,6 +90,17 @@ class TensorBoardSink:
     def close(self) -> None:
         for name in list(self.writers):
             self.writers.pop(name).close()
+
+
+def _typed(text: Any) -> bool | float | str:
+    """A parameter as the hparams tab takes it: a number as a number, true/false as a bool, else text."""
+    if str(text) in ("True", "False"):
+        return str(text) == "True"
+    try:
+        number = float(text)
+    except (TypeError, ValueError):
+        return str(text)
+    return number if number == number and abs(number) != float("inf") else str(text)
 
 
 __all__ = ["TensorBoardSink"]

@@ -78,7 +78,8 @@ class Tracker:
         return StreamTrack(self, name, self.tasks[spec.env])
 
     def meta(self, name: str) -> dict[str, Any]:
-        return stream_meta(name, self.specs[name].describe(), self.settings.run, self.settings.out_dir)
+        return stream_meta(name, self.specs[name].describe(), self.settings.run, self.settings.out_dir,
+                           self.settings.streams)
 
     def rescan(self, name: str) -> tuple[list[Row], bool]:
         """A stream's rows from its records (what the full inbox refused, or a stream run elsewhere)."""

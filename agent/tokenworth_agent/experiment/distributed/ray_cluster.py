@@ -164,8 +164,7 @@ def installed_plugins() -> dict[str, dict[str, str]]:
     """kind -> name -> "distribution version" of every usable plugin here (the built-ins among them)."""
     from tokenworth_agent.core.plugins import GROUPS, installed
 
-    return {kind: {name: f"{p.distribution} {p.version}" for name, p in installed(kind).entries.items()}
-            for kind in GROUPS}
+    return {kind: {name: p.release for name, p in installed(kind).entries.items()} for kind in GROUPS}
 
 
 def check_plugins(nodes: Sequence[Node], plan: Plan) -> None:
