@@ -395,10 +395,13 @@ def data_fetch(
 @app.command("plugins")
 def plugins_command(name: Optional[str] = typer.Argument(
         None, metavar="[NAME]", help="A method or benchmark: print its parameters, one per line.")) -> None:
-    """List the installed methods, benchmarks and backbones: name, kind, distribution, version, and whether each can
-    be used (ok, broken: refused when asked for, clash: its name is registered twice), with what it is or why not
-    (docs/plugins.md); each is loaded on its own, a broken one is its own row. With NAME, that plugin's parameters
-    (name, type, default, help), as `--grid` takes them."""
+    """List the installed methods, benchmarks and backbones, each ok, broken or clashing, and why; with NAME, that
+    plugin's parameters.
+
+    Each row: name, kind, distribution, version, status (ok; broken: refused when asked for; clash: its name is
+    registered twice) and the reason, or a benchmark's description (docs/plugins.md). Each entry is loaded on its
+    own: a broken one is its own row. With NAME: its parameters (name, type, default, help), as `--grid` takes
+    them."""
     from tokenworth_agent.core.plugins import listing
 
     if name is not None:
