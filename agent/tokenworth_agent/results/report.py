@@ -433,11 +433,16 @@ def plot_experiment_sr(rows: Sequence[Mapping[str, Any]], path: str | Path, titl
     colours = {m: plt.get_cmap("tab10" if len(methods) <= 10 else "tab20")(i) for i, m in enumerate(methods)}
     columns = min(4, len(groups))
     lines = -(-len(groups) // columns)
-    fig, axes = plt.subplots(2 * lines, columns, figsize=(3.6 * columns + 1.8, 5.2 * lines), dpi=120,
-                             squeeze=False)
     n_max = max((len(c) for r in rows for c in r["reward_curves"]), default=0)
     window, skip = rolling_window(n_max), _zoom_skip(n_max)
     seeds = max((len(r["reward_curves"]) for r in rows), default=0)
+    band = (f"Line: mean over {seeds} seeds; band: 95 % interval, clustered by task." if seeds > 1
+            else "One seed; band: 95 % interval.")
+    width = 3.6 * columns + 1.8
+    caption, room = _caption([title, f"Top: {_top_caption(skip)}.",
+                              f"Bottom: SR over the last {window} tasks. {band}"], width)
+    height = 5.2 * lines + room  # the caption gets room of its own: the panels keep their size
+    fig, axes = plt.subplots(2 * lines, columns, figsize=(width, height), dpi=120, squeeze=False)
     for k, (env, point) in enumerate(groups):
         top, bottom = axes[2 * (k // columns), k % columns], axes[2 * (k // columns) + 1, k % columns]
         cumulative, rolling = [], []
@@ -476,14 +481,20 @@ def plot_experiment_sr(rows: Sequence[Mapping[str, Any]], path: str | Path, titl
     for line in range(lines):
         axes[2 * line, 0].set_ylabel("cumulative SR (%)")
         axes[2 * line + 1, 0].set_ylabel(f"SR over last {window} tasks (%)")
-    band = (f"Line: mean over {seeds} seeds; band: 95 % interval, clustered by task." if seeds > 1
-            else "One seed; band: 95 % interval.")
-    fig.suptitle((f"{title}\n" if title else "") + f"Top: {_top_caption(skip)}.\n"
-                 f"Bottom: SR over the last {window} tasks. {band}", fontsize=10)
+    fig.suptitle(caption, fontsize=10)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center right", fontsize=9, title="method")
-    width = 3.6 * columns + 1.8
-    return save_figure(fig, path, rect=(0, 0, 1 - 1.5 / width, 1 - 0.3 / (5.2 * lines)))
+    return save_figure(fig, path, rect=(0, 0, 1 - 1.5 / width, 1))  # tight_layout leaves the suptitle its room
+
+
+def _caption(parts: Sequence[str], width_in: float) -> tuple[str, float]:
+    """A figure's title lines wrapped to its width (10 pt text), and the height (inches) they take (the figure
+    grows by it, so its panels keep their size)."""
+    import textwrap
+
+    lines = [wrapped for part in parts if part for line in part.split("\n")
+             for wrapped in textwrap.wrap(line, max(30, int(width_in * 12.5)))]
+    return "\n".join(lines), 0.1 + 0.19 * len(lines)
 
 
 def _point_label(point: Mapping[str, Any]) -> str:
@@ -506,14 +517,19 @@ def plot_difference_along_stream(comparisons: Sequence[Any], path: str | Path, t
 
     columns = list(dict.fromkeys((c.env, c.point) for c in comparisons))
     methods = list(dict.fromkeys(c.method for c in comparisons))
-    fig, axes = plt.subplots(len(methods), len(columns), figsize=(5.2 * len(columns) + 1.0, 2.3 * len(methods) + 1.2),
-                             dpi=120, squeeze=False, sharex="col", sharey=True)
+    sizes = {window_along_stream(len(np.unique(c.matched.position))) for c in comparisons}
+    window = "/".join(str(w) for w in sorted(sizes))
+    width = 5.2 * len(columns) + 1.0
+    caption, room = _caption([title, f"Paired ΔSR to the baseline over the last {window} tasks of the stream "
+                                     "(line), its 95 % interval (band, pointwise); dotted: the whole stream's ΔSR"],
+                             width)
+    height = 2.3 * len(methods) + 0.6 + room
+    fig, axes = plt.subplots(len(methods), len(columns), figsize=(width, height), dpi=120, squeeze=False,
+                             sharex="col", sharey=True)
     palette = plt.get_cmap("tab10" if len(methods) <= 10 else "tab20")
-    windows = set()
     for c in comparisons:
         ax = axes[methods.index(c.method), columns.index((c.env, c.point))]
         x, diff = along_stream(c.matched)
-        windows.add(window_along_stream(len(np.unique(c.matched.position))))
         colour = palette(methods.index(c.method))
         ax.fill_between(x, 100 * np.asarray(diff.ci_low), 100 * np.asarray(diff.ci_high), color=colour, alpha=0.2,
                         lw=0)
@@ -532,8 +548,5 @@ def plot_difference_along_stream(comparisons: Sequence[Any], path: str | Path, t
         for col in range(len(columns)):
             if not axes[row, col].has_data():
                 axes[row, col].set_visible(False)
-    window = "/".join(str(w) for w in sorted(windows))
-    fig.suptitle((f"{title}\n" if title else "") + f"Paired ΔSR to the baseline over the last {window} tasks of the "
-                 "stream (line),\nits 95 % interval (band, pointwise); dotted: the whole stream's ΔSR",
-                 fontsize=10)
-    return save_figure(fig, path, rect=(0, 0, 1, 1 - 0.7 / (2.3 * len(methods) + 1.2)))
+    fig.suptitle(caption, fontsize=10)
+    return save_figure(fig, path)  # tight_layout leaves the suptitle its room
