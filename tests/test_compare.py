@@ -186,6 +186,9 @@ def test_planning_follows_the_normal_formula_and_seeds_help_only_when_they_vary(
     assert power.tasks_needed(0.02, repeated, 10) == power.tasks_needed(0.02, repeated, 1)
     with pytest.raises(ValueError, match="must be positive"):
         power.tasks_needed(0.0, one, 1)
+    # statsmodels answers some sizes with a (1,) array (120 and 1,500 tasks among them): a float every time
+    mdes = [power.mde(power.Components(None, None, 0.1, n, 1)) for n in (40, 119, 120, 500, 1500)]
+    assert all(type(m) is float for m in mdes) and mdes == sorted(mdes, reverse=True)
 
 
 def test_the_lifelong_gain_is_last_third_minus_first_third(tmp_path) -> None:

@@ -88,7 +88,7 @@ def mde(parts: Components, tasks: int | None = None, seeds: int | None = None, *
     variance = parts.per_task(seeds)[1] if seeds != parts.seeds else _observed(parts)
     effect = _solver().solve_power(effect_size=None, nobs=tasks, alpha=alpha, power=power,
                                    alternative="two-sided")
-    return float(effect * math.sqrt(variance))
+    return float(np.asarray(effect).ravel()[0]) * math.sqrt(variance)  # statsmodels answers a scalar or (1,)
 
 
 def _observed(parts: Components) -> float:
