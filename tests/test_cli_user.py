@@ -266,7 +266,7 @@ def test_cumulative_sr_of_many_streams_groups_by_method_with_seeds_as_a_band(fig
     assert all(sorted(c) == sorted(methods) for c in colours) and colours[0] == colours[1]  # one colour per method
     assert len(set(colours[0].values())) == len(methods)
     assert all(len(ax.collections) == len(methods) for ax in tops)  # a 95 % interval band per method
-    caption = fig._suptitle.get_text()
+    caption = " ".join(" ".join(t.get_text() for t in fig.texts).split())  # the caption, its lines joined
     assert "band: 95 % interval, clustered by task" in caption and "y axis fitted to tasks" in caption
 
 

@@ -481,15 +481,21 @@ def plot_experiment_sr(rows: Sequence[Mapping[str, Any]], path: str | Path, titl
     for line in range(lines):
         axes[2 * line, 0].set_ylabel("cumulative SR (%)")
         axes[2 * line + 1, 0].set_ylabel(f"SR over last {window} tasks (%)")
-    fig.suptitle(caption, fontsize=10)
+    _put_caption(fig, caption, height)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center right", fontsize=9, title="method")
-    return save_figure(fig, path, rect=(0, 0, 1 - 1.5 / width, 1))  # tight_layout leaves the suptitle its room
+    return save_figure(fig, path, rect=(0, 0, 1 - 1.5 / width, 1 - room / height))
+
+
+def _put_caption(fig: Any, caption: str, height_in: float) -> None:
+    """The caption at the figure's top, as text the layout leaves alone (``rect`` keeps its room free;
+    tight_layout's own handling of a suptitle fails on tall figures)."""
+    fig.text(0.5, 1 - 0.08 / height_in, caption, ha="center", va="top", fontsize=10)
 
 
 def _caption(parts: Sequence[str], width_in: float) -> tuple[str, float]:
     """A figure's title lines wrapped to its width (10 pt text), and the height (inches) they take (the figure
-    grows by it, so its panels keep their size)."""
+    grows by it, so its panels keep their size: :func:`_put_caption`)."""
     import textwrap
 
     lines = [wrapped for part in parts if part for line in part.split("\n")
@@ -548,5 +554,5 @@ def plot_difference_along_stream(comparisons: Sequence[Any], path: str | Path, t
         for col in range(len(columns)):
             if not axes[row, col].has_data():
                 axes[row, col].set_visible(False)
-    fig.suptitle(caption, fontsize=10)
-    return save_figure(fig, path)  # tight_layout leaves the suptitle its room
+    _put_caption(fig, caption, height)
+    return save_figure(fig, path, rect=(0, 0, 1, 1 - room / height))
