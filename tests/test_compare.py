@@ -236,3 +236,15 @@ def _app():
     from tokenworth_agent.cli import app
 
     return app
+
+
+def test_streams_of_one_or_two_tasks_compare_without_a_gain(tmp_path) -> None:
+    from tokenworth_agent.results.compare import compare_runs, markdown
+
+    run = write_run(tmp_path / "run", {"standard": [1, 0], "rag": [1, 1]})
+    [c] = compare_runs([run])
+    assert c.sr.n == 2 and np.isnan(c.gain.mean) and np.isnan(c.relative_gain.ci_low)
+    assert "| rag | 2 |" in markdown([c]) and json.loads(json.dumps(c.to_json(), allow_nan=True))["gain"]
+    one = write_run(tmp_path / "one", {"standard": [0], "rag": [1]})
+    [single] = compare_runs([one])
+    assert single.sr.n == 1 and single.sr.p_value == 1.0  # McNemar on one discordant pair

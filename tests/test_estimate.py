@@ -65,6 +65,16 @@ def test_several_seeds_give_statsmodels_cluster_robust_standard_errors() -> None
                                                       rel=1e-12)
 
 
+def test_the_standard_error_is_inspects_stderr_plain_and_clustered() -> None:
+    """The Inspect export shows accuracy ± stderr from rate(): it is the number Inspect itself computes."""
+    scorer = pytest.importorskip("inspect_ai.scorer")
+    a, _, _, task = _data()
+    scores = [scorer.SampleScore(score=scorer.Score(value=float(v)), sample_id=f"s{i}", sample_metadata={"task": int(t)})
+              for i, (v, t) in enumerate(zip(a, task))]
+    assert E.rate(a).se == pytest.approx(scorer.stderr()(scores), rel=1e-12)
+    assert E.rate(a, task).se == pytest.approx(scorer.stderr(cluster="task")(scores), rel=1e-12)
+
+
 def test_the_rate_interval_is_wilson_at_the_design_effect_adjusted_n() -> None:
     from statsmodels.stats.proportion import proportion_confint
 

@@ -230,8 +230,14 @@ def _subset(clusters: np.ndarray | None, mask: np.ndarray) -> np.ndarray | None:
     return None if clusters is None else clusters[mask]
 
 
+UNKNOWN = E.Estimate(math.nan, math.nan, math.nan, math.nan, 0, 0)  # what a stream of under 3 tasks has of a gain
+
+
 def lifelong(matched: Matched) -> tuple[E.Estimate, E.Estimate, E.Estimate]:
-    """(The arm's gain, the baseline's gain, the arm's gain minus the baseline's): last third minus first."""
+    """(The arm's gain, the baseline's gain, the arm's gain minus the baseline's): last third minus first;
+    :data:`UNKNOWN` (NaN) for a stream of fewer than three paired places."""
+    if len(np.unique(matched.position)) < 3:
+        return UNKNOWN, UNKNOWN, UNKNOWN
     first, last = thirds(matched.position)
     clusters = matched.clusters
     gains = [E.independent_difference(E.rate(values[last], _subset(clusters, last)),

@@ -196,7 +196,9 @@ def paired(a: Any, b: Any, clusters: Sequence[Any] | np.ndarray | None = None, *
     binary = _binary(x, y)
     with np.errstate(divide="ignore", invalid="ignore"):
         t = difference / se
-    t_p = np.where(se > 0, 2 * stats.t.sf(np.abs(t), max(n_clusters - 1, 1)), np.where(difference == 0, 1.0, 0.0))
+    # no spread (se 0): every pair differs alike, p 1 when by nothing, else 0; one pair (se NaN): unknown
+    t_p = np.where(se > 0, 2 * stats.t.sf(np.abs(t), max(n_clusters - 1, 1)),
+                   np.where(se == 0, np.where(difference == 0, 1.0, 0.0), np.nan))
     if binary:
         if grouping is None:
             test = "mcnemar-exact"
