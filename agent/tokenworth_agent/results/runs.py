@@ -97,12 +97,10 @@ class Stream:
 
 
 def _for_env(value: Any, env: str) -> Any:
-    """A config entry of a several-env run is a dict keyed by env: this env's part of it."""
-    if isinstance(value, Mapping) and env in value and all(isinstance(k, str) for k in value):
-        from tokenworth_agent.envs.registry import env_names
-
-        if set(value) <= set(env_names()) | {env}:
-            return value[env]
+    """A config entry of a several-env run (and ``data_source`` always) is a dict keyed by env: this env's
+    part of it. No other entry has an env's name as a key."""
+    if isinstance(value, Mapping) and env in value:
+        return value[env]
     return value
 
 
