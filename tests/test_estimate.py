@@ -14,6 +14,8 @@ difference. Each scenario runs R experiments at once through the estimators' bat
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -233,6 +235,7 @@ SCENARIOS = {
 RUNS = 2000
 
 
+@functools.lru_cache(maxsize=None)  # each scenario is drawn once per session, whichever test asks first
 def run_scenario(name: str) -> dict[str, float]:
     tasks, seeds, base, effect, spread, carry = SCENARIOS[name]
     rng = np.random.default_rng(sorted(SCENARIOS).index(name))
