@@ -106,9 +106,15 @@ def model_name(config: Mapping[str, Any]) -> str:
 
 
 def harness_version() -> str:
-    from tokenworth_jax import __version__
+    """The installed harness's version (from its metadata: importing the library for it would import JAX)."""
+    from importlib.metadata import PackageNotFoundError, version
 
-    return str(__version__)
+    try:
+        return version("tokenworth-agent")
+    except PackageNotFoundError:  # a source tree on sys.path, not installed
+        from tokenworth_jax import __version__
+
+        return str(__version__)
 
 
 def messages_of(record: TaskRecord, key: str, model: str) -> tuple[list[Any], str | None]:
