@@ -278,3 +278,15 @@ def test_view_serves_the_runs_logs_and_stops_with_its_viewer(run, tmp_path) -> N
         viewer.wait(timeout=30)
     with pytest.raises(OSError):  # the viewer went with it
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def test_the_export_benchmark_measures_a_run(run, tmp_path) -> None:
+    """bench/tokenworth_bench/inspect_export.py (docs/performance.md's numbers) on the small run, once."""
+    from tokenworth_bench.inspect_export import main
+
+    report = main([str(run), "--repeats", "1", "--out", str(tmp_path)])
+    [measured] = report["runs"]
+    assert report["records"] == measured["samples"] == measured["rows"] == 2 * TASKS
+    assert measured["written"] == 2 and measured["rewritten_when_current"] == 0 and report["kept_whole"]
+    assert set(report["log_bytes"]) == {"standard.eval", "rag.eval"} and all(v > 0 for v in report["log_bytes"].values())
+    assert (tmp_path / "inspect_export.md").read_text().startswith("# inspect_export")
