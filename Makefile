@@ -174,7 +174,7 @@ wheel-checks: wheels
 bench: setup
 	TOKENWORTH_DATA_DIR=$(DATA) $(PY) -m tokenworth_bench controller
 
-# Execute the three jupytext scripts (notebooks/0*.py) at their default size, with this venv's kernel, into
+# Execute the jupytext scripts (notebooks/0*.py) at their default size, with this venv's kernel, into
 # the executed copies the API docs render (docs/api/notebooks/*.ipynb, committed: scripts/notebooks.py).
 # `make test` fails, naming this command, when a committed copy no longer matches its script.
 notebooks: setup

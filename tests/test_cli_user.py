@@ -265,9 +265,9 @@ def test_cumulative_sr_of_many_streams_groups_by_method_with_seeds_as_a_band(fig
     colours = [{line.get_label(): line.get_color() for line in ax.get_lines()} for ax in tops]
     assert all(sorted(c) == sorted(methods) for c in colours) and colours[0] == colours[1]  # one colour per method
     assert len(set(colours[0].values())) == len(methods)
-    assert all(len(ax.collections) == len(methods) for ax in tops)  # a ±1 std band per method
+    assert all(len(ax.collections) == len(methods) for ax in tops)  # a 95 % interval band per method
     caption = fig._suptitle.get_text()
-    assert "band: ±1 std over seeds" in caption and "y axis fitted to tasks" in caption
+    assert "band: 95 % interval, clustered by task" in caption and "y axis fitted to tasks" in caption
 
 
 def test_the_cumulative_panel_says_what_it_shows(figures) -> None:

@@ -131,7 +131,7 @@ def test_the_difference_of_two_rates_is_newcombes_interval() -> None:
     from statsmodels.stats.proportion import confint_proportions_2indep
 
     a, b, _, _ = _data(tasks=300, seeds=1)
-    est = E.rate_difference(E.rate(a), E.rate(b[:200]))
+    est = E.independent_difference(E.rate(a), E.rate(b[:200]))
     expected = confint_proportions_2indep(a.sum(), 300, b[:200].sum(), 200, method="newcomb", compare="diff")
     assert est.mean == pytest.approx(a.mean() - b[:200].mean())
     assert (est.ci_low, est.ci_high) == pytest.approx(tuple(expected), rel=1e-10)
@@ -235,7 +235,7 @@ def run_scenario(name: str) -> dict[str, float]:
            "tokens": coverage(E.mean(data["baseline_tokens"], clusters), 128.0),
            "paired tokens": coverage(E.paired(data["method_tokens"], data["baseline_tokens"], clusters),
                                      TOKEN_DIFFERENCE),
-           "unpaired (naive)": coverage(E.rate_difference(method, baseline), q - p),
+           "unpaired (naive)": coverage(E.independent_difference(method, baseline), q - p),
            "discordant pairs": float(np.mean(np.sum(data["method"] != data["baseline"], axis=-1)))}
     if seeds > 1:
         out["rate, clustering ignored (naive)"] = coverage(E.rate(data["baseline"]), p)

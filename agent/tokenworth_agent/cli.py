@@ -229,6 +229,26 @@ def show(
         fail(str(exc))
 
 
+@app.command()
+def compare(
+    runs: list[Path] = typer.Argument(..., metavar="RUN...", help="Run folders: their streams are paired by env, "
+                                                                  "seed, grid point and task."),
+    baseline: Optional[str] = typer.Option(None, help="The method every other is compared with.",
+                                           show_default="standard, or a sweep's preset"),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list, one object per method compared."),
+    plan: Optional[float] = typer.Option(None, "--plan", metavar="PP", help="Also say how many tasks and seeds "
+                                         "detect a difference of PP percentage points with 80 % power."),
+) -> None:
+    """Paired comparison of each method with the baseline: ΔSR and ΔOutputTok with 95 % intervals, p-values
+    (Holm-adjusted), a verdict, the minimum detectable effect and the gain over the stream (docs/results.md)."""
+    from tokenworth_agent.results.compare import CompareError, RunError, render
+
+    try:
+        typer.echo(render(runs, baseline, as_json=as_json, plan=plan), nl=False)
+    except (CompareError, RunError) as exc:
+        fail(str(exc))
+
+
 export_app = typer.Typer(add_completion=False, help="Export a run for other tools (docs/viewing.md).")
 app.add_typer(export_app, name="export")
 

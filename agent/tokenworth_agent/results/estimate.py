@@ -29,8 +29,8 @@ formula reduces to the usual one.
   way added (Bonett & Price's adjusted Wald interval for paired proportions, 2012), which keeps it from
   collapsing to [0, 0] when no pair is discordant. For other values (tokens): ``scipy.stats.ttest_rel``
   with one seed, the cluster-robust t test with several, and the t interval.
-* :func:`rate_difference` — two rates of *different* tasks (the stream's last third against its first):
-  Newcombe's hybrid score interval from the two Wilson intervals.
+* :func:`independent_difference` — two estimates of *different* tasks (the stream's last third against its
+  first): the MOVER interval from the two intervals (for two rates, Newcombe's hybrid score interval).
 
 Every function takes the observations on the **last axis**: ``values`` of shape ``(..., n)`` estimates
 each leading index at once (a simulation's runs, a figure's windows) and returns arrays of that leading
@@ -230,11 +230,12 @@ def paired(a: Any, b: Any, clusters: Sequence[Any] | np.ndarray | None = None, *
                       _out(second_moment))
 
 
-def rate_difference(second: Estimate, first: Estimate, *, level: float = LEVEL) -> Estimate:
-    """``second.mean - first.mean`` for two rates of different tasks, with Newcombe's hybrid score interval
-    (from each rate's Wilson interval; independent samples) and the standard error
-    ``sqrt(se1^2 + se2^2)``. The two must come from :func:`rate` at the same ``level``."""
-    del level  # the level is the one of the two intervals it combines
+def independent_difference(second: Estimate, first: Estimate) -> Estimate:
+    """``second.mean - first.mean`` for two estimates of *different* tasks (independent samples), with the
+    MOVER interval (Zou & Donner, 2008) built from the two intervals: for two Wilson intervals of rates that
+    is Newcombe's hybrid score interval (``statsmodels``' ``confint_proportions_2indep(method="newcomb")``
+    with one seed), for two paired differences the interval of their difference. Standard error:
+    ``sqrt(se1^2 + se2^2)``."""
     d = np.asarray(second.mean) - np.asarray(first.mean)
     low = d - np.sqrt((np.asarray(second.mean) - second.ci_low) ** 2 + (first.ci_high - np.asarray(first.mean)) ** 2)
     high = d + np.sqrt((second.ci_high - np.asarray(second.mean)) ** 2 + (np.asarray(first.mean) - first.ci_low) ** 2)
@@ -243,4 +244,11 @@ def rate_difference(second: Estimate, first: Estimate, *, level: float = LEVEL) 
                     second.n_clusters + first.n_clusters)
 
 
-__all__ = ["LEVEL", "Estimate", "Difference", "rate", "mean", "paired", "rate_difference", "wilson", "effective_n"]
+def as_estimate(difference: Difference) -> Estimate:
+    """A paired difference as an :class:`Estimate` (to combine it with :func:`independent_difference`)."""
+    return Estimate(difference.difference, difference.se, difference.ci_low, difference.ci_high, difference.n,
+                    difference.n_clusters)
+
+
+__all__ = ["LEVEL", "Estimate", "Difference", "rate", "mean", "paired", "independent_difference", "as_estimate", "wilson",
+           "effective_n"]

@@ -10,6 +10,9 @@ changed prompt is reported rather than shown as if it had been sent.
 Rendering rules: the messages appear in the order they were sent. An observation that no later
 call received (the episode ended after it) is shown as the environment's last word, marked
 "not sent to the model". The judge's verdict closes the page.
+
+The header states the stream's SR so far with its 95 % interval (:func:`tokenworth_agent.results.estimate.rate`),
+so one task's page is read against the stream's rate, not as if it were the rate.
 """
 
 from __future__ import annotations
@@ -170,11 +173,24 @@ def _message_lines(message: Message, injected_chars: int) -> list[str]:
     return _block(message.role, message.text)
 
 
-def conversation_lines(record: TaskRecord) -> list[str]:
-    """The record rendered as the conversation the model saw, then the verdict."""
+def stream_line(rewards: Sequence[int]) -> str:
+    """The stream's SR over its recorded tasks with its 95 % interval (one seed: Wilson)."""
+    from tokenworth_agent.results.estimate import rate
+
+    est = rate(rewards)
+    return (f"stream SR {100 * est.mean:.1f} % (95 % CI {100 * est.ci_low:.1f}–{100 * est.ci_high:.1f}) over "
+            f"{len(rewards)} recorded task{'s' if len(rewards) != 1 else ''}")
+
+
+def conversation_lines(record: TaskRecord, stream_rewards: Sequence[int] | None = None) -> list[str]:
+    """The record rendered as the conversation the model saw, then the verdict; ``stream_rewards`` (the
+    stream's recorded rewards) adds the stream's SR with its interval to the header."""
     lines = [f"{record.method} · task {record.index} ({record.task_id}) · env {record.env}"
              f" · accounting {record.accounting or '?'} · status {record.status}"
-             f" · {record.output_tokens} output tokens in {record.rounds} rounds", RULE]
+             f" · {record.output_tokens} output tokens in {record.rounds} rounds"]
+    if stream_rewards:
+        lines.append(stream_line(stream_rewards))
+    lines.append(RULE)
     seen = conversation(record)
     if seen.instructions_changed:
         lines += [f"warning: the {record.env} instructions changed since this run; the first user turn below is "
@@ -197,8 +213,20 @@ def verdict_lines(record: TaskRecord) -> list[str]:
     return out
 
 
+def stream_rewards(run: str | Path, method: str) -> list[int]:
+    """The rewards of every complete record of the stream (a torn last line left out)."""
+    from tokenworth_agent.results.runs import RunError, read_stream_records
+
+    try:
+        return [r.reward for r in read_stream_records(Path(run) / method / "records.jsonl")]
+    except RunError as exc:
+        raise ShowError(str(exc)) from None
+
+
 def render(run: str | Path, method: str | None = None, task: int | None = None) -> str:
-    return "\n".join(conversation_lines(find_record(run, method, task))) + "\n"
+    record = find_record(run, method, task)
+    stream = method or _methods(Path(run))[0]
+    return "\n".join(conversation_lines(record, stream_rewards(run, stream))) + "\n"
 
 
 def main(argv: Iterable[str] | None = None) -> None:  # pragma: no cover - the CLI wraps render()
