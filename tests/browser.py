@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import socket
 import threading
 import time
@@ -26,7 +25,7 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 
 def missing() -> str | None:
     """Why the browser cannot run here (None when it can)."""
-    if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)) and shutil.which("chromium") is None:
+    if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
         return f"Debian's Chromium ({CHROMIUM}) is not installed: run `make system-deps` (apt-get install chromium)"
     try:
         import playwright.sync_api  # noqa: F401

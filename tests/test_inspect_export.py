@@ -216,6 +216,11 @@ def test_bad_input_is_one_error_line(tmp_path, run) -> None:
     empty = write_run(tmp_path / "empty", {})
     result = runner.invoke(app, ["export", "inspect", str(empty)])
     assert result.exit_code == 2 and "holds no records yet" in result.output
+    twice = write_run(tmp_path / "twice", {"standard": [1, 0, 1]})
+    lines = (twice / "standard" / "records.jsonl").read_text().splitlines(keepends=True)
+    (twice / "standard" / "records.jsonl").write_text("".join(lines + lines[1:2]))  # task 1 twice
+    result = runner.invoke(app, ["export", "inspect", str(twice)])
+    assert result.exit_code == 2 and "hold task 1 more than once" in result.output and not (twice / "inspect").exists()
 
 
 def test_a_plugin_method_and_benchmark_export_like_the_builtins(tmp_path) -> None:

@@ -177,13 +177,15 @@ def sample_of(record: TaskRecord, eval_id: str, model: str,
         output = ModelOutput(model=model, completion=replies[-1].text, choices=[ChatCompletionChoice(
             message=replies[-1], stop_reason=STOP_REASONS.get(str(finish), "unknown"))])
     judge = dict(record.judge or {})
+    injected = list(record.injected_memory_ids) or ([record.injected_memory_id] if record.injected_memory_id
+                                                     is not None else [])  # a schema-1 record names one id
     score = Score(value=record.reward, answer=_judge_value(judge, ANSWER_KEYS),
                   explanation="\n".join(verdict_lines(record)),
                   metadata={"status": record.status, "error": record.error, "judge": judge})
     metadata: dict[str, Any] = {
         "index": record.index, "task_id": record.task_id, "skills": list(record.skill_list),
-        "status": record.status, "injected": bool(record.injected_memory_ids),
-        "injected_memory_ids": list(record.injected_memory_ids), "injected_chars": record.injected_length,
+        "status": record.status, "injected": bool(injected), "injected_memory_ids": injected,
+        "injected_chars": record.injected_length,
         "injection_text": record.injection_text, "injection": record.injection, "decision": record.decision,
         "bank_size": record.bank_size, "rounds": record.rounds, "output_tokens": record.output_tokens,
         "execution_tokens": record.execution_tokens, "auxiliary_tokens": record.auxiliary_tokens,
@@ -379,6 +381,12 @@ def export_run(run: str | Path, out: str | Path | None = None, *, force: bool = 
         raise ExportError(f"{run} holds no records yet; nothing to export")
     out = Path(out) if out is not None else default_out(run)
     _check_out(out)
+    for stream in streams:
+        indices = [r.index for r in stream.records]
+        if len(set(indices)) != len(indices):
+            twice = sorted({i for i in indices if indices.count(i) > 1})
+            raise ExportError(f"{run / stream.name}: its records hold task {twice[0]} more than once (written by two "
+                              f"runs at once, or edited); redo the stream with --methods {stream.method} --overwrite")
     created = (run / runfolder.CONFIG).stat().st_mtime
     rewards = _method_rewards(streams)
     written: list[Path] = []
