@@ -21,3 +21,8 @@ def test_the_plugin_interface_reference_builds_without_a_warning(tmp_path) -> No
         assert field in pages["benchmarks"], field
     assert "tokenworth_agent.policies.base.MemoryPolicy" in pages["methods"] and "retrieve" in pages["methods"]
     assert "generate" in pages["backbones"] and "PluginError" in pages["plugins"]
+    # the analysis API: load_run with its columns, the one estimator, the comparisons
+    results = (tmp_path / "results.html").read_text()
+    for name in ("tokenworth_agent.results.runs.load_run", "injected_memory_ids", "tokenworth_agent.results.estimate.rate",
+                 "tokenworth_agent.results.estimate.paired", "tokenworth_agent.results.compare.compare_runs"):
+        assert name in results, name

@@ -251,24 +251,21 @@ def load_run(run: str | Path, *, finished_only: bool = False) -> Any:
 
     Columns (:data:`COLUMNS`):
 
-    ======================  ==========================================================================
-    ``run``                 the run folder, as given
-    ``stream``              the stream's folder under it (``rag``, ``db/seed1/rag@o_max=64``)
-    ``env``, ``method``     the environment and the method (policy) of the stream
-    ``seed``                the stream's seed (backbone and seeded policies)
-    ``point``               its grid point as the folder names it (``o_max=64``), ``""`` for none
-    ``finished``            whether the stream's checkpoint says it finished (False: a partial stream)
-    ``index``, ``task_id``  the task's place in the stream (0..N-1) and its id (``db-17``)
-    ``reward``              0 or 1, the environment's verdict
-    ``status``              how the episode ended (``completed``, ``round_limit``, ``invalid_action``, ...)
-    ``output_tokens``       execution + auxiliary tokens (what OutputTok averages), and each of the two
-    ``rounds``              model turns of the episode
-    ``skills``              the task's skill list (a list of str)
-    ``injected_memory_ids`` the memories injected into the task's prompt (a list of int, empty for none)
-    ``bank_size``           memories in the bank when the task ran
-    ``error``               the task's error text, None for none
-    ``time_s``              the task's wall clock (the one field that does not replay)
-    ======================  ==========================================================================
+    * ``run``: the run folder, as given; ``stream``: the stream's folder under it (``rag``,
+      ``db/seed1/rag@o_max=64``);
+    * ``env``, ``method``, ``seed``: the stream's environment, method (policy) and seed (of the backbone
+      and of seeded policies); ``point``: its grid point as the folder names it (``o_max=64``), ``""`` for
+      none; ``finished``: whether its checkpoint says it finished (False: a partial stream);
+    * ``index``, ``task_id``: the task's place in the stream (0..N-1) and its id (``db-17``);
+    * ``reward``: 0 or 1, the environment's verdict; ``status``: how the episode ended (``completed``,
+      ``round_limit``, ``invalid_action``, ...);
+    * ``output_tokens``: execution + auxiliary tokens (what OutputTok averages), ``execution_tokens`` and
+      ``auxiliary_tokens`` each; ``rounds``: the model turns of the episode;
+    * ``skills``: the task's skill list (a list of str); ``injected_memory_ids``: the memories injected
+      into the task's prompt (a list of int, empty for none); ``bank_size``: memories in the bank when
+      the task ran;
+    * ``error``: the task's error text (None for none); ``time_s``: the task's wall clock (the one field
+      that does not replay).
 
     ``finished_only``: leave out partial streams. Rows are in stream order, then task order.
     """
