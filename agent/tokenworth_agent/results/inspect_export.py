@@ -14,7 +14,7 @@ bundle``'s static site and ``inspect_ai.analysis.samples_df``. Layout (docs/view
 What goes where in a log:
 
 * ``eval``: ``task`` the benchmark (env), ``model`` ``<backbone>/<model>`` (``sim/default`` for the simulated
-  backbone), ``solver`` the method; ``metadata`` the env, method, seed, grid point, stream folder, the
+  backbone), ``task_args`` the stream (method, seed, grid point), ``solver`` the method; ``metadata`` the env, method, seed, grid point, stream folder, the
   stream's budget and controller overrides, the run's whole ``config.json`` and the harness version.
   ``created`` is the time ``config.json`` was last written (the run's start) and ``stats.completed_at`` the
   records' last write for a finished stream: both read from the run folder, never the clock, so the same
@@ -29,6 +29,8 @@ What goes where in a log:
   injected memory ids and block, the method's decision (candidates, scores or worths, admission,
   eviction), tokens (execution, auxiliary, output, auxiliary calls), rounds, status, time, and
   ``method_rewards``: the reward every method of the same env, seed and grid point got on this task.
+  ``model_usage`` holds the task's output tokens (the harness counts no input tokens), ``total_time`` its
+  wall clock.
 * ``results``: the SR as ``accuracy`` with its ``stderr`` (and the 95 % interval) from
   :func:`tokenworth_agent.results.estimate.rate`, the estimator of the summary.
 
