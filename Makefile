@@ -143,9 +143,10 @@ test-envs: setup vllm-setup bcb-ci-setup alfworld-setup docs-setup
 # real-engine suite's output goes to $(REAL_LOG), printed after the main suite's; both must pass.
 REAL_LOG := .test-logs/real-engines.log
 # The API reference's build test (tests/test_api_docs.py) runs Sphinx in $(DOCS_VENV), the lean docs build.
+# The viewer's browser test needs Debian's Chromium (make system-deps): here it fails rather than skips without it.
 MAIN_TESTS := TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_BCB_VENV=$(abspath $(BCB_CI_VENV)) \
 	TOKENWORTH_ALFWORLD_VENV=$(abspath $(ALFWORLD_VENV)) TOKENWORTH_DOCS_PYTHON=$(abspath $(DOCS_PY)) \
-	$(PY) -m pytest -q --durations=25
+	TOKENWORTH_BROWSER=required $(PY) -m pytest -q --durations=25
 REAL_TESTS := TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_VLLM_MODEL=$(abspath $(VLLM_MODEL)) TOKENWORTH_REAL_VLLM=required \
 	TOKENWORTH_BCB_VENV=$(abspath $(BCB_CI_VENV)) TOKENWORTH_ALFWORLD_VENV=$(abspath $(ALFWORLD_VENV)) \
 	$(VLLM_PY) -m pytest -q --durations=10 -m real_vllm tests/test_vllm_engine.py tests/test_alfworld_vllm.py
@@ -174,7 +175,7 @@ wheel-checks: wheels
 bench: setup
 	TOKENWORTH_DATA_DIR=$(DATA) $(PY) -m tokenworth_bench controller
 
-# Execute the three jupytext scripts (notebooks/0*.py) at their default size, with this venv's kernel, into
+# Execute the jupytext scripts (notebooks/0*.py) at their default size, with this venv's kernel, into
 # the executed copies the API docs render (docs/api/notebooks/*.ipynb, committed: scripts/notebooks.py).
 # `make test` fails, naming this command, when a committed copy no longer matches its script.
 notebooks: setup

@@ -34,6 +34,10 @@ DEPENDENCIES = [
     "tiktoken>=0.7",
     # seccomp filter of the OS sandbox: ctypes bindings to the system's libseccomp2
     "pyseccomp>=0.1.2,<0.2",
+    # every summary's intervals and paired tests (tokenworth_agent/results/estimate.py, compare.py), load_run's table
+    "scipy>=1.11",
+    "statsmodels>=0.14.2",
+    "pandas>=2.1",
 ]
 
 setup(version=VERSION, install_requires=DEPENDENCIES)

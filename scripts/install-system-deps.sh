@@ -8,6 +8,8 @@
 # The KG tests (tests/test_kg_virtuoso.py) and `tokenworth kg serve` run Debian's Virtuoso 7.2.5
 # (virtuoso-opensource, the version AgentBench's Freebase uses); its package would start a system-wide
 # server on ports 1111/8890, so that service is kept from starting and left stopped and disabled.
+# The viewer's browser test (tests/test_inspect_browser.py) opens Inspect View's static site in Debian's
+# Chromium (/usr/bin/chromium), driven by Playwright; no browser build is ever downloaded.
 # Safe to re-run: it only installs what is missing.
 set -euo pipefail
 # tool:package pairs (Debian/Ubuntu package names)
@@ -15,7 +17,7 @@ wanted=(
   zsh:zsh tree:tree zip:zip unzip:unzip curl:curl wget:wget git:git vim:vim-tiny bwrap:bubblewrap
   unshare:util-linux setpriv:util-linux pivot_root:util-linux ip:iproute2 pgrep:procps ps:procps
   useradd:passwd chage:passwd adduser:adduser su:login python3:python3 gzip:gzip
-  virtuoso-t:virtuoso-opensource isql-vt:virtuoso-opensource
+  virtuoso-t:virtuoso-opensource isql-vt:virtuoso-opensource chromium:chromium
 )
 pkgs=()
 for pair in "${wanted[@]}"; do

@@ -65,6 +65,7 @@ library)
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
   cp -r tests examples notebooks README.md pyproject.toml "$work/"
+  mkdir "$work/docs" && cp -r docs/api "$work/docs/"  # pages a test reads (tests/test_sharp_bits.py: its misuse table)
   mapfile -t files < <(library_tests)
   cd "$work"
   "$venv/bin/python" - <<'PY'

@@ -43,6 +43,11 @@ def test_the_plugin_interface_reference_builds_and_says_what_each_part_receives(
         assert words in text["benchmarks"], words
     assert "cls(env, budget, seed, harness=harness, **parameters)" in text["methods"]
     assert "A minor release" in text["index"] and "A major release" in text["index"]
+    # the analysis API: load_run with its columns, the one estimator, the comparisons
+    results = pages["results"]
+    for name in ("tokenworth_agent.results.runs.load_run", "injected_memory_ids", "tokenworth_agent.results.estimate.rate",
+                 "tokenworth_agent.results.estimate.paired", "tokenworth_agent.results.compare.compare_runs"):
+        assert name in results, name
 
 
 def test_every_public_name_of_the_plugin_module_is_documented(pages) -> None:

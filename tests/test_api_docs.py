@@ -215,7 +215,7 @@ def test_api_reference_builds_without_warnings_and_its_doctests_pass(tmp_path: P
     assert _shared_references(built) == []
     # The notebooks with their figures: each rendered page shows as many images as its executed copy holds.
     notebooks = sorted((API / "notebooks").glob("*.ipynb"))
-    assert len(notebooks) == 3, notebooks
+    assert len(notebooks) == 4, notebooks
     for notebook in notebooks:
         cells = json.loads(notebook.read_text())["cells"]
         figures = sum("image/png" in out.get("data", {}) for cell in cells for out in cell.get("outputs", []))

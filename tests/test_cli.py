@@ -23,6 +23,17 @@ def test_run_writes_records_summary_and_plot_then_resumes(tmp_path, data_dir) ->
     assert (out / "cumulative_sr.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = json.loads((out / "summary.json").read_text())
     assert summary[0]["method"] == "standard" and summary[0]["delta_tok"] == 0.0 and "skill_sr" in summary[0]
+    # every rate with its interval (percent), and the table ends with the paired comparison against standard
+    for row in summary:
+        low, high = row["sr_ci"]
+        assert low <= row["sr"] <= high and row["sr_se"] > 0 and len(row["output_tok_ci"]) == 2
+    assert summary[0]["comparison"] is None and summary[1]["comparison"]["baseline"] == "standard"
+    assert summary[1]["comparison"]["n_pairs"] == 12 and "p_adjusted" in summary[1]["comparison"]
+    text = (out / "summary.md").read_text()
+    assert "| SR (%) | 95 % CI |" in text and "### Per-skill SR (%) [95 % CI]" in text
+    assert text.index("## Paired comparison against standard") > text.index("Per-skill")
+    assert "| memp | 12 |" in text.split("## Paired comparison")[1] and "Gain over the stream" in text
+    assert (out / "difference_along_stream.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     again = runner.invoke(app, args)  # finished: resumes, re-runs nothing, same table
     assert again.exit_code == 0 and len((out / "memp" / "records.jsonl").read_text().splitlines()) == 12
     other = runner.invoke(app, args[:-1] + ["--seed", "4", "--no-progress"])
@@ -49,7 +60,10 @@ def test_sweep_command_writes_tables(tmp_path, data_dir) -> None:
                                  "--data-dir", data_dir, "--no-progress"])
     assert result.exit_code == 0, result.output
     assert "| eta_max=0.1 |" in result.output and (out / "sweep.md").exists()
-    assert len(json.loads((out / "sweep.json").read_text())["streams"]) == 2
+    streams = json.loads((out / "sweep.json").read_text())["streams"]
+    assert len(streams) == 2
+    assert "| Configuration | SR (%) | 95 % CI | ΔSR vs preset (pp) | 95 % CI | p (Holm) |" in result.output
+    assert all(s["sr_ci"][0] <= s["sr"] <= s["sr_ci"][1] for s in streams)
 
 
 def test_data_fetch_reports_failure_clearly(tmp_path, monkeypatch) -> None:

@@ -108,13 +108,16 @@ def test_checked_refuses_each_call_out_of_the_protocols_order(setup):
 
 
 def test_checked_protocol_holds_under_vmap(setup):
-    """The phase is an array leaf of the state: the checks hold for stacked states (one configuration out of order)."""
+    """The phase is an array leaf of the state: the checks hold for stacked states (one configuration out of order).
+    Inside a vmap of the caller's own the report comes when the program runs (jax.errors.JaxRuntimeError), naming
+    the configuration."""
     spec, hp, state, q, m = setup
     opened, _ = tw.select(state, q, hp, spec)
     states = jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]), state, opened)  # idle, selected
     hps = tw.stack_hparams([hp, hp])
     observe = jax.vmap(lambda s, h: tw.checked.observe(s, 1, h, spec))
-    with pytest.raises(JaxRuntimeError, match=r"observe\(\): observe\(\) needs an open task"):
+    with pytest.raises(jax.errors.JaxRuntimeError,
+                       match=r"at mapped index 0: observe\(\): observe\(\) needs an open task"):
         observe(states, hps)
     opened2 = jax.tree_util.tree_map(lambda a: jnp.stack([a, a]), opened)
     out = observe(opened2, hps)

@@ -86,9 +86,23 @@ def test_geometry_over_time(monkeypatch):
     assert out["_images"] >= 2
 
 
+@needs_data
+def test_comparing_methods(monkeypatch):
+    monkeypatch.delenv("TOKENWORTH_NOTEBOOK_RUN", raising=False)
+    out = execute("04_comparing_methods.py", monkeypatch)
+    assert out["rows"] == 3 * 2 * 120 and out["methods"] == ["memp", "rag", "standard"] and out["seeds"] == [0, 1]
+    assert all(0.0 <= v <= 100.0 for v in out["sr"].values())
+    # two seeds of the same tasks: the clustered interval is wider than the one that ignores it
+    assert all(out["ci_width"][m] > out["naive_width"][m] for m in out["methods"])
+    assert out["compared"] == ["rag", "memp"] and out["tests"] == ["cluster-t"]
+    assert all(out["covers"]) and all(0 < m < 30 for m in out["mde"])
+    assert out["_images"] >= 1
+
+
 def test_every_script_has_a_rendered_copy_and_the_docs_list_it():
     scripts = render.scripts()
-    assert [s.name for s in scripts] == ["01_quickstart.py", "02_sensitivity_sweep.py", "03_geometry_over_time.py"]
+    assert [s.name for s in scripts] == ["01_quickstart.py", "02_sensitivity_sweep.py", "03_geometry_over_time.py",
+                                         "04_comparing_methods.py"]
     page = (REPO / "docs" / "api" / "notebooks.rst").read_text()
     for script in scripts:
         assert render.rendered_path(script).exists(), f"{script.name}: run `{render.REFRESH}`"

@@ -1,6 +1,8 @@
 """Report helpers: the rolling-window SR behind the second panel of cumulative_sr.png."""
 
 import numpy as np
+import pytest
+from scipy import stats
 
 from tokenworth_agent.results.report import cumulative_sr, rolling_sr, rolling_window
 
@@ -38,3 +40,97 @@ def test_the_prefix_table_summarises_the_tasks_every_stream_finished(tmp_path) -
     (run / "config.json").write_text(json.dumps({"tasks": 4}))  # a run of 4 tasks: every stream finished it
     prefix_table.main([str(run), "memp,standard", str(tmp_path / "table")])
     assert "all 4 tasks" in (tmp_path / "table" / "summary.md").read_text()
+
+
+# ------------------------------------------------------------------------- every rate with its interval
+def test_a_summary_row_carries_its_interval_and_each_skill_its_own() -> None:
+    from statsmodels.stats.proportion import proportion_confint
+
+    from tests.fakes import task_record
+    from tokenworth_agent.results.report import markdown_table, summarize
+
+    records = [task_record(i, int(i % 3 == 0), output_tokens=10 + i, skill_list=["select"] + (["where"] if i < 8
+                                                                                              else [])) for i in range(30)]
+    [row] = summarize({"standard": records})
+    assert row.sr_ci == pytest.approx(tuple(100 * v for v in proportion_confint(10, 30, method="wilson")))
+    assert row.sr_se == pytest.approx(100 * np.std([r.reward for r in records], ddof=1) / np.sqrt(30))
+    tokens = [r.output_tokens for r in records]
+    assert row.output_tok_ci == pytest.approx(tuple(stats.ttest_1samp(tokens, 0).confidence_interval()))
+    assert row.skill_counts["where"] == 8
+    assert row.skill_ci["where"] == pytest.approx(tuple(100 * v for v in proportion_confint(3, 8, method="wilson")))
+    table = markdown_table([row])
+    low, high = row.skill_ci["where"]
+    assert f"| where | 8 | 37.5 [{low:.0f}, {high:.0f}] |" in table
+    assert f"| standard | 30 | 33.3 | [{row.sr_ci[0]:.1f}, {row.sr_ci[1]:.1f}] |" in table
+
+
+def test_experiment_rows_cluster_the_interval_by_task_over_seeds() -> None:
+    import statsmodels.api as sm
+
+    from tests.fakes import task_record
+    from tokenworth_agent.core.budget import Budget
+    from tokenworth_agent.experiment.streams import expand
+    from tokenworth_agent.results.report import experiment_rows, experiment_table
+
+    streams = expand(["db"], ["standard"], [0, 1, 2], {"db": Budget.for_env("db")})
+    easy = np.random.default_rng(0).random(80) < 0.5
+    finished = [(s, [task_record(i, int(easy[i] or (i * (s.seed + 3)) % 7 == 0)) for i in range(80)]) for s in streams]
+    [row] = experiment_rows(finished)
+    rewards = np.concatenate([[r.reward for r in recs] for _, recs in finished]).astype(float)
+    fit = sm.OLS(rewards, np.ones_like(rewards)).fit(cov_type="cluster",
+                                                     cov_kwds={"groups": np.tile(np.arange(80), 3)})
+    assert row["sr_se"] == pytest.approx(100 * fit.bse[0], rel=1e-12)
+    naive = 100 * np.std(rewards, ddof=1) / np.sqrt(240)
+    assert row["sr_se"] > 1.3 * naive  # the seeds repeat their task's outcome: not 240 independent draws
+    assert row["sr_ci"][0] < row["sr"] < row["sr_ci"][1]
+    assert "clustered by task" in experiment_table([row])
+
+
+def test_the_cumulative_band_is_the_rate_interval_of_each_prefix() -> None:
+    from tokenworth_agent.results.estimate import rate
+    from tokenworth_agent.results.report import cumulative_band
+
+    seeds = (np.random.default_rng(1).random((3, 40)) < 0.4).astype(float)
+    low, high = cumulative_band(seeds)
+    prefix = rate(seeds[:, :25].ravel(), np.tile(np.arange(25), 3))
+    assert (low[24], high[24]) == pytest.approx((100 * prefix.ci_low, 100 * prefix.ci_high))
+    one_low, one_high = cumulative_band(seeds[0])
+    assert (one_low[9], one_high[9]) == pytest.approx((100 * rate(seeds[0, :10]).ci_low,
+                                                       100 * rate(seeds[0, :10]).ci_high))
+
+
+def test_the_trackers_final_values_are_the_streams_rate_and_interval() -> None:
+    from tests.fakes import task_record
+    from tokenworth_agent.results.estimate import rate
+    from tokenworth_agent.tracking.metrics import Scalars
+
+    rewards = [1, 0, 0, 1, 1, 0, 1, 0, 0, 0]
+    scalars = Scalars(len(rewards))
+    for i, reward in enumerate(rewards):
+        last = scalars(task_record(i, reward))
+    expected = rate(rewards)
+    assert (last["sr/cumulative"], last["sr/ci_low"], last["sr/ci_high"]) == pytest.approx(
+        (expected.mean, expected.ci_low, expected.ci_high))
+
+
+def test_the_sweep_table_pairs_each_configuration_with_the_preset() -> None:
+    from statsmodels.stats.contingency_tables import mcnemar
+    from statsmodels.stats.multitest import multipletests
+
+    from tokenworth_agent.experiment.sweep import StreamResult, SweepResult, against_preset, markdown
+
+    rng = np.random.default_rng(3)
+    preset = (rng.random(120) < 0.4).astype(int).tolist()
+    better = [max(p, int(u < 0.3)) for p, u in zip(preset, rng.random(120))]
+    other = (rng.random(120) < 0.4).astype(int).tolist()
+    result = SweepResult("db", 0, [StreamResult({}, preset, [10] * 120), StreamResult({"eta_max": 0.1}, better, [9] * 120),
+                                   StreamResult({"eta_max": 0.3}, other, [11] * 120)], 1.0, [3])
+    none, first, second = against_preset(result)
+    assert none is None and first["n_pairs"] == 120
+    a, b = np.asarray(better), np.asarray(preset)
+    table = [[np.sum(a & b), np.sum(a & (1 - b))], [np.sum((1 - a) & b), np.sum((1 - a) & (1 - b))]]
+    assert first["p_value"] == pytest.approx(mcnemar(table, exact=True).pvalue)
+    adjusted = multipletests([first["p_value"], second["p_value"]], method="holm")[1]
+    assert [first["p_adjusted"], second["p_adjusted"]] == pytest.approx(list(adjusted))
+    text = markdown(result)
+    assert f"| eta_max=0.1 | {100 * np.mean(better):.1f} |" in text and f"{first['difference']:+.1f}" in text

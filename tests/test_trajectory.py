@@ -96,6 +96,11 @@ def test_show_renders_the_conversation_as_sent_and_the_verdict(tmp_path):
     for entry in injected.trajectory:
         assert entry["reply"] in text
     assert f"verdict: reward {injected.reward}" in text
+    from tokenworth_agent.results.estimate import rate
+
+    stream = rate([r.reward for r in records])  # the header states the stream's SR with its 95 % interval
+    assert text.splitlines()[1] == (f"stream SR {100 * stream.mean:.1f} % (95 % CI {100 * stream.ci_low:.1f}–"
+                                    f"{100 * stream.ci_high:.1f}) over 6 recorded tasks")
     assert "instructions changed" in text  # the fake env's instructions are not the real DB env's
     assert text.index("── system") < text.index("Experience 1:") < text.index(injected.trajectory[0]["reply"])
 

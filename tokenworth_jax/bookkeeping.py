@@ -12,15 +12,25 @@ from __future__ import annotations
 
 from typing import Any, Callable, Generic, Iterator, Optional, TypeVar
 
+from .inputs import host_id
+
 T = TypeVar("T")
+ID_END = 2**31  # ids are int32 >= 0: a table whose next_id is 2**31 has handed out every one
 
 
 class MemoryTable(Generic[T]):
-    """Payloads of the memories that are in the bank, keyed by the id given at offer time."""
+    """Payloads of the memories that are in the bank, keyed by the id given at offer time.
+
+    ``next_id`` (the id the next offer gets) must be an integer in [0, 2**31] (the bank's ids are int32 >= 0; at
+    2**31 every id is used, and the host ``Controller`` refuses the next offer): anything else is refused here,
+    and again by the ``Controller`` when it hands the id out (the attribute may be set directly)."""
 
     def __init__(self, items: Optional[dict[int, T]] = None, next_id: int = 0) -> None:
         self.items: dict[int, T] = dict(items or {})
-        self.next_id = int(next_id)
+        self.next_id = host_id(next_id, "memory table: next_id")
+        if not 0 <= self.next_id <= ID_END:
+            raise ValueError(f"memory table: next_id = {self.next_id}, outside [0, 2**31] (memory ids are int32 >= 0; "
+                             "2**31: every id is used)")
 
     def __len__(self) -> int:
         return len(self.items)
@@ -55,7 +65,8 @@ class MemoryTable(Generic[T]):
         """The table :meth:`state_dict` wrote, each payload ``decode``-d; a ValueError if its ids are inconsistent."""
         dec = decode or (lambda x: x)
         items = {int(k): dec(v) for k, v in data["items"].items()}
-        next_id = int(data["next_id"])
-        if items and max(items) >= next_id:
-            raise ValueError(f"memory table: id {max(items)} is not below next_id {next_id}")
-        return cls(items, next_id)
+        table = cls(items, data["next_id"])  # next_id checked
+        if items and (max(items) >= table.next_id or min(items) < 0):
+            raise ValueError(f"memory table: id {max(items) if max(items) >= table.next_id else min(items)} is not in "
+                             f"[0, next_id = {table.next_id})")
+        return table

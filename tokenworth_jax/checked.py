@@ -12,7 +12,10 @@ which runs inside the controller's own jitted program, ahead of an earlier input
    got 2``; ``run: input events.reward ...`` names the first bad task; a reward of a float dtype is
    refused before that, at trace time, with the plain functions' TypeError), and an offered memory
    that can never be admitted (a non-finite vector or an id below 0: ``offer(): an offered memory
-   needs finite entries ... got memory id -1``; the plain functions answer ``INVALID_MEMORY``);
+   needs finite entries ... got memory id -1``; the plain functions answer ``INVALID_MEMORY``), and a
+   memory id outside int32 (``offer: input memory_id must be an integer that fits int32 ..., got
+   4294967296``: a concrete one before the program runs, where the plain functions raise a
+   ValueError; a traced one of a wider dtype in the program, where they answer ``INVALID_MEMORY``);
 2. a non-finite input (``query``, ``reward``, ``memory``, a hyperparameter leaf such as ``hp.gamma``);
 3. the incoming state (e.g. ``state.bank.emb`` already poisoned by an unchecked call);
 4. the protocol's order, read from the open task's phase in the state (``State.task.progress``), so
@@ -26,6 +29,13 @@ Shapes, a batch given to a function of one configuration, one task's event given
 function, a float64 spec without 64-bit JAX (a ``ValueError``) and a reward of a float dtype (a
 ``TypeError``) are refused by the plain functions too, at trace time.
 
+Where it is raised: called eagerly (concrete inputs), a checked function raises
+``checkify.JaxRuntimeError`` at once. Inside the caller's own ``jax.jit``, ``jax.vmap`` or
+``lax.scan`` (traced inputs) it works as written, with no ``checkify.checkify`` of theirs: the
+checks are staged into their program and a failed one raises ``jax.errors.JaxRuntimeError`` when
+the program runs, its message ending with the same line (:func:`_throw`; why and what it costs:
+docs/api/checked.rst).
+
 Usage: ``tw.checked.select(state, q, hp, spec)`` instead of ``tw.select(...)`` (same signature
 and results), for every function of the controller (``init``, ``select``, ``observe``, ``offer``,
 ``end_task``, ``finish_task``, ``advance``, ``step``, ``run``, ``run_batched``, ``worth``). The
@@ -37,8 +47,9 @@ untrusted.
 Which entry points validate (see docs/controller.md): ``tw.hparams``/``tw.preset``/``Spec``
 and ``tw.stack_hparams`` check every value on the host at construction; the host
 ``Controller`` checks its inputs (shape, finiteness, reward in {0, 1}) and the protocol;
-the pure API checks shapes, batches, reward dtypes and the float64 setting at trace time, refuses a
-concrete reward other than 0 or 1 before its program runs, answers an out-of-order call with a
+the pure API checks shapes, batches, reward and memory-id dtypes and the float64 setting at trace
+time, refuses a concrete reward other than 0 or 1 and a concrete memory id outside int32 before its
+program runs, answers an out-of-order call with a
 documented no-op and an inadmissible memory with ``INVALID_MEMORY``, but cannot raise on traced
 values (this module is its checked twin).
 """
@@ -53,6 +64,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import checkify
 
+from . import inputs
 from .controller import COMPOSED, Event, Spec, State, cast_arguments, controller
 from .inputs import MemoryText, Query
 from .controller import signature as _signature
@@ -90,6 +102,47 @@ def _raw_reward(reward: Any, spec: Spec) -> Any:
     return r.astype(np.int32) if np.all(np.abs(r) < 2**31) else r.astype(spec.float_dtype)
 
 
+def _check_id(memory_id: Any, what: str) -> Any:
+    """Check that a traced memory id (or a stream's ids) of a wider integer dtype than int32 (int64 under 64-bit
+    JAX, uint32) fits int32, reporting the first that does not with its value; returns the ids as int32 with bad
+    entries as 0, so that the controller's own admission check (an id below 0), which may come first in the
+    report, does not fire too (the call raises and its result is discarded). A concrete id was checked on the host
+    (:func:`_check_ids_on_host`); an int32 one needs no check."""
+    if memory_id.dtype == jnp.int32:
+        return memory_id
+    fits = inputs._in_int32(memory_id)
+    r, ok = jnp.ravel(memory_id), jnp.ravel(fits)
+    first = jnp.argmin(ok)
+    where = " (first at index {i})" if jnp.ndim(memory_id) else ""
+    checkify.check(jnp.all(ok), f"{what} {inputs.ID_RULE}, got {{v}}{where}", v=r[first],
+                   **({"i": first} if jnp.ndim(memory_id) else {}))  # type: ignore[arg-type]  # format values
+    return jnp.where(fits, memory_id, 0).astype(jnp.int32)
+
+
+def _with_id(event: Event, memory_id: Any) -> Event:
+    """``event`` with its memory ids replaced (an input, not state)."""
+    return Event(event.query, event.reward, event.memory, memory_id)
+
+
+def _raw_id(given: Any, cast: Any) -> Any:
+    """A memory id as the checked program takes it: a traced one of a wider integer dtype as given (its value kept
+    for :func:`_check_id` to report), anything else as cast (int32)."""
+    return given if isinstance(given, jax.core.Tracer) and given.dtype != jnp.int32 else cast
+
+
+def _check_ids_on_host(name: str, raw: dict[str, Any]) -> None:
+    """A concrete memory id outside int32 is reported before the program runs (its value, beyond what the
+    program's int32 could hold), as the error a check in the program raises."""
+    try:
+        if "memory_id" in raw:
+            inputs.check_id_values(raw["memory_id"], f"{name}: input memory_id")
+        for key in ("event", "events"):
+            if isinstance(raw.get(key), Event):
+                inputs.check_id_values(raw[key].memory_id, f"{name}: input {key}.memory_id")
+    except ValueError as error:
+        raise checkify.JaxRuntimeError(f"{error} (`check` failed)") from None
+
+
 def _check_finite(tree: Any, what: str) -> None:
     for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
         leaf = jnp.asarray(leaf)
@@ -109,6 +162,10 @@ def _compiled(name: str, statics: tuple[Any, ...]) -> Callable[..., Any]:
         for i, arg_name in enumerate(arrays):
             if arg_name == "reward":
                 args[i] = _check_reward(args[i], f"{name}: input reward")
+            if arg_name == "memory_id":
+                args[i] = _check_id(args[i], f"{name}: input memory_id")
+            if arg_name in ("event", "events"):
+                args[i] = _with_id(args[i], _check_id(args[i].memory_id, f"{name}: input {arg_name}.memory_id"))
             if arg_name in ("event", "events") and statics[static_names.index("reward_fn")] is None:
                 args[i] = _with_reward(args[i], _check_reward(args[i].reward, f"{name}: input {arg_name}.reward"))
         for arg_name, arg in zip(arrays, args):
@@ -124,6 +181,54 @@ def _compiled(name: str, statics: tuple[Any, ...]) -> Callable[..., Any]:
         return out
 
     return jax.jit(checkify.checkify(body, errors=checkify.user_checks))
+
+
+# ----- reporting: at once, or (inside a user's own jit / vmap / scan) when the program runs ---------------------------
+def _throw(err: checkify.Error) -> None:
+    """Raise the first failed check of ``err``. A concrete ``err`` (the inputs were concrete) raises at once. A
+    traced one (the call is inside the caller's own ``jax.jit``, ``jax.vmap`` or ``lax.scan``) cannot: its checks
+    are staged into the caller's program as one ``lax.cond`` on "some check failed", whose taken branch hands the
+    error's values to a host callback that raises. So the checks cost what they cost eagerly (one reduction per
+    leaf) plus that condition (a predicate read by the host: a device-to-host sync on an accelerator, once per
+    call), and the callback runs only when a check failed."""
+    leaves, tree = jax.tree_util.tree_flatten(err)
+    if not any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+        err.throw()
+        return
+    preds = jax.tree_util.tree_leaves(err._pred)  # noqa: SLF001  (checkify's own field: whether each check failed)
+    if not preds:  # no check in the program
+        return
+    ndims = tuple(jnp.ndim(leaf) for leaf in leaves)
+    _reporter(tree, ndims, len(preds))(*(jax.lax.stop_gradient(x) for x in (*preds, *leaves)))
+
+
+def _reporter(tree: Any, ndims: tuple[int, ...], n_preds: int) -> Callable[..., Any]:
+    """``report(*preds, *leaves)``: a ``custom_vmap`` function, so that under ``jax.vmap`` the condition stays one
+    unbatched ``lax.cond`` (a batched predicate would make it a select: the callback on every call) and the callback
+    gets the whole batch at once, reporting its first failed element (as ``at mapped index i: ...``, checkify's
+    own words for a batch)."""
+
+    def raise_first(*leaves: np.ndarray) -> None:
+        lead = np.shape(leaves[0])[:np.ndim(leaves[0]) - ndims[0]]  # the vmapped axes, outermost first
+        for index in np.ndindex(*lead):
+            message = jax.tree_util.tree_unflatten(tree, [np.asarray(x)[index] for x in leaves]).get()
+            if message is not None:
+                where = f"at mapped index {', '.join(map(str, index))}: " if index else ""
+                raise checkify.JaxRuntimeError(where + message)
+
+    def report(*args: Any) -> Any:
+        failed = jnp.any(jnp.stack([jnp.any(p) for p in args[:n_preds]]))
+        jax.lax.cond(failed, lambda: jax.debug.callback(raise_first, *args[n_preds:]), lambda: None)
+        return jnp.zeros((), bool)
+
+    batched_report = jax.custom_batching.custom_vmap(report)
+
+    @batched_report.def_vmap
+    def _batched(axis_size: int, in_batched: list[bool], *args: Any) -> tuple[Any, bool]:
+        args = tuple(x if b else jnp.broadcast_to(x, (axis_size, *jnp.shape(x))) for x, b in zip(args, in_batched))
+        return batched_report(*args), False  # the batch axis is now an array axis: one condition, one callback
+
+    return batched_report
 
 
 def _derive(name: str) -> Callable[..., Any]:
@@ -143,7 +248,13 @@ def _derive(name: str) -> Callable[..., Any]:
                 event = values[key]
                 values[key] = Event(*(getattr(event, f).key if f in ("query", "memory") and not isinstance(
                     getattr(raw[key], f), (Query, MemoryText)) else getattr(event, f) for f in Event._fields))
+        _check_ids_on_host(name, raw)
         spec = raw["spec"]
+        if "memory_id" in raw:
+            values["memory_id"] = _raw_id(raw["memory_id"], values["memory_id"])
+        for key in ("event", "events"):
+            if isinstance(raw.get(key), Event):
+                values[key] = _with_id(values[key], _raw_id(raw[key].memory_id, values[key].memory_id))
         if "reward" in raw:  # rewards as given, for their check to report the value
             values["reward"] = _raw_reward(raw["reward"], spec)
         for key in ("event", "events"):
@@ -151,7 +262,7 @@ def _derive(name: str) -> Callable[..., Any]:
                 values[key] = _with_reward(values[key], _raw_reward(raw[key].reward, spec))
         err, out = _compiled(name, tuple(values[s] for s in static_names))(
             *(v for k, v in values.items() if k not in static_names))
-        err.throw()
+        _throw(err)
         return out
 
     checked.__name__ = checked.__qualname__ = name

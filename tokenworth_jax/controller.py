@@ -296,8 +296,9 @@ _doc.fields(
            "outcome (ignored when ``step`` is given a ``reward_fn``).",
     memory="(D,) float vector of the memory this task offers if it succeeds (its key text's recall vector), "
            "or a :class:`~tokenworth_jax.MemoryText`.",
-    memory_id="() int32: the id that memory gets in the bank (the caller's, >= 0; an id below 0, or a non-finite "
-              "memory, is answered ``INVALID_MEMORY`` and never admitted).",
+    memory_id="() int: the id that memory gets in the bank (the caller's: any integer dtype, a value that fits int32; "
+              "an id below 0, or a non-finite memory, is answered ``INVALID_MEMORY`` and never admitted; a float, a "
+              "bool or an id beyond int32 is refused: see the sharp bits page).",
 )
 
 
@@ -575,6 +576,9 @@ def _offer_if(p: Parts, state: State, memory: ArrayLike | MemoryText, memory_id:
     the whole state in and out."""
     _check(p, spec, hp, state)
     memory = _as_memory(memory, spec)
+    if jnp.ndim(memory_id) != 0:
+        raise ValueError(f"the offered memory_id must be one id (a scalar integer), got shape {jnp.shape(memory_id)}: "
+                         "map a batch of tasks with jax.vmap, or run a stream with tw.run")
     memory_id = jnp.asarray(memory_id, jnp.int32)
     progress = state.task.progress
     offered = jnp.asarray(offered, bool)
@@ -991,7 +995,8 @@ def cast_arguments(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     input cast to what its program takes: queries and memories (a Query / MemoryText: each vector) to the
     spec's dtype, rewards and memory ids to int32, ``offered`` to bool (an Event's fields alike), and
     ``strategy="auto"`` resolved by where the states live (:func:`tokenworth_jax.batching.resolve`). A reward
-    of a float dtype is refused here (TypeError: :func:`tokenworth_jax.inputs.check_reward_dtype`).
+    of a float dtype is refused here (TypeError: :func:`tokenworth_jax.inputs.check_reward_dtype`), and so is a
+    memory id that is not of an integer dtype (:func:`tokenworth_jax.inputs.check_id_dtype`).
 
     The public functions call this before their jitted programs, so an input of another dtype (a float64
     or bfloat16 query, a Python int) never compiles a program again and the outputs are of the spec's
@@ -1005,14 +1010,14 @@ def cast_arguments(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         elif key == "reward":
             out[key] = inputs.cast_reward(value, f"{name}: input reward")
         elif key == "memory_id":
-            out[key] = inputs.cast_index(value)
+            out[key] = inputs.cast_index(value, f"{name}: input memory_id")
         elif key == "offered":
             out[key] = inputs.cast_flag(value)
         elif key in ("event", "events") and isinstance(value, Event) and f is not None:
             out[key] = Event(query=inputs.cast(value.query, f, Query),
                              reward=inputs.cast_reward(value.reward, f"{name}: input {key}.reward"),
                              memory=inputs.cast(value.memory, f, MemoryText),
-                             memory_id=inputs.cast_index(value.memory_id))
+                             memory_id=inputs.cast_index(value.memory_id, f"{name}: input {key}.memory_id"))
         elif key == "strategy":
             out[key] = resolve(value, arguments.get("states"))
     return out
@@ -1030,11 +1035,23 @@ def check_rewards(name: str, arguments: dict[str, Any]) -> None:
             inputs.check_reward_values(value.reward, f"{name}: input {key}.reward")
 
 
+def check_ids(name: str, arguments: dict[str, Any]) -> None:
+    """Refuse (ValueError, one line) a concrete memory id outside int32 given to the controller function ``name``
+    (``arguments`` by parameter name, as given): ``memory_id``, or an Event's ids. A traced id is left to the
+    program (:func:`tokenworth_jax.inputs.check_id_values`)."""
+    if "memory_id" in arguments:
+        inputs.check_id_values(arguments["memory_id"], f"{name}: input memory_id")
+    for key in ("event", "events"):
+        value = arguments.get(key)
+        if isinstance(value, Event):
+            inputs.check_id_values(value.memory_id, f"{name}: input {key}.memory_id")
+
+
 def _public(name: str, jitted: Any, run: Optional[Callable[..., Any]] = None) -> Callable[..., Any]:
     """The public function ``name``: casts its inputs (:func:`cast_arguments`) and checks concrete rewards
-    (:func:`check_rewards`), then calls its jitted program (``jitted``; its ``_cache_size``, ``lower`` and
-    ``eval_shape`` are the program's). ``run_batched``'s ``"loop"`` strategy calls ``run`` (the public ``run``)
-    instead, once per configuration (:func:`tokenworth_jax.batching.loop`)."""
+    (:func:`check_rewards`) and memory ids (:func:`check_ids`), then calls its jitted program (``jitted``; its
+    ``_cache_size``, ``lower`` and ``eval_shape`` are the program's). ``run_batched``'s ``"loop"`` strategy calls
+    ``run`` (the public ``run``) instead, once per configuration (:func:`tokenworth_jax.batching.loop`)."""
     sig = signature(name)
     params = tuple(sig.parameters)
 
@@ -1047,6 +1064,7 @@ def _public(name: str, jitted: Any, run: Optional[Callable[..., Any]] = None) ->
             arguments = dict(zip(params, args))
         cast = cast_arguments(name, arguments)
         check_rewards(name, arguments)
+        check_ids(name, arguments)
         if cast.get("strategy") == "loop" and run is not None:  # run_batched on the CPU: run, once per configuration
             a, one = cast, run
             _one_stream(a["events"], name)  # refused as run_batched's, before any configuration runs

@@ -47,7 +47,7 @@ from .bookkeeping import MemoryTable
 from .config import HParams, flatten, hparams_from_arrays, validate_hparams
 from .controller import Spec, State, controller, with_progress
 from .featurize import featurize
-from .inputs import Feature, MemoryText, Query, declared
+from .inputs import Feature, MemoryText, Query, declared, host_id
 from .lifecycle import ADMISSIBLE_RULE, Admission
 from .presets import describe, preset, spec_from_dict
 from .protocol import ProtocolError
@@ -154,7 +154,9 @@ def _reward(value: Any) -> int:
 
 def _check_id(memory_id: int) -> None:
     """The id the next offer gets is one the bank can hold (``lifecycle.admissible``): the device would answer
-    INVALID_MEMORY after the task's feedback had run, so the host refuses first, with nothing changed."""
+    INVALID_MEMORY after the task's feedback had run, so the host refuses first, with nothing changed. An id that
+    is not an integer (a table's ``next_id`` set to 3.7 by other code) is refused too (TypeError), never cast."""
+    memory_id = host_id(memory_id, "this controller's next memory id (its memory table's next_id)")
     if not 0 <= memory_id <= np.iinfo(np.int32).max:
         raise ValueError(f"{ADMISSIBLE_RULE}: this controller's next memory id is {memory_id}, outside [0, 2**31 - 1] "
                          "(its memory table's next_id)")
@@ -351,6 +353,7 @@ class Controller:
             ProtocolError: the task is not judged, failed (observe(0)), or has offered already.
             ValueError: the memory could never be admitted (``INVALID_MEMORY``: a non-finite vector, or no
                 int32 memory id >= 0 left to give it); nothing is changed.
+            TypeError: the memory table's ``next_id`` is not an integer (set by other code); nothing is changed.
         """
         protocol.check(self._progress, "offer")
         m = self.memory(memory_text, key_text, **features)  # its vectors: finite (refused here if not)
@@ -417,8 +420,6 @@ class Controller:
         ctl = cls(spec, hparams_from_arrays(data["hparams"], spec.parts))
         ctl._state = from_numpy(ctl._state, data["state"])  # fresh buffers (the calls donate them)
         ctl._progress = protocol.validate(fetch(ctl._state.task.progress))
-        ctl.memories = MemoryTable.from_state_dict(data["memories"], decode)
-        if ctl.memories.next_id < 0:
-            raise ValueError(f"checkpoint memory table: next_id = {ctl.memories.next_id}, but {ADMISSIBLE_RULE}")
+        ctl.memories = MemoryTable.from_state_dict(data["memories"], decode)  # its ids checked
         return ctl
 

@@ -218,9 +218,93 @@ def _in_int32(r: Any) -> Any:
     return ok & (r >= np.iinfo(np.int32).min) if np.iinfo(r.dtype).min < 0 else ok
 
 
-def cast_index(x: Any) -> Any:
-    """A memory id (or ids) as int32."""
-    return _as(x, np.int32)
+# ----- memory ids -------------------------------------------------------------------------------------------
+# The bank stores ids as int32, and -1 means "no memory" in every output (Selection.memory_id, candidate_ids,
+# Decision.evicted_id). So an id is guarded as a reward is: a dtype that is not an integer (3.7 would be stored
+# as 3, True as 1) is refused at trace time; a concrete value outside int32 (np.int64(2**32) would wrap round
+# to 0 and be admitted) is refused before the program runs; a traced one becomes -1, which the program answers
+# INVALID_MEMORY (tw.checked reports its value). An id below 0 that fits int32 is the documented
+# INVALID_MEMORY (a stream may use -1 for "this task offers nothing"). One id per task: a shape is refused
+# (ValueError, at trace time: controller._offer_if).
+ID_RULE = "must be an integer that fits int32 (a memory id: 0 <= id <= 2**31 - 1; one below 0 is never admitted)"
+
+
+def _host_ids(x: Any) -> np.ndarray:
+    """``x`` (a Python int, a list of them, a NumPy value) as a NumPy array. Python ints stay integers whatever their
+    size (an object array beyond int64, where NumPy would make a list of them float64), so that a value is
+    reported as given."""
+    if isinstance(x, (int, list, tuple)) and not isinstance(x, bool):
+        held = np.asarray(x, dtype=object)
+        if held.size and all(type(v) is int for v in held.flat):
+            try:
+                return np.asarray(x, dtype=np.int64)
+            except OverflowError:
+                return held
+    return np.asarray(x)
+
+
+def _integer(r: Any) -> bool:
+    """An integer dtype (not bool), or an object array holding Python ints only."""
+    if r.dtype == object:
+        return r.size > 0 and all(type(v) is int for v in np.asarray(r).flat)
+    return r.dtype != np.bool_ and bool(jnp.issubdtype(r.dtype, jnp.integer))
+
+
+def check_id_dtype(memory_id: Any, what: str = "memory_id") -> None:
+    """Refuse (TypeError, one line, at trace time: the dtype is static) a memory id that is not of an integer dtype:
+    a float (3.7 would be stored as 3), a bool (True as 1). Python ints are integers, of any size (their value is
+    checked by :func:`check_id_values`)."""
+    if isinstance(memory_id, jax.Array):
+        r: Any = memory_id
+    else:
+        r = _host_ids(memory_id)
+    if not _integer(r):
+        shown = "" if isinstance(memory_id, jax.core.Tracer) or np.ndim(r) else f" ({np.asarray(r).item()!r})"
+        raise TypeError(f"{what} {ID_RULE}, got dtype {r.dtype}{shown}: a float or a bool is not an id")
+
+
+def check_id_values(memory_id: Any, what: str = "memory_id") -> None:
+    """Refuse (ValueError, one line) a concrete memory id (NumPy, Python, a ``jax.Array`` outside a transformation;
+    or a stream's ids) outside int32's range, naming the first: it would wrap round (``np.int64(2**32)`` to 0). A
+    traced one has no value to read: :func:`cast_index` makes it -1, which the program answers ``INVALID_MEMORY``
+    and ``tw.checked`` reports. An integer dtype is checked before this (:func:`check_id_dtype`)."""
+    if isinstance(memory_id, jax.core.Tracer) or type(memory_id) is np.int32:  # traced, or the host's own input
+        return
+    if isinstance(memory_id, jax.Array) and memory_id.dtype == jnp.int32:
+        return
+    r = _host_ids(memory_id)  # a device array is fetched (a few bytes; already in host memory on the CPU)
+    bad = np.asarray((r < np.iinfo(np.int32).min) | (r > np.iinfo(np.int32).max), bool)
+    if np.any(bad):
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        where = f" (first at index {index[0] if len(index) == 1 else index})" if r.ndim else ""
+        value = r[index] if r.ndim else r.item()
+        raise ValueError(f"{what} {ID_RULE}, got {int(value)}{where}")
+
+
+def host_id(value: Any, what: str) -> int:
+    """A memory id held on the host (a memory table's ``next_id``) as a Python int: a Python or NumPy integer scalar;
+    anything else (a float, a bool, an array) is refused (TypeError, one line). Its range is the caller's rule."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{what} {ID_RULE}, got {value!r} ({type(value).__name__})")
+    return int(value)
+
+
+def cast_index(x: Any, what: str = "memory_id") -> Any:
+    """A memory id (or a stream's ids) as int32, its dtype checked first (:func:`check_id_dtype`: a float or a bool
+    is refused). Values outside int32's range become -1, so that no wider integer wraps round to a valid id (the
+    program answers -1 ``INVALID_MEMORY``; a concrete one is refused before that: :func:`check_id_values`)."""
+    if type(x) is np.int32:  # the host's input: the fast path
+        return x
+    check_id_dtype(x, what)
+    if isinstance(x, jax.Array) and not _wide(x.dtype):  # a device array or a tracer that fits int32 by its dtype
+        return _as(x, np.int32)
+    if isinstance(x, jax.core.Tracer):
+        return jnp.where(_in_int32(x), x, -1).astype(jnp.int32)
+    r = _host_ids(x)  # a wide device array is fetched (a few bytes), as check_id_values reads its values anyway
+    if r.dtype == object or _wide(r.dtype):
+        fits = np.asarray((r >= np.iinfo(np.int32).min) & (r <= np.iinfo(np.int32).max), bool)
+        return np.where(fits, np.where(fits, r, 0).astype(np.int64), -1).astype(np.int32)
+    return _as(r, np.int32)
 
 
 def cast_flag(x: Any) -> Any:

@@ -363,6 +363,81 @@ def show(
         fail(str(exc))
 
 
+@app.command()
+def compare(
+    runs: list[Path] = typer.Argument(..., metavar="RUN...", help="Run folders: their streams are paired by env, "
+                                                                  "seed, grid point and task."),
+    baseline: Optional[str] = typer.Option(None, help="The method every other is compared with.",
+                                           show_default="standard, or a sweep's preset"),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list, one object per method compared."),
+    plan: Optional[float] = typer.Option(None, "--plan", metavar="PP", help="Also say how many tasks and seeds "
+                                         "detect a difference of PP percentage points with 80 % power."),
+) -> None:
+    """Paired comparison of each method with the baseline: ΔSR and ΔOutputTok with 95 % intervals, p-values
+    (Holm-adjusted), a verdict, the minimum detectable effect and the gain over the stream (docs/results.md)."""
+    from tokenworth_agent.results.compare import CompareError, RunError, render
+
+    try:
+        typer.echo(render(runs, baseline, as_json=as_json, plan=plan), nl=False)
+    except (CompareError, RunError) as exc:
+        fail(str(exc))
+
+
+export_app = typer.Typer(add_completion=False, help="Export a run for other tools (docs/viewing.md).")
+app.add_typer(export_app, name="export")
+
+
+@export_app.command("inspect")
+def export_inspect(
+    run_dir: Path = typer.Argument(..., metavar="RUN", help="A run folder (e.g. runs/db-sim-seed0)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Where the logs go.", show_default="RUN/inspect"),
+    force: bool = typer.Option(False, "--force", help="Rewrite every log, also those already up to date."),
+) -> None:
+    """Write each stream of RUN as an Inspect eval log (<stream>.eval), for Inspect View and samples_df."""
+    from tokenworth_agent.results.inspect_export import ExportError, export_run
+    from tokenworth_agent.storage.runfolder import RunFolderError
+
+    try:
+        result = export_run(run_dir, out, force=force, say=typer.echo)
+    except (ExportError, RunFolderError) as exc:
+        fail(str(exc))
+        raise  # unreachable
+    for path in result.removed:
+        typer.echo(f"{path}: removed (the run no longer holds this stream)")
+    typer.echo(f"{len(result.written)} logs written, {len(result.kept)} up to date in {result.out}", err=True)
+
+
+@app.command("view")
+def view_command(
+    run_dir: Path = typer.Argument(..., metavar="RUN", help="A run folder (e.g. runs/db-sim-seed0)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Where the run's Inspect logs are (or go).",
+                                       show_default="RUN/inspect"),
+    bundle: Optional[Path] = typer.Option(None, "--bundle", metavar="DIR",
+                                          help="Write Inspect View's static site into DIR instead of serving it."),
+    host: str = typer.Option("127.0.0.1", help="Address the viewer listens on."),
+    port: int = typer.Option(7575, help="Port the viewer listens on."),
+) -> None:
+    """Open RUN in Inspect View (its logs exported first if missing or stale), printing the address."""
+    from tokenworth_agent.results.inspect_export import ExportError
+    from tokenworth_agent.results.inspect_view import bundle as write_bundle, serve
+    from tokenworth_agent.storage.runfolder import RunFolderError
+
+    try:
+        if bundle is not None:
+            site = write_bundle(run_dir, bundle, out=out, say=typer.echo)
+            typer.echo(f"static site in {site}: serve it from any web server (index.html); docs/viewing.md")
+            return
+        code = serve(run_dir, out=out, host=host, port=port, say=typer.echo)
+    except (ExportError, RunFolderError) as exc:
+        fail(str(exc))
+        raise  # unreachable
+    except KeyboardInterrupt:  # Ctrl-C is how a viewer is stopped
+        typer.echo("viewer stopped", err=True)
+        return
+    if code:
+        raise typer.Exit(code)
+
+
 @data_app.command("fetch")
 def data_fetch(
     data_dir: Optional[Path] = typer.Option(None, help="Data root: each benchmark goes into its folder under it "

@@ -3,8 +3,13 @@
 It summarises every finished stream in the folder, also those other processes or machines ran.
 A one-env, one-seed, no-grid run gets the per-method table (every finished method in the
 folder); an experiment over several envs, seeds or grid points gets one row per (env, grid
-point, method) with SR mean ± std over seeds, and, for a grid over budget levels,
-``budget_levels.png``. A sweep also gets ``sweep.md`` / ``sweep.json`` (one row per configuration).
+point, method) with SR over all seeds, and, for a grid over budget levels, ``budget_levels.png``.
+Every SR and OutputTok carries its 95 % interval (clustered by task over seeds). ``summary.md`` ends with
+the paired comparison of every method against Standard when it ran (a sweep: against its preset) and
+the gain over the stream (:mod:`tokenworth_agent.results.compare`); each row of ``summary.json`` carries its
+comparison (``comparison``: what ``tokenworth compare --json`` prints for it), and
+``difference_along_stream.png`` draws each paired difference along the stream with its band. A sweep
+also gets ``sweep.md`` / ``sweep.json`` (one row per configuration).
 """
 
 from __future__ import annotations
@@ -17,9 +22,11 @@ from typing import Any, Sequence
 from tokenworth_agent.experiment.engine import ExperimentResult
 from tokenworth_agent.experiment.plan import Plan
 from tokenworth_agent.policies.registry import POLICIES
-from tokenworth_agent.results.report import (experiment_rows, experiment_table, finished_records, markdown_table,
-                                  plot_budget_levels, plot_cumulative_sr, plot_experiment_sr, rewards_of,
+from tokenworth_agent.results.compare import CompareError, Comparison, compare, markdown as comparison_markdown
+from tokenworth_agent.results.report import (experiment_rows, experiment_table, markdown_table, plot_budget_levels,
+                                  plot_cumulative_sr, plot_difference_along_stream, plot_experiment_sr, rewards_of,
                                   summaries_json, summarize)
+from tokenworth_agent.results.runs import streams as read_streams
 from tokenworth_agent.storage import runfolder
 from tokenworth_agent.storage.checkpoint import atomic_write_json, atomic_write_text
 
@@ -44,17 +51,28 @@ def write_summary(plan: Plan) -> Summary:
     grouped = any(n not in POLICIES.names for n in plan.names)
     with runfolder.locked(*runfolder.folder_lock(out_dir), wait_s=runfolder.FOLDER_LOCK_WAIT_S):
         figures: list[Path] = []
+        present = set(runfolder.streams_in(out_dir))
+        wanted = [n for n in (plan.names if grouped else POLICIES.names) if n in present]
+        found = {s.name: s for s in read_streams(out_dir, finished_only=True, names=wanted)}
+        comparisons, refused = _comparisons(list(found.values()))
         if grouped:
-            found = finished_records(out_dir, plan.names)
-            finished = [(s, found[n]) for s, n in zip(plan.streams, plan.names) if n in found]
+            finished = [(s, list(found[n].records)) for s, n in zip(plan.streams, plan.names) if n in found]
             rows = experiment_rows(finished)
             table = experiment_table(rows, title)
             payload: Any = [{k: v for k, v in r.items() if k not in ("reward_curve", "reward_curves")} for r in rows]
+            for row in payload:
+                row["comparison"] = _comparison_of(comparisons, row["env"], row["point"], row["method"])
         else:
-            records = finished_records(out_dir, POLICIES.names)
+            records = {n: list(found[n].records) for n in wanted if n in found}
             summaries = summarize(records)
             table = markdown_table(summaries, title)
             payload = [dict(row, accounting=plan.config.budget.accounting) for row in summaries_json(summaries)]
+            for row in payload:
+                row["comparison"] = _comparison_of(comparisons, plan.settings["env"], {}, row["method"])
+        if comparisons:
+            table += "\n" + comparison_markdown(comparisons)
+        elif refused:
+            table += f"\nNo paired comparison: {refused}\n"
         try:
             atomic_write_text(target / "summary.md", table)
             atomic_write_json(target / "summary.json", payload)
@@ -66,11 +84,40 @@ def write_summary(plan: Plan) -> Summary:
             else:
                 figures.append(plot_cumulative_sr({m: rewards_of(r) for m, r in records.items()},
                                                   target / "cumulative_sr.png", title))
+            difference = plot_difference_along_stream(comparisons, target / DIFFERENCE_FIGURE, title)
+            if difference is not None:
+                figures.append(difference)
         except OSError as exc:
             if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM) or plan.config.output.summary_dir is not None:
                 raise
             return Summary(table, target, (), saved=False)
     return Summary(table, target, tuple(figures))
+
+
+DIFFERENCE_FIGURE = "difference_along_stream.png"
+
+
+def _comparisons(found: list[Any]) -> tuple[list[Comparison], str]:
+    """Every method against Standard (a sweep: its preset) where it ran; what stopped it, else ""."""
+    if not found:
+        return [], ""
+    try:
+        return compare(found, strict=False), ""
+    except CompareError as exc:  # streams of one folder always pair; say so rather than lose the summary
+        return [], str(exc)
+
+
+def _comparison_of(comparisons: Sequence[Comparison], env: str, point: Any, method: str) -> Any:
+    """The JSON of the comparison of ``method`` at grid ``point`` in ``env`` (None for the baseline or when
+    none ran): a point's budget axes name its cell, its controller axes the arm (``tokenworth@eta_max=0.1``)."""
+    from tokenworth_agent.core.budget import BUDGET_AXES
+    from tokenworth_agent.results.compare import plain
+
+    budget = ",".join(f"{k}={v}" for k, v in dict(point).items() if k in BUDGET_AXES)
+    own = ",".join(f"{k}={v}" for k, v in dict(point).items() if k not in BUDGET_AXES)
+    arm = method + (f"@{own}" if own else "")
+    found = [c for c in comparisons if (c.env, c.point, c.method) == (env, budget, arm)]
+    return plain(found[0].to_json()) if found else None
 
 
 def summary_title(plan: Plan) -> str:
@@ -89,4 +136,4 @@ def write_sweep_table(plan: Plan, result: ExperimentResult) -> str:
                                plan.out_dir)
 
 
-__all__ = ["Summary", "write_summary", "summary_title", "write_sweep_table"]
+__all__ = ["Summary", "write_summary", "summary_title", "write_sweep_table", "DIFFERENCE_FIGURE"]

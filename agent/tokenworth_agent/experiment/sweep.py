@@ -14,7 +14,10 @@ Grids: ``--grid NAME=v1,v2`` (repeatable; the Cartesian product is run) over the
 :class:`tokenworth_jax.HParams`, the budget axes, the benchmark's options that change results and, with
 ``--method M``, M's declared parameters as ``M.NAME`` (:mod:`tokenworth_agent.experiment.streams`);
 ``--table-a3`` is the one-at-a-time sensitivity grid of spec §9 (the preset plus 21 single
-changes: 22 streams). ``sweep.md`` / ``sweep.json`` summarise the streams.
+changes: 22 streams). ``sweep.md`` / ``sweep.json`` summarise the streams: each configuration's SR with
+its 95 % interval, and its paired difference to the preset (the same tasks and seed) with the paired 95 %
+interval and a p-value, Holm-adjusted over the configurations (:mod:`tokenworth_agent.results.estimate`,
+:func:`tokenworth_agent.results.compare.holm`).
 """
 
 from __future__ import annotations
@@ -89,9 +92,15 @@ class StreamResult:
                    sum(r.injected_memory_id is not None for r in records), dict(sorted(admissions.items())))
 
     def summary(self) -> dict[str, Any]:
+        from tokenworth_agent.results import estimate
+        from tokenworth_agent.results.report import percent, spread
+
         n = max(1, len(self.rewards))
+        sr_se, sr_ci = percent(estimate.rate(self.rewards)) if self.rewards else (None, (0.0, 100.0))
+        tok_se, tok_ci = spread(estimate.mean(self.tokens)) if self.tokens else (None, (None, None))
         return {"config": self.config, "label": label(self.config), "tasks": len(self.rewards),
-                "sr": 100.0 * sum(self.rewards) / n, "output_tok": sum(self.tokens) / n,
+                "sr": 100.0 * sum(self.rewards) / n, "sr_se": sr_se, "sr_ci": list(sr_ci),
+                "output_tok": sum(self.tokens) / n, "output_tok_se": tok_se, "output_tok_ci": list(tok_ci),
                 "injection_rate": self.injected / n, "admissions": dict(sorted(self.admissions.items()))}
 
 
@@ -114,16 +123,48 @@ class SweepResult:
                    result.seconds, result.batch_sizes, result.streams[0].method if result.streams else "tokenworth")
 
 
+def against_preset(result: SweepResult) -> list[dict[str, Any] | None]:
+    """Each configuration's paired difference in SR to the preset (percentage points, on the tasks both ran):
+    ``difference``, ``ci``, ``p_value`` and ``p_adjusted`` (Holm over the configurations); None for the preset
+    itself, or every entry when the sweep has no preset."""
+    from tokenworth_agent.results import estimate
+    from tokenworth_agent.results.compare import holm
+
+    preset = next((s for s in result.streams if not s.config), None)
+    if preset is None:
+        return [None] * len(result.streams)
+    found: list[dict[str, Any] | None] = []
+    for stream in result.streams:
+        n = min(len(stream.rewards), len(preset.rewards))
+        if stream is preset or n == 0:
+            found.append(None)
+            continue
+        d = estimate.paired(stream.rewards[:n], preset.rewards[:n])
+        found.append({"difference": 100.0 * d.difference, "ci": [100.0 * d.ci_low, 100.0 * d.ci_high],
+                      "se": 100.0 * d.se, "p_value": d.p_value, "test": d.test, "n_pairs": n})
+    tested = [f for f in found if f is not None]
+    for entry, adjusted in zip(tested, holm([f["p_value"] for f in tested])):
+        entry["p_adjusted"] = adjusted
+    return found
+
+
 def markdown(result: SweepResult) -> str:
+    from tokenworth_agent.results.report import interval
+
     rows = [s.summary() for s in result.streams]
-    preset = next((r for r in rows if not r["config"]), None)
+    deltas = against_preset(result)
     name = "TokenWorth" if result.method in ("tokenworth", "tokenworth+") else result.method
     lines = [f"## {name} sweep · {result.env.upper()} · seed {result.seed} · {len(result.streams)} configurations · "
              f"{rows[0]['tasks']} tasks · {result.seconds:.0f}s", "",
-             "| Configuration | SR (%) | ΔSR vs preset | OutputTok | Injected (%) |", "|---|---:|---:|---:|---:|"]
-    for r in rows:
-        delta = f"{r['sr'] - preset['sr']:+.1f}" if preset is not None else "—"
-        lines.append(f"| {r['label']} | {r['sr']:.1f} | {delta} | {r['output_tok']:.1f} | {100 * r['injection_rate']:.1f} |")
+             "| Configuration | SR (%) | 95 % CI | ΔSR vs preset (pp) | 95 % CI | p (Holm) | OutputTok | Injected (%) |",
+             "|---|---:|---|---:|---|---:|---:|---:|"]
+    for r, d in zip(rows, deltas):
+        delta = (f"{d['difference']:+.1f} | {interval(d['ci'])} | {d['p_adjusted']:.3f}" if d is not None
+                 else "— | — | —")
+        lines.append(f"| {r['label']} | {r['sr']:.1f} | {interval(r['sr_ci'])} | {delta} | {r['output_tok']:.1f} "
+                     f"| {100 * r['injection_rate']:.1f} |")
+    lines += ["", "ΔSR vs preset: paired on the same tasks (McNemar's exact test), p adjusted over the configurations "
+              "(Holm); docs/results.md (\"How the numbers are estimated\")."]
     return "\n".join(lines) + "\n"
 
 
@@ -134,7 +175,8 @@ def write_sweep_results(result: SweepResult, out_dir: str | Path) -> str:
     atomic_write_text(out / "sweep.md", table)
     atomic_write_json(out / "sweep.json", {"env": result.env, "seed": result.seed, "seconds": result.seconds,
                                            "max_batch": max(result.batch_sizes, default=0),
-                                           "streams": [s.summary() for s in result.streams],
+                                           "streams": [dict(s.summary(), vs_preset=d) for s, d in
+                                                       zip(result.streams, against_preset(result))],
                                            "rewards": [s.rewards for s in result.streams]})
     return table
 

@@ -14,7 +14,7 @@ Layout (everything here is written by tokenworth; nothing else is ever deleted):
                                       with --track: its MLflow run ids, its TensorBoard events
     <out>/tracking.json, mlflow.db, mlartifacts/, tracking-undelivered.jsonl
                                       with --track (agent/tokenworth_agent/tracking)
-    <out>/summary.md|json, cumulative_sr.png
+    <out>/summary.md|json, cumulative_sr.png, difference_along_stream.png
                                       (+ budget_levels.png for a grid over budget levels)
 
 ``<method>`` above is a *stream* name: an experiment with several envs, seeds or grid points
@@ -70,7 +70,7 @@ CHECKPOINT = "checkpoint.pkl"
 NODE = "node.json"  # written by agent/tokenworth_agent/experiment/distributed; not a result (has_results ignores it)
 TRACKING = "tracking.json"  # --track: the stream's MLflow run ids (agent/tokenworth_agent/tracking); not a result
 TB_EVENTS = "events.out.tfevents.*"  # --track tensorboard: a stream's event files
-SUMMARY_FILES = ("summary.md", "summary.json", "cumulative_sr.png")
+SUMMARY_FILES = ("summary.md", "summary.json", "cumulative_sr.png", "difference_along_stream.png")
 REQUIRED_CONFIG_KEYS = frozenset({"env", "backbone", "seed"})
 
 

@@ -6,7 +6,9 @@
   ``harness.NAME``; the releases of its method, benchmark and backbone, ``release.KIND``; the run's config
   hash) and tags (commit, host). Plain JSON, so it travels in the undelivered file and replays.
 * :class:`Scalars`: one set of scalars per task, stepped by the task's index: ``reward``,
-  ``sr/cumulative`` and ``sr/rolling`` (fractions), ``tokens/output``, ``tokens/auxiliary``,
+  ``sr/cumulative`` and ``sr/rolling`` (fractions), ``sr/ci_low`` and ``sr/ci_high`` (the 95 % interval of
+  ``sr/cumulative``, :func:`tokenworth_agent.results.estimate.rate`: a tracker's final values are the
+  stream's SR with the interval the summary shows), ``tokens/output``, ``tokens/auxiliary``,
   ``memory/injected`` (0 or 1), ``memory/bank_size``, ``time/task_s``; with the simulated backbone,
   which knows what a memory is worth, also ``memory/harmful`` (the injected memory's skill overlap
   with the task is below the simulator's harm threshold) and ``memory/harmful_share`` (so far).
@@ -27,8 +29,8 @@ from typing import Any, Mapping
 
 from tokenworth_agent.results.record import TaskRecord
 
-KEYS = ("reward", "sr/cumulative", "sr/rolling", "tokens/output", "tokens/auxiliary", "memory/injected",
-        "memory/bank_size", "time/task_s")
+KEYS = ("reward", "sr/cumulative", "sr/rolling", "sr/ci_low", "sr/ci_high", "tokens/output", "tokens/auxiliary",
+        "memory/injected", "memory/bank_size", "time/task_s")
 SIM_KEYS = ("memory/harmful", "memory/harmful_share")
 
 
@@ -54,6 +56,7 @@ class Scalars:
 
     def __init__(self, tasks: int, *, simulated: bool = False) -> None:
         self.window: collections.deque[int] = collections.deque(maxlen=rolling_window(tasks))
+        self.rewards: list[int] = []
         self.n = self.successes = self.harmful = 0
         self.simulated = simulated
         self.skills: dict[int, tuple[str, ...]] = {}  # memory id -> skills of the task that wrote it
@@ -63,12 +66,17 @@ class Scalars:
             self.threshold = SimParams().harm_threshold
 
     def __call__(self, record: TaskRecord) -> dict[str, float]:
+        from tokenworth_agent.results.estimate import rate
+
         self.n += 1
         self.successes += record.reward
         self.window.append(record.reward)
+        self.rewards.append(record.reward)
+        interval = rate(self.rewards)
         injected = bool(record.injected_memory_ids) or record.injected_memory_id is not None
         values = {"reward": float(record.reward), "sr/cumulative": self.successes / self.n,
-                  "sr/rolling": sum(self.window) / len(self.window), "tokens/output": float(record.output_tokens),
+                  "sr/rolling": sum(self.window) / len(self.window), "sr/ci_low": float(interval.ci_low),
+                  "sr/ci_high": float(interval.ci_high), "tokens/output": float(record.output_tokens),
                   "tokens/auxiliary": float(record.auxiliary_tokens), "memory/injected": float(injected),
                   "memory/bank_size": float(record.bank_size), "time/task_s": float(record.time_s)}
         if self.simulated:

@@ -1,0 +1,502 @@
+"""Paired comparisons of methods on the same tasks: ``tokenworth compare``, the end of ``summary.md``.
+
+**Pairing.** Streams are grouped into *cells* by env and budget point of the grid (``o_max=64``); within a
+cell each *arm* (a method, or a TokenWorth controller point of a sweep: :attr:`~.runs.Stream.arm`) is paired
+with the baseline arm seed by seed, task by task: the tasks both streams ran (a partial stream pairs on its
+recorded tasks), matched by their place in the stream and checked by task id. Run folders may differ (a
+plugin's run against a built-in run of the same tasks and seeds); two streams that do not share their
+conditions (:meth:`~.runs.Stream.conditions`: backbone, budget, harness, task data) or their task order are
+refused with a :class:`CompareError` naming the difference, never silently paired.
+
+**Per arm** (:class:`Comparison`): the paired difference in SR (percentage points) and in output tokens
+(:func:`~.estimate.paired`, clustered by task over seeds), its 95 % interval and p-value; the p-values
+adjusted for the number of arms compared with the baseline in the cell (Holm,
+``statsmodels.stats.multitest.multipletests``); a verdict (``better`` / ``worse`` at adjusted p < 0.05, else
+``no detectable difference``); the minimum detectable effect at 80 % power (:mod:`~.power`); the lifelong
+gain (SR on the stream's last third minus its first, and that gain minus the baseline's, each with its
+interval); and a check of the serial dependence along the stream (the Driscoll-Kraay/Newey-West standard
+error, statsmodels' ``cov_type="hac-groupsum"``, against the clustered one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from tokenworth_agent.results import estimate as E
+from tokenworth_agent.results import power
+from tokenworth_agent.results.runs import RunError, Stream, streams as read_streams
+
+DEFAULT_BASELINE = "standard"
+ALPHA = 0.05
+SERIAL_NOTE_RATIO = 1.15  # a HAC standard error this much above the clustered one is reported ...
+SERIAL_NOTE_PLACES = 100  # ... in a stream this long (in shorter ones the HAC error is itself too noisy)
+
+
+class CompareError(ValueError):
+    """Streams that cannot be compared (no baseline, unpairable conditions or task orders); one line."""
+
+
+# ------------------------------------------------------------------------- pairing
+@dataclasses.dataclass(frozen=True)
+class Matched:
+    """The pairs of one arm against the baseline in one cell, seed by seed (all arrays of one length)."""
+
+    method: np.ndarray  # rewards of the arm
+    baseline: np.ndarray
+    method_tokens: np.ndarray
+    baseline_tokens: np.ndarray
+    task: np.ndarray  # the task id of each pair (the cluster)
+    position: np.ndarray  # its place in the stream
+    seed: np.ndarray
+
+    @property
+    def seeds(self) -> list[int]:
+        return sorted({int(s) for s in self.seed})
+
+    @property
+    def clusters(self) -> np.ndarray | None:
+        """Task ids when a task appears more than once (several seeds), else None (one pair per task)."""
+        return self.task if len(self.seeds) > 1 else None
+
+
+def _where(stream: Stream) -> str:
+    return f"{stream.run}/{stream.name}"
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(_flat(item, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): value}
+
+
+def differences(one: Mapping[str, Any], other: Mapping[str, Any], names: tuple[str, str] = ("one", "the other"),
+                limit: int = 3) -> str:
+    """The settings two condition dicts disagree on, ``key: a in ONE, b in OTHER`` (the first ``limit``)."""
+    a, b = _flat(one), _flat(other)
+    keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    shown = "; ".join(f"{k} {a.get(k, 'unset')!r} in {names[0]}, {b.get(k, 'unset')!r} in {names[1]}"
+                      for k in keys[:limit])
+    return shown + (f"; and {len(keys) - limit} more" if len(keys) > limit else "")
+
+
+def match(arm: Sequence[Stream], baseline: Sequence[Stream]) -> Matched | None:
+    """Pair an arm's streams with the baseline's (one per seed), task by task; None when no seed is shared."""
+    by_seed = {s.seed: s for s in baseline}
+    columns: dict[str, list[Any]] = {k: [] for k in ("method", "baseline", "method_tokens", "baseline_tokens", "task",
+                                                     "position", "seed")}
+    for stream in sorted(arm, key=lambda s: s.seed):
+        other = by_seed.get(stream.seed)
+        if other is None:
+            continue
+        mismatch = differences(stream.conditions(), other.conditions(), (_where(stream), _where(other)))
+        if mismatch:
+            raise CompareError(f"cannot pair {stream.arm} with {other.arm} ({stream.env}, seed {stream.seed}): "
+                               f"{mismatch}; compare streams run under the same settings")
+        mine = {r.index: r for r in stream.records}
+        theirs = {r.index: r for r in other.records}
+        for index in sorted(set(mine) & set(theirs)):
+            if mine[index].task_id != theirs[index].task_id:
+                raise CompareError(f"cannot pair {_where(stream)} with {_where(other)}: another task order (task "
+                                   f"{index} is {mine[index].task_id} in the first, {theirs[index].task_id} in the "
+                                   "second)")
+            a, b = mine[index], theirs[index]
+            for key, value in (("method", a.reward), ("baseline", b.reward), ("method_tokens", a.output_tokens),
+                               ("baseline_tokens", b.output_tokens), ("task", a.task_id), ("position", index),
+                               ("seed", stream.seed)):
+                columns[key].append(value)
+    if not columns["task"]:
+        return None
+    return Matched(*(np.asarray(columns[k], dtype=np.float64 if k in ("method", "baseline", "method_tokens",
+                                                                         "baseline_tokens") else None)
+                     for k in ("method", "baseline", "method_tokens", "baseline_tokens", "task", "position",
+                               "seed")))
+
+
+Cell = tuple[str, tuple[tuple[str, Any], ...]]  # (env, budget point)
+
+
+def cells(found: Iterable[Stream]) -> dict[Cell, dict[str, list[Stream]]]:
+    """Streams by cell and arm; the same arm and seed twice in a cell (two runs) is refused."""
+    grouped: dict[Cell, dict[str, list[Stream]]] = {}
+    for stream in found:
+        arms = grouped.setdefault((stream.env, stream.budget_point), {})
+        same = [s for s in arms.get(stream.arm, []) if s.seed == stream.seed]
+        if same:
+            raise CompareError(f"{stream.arm} ({stream.env}, seed {stream.seed}) is both {_where(same[0])} and "
+                               f"{_where(stream)}; pass only one of those run folders")
+        arms.setdefault(stream.arm, []).append(stream)
+    return grouped
+
+
+def pick_baseline(arms: Mapping[str, Sequence[Stream]], asked: str | None, where: str) -> str:
+    """``asked``, else ``standard``, else the preset point of a sweep (its only arm without overrides)."""
+    if asked is not None:
+        if asked not in arms:
+            raise CompareError(f"--baseline {asked}: {where} has no stream of it; it has {', '.join(arms)}")
+        return asked
+    if DEFAULT_BASELINE in arms:
+        return DEFAULT_BASELINE
+    presets = [a for a in arms if "@" not in a]
+    if len({a.split("@")[0] for a in arms}) == 1 and len(presets) == 1:
+        return presets[0]
+    raise CompareError(f"{where} has no {DEFAULT_BASELINE} stream; pass --baseline METHOD (one of {', '.join(arms)})")
+
+
+# ------------------------------------------------------------------------- comparing
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """One arm against the baseline in one cell (fractions inside; :meth:`to_json` writes percentage points)."""
+
+    env: str
+    point: str  # the budget point ("" for none)
+    method: str
+    baseline: str
+    runs: tuple[str, ...]
+    matched: Matched
+    method_sr: E.Estimate
+    baseline_sr: E.Estimate
+    sr: E.Difference
+    tokens: E.Difference
+    parts: power.Components
+    mde: float
+    se_hac: float | None
+    gain: E.Estimate  # the arm's SR, last third minus first third
+    baseline_gain: E.Estimate
+    relative_gain: E.Estimate  # the arm's gain minus the baseline's (paired)
+    p_adjusted: float = math.nan
+    tokens_p_adjusted: float = math.nan
+
+    @property
+    def verdict(self) -> str:
+        return _verdict(self.sr.difference, self.p_adjusted, "better", "worse")
+
+    @property
+    def tokens_verdict(self) -> str:
+        return _verdict(self.tokens.difference, self.tokens_p_adjusted, "more tokens", "fewer tokens")
+
+    @property
+    def serial_ratio(self) -> float | None:
+        return None if self.se_hac is None or not self.sr.se else self.se_hac / self.sr.se
+
+    def to_json(self) -> dict[str, Any]:
+        """The object ``tokenworth compare --json`` prints (rates and their differences in percentage points)."""
+        pp = 100.0
+        return {"env": self.env, "point": self.point, "method": self.method, "baseline": self.baseline,
+                "seeds": self.matched.seeds, "runs": list(self.runs), "n_pairs": self.sr.n,
+                "n_tasks": self.parts.tasks, "difference": pp * self.sr.difference,
+                "ci": [pp * self.sr.ci_low, pp * self.sr.ci_high], "se": pp * self.sr.se,
+                "p_value": self.sr.p_value, "p_adjusted": self.p_adjusted, "test": self.sr.test,
+                "verdict": self.verdict, "mde": pp * self.mde, "discordance": self.sr.second_moment,
+                "method_sr": pp * self.method_sr.mean, "method_sr_ci": [pp * self.method_sr.ci_low,
+                                                                       pp * self.method_sr.ci_high],
+                "baseline_sr": pp * self.baseline_sr.mean, "baseline_sr_ci": [pp * self.baseline_sr.ci_low,
+                                                                             pp * self.baseline_sr.ci_high],
+                "se_hac": None if self.se_hac is None else pp * self.se_hac,
+                "tokens": {"difference": self.tokens.difference, "ci": [self.tokens.ci_low, self.tokens.ci_high],
+                           "se": self.tokens.se, "p_value": self.tokens.p_value,
+                           "p_adjusted": self.tokens_p_adjusted, "test": self.tokens.test,
+                           "verdict": self.tokens_verdict},
+                "gain": _pp_estimate(self.gain), "baseline_gain": _pp_estimate(self.baseline_gain),
+                "gain_vs_baseline": _pp_estimate(self.relative_gain)}
+
+
+def _pp_estimate(estimate: E.Estimate) -> dict[str, Any]:
+    return {"difference": 100.0 * estimate.mean, "ci": [100.0 * estimate.ci_low, 100.0 * estimate.ci_high],
+            "se": 100.0 * estimate.se}
+
+
+def _verdict(difference: float, p_adjusted: float, up: str, down: str) -> str:
+    if not p_adjusted < ALPHA:
+        return "no detectable difference"
+    return up if difference > 0 else down
+
+
+def thirds(position: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Masks of the pairs on the first and on the last third of the stream's paired places."""
+    places = np.unique(position)
+    parts = np.array_split(places, 3)
+    return np.isin(position, parts[0]), np.isin(position, parts[-1])
+
+
+def _subset(clusters: np.ndarray | None, mask: np.ndarray) -> np.ndarray | None:
+    return None if clusters is None else clusters[mask]
+
+
+UNKNOWN = E.Estimate(math.nan, math.nan, math.nan, math.nan, 0, 0)  # what a stream of under 3 tasks has of a gain
+
+
+def lifelong(matched: Matched) -> tuple[E.Estimate, E.Estimate, E.Estimate]:
+    """(The arm's gain, the baseline's gain, the arm's gain minus the baseline's): last third minus first;
+    :data:`UNKNOWN` (NaN) for a stream of fewer than three paired places."""
+    if len(np.unique(matched.position)) < 3:
+        return UNKNOWN, UNKNOWN, UNKNOWN
+    first, last = thirds(matched.position)
+    clusters = matched.clusters
+    gains = [E.independent_difference(E.rate(values[last], _subset(clusters, last)),
+                                      E.rate(values[first], _subset(clusters, first)))
+             for values in (matched.method, matched.baseline)]
+    relative = E.independent_difference(
+        E.as_estimate(E.paired(matched.method[last], matched.baseline[last], _subset(clusters, last))),
+        E.as_estimate(E.paired(matched.method[first], matched.baseline[first], _subset(clusters, first))))
+    return gains[0], gains[1], relative
+
+
+def window_along_stream(tasks: int) -> int:
+    """The window of the paired difference along the stream: a fifth of it, between 20 and 100 tasks."""
+    return int(min(100, max(20, tasks // 5)))
+
+
+def along_stream(matched: Matched, window: int | None = None) -> tuple[np.ndarray, E.Difference]:
+    """The paired difference over a window of ``window`` consecutive stream places ending at each place
+    (x: that place, 1-based), with its 95 % interval (:func:`~.estimate.paired`, clustered by task when
+    several seeds); all windows in one batched call when every place holds the same number of pairs."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    places, counts = np.unique(matched.position, return_counts=True)
+    window = min(window or window_along_stream(len(places)), len(places))
+    ends = places[window - 1:].astype(int) + 1
+    if np.all(counts == counts[0]):
+        seeds = int(counts[0])
+        order = np.argsort(matched.position, kind="stable")  # place by place, its seeds together
+
+        def windows(values: np.ndarray) -> np.ndarray:  # (windows, window * seeds), place-major
+            grid = values[order].reshape(len(places), seeds)
+            return sliding_window_view(grid, window, axis=0).transpose(0, 2, 1).reshape(len(ends), window * seeds)
+
+        clusters = np.repeat(np.arange(window), seeds) if seeds > 1 else None
+        return ends, E.paired(windows(matched.method), windows(matched.baseline), clusters)
+    several = len(matched.seeds) > 1
+    parts = []
+    for end in range(window, len(places) + 1):
+        mask = np.isin(matched.position, places[end - window:end])
+        parts.append(E.paired(matched.method[mask], matched.baseline[mask], matched.task[mask] if several else None))
+    fields = {f: np.asarray([getattr(p, f) for p in parts]) for f in ("difference", "se", "ci_low", "ci_high",
+                                                                        "p_value", "second_moment")}
+    return ends, E.Difference(n=parts[0].n, n_clusters=parts[0].n_clusters, test=parts[0].test, **fields)
+
+
+def serial_se(d: np.ndarray, position: np.ndarray) -> float | None:
+    """The standard error of ``mean(d)`` robust to serial dependence along the stream: Driscoll-Kraay
+    (statsmodels' ``hac-groupsum``: the pairs summed per stream place, i.e. per task, then Newey-West over
+    the places, ``floor(4 (T/100)^(2/9))`` lags). None for fewer than 3 places."""
+    import statsmodels.api as sm
+
+    places = len(np.unique(position))
+    if places < 3 or not np.any(d != d[0]):
+        return None
+    order = np.argsort(position, kind="stable")
+    lags = int(math.floor(4 * (places / 100) ** (2 / 9)))
+    fit = sm.OLS(d[order], np.ones(len(d))).fit(cov_type="hac-groupsum",
+                                                 cov_kwds={"time": position[order].astype(int), "maxlags": lags})
+    return float(fit.bse[0])
+
+
+def compare_arm(env: str, point: str, method: str, baseline: str, matched: Matched, runs: Sequence[str]) -> Comparison:
+    clusters = matched.clusters
+    sr = E.paired(matched.method, matched.baseline, clusters)
+    tokens = E.paired(matched.method_tokens, matched.baseline_tokens, clusters)
+    parts = power.components(matched.method - matched.baseline, matched.task)
+    gain, baseline_gain, relative = lifelong(matched)
+    return Comparison(env=env, point=point, method=method, baseline=baseline, runs=tuple(runs), matched=matched,
+                      method_sr=E.rate(matched.method, clusters), baseline_sr=E.rate(matched.baseline, clusters),
+                      sr=sr, tokens=tokens, parts=parts, mde=power.mde(parts),
+                      se_hac=serial_se(matched.method - matched.baseline, matched.position), gain=gain,
+                      baseline_gain=baseline_gain, relative_gain=relative)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values (``statsmodels.stats.multitest.multipletests(method="holm")``)."""
+    from statsmodels.stats.multitest import multipletests
+
+    if not p_values:
+        return []
+    return [float(p) for p in multipletests(np.asarray(p_values, dtype=np.float64), alpha=ALPHA, method="holm")[1]]
+
+
+def compare(found: Sequence[Stream], baseline: str | None = None, *, strict: bool = True) -> list[Comparison]:
+    """Every arm against the baseline, cell by cell (module docstring). ``strict``: a cell without the
+    baseline is an error (``tokenworth compare``); else it is skipped (the summary of a run without it)."""
+    out: list[Comparison] = []
+    grouped = cells(found)
+    if not grouped:
+        raise CompareError("no stream holds records yet; nothing to compare")
+    for (env, point), arms in grouped.items():
+        label = ",".join(f"{k}={v}" for k, v in point)
+        where = f"{env}" + (f" at {label}" if label else "")
+        try:
+            base = pick_baseline(arms, baseline, where)
+        except CompareError:
+            if strict:
+                raise
+            continue
+        found_here = []
+        for arm, members in arms.items():
+            if arm == base:
+                continue
+            matched = match(members, arms[base])
+            if matched is None:
+                continue
+            runs = list(dict.fromkeys(str(s.run) for s in [*members, *arms[base]]))
+            found_here.append(compare_arm(env, label, arm, base, matched, runs))
+        adjusted = holm([c.sr.p_value for c in found_here])
+        tokens_adjusted = holm([c.tokens.p_value for c in found_here])
+        out += [dataclasses.replace(c, p_adjusted=p, tokens_p_adjusted=t)
+                for c, p, t in zip(found_here, adjusted, tokens_adjusted)]
+    if strict and not out:
+        raise CompareError("no method shares a seed and a task with the baseline; nothing to compare")
+    return out
+
+
+def compare_runs(runs: Sequence[str | Path], baseline: str | None = None) -> list[Comparison]:
+    """:func:`compare` over every stream (finished or partial) of the run folders ``runs``."""
+    found: list[Stream] = []
+    for run in runs:
+        found += read_streams(run)
+    return compare(found, baseline)
+
+
+# ------------------------------------------------------------------------- tables
+def _num(value: float, digits: int = 1, sign: bool = False) -> str:
+    if value is None or not np.isfinite(value):
+        return "—"
+    text = f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
+    return text.replace("-", "−")
+
+
+def _ci(low: float, high: float, digits: int = 1, sign: bool = True) -> str:
+    return f"[{_num(low, digits, sign)}, {_num(high, digits, sign)}]"
+
+
+def _p(value: float) -> str:
+    if not np.isfinite(value):
+        return "—"
+    return "<0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def _groups(comparisons: Sequence[Comparison]) -> dict[tuple[str, str, str], list[Comparison]]:
+    grouped: dict[tuple[str, str, str], list[Comparison]] = {}
+    for c in comparisons:
+        grouped.setdefault((c.env, c.point, c.baseline), []).append(c)
+    return grouped
+
+
+def markdown(comparisons: Sequence[Comparison], heading: str = "##") -> str:
+    """The comparison tables: one per (env, budget point), then the lifelong gain, then how to read them."""
+    lines: list[str] = []
+    notes: list[str] = []
+    for (env, point, base), rows in _groups(comparisons).items():
+        seeds = rows[0].matched.seeds
+        where = env.upper() + (f" · {point}" if point else "")
+        lines += [f"{heading} Paired comparison against {base} · {where} · seed{'s' if len(seeds) > 1 else ''} "
+                  f"{','.join(map(str, seeds))}", "",
+                  f"| Method | Pairs | SR (%) | ΔSR (pp) | 95 % CI | p | p (Holm) | Verdict | MDE (pp) "
+                  f"| ΔOutputTok | 95 % CI | p (Holm) |",
+                  "|---|---:|---:|---:|---|---:|---:|---|---:|---:|---|---:|"]
+        base_sr = rows[0].baseline_sr
+        lines.append(f"| {base} | — | {_num(100 * base_sr.mean)} {_ci(100 * base_sr.ci_low, 100 * base_sr.ci_high, sign=False)} "
+                     "| — | — | — | — | baseline | — | — | — | — |")
+        for c in rows:
+            lines.append(
+                f"| {c.method} | {c.sr.n} | {_num(100 * c.method_sr.mean)} "
+                f"{_ci(100 * c.method_sr.ci_low, 100 * c.method_sr.ci_high, sign=False)} "
+                f"| {_num(100 * c.sr.difference, sign=True)} | {_ci(100 * c.sr.ci_low, 100 * c.sr.ci_high)} "
+                f"| {_p(c.sr.p_value)} | {_p(c.p_adjusted)} | {c.verdict} | {_num(100 * c.mde)} "
+                f"| {_num(c.tokens.difference, sign=True)} | {_ci(c.tokens.ci_low, c.tokens.ci_high)} "
+                f"| {_p(c.tokens_p_adjusted)} |")
+            ratio = c.serial_ratio
+            if ratio is not None and ratio > SERIAL_NOTE_RATIO and c.parts.tasks >= SERIAL_NOTE_PLACES:
+                notes.append(f"{c.method} ({where}): the serial-dependence-robust standard error is {ratio:.2f}× the "
+                             "clustered one; its interval may be too narrow (docs/results.md, \"Dependence along the "
+                             "stream\").")
+        lines += ["", f"{heading}# Gain over the stream (SR on the last third of the tasks minus the first third)", "",
+                  f"| Method | Gain (pp) | 95 % CI | Gain − {base}'s (pp) | 95 % CI |", "|---|---:|---|---:|---|"]
+        lines.append(f"| {base} | {_num(100 * rows[0].baseline_gain.mean, sign=True)} "
+                     f"| {_ci(100 * rows[0].baseline_gain.ci_low, 100 * rows[0].baseline_gain.ci_high)} | — | — |")
+        for c in rows:
+            lines.append(f"| {c.method} | {_num(100 * c.gain.mean, sign=True)} "
+                         f"| {_ci(100 * c.gain.ci_low, 100 * c.gain.ci_high)} "
+                         f"| {_num(100 * c.relative_gain.mean, sign=True)} "
+                         f"| {_ci(100 * c.relative_gain.ci_low, 100 * c.relative_gain.ci_high)} |")
+        lines.append("")
+    tests = sorted({c.sr.test for c in comparisons})
+    lines += [f"Paired on the tasks both ran (by seed and task). ΔSR: mean paired difference in percentage points, "
+              f"95 % interval, p from {_test_names(tests)}; p (Holm): adjusted over the methods compared in the "
+              "table; verdict at adjusted p < 0.05. MDE: the smallest true ΔSR this run detects with 80 % power at "
+              "α = 0.05 (from its discordance). ΔOutputTok: mean paired difference in output tokens per task. How "
+              "each number is estimated: docs/results.md.", *(["", *notes] if notes else [])]
+    return "\n".join(lines) + "\n"
+
+
+def _test_names(tests: Sequence[str]) -> str:
+    names = {"mcnemar-exact": "McNemar's exact test", "cluster-t": "the cluster-robust t test (clustered by task)",
+             "paired-t": "the paired t test"}
+    return " / ".join(names.get(t, t) for t in tests)
+
+
+def plan_markdown(comparisons: Sequence[Comparison], delta_pp: float, seeds: Sequence[int] = power.SEEDS) -> str:
+    """How many tasks each comparison needs to detect ``delta_pp`` with 80 % power, by seed count."""
+    lines = [f"## Planning: tasks needed to detect {delta_pp:g} pp with 80 % power (α = 0.05, two-sided)", "",
+             "| Env | Method vs baseline | Pilot | Discordance | " + " | ".join(
+                 f"{s} seed{'s' if s > 1 else ''}" for s in seeds) + " |",
+             "|---|---|---|---:|" + "---:|" * len(seeds)]
+    ranged = False
+    for c in comparisons:
+        made = power.plan(delta_pp / 100.0, c.parts, seeds)
+        ranged |= not made.known
+        cells_ = [f"{best:,.0f}" if best == worst else f"{best:,.0f}–{worst:,.0f}" for _, best, worst in made.rows]
+        pilot = f"{c.parts.tasks} tasks × {c.parts.seeds} seed{'s' if c.parts.seeds > 1 else ''}"
+        lines.append(f"| {c.env}{' · ' + c.point if c.point else ''} | {c.method} vs {c.baseline} | {pilot} "
+                     f"| {100 * c.parts.total:.1f} % | " + " | ".join(cells_) + " |")
+    lines.append("")
+    if ranged:
+        lines.append("A one-seed pilot cannot tell how much a task's outcome repeats across seeds: with more seeds the "
+                     "range runs from \"seeds independent\" to \"seeds repeat the task\" (more seeds do not help); run "
+                     "a pilot with two seeds to narrow it. ")
+    lines.append("From the pilot's paired differences (statsmodels TTestPower; docs/results.md, \"Planning a run\").")
+    return "\n".join(lines) + "\n"
+
+
+def plan_json(comparison: Comparison, delta_pp: float, seeds: Sequence[int] = power.SEEDS) -> dict[str, Any]:
+    made = power.plan(delta_pp / 100.0, comparison.parts, seeds)
+    return {"delta": delta_pp, "alpha": power.ALPHA, "power": power.POWER, "known": made.known,
+            "tasks_needed": {str(s): [best, worst] for s, best, worst in made.rows}}
+
+
+def render(runs: Sequence[str | Path], baseline: str | None = None, *, as_json: bool = False,
+           plan: float | None = None) -> str:
+    """What ``tokenworth compare`` prints."""
+    import json
+
+    if plan is not None and not plan > 0:
+        raise CompareError(f"--plan {plan:g}: the difference to plan for must be a positive number of percentage points")
+    comparisons = compare_runs(runs, baseline)
+    if as_json:
+        rows = [dict(c.to_json(), **({"plan": plan_json(c, plan)} if plan is not None else {})) for c in comparisons]
+        return json.dumps(plain(rows), indent=2) + "\n"
+    text = markdown(comparisons)
+    if plan is not None:
+        text += "\n" + plan_markdown(comparisons, plan)
+    return text
+
+
+def plain(value: Any) -> Any:
+    """JSON-safe: NaN and infinities as null (standard JSON has neither)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+__all__ = ["CompareError", "RunError", "Matched", "Comparison", "match", "cells", "compare", "compare_runs", "holm",
+           "lifelong", "thirds", "serial_se", "along_stream", "window_along_stream", "markdown", "plan_markdown", "plan_json", "render", "differences", "plain"]

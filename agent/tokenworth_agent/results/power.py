@@ -1,0 +1,131 @@
+"""Power: the smallest difference a run can detect, and the tasks and seeds a planned run needs.
+
+Both come from a pilot's paired differences ``d = a - b`` (two methods on the same tasks and seeds) and
+statsmodels' power of the one-sample t test (:class:`statsmodels.stats.power.TTestPower`), the test the
+comparison makes (its df: tasks - 1). The unit is the task: with ``S`` seeds a task's difference is the
+mean of its ``S`` pairs, whose variance is ``between + within / S``:
+
+* ``within`` — the variance of ``d`` between the seeds of one task (the backbone's randomness): the pooled
+  within-task variance (needs two seeds or more);
+* ``between`` — the variance of the tasks' own expected differences (where the method helps and where it
+  hurts): the second moment of the task means, less ``within / S`` (floored at 0).
+
+The variances are taken around 0, not around the observed mean: what a test of "no difference" faces. For 0/1
+outcomes the second moment of ``d`` is the *discordance*, the share of pairs where exactly one method succeeds
+(MDE ~ 2.8 sqrt(discordance / tasks) at 80 % power and alpha 0.05).
+
+A one-seed pilot cannot split the two: its discordance is ``between + within``. Its plan for ``S`` seeds is a
+range (:class:`Plan`): from "seeds independent" (``between = 0``: S seeds count as S times the tasks) to
+"seeds repeat the task" (``within = 0``: more seeds do not help at all).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+ALPHA = 0.05
+POWER = 0.8
+SEEDS = (1, 2, 3, 5, 10)  # the seed counts a plan is tabulated for
+
+
+@dataclasses.dataclass(frozen=True)
+class Components:
+    """The variance of a paired difference, split by task (module docstring); ``seeds`` per task in the pilot."""
+
+    between: float | None  # None: a one-seed pilot cannot tell (``total`` is between + within)
+    within: float | None
+    total: float  # the second moment of d: between + within (one seed: the discordance)
+    tasks: int
+    seeds: int
+
+    def per_task(self, seeds: int) -> tuple[float, float]:
+        """The variance of a task's mean difference over ``seeds`` seeds: (best, worst) case; equal when known."""
+        if self.between is None or self.within is None:
+            return self.total / seeds, self.total
+        value = self.between + self.within / seeds
+        return value, value
+
+
+def components(d: Any, clusters: Sequence[Any] | np.ndarray | None = None) -> Components:
+    """The variance components of paired differences ``d`` (one per pair), grouped by task (``clusters``)."""
+    d = np.asarray(d, dtype=np.float64)
+    if d.ndim != 1 or d.size == 0:
+        raise ValueError("power: expected a non-empty one-dimensional array of paired differences")
+    if clusters is None:
+        return Components(None, None, float(np.mean(d ** 2)), d.size, 1)
+    _, inverse, counts = np.unique(np.asarray(clusters), return_inverse=True, return_counts=True)
+    tasks = len(counts)
+    sums = np.bincount(inverse, weights=d, minlength=tasks)
+    means = sums / counts
+    seeds = int(round(float(np.mean(counts))))
+    total = float(np.mean(d ** 2))
+    if seeds < 2:
+        return Components(None, None, total, tasks, 1)
+    squares = np.bincount(inverse, weights=d ** 2, minlength=tasks)
+    within = float(np.sum(squares - counts * means ** 2) / max(1, int(np.sum(counts - 1))))
+    between = max(0.0, float(np.mean(means ** 2)) - within / seeds)
+    return Components(between, within, total, tasks, seeds)
+
+
+def _solver() -> Any:
+    from statsmodels.stats.power import TTestPower
+
+    return TTestPower()
+
+
+def mde(parts: Components, tasks: int | None = None, seeds: int | None = None, *, alpha: float = ALPHA,
+        power: float = POWER) -> float:
+    """The smallest true difference (in ``d``'s units) that ``tasks`` tasks x ``seeds`` seeds (default: the
+    pilot's own) detect with ``power`` at two-sided ``alpha``; with a one-seed pilot and more seeds, the
+    conservative end ("seeds repeat the task")."""
+    tasks, seeds = tasks or parts.tasks, seeds or parts.seeds
+    if tasks < 2:
+        return math.nan
+    variance = parts.per_task(seeds)[1] if seeds != parts.seeds else _observed(parts)
+    effect = _solver().solve_power(effect_size=None, nobs=tasks, alpha=alpha, power=power,
+                                   alternative="two-sided")
+    return float(np.asarray(effect).ravel()[0]) * math.sqrt(variance)  # statsmodels answers a scalar or (1,)
+
+
+def _observed(parts: Components) -> float:
+    """The per-task variance of the pilot's own design (its seeds)."""
+    return parts.per_task(parts.seeds)[0]
+
+
+def tasks_needed(delta: float, parts: Components, seeds: int, *, alpha: float = ALPHA,
+                 power: float = POWER) -> tuple[float, float]:
+    """Tasks that detect a true difference ``delta`` with ``power`` at ``seeds`` seeds: (best, worst) case
+    (equal when the pilot had several seeds). A pilot without any variance (no discordant pair) gives 2."""
+    if delta <= 0:
+        raise ValueError(f"--plan: the difference to detect must be positive, got {delta}")
+    out = []
+    for variance in parts.per_task(seeds):
+        if variance <= 0:
+            out.append(2.0)  # no variance at all in the pilot: any difference shows at once
+            continue
+        nobs = _solver().solve_power(effect_size=delta / math.sqrt(variance), nobs=None, alpha=alpha, power=power,
+                                     alternative="two-sided")
+        out.append(float(math.ceil(float(np.asarray(nobs).ravel()[0]))))
+    return out[0], out[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Tasks needed per seed count to detect ``delta``: ``rows`` of (seeds, best, worst)."""
+
+    delta: float
+    rows: tuple[tuple[int, float, float], ...]
+    known: bool  # the pilot had several seeds: best == worst
+
+
+def plan(delta: float, parts: Components, seeds: Sequence[int] = SEEDS, *, alpha: float = ALPHA,
+         power: float = POWER) -> Plan:
+    rows = tuple((s, *tasks_needed(delta, parts, s, alpha=alpha, power=power)) for s in seeds)
+    return Plan(delta, rows, parts.between is not None)
+
+
+__all__ = ["ALPHA", "POWER", "SEEDS", "Components", "components", "mde", "tasks_needed", "Plan", "plan"]
