@@ -28,7 +28,8 @@ ALFWORLD_VENV ?= .venv-alfworld
 # jax the range allows; the lower bound's pins on Python 3.11), each running the library's tests from a
 # folder without our source, and notebook 01; the harness's wheel, non-editable, running
 # `tokenworth run --limit 5`, then with the two example plugins of examples/plugins/ installed from their
-# folders (non-editable) running tests/test_plugin_examples.py (docs/plugins.md).
+# folders (non-editable) running tests/test_plugin_examples.py, and tests/test_plugin_isolation.py (the broken
+# plugins of tests/plugins/, which it installs as wheels into folders of its own) (docs/plugins.md).
 DIST        ?= dist
 PYTHON_NEW  ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12) $(PYTHON))
 LOWER_PINS  := jax==0.10.0 jaxlib==0.10.0 optax==0.2.4 numpy==2.0.2

@@ -11,7 +11,9 @@
 #       a fresh venv with the library's and the harness's wheels, non-editable, then `tokenworth run --limit 5`
 #       in an empty folder; then the two example plugins of examples/plugins/, installed non-editable from
 #       their folders, through tests/test_plugin_examples.py (DB with the example method, the example
-#       benchmark with the paper's methods, a sweep, kill -9 and resume, a two-node Ray run)
+#       benchmark with the paper's methods, a sweep, kill -9 and resume, a two-node Ray run), and the broken
+#       plugins of tests/plugins/ through tests/test_plugin_isolation.py (it installs them itself, as wheels,
+#       into folders of its own: the venv and the examples' tests never see them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The library's tests: the files that declare `pytestmark = pytest.mark.library` (they import nothing
@@ -101,7 +103,8 @@ harness)
     "$repo/examples/plugins/tokenworth-example-method" "$repo/examples/plugins/tokenworth-example-benchmark"
   cp -r "$repo/tests" "$work/tests"
   TOKENWORTH_DATA_DIR=$data TOKENWORTH_PLUGIN_EXAMPLES=required \
-    "$venv/bin/python" -m pytest -q -p no:cacheprovider --durations=10 tests/test_plugin_examples.py
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider --durations=10 tests/test_plugin_examples.py \
+    tests/test_plugin_isolation.py
   ;;
 *) echo "scripts/wheels.sh: unknown command $1" >&2; exit 2 ;;
 esac

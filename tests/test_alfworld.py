@@ -1,5 +1,5 @@
-"""ALFWorld (issue 28): the manifest, the protocol (parse, repair call, J_max in steps), bad input, and one game
-of each task type through the real TextWorld engine and the real CLI.
+"""ALFWorld (App. C's adapter, docs/alfworld.md): the manifest, the protocol (parse, repair call, J_max in
+steps), bad input, and one game of each task type through the real TextWorld engine and the real CLI.
 
 The real-engine tests need ALFWorld's engine venv (``make alfworld-setup``; ``make test`` builds it and names
 it in $TOKENWORTH_ALFWORLD_VENV, so there they run and can fail); elsewhere, without it, they skip.

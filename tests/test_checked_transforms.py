@@ -1,4 +1,4 @@
-"""tw.checked where a JAX user puts it (issue 55, item 2): inside their own ``jax.jit``, ``jax.vmap`` and
+"""tw.checked where a JAX user puts it (its page's promise): inside their own ``jax.jit``, ``jax.vmap`` and
 ``lax.scan``, as written, with no ``checkify.checkify`` of their own.
 
 A clean call gives the plain functions' results; a bad traced reward, a non-finite query, a protocol violation

@@ -69,7 +69,7 @@ def test_sweep_command_writes_tables(tmp_path, data_dir) -> None:
 def test_data_fetch_reports_failure_clearly(tmp_path, monkeypatch) -> None:
     import tokenworth_agent.tasks
 
-    def offline(data_dir=None, envs=("db", "os", "kg"), say=print):
+    def offline(data_dir=None, envs=("db", "os", "kg"), say=print, warn=None):
         raise ConnectionError("no route to host")
 
     monkeypatch.setattr(tokenworth_agent.tasks, "fetch", offline)

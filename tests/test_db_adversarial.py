@@ -1,4 +1,4 @@
-"""DB environment under adversarial input (issue 11, items 1-6).
+"""DB environment under adversarial input (docs/db-fidelity.md): six ways it went wrong.
 
 Correct answers that used to fail (row order inside derived tables and CTEs), wrong
 answers that used to pass (ONLY_FULL_GROUP_BY), reachable internal objects, replies that

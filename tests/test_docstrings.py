@@ -1,4 +1,5 @@
-"""Every function the API reference documents has Google-style ``Args:`` and ``Returns:`` sections (issue 55).
+"""Every function the API reference documents has Google-style ``Args:`` and ``Returns:`` sections (the pages
+document every argument and what comes back).
 
 The functions are those the pages show with ``.. autofunction::`` (docs/api/*.rst): the pure API (``tw.init`` ...
 ``tw.run_batched``, ``tw.worth``), ``tw.checked``'s twins, the presets and ``stack_hparams``, the parts' makers,

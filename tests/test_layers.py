@@ -33,6 +33,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("application", ("tokenworth_agent.experiment",)),
     ("tracking", ("tokenworth_agent.tracking",)),
     ("results", ("tokenworth_agent.results",)),
+    # the public plugin interface: re-exports what a plugin needs from the layers below; no layer imports it
+    ("plugin interface", ("tokenworth_agent.plugin",)),
     ("policies", ("tokenworth_agent.policies",)),
     # each benchmark's folder, and the interface they share; reached through entry points, imported by no layer
     ("benchmarks", ("tokenworth_agent.benchmarks",)),

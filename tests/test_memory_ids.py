@@ -1,4 +1,5 @@
-"""Memory ids are guarded as rewards are (issue 55, item 4), on the plain, checked and host Controller paths.
+"""Memory ids are guarded as rewards are (the ids' rules of the Sharp bits page), on the plain, checked and host
+Controller paths.
 
 * an id not of an integer dtype (3.7, True) is refused at trace time (TypeError): it was stored as 3 (or 1);
 * a concrete id outside int32 (``np.int64(2**32)``, ``2**32 + 5``, ``np.int64(2**31)``, the Python int ``2**31``) is

@@ -1,4 +1,4 @@
-"""Nothing the pure API is given is silently ignored (issue 48, part 1): each case is a one-line refusal or a
+"""Nothing the pure API is given is silently ignored (the pure API's inputs): each case is a one-line refusal or a
 correct result.
 
 * a reward of a float dtype (a graded score) is refused at trace time, saying to threshold it;

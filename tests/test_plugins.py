@@ -3,13 +3,16 @@
 Fake distributions are written as ``*.dist-info`` folders on ``sys.path`` (what an installed wheel leaves),
 so discovery runs exactly as for a real install: a name two distributions claim is refused naming both,
 a plugin that fails to import is named with its distribution and the cause, and the built-ins keep working.
-The example plugins of examples/plugins/ run end to end in the wheel lane (scripts/wheels.sh plugins).
+The example plugins of examples/plugins/ run end to end in the wheel lane (scripts/wheels.sh harness), and
+broken ones built as real distributions in tests/test_plugin_isolation.py.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -69,7 +72,8 @@ def test_a_plugin_that_fails_to_import_is_one_line_and_the_builtins_keep_working
     assert "db" in loaded and "broken" not in loaded and warnings == [line]
     assert plugins.benchmark("db").name == "db"
     [row] = [r for r in plugins.listing() if r["name"] == "broken"]
-    assert row["status"].startswith("broken: ModuleNotFoundError") and row["distribution"] == "broken-plugin"
+    assert row["status"] == "broken" and row["distribution"] == "broken-plugin"
+    assert row["detail"].startswith("failed to import: ModuleNotFoundError")
 
 
 def test_tokenworth_plugins_lists_name_kind_distribution_version(site) -> None:
@@ -92,12 +96,10 @@ def test_tokenworth_plugins_lists_name_kind_distribution_version(site) -> None:
 def test_a_benchmark_without_simulated_replies_refuses_the_sim_backbone(site, tmp_path) -> None:
     """--backbone sim with a benchmark that brings no replies: one error line, rc 2, nothing written."""
     module = site / "silent_bench.py"
-    module.write_text(
-        "from tokenworth_agent.benchmarks.base import Benchmark\n"
-        "from tokenworth_agent.benchmarks.db.tasks import SOURCE\n"  # any task source will do: it is never read
-        "BENCHMARK = Benchmark(name='silent', tasks=SOURCE, instructions='x', make_environment=None,\n"
-        "                      compact_memory=None, limits=dict(max_output_tokens=8, max_rounds=1, max_memories=1,\n"
-        "                      max_injected_chars=100, bank_capacity=8))\n")
+    module.write_text(  # DB's parts will do: they are never used
+        "import dataclasses\n"
+        "from tokenworth_agent.benchmarks.db import BENCHMARK as DB\n"
+        "BENCHMARK = dataclasses.replace(DB, name='silent', sim_reply=None, sim_p0_range=None, controller_preset='db')\n")
     fake_distribution(site, "silent-plugin", {"tokenworth.benchmarks": {"silent": "silent_bench:BENCHMARK"}})
     from tokenworth_agent.cli import app
 
@@ -132,3 +134,131 @@ def test_a_plugin_method_runs_shows_and_is_tracked_like_a_builtin(site, tmp_path
     assert shown.stdout.startswith("mine · task 1 (db-1)")  # its records carry its name
     misnamed = tokenworth("run", "--methods", "misnamed", "--limit", "2", "--out", "other", "--no-progress")
     assert misnamed.returncode == 2 and "error: method 'misnamed'" in misnamed.stderr, misnamed.stderr[-2000:]
+
+
+# ------------------------------------------------------------------------- a Benchmark checked as it is made
+def _db() -> Any:
+    return plugins.benchmark("db")
+
+
+@pytest.mark.parametrize("changes, expected", [
+    (dict(limits=dict(o_max=16, j_max=1, k_max=1, l_max=200)),
+     "limits are keyed by the budget's field names, not --grid's short names: write max_output_tokens for o_max, "
+     "max_rounds for j_max, max_memories for k_max, max_injected_chars for l_max"),
+    (dict(limits=dict(max_output_tokens=16, max_rounds=1, max_memories=1, max_injected_chars=200, rounds=3)),
+     "limits has no key 'rounds'; the limits are max_output_tokens, max_rounds, bank_capacity, max_memories, "
+     "max_injected_chars, per_call_cap, aux_call_cap"),
+    (dict(limits=dict(max_output_tokens=16, max_rounds=1)), "limits lacks max_memories, max_injected_chars"),
+    (dict(limits=dict(max_output_tokens=16.5, max_rounds=1, max_memories=1, max_injected_chars=200)),
+     "limits['max_output_tokens'] must be an integer, got float 16.5"),
+    (dict(limits=dict(max_output_tokens=0, max_rounds=1, max_memories=1, max_injected_chars=200)),
+     "limits: Budget.max_output_tokens must be >= 1, got 0"),
+    (dict(tasks="str", make_environment="nope"),
+     "tasks must be a task source with `benchmark` (a DataFolder) and `load(data_dir, folders)`, got str 'str'; "
+     "make_environment must be a function called as make_environment(budget, options, instructions), got str 'nope'"),
+    (dict(make_environment=lambda budget: None),
+     "make_environment is called as make_environment(budget, options, instructions), but"),
+    (dict(compact_memory=lambda question, turns: None),
+     "compact_memory is called as compact_memory(question, turns, abstract=...)"),
+    (dict(sim_reply=None), "sim_reply and sim_p0_range come together"),
+    (dict(sim_p0_range=(0.9, 0.1)), "sim_p0_range must be (lo, hi) with 0 <= lo <= hi <= 1"),
+    (dict(name="Units"), "name must be lower-case letters, digits, - and _ (what --env takes), got 'Units'"),
+    (dict(instructions=None), "instructions must be the instruction text"),
+    (dict(description=3), "description must be text"),
+    (dict(controller_preset=""), "controller_preset must be a preset's name"),
+])
+def test_a_benchmark_is_checked_field_by_field_as_it_is_made(changes, expected) -> None:
+    import dataclasses
+
+    from tokenworth_agent.plugin import BenchmarkError
+
+    with pytest.raises(BenchmarkError) as refused:
+        dataclasses.replace(_db(), **changes)
+    assert "\n" not in str(refused.value) and expected in str(refused.value), str(refused.value)
+
+
+@pytest.mark.parametrize("option, expected", [
+    (("x-y", str, "a"), "options: parameter name 'x-y' is not a Python name"),
+    (("x", list, None), "options: parameter 'x' has type <class 'list'>; use one of str, int, float, bool, pathlib.Path"),
+    (("x", int, "3"), "option 'x': its default '3' is not of its type, int"),
+    (("x", bool, 0), "option 'x': its default 0 is not of its type, bool"),
+])
+def test_a_benchmarks_options_are_checked(option, expected) -> None:
+    import dataclasses
+
+    from tokenworth_agent.plugin import BenchmarkError, BenchmarkOption
+
+    with pytest.raises(BenchmarkError, match=re.escape(expected)):
+        dataclasses.replace(_db(), options=(BenchmarkOption(*option, help="h"),))
+
+
+def test_a_preset_that_does_not_exist_is_one_line_naming_the_presets() -> None:
+    import dataclasses
+
+    from tokenworth_agent.plugin import BenchmarkError
+
+    unset = dataclasses.replace(_db(), name="units")  # controller_preset left at its default: the name, no preset
+    with pytest.raises(BenchmarkError, match=r"^benchmark 'units': controller_preset is not set, and 'units' is no "
+                                             r"controller preset: set controller_preset to the library preset "
+                                             r"TokenWorth runs with \(its hyperparameters and B_max\), one of "
+                                             r"alfworld, bigcodebench, db, kg, os$"):
+        unset.check_preset()
+    with pytest.raises(BenchmarkError, match="controller_preset 'dbx' is no controller preset; use one of alfworld"):
+        dataclasses.replace(unset, controller_preset="dbx").check_preset()
+    dataclasses.replace(unset, controller_preset="kg").check_preset()  # a preset that exists
+
+
+def test_an_entry_that_is_not_what_its_kind_must_be_is_refused_at_load(site) -> None:
+    (site / "shapes_plugin.py").write_text("import types\nNAMESPACE = types.SimpleNamespace(name='ns')\n"
+                                           "MAPPING = {'name': 'mapping'}\n"
+                                           "def function(env, budget, seed=0, **kw):\n    return None\n")
+    fake_distribution(site, "shapes-plugin", {"tokenworth.benchmarks": {"ns": "shapes_plugin:NAMESPACE",
+                                                                        "mapping": "shapes_plugin:MAPPING"},
+                                              "tokenworth.methods": {"function": "shapes_plugin:function"}})
+    for kind, name, shown in (("benchmark", "ns", "a SimpleNamespace"), ("benchmark", "mapping", "a dict"),
+                              ("method", "function", "a function")):
+        with pytest.raises(plugins.PluginError) as refused:
+            plugins.load(kind, name)
+        assert str(refused.value).startswith(f"{kind} {name!r} (shapes_plugin:") and "shapes-plugin 1.0 is " + shown \
+            in str(refused.value), str(refused.value)
+    assert plugins.benchmark("db").name == "db" and plugins.load("method", "rag").name == "rag"
+
+
+# ------------------------------------------------------------------------- the one public module
+def _tokenworth_imports(path: Path) -> list[tuple[str, list[str]]]:
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "tokenworth_agent":
+            found.append((node.module, [alias.name for alias in node.names]))
+        elif isinstance(node, ast.Import):
+            found += [(alias.name, []) for alias in node.names if alias.name.split(".")[0] == "tokenworth_agent"]
+    return found
+
+
+def test_the_example_plugins_import_only_the_public_module() -> None:
+    import tokenworth_agent.plugin as public
+
+    repo = Path(__file__).resolve().parents[1]
+    files = sorted([*(repo / "examples" / "plugins").rglob("*.py"), *(repo / "tests" / "plugins").rglob("*.py")])
+    assert len(files) >= 10
+    for path in files:
+        for module, imported in _tokenworth_imports(path):
+            assert module == "tokenworth_agent.plugin", f"{path.relative_to(repo)} imports {module}"
+            assert set(imported) <= set(public.__all__), (path, set(imported) - set(public.__all__))
+
+
+def test_the_public_module_exports_every_name_a_plugin_needs() -> None:
+    """Each name exists, and what a plugin writer reaches for is there (the names the example plugins and the
+    built-in benchmarks pass around)."""
+    import tokenworth_agent.plugin as public
+
+    assert len(public.__all__) == len(set(public.__all__))
+    for name in public.__all__:
+        assert hasattr(public, name), name
+    assert {"Benchmark", "BenchmarkOption", "TaskSource", "Task", "DataFolder", "DataError", "Environment",
+            "StepResult", "Judgement", "Turn", "Step", "Budget", "Episode", "SimParams", "MemoryPolicy",
+            "StoreBackedPolicy", "MemoryStore", "Memory", "Outcome", "Backbone", "Generation", "Conversation",
+            "PluginError"} <= set(public.__all__)
+    assert "compatib" in public.__doc__ and "minor release" in public.__doc__ and "major release" in public.__doc__

@@ -1,6 +1,6 @@
-"""TokenWorth+ must never make an agent worse than no memory (issue 30): the no-memory arm's own
-posterior, the no-harm guard, the decision on streams where injecting hurts, plain-text memories,
-and the harm-majority stream family of ``tokenworth_bench.plus.streams``."""
+"""TokenWorth+ must never make an agent worse than no memory (docs/tokenworth-plus.md, "No harm"): the
+no-memory arm's own posterior, the no-harm guard, the decision on streams where injecting hurts, plain-text
+memories, and the harm-majority stream family of ``tokenworth_bench.plus.streams``."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from tokenworth_jax.plus.mode import update
 from tests.controller_helpers import FAST_SCHEDULE, SMALL_SPEC, unit
 
 WORDS, ACTIONS = 16, 8
-# The decision rule of issue 30 switched off: "no memory" learned only from the rule's own abstentions.
+# The no-harm decision rule switched off: "no memory" learned only from the rule's own abstentions.
 BEFORE = dict(plus_optimism=1.0, plus_explore=0.0, plus_margin=-0.05, plus_guard=0.0, plus_null_explore=0.0,
               plus_null_first=0.0, plus_null_all=0.0, plus_reoffset=0.0)
 
@@ -180,8 +180,8 @@ def test_abstains_where_injecting_hurts(seed):
 
 
 def test_on_a_harm_majority_stream_the_rule_before_loses_and_the_default_does_not():
-    """Issue 30's failure: a quarter of the memories help, the rest hurt by 0.15. The rule before learned
-    "no memory" only from its own rare abstentions and kept injecting."""
+    """The failure the no-harm rule fixes: a quarter of the memories help, the rest hurt by 0.15. The rule
+    before learned "no memory" only from its own rare abstentions and kept injecting."""
     st = streams.make_stream("h25-x15-s2-n2", 1, 1000)
     no_memory = streams.no_memory(st)
     now = streams.run_controller(st, True, plus_seed=1)

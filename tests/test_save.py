@@ -1,4 +1,4 @@
-"""Save and restore a pure state with its spec and hyperparameters (``tw.save`` / ``tw.load``, issue 48):
+"""Save and restore a pure state with its spec and hyperparameters (``tw.save`` / ``tw.load``):
 
 * exact: every leaf's bytes, dtype and shape, in this process and in a fresh one, which then continues the
   stream to the same decisions and state as the process that saved;
@@ -269,7 +269,7 @@ def test_save_refuses_a_state_the_spec_does_not_make(tmp_path):
     assert not (tmp_path / "x.npz").exists() and not list(tmp_path.iterdir())  # nothing written, no temporary left
 
 
-# ----- issue 55: one line naming the file and the leaf for every damaged file; parts by name; a careful save -------
+# ----- refusals: one line naming the file and the leaf for every damaged file; parts by name; a careful save ------
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory) -> Path:
     spec, hp = small_setup(jnp.float32)

@@ -1,4 +1,4 @@
-"""The "Sharp bits" page (docs/api/sharp_bits.rst, issue 55 item 9) says only what is true.
+"""The "Sharp bits" page (docs/api/sharp_bits.rst) says only what is true.
 
 * its misuse table is read from the page, and every cell is run: the plain functions, tw.checked and the host
   Controller each get what the cell's first word says (an exception class, a decision code, "no-op", ...);

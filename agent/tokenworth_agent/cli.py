@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Annotated, Any, Callable, Optional, Sequence, TypeVar, get_type_hints
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
-from tokenworth_agent.experiment.config import Streams, Sweep
+from tokenworth_agent.experiment.config import ConfigError, Streams, Sweep
 from tokenworth_agent.experiment.failures import INTERRUPTED, describe_failure
 from tokenworth_agent.experiment.flags import (BACKBONE, BUDGET, EXECUTOR, EXPERIMENT, HARNESS, OPENAI, OUTPUT, PANELS,
                                                SWEEP, VLLM, ExperimentFlags, _option, benchmark_flags,
@@ -35,7 +36,41 @@ from tokenworth_agent.experiment.launch import LaunchResult, launch
 from tokenworth_agent.envs.registry import env_names
 from tokenworth_agent.policies.registry import POLICIES
 
-app = typer.Typer(add_completion=False, no_args_is_help=False,
+def warn(line: str) -> None:
+    """A ``warning:`` line on stderr (given once per process: :func:`tokenworth_agent.core.plugins.warn_once`)."""
+    typer.echo(f"warning: {line}", err=True)
+
+
+class _Commands(TyperGroup):
+    """``tokenworth``'s commands, and each benchmark's own (``tokenworth kg serve``) under its name, loaded only when
+    that name is the command (or to list them in ``--help``), so a broken plugin costs no other command anything."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        from tokenworth_agent.core.plugins import benchmarks
+
+        own = [name for name, bench in benchmarks(None, warn=warn).items() if bench.commands is not None]
+        return [*super().list_commands(ctx), *(n for n in own if n not in self.commands)]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        found = super().get_command(ctx, cmd_name)
+        if found is not None:
+            return found
+        from tokenworth_agent.core.plugins import PluginError, installed, load
+
+        if cmd_name not in installed("benchmark").entries and cmd_name not in installed("benchmark").clashes:
+            return None
+        try:
+            bench = load("benchmark", cmd_name)
+        except PluginError as exc:
+            fail(str(exc))
+        if bench.commands is None:
+            return None
+        group = typer.main.get_command(bench.commands())
+        group.name = cmd_name
+        return group
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=False, cls=_Commands,
                   help="Run the lifelong benchmark, sweep TokenWorth, fetch the task data. With no command: "
                        "`tokenworth run` with its defaults.")
 data_app = typer.Typer(add_completion=False, help="The task data.")
@@ -45,32 +80,126 @@ _DEBUG = {"on": False}
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+BENCHMARK_OPTIONS = "tokenworth.benchmark_options"  # where the benchmark command keeps its benchmarks' values
+CONTEXT = "typer_context"  # the wrapper's parameter typer passes the command's context in
+
+
 def with_experiment_flags(command: F) -> F:
     """Give ``command`` (which takes ``flags: ExperimentFlags``) every :class:`ExperimentFlags` option.
 
     Typer reads a command's options from its signature, so the wrapper's signature is the
     command's own parameters followed by the dataclass's fields; the wrapper gathers the latter
-    into one ``ExperimentFlags``."""
+    into one ``ExperimentFlags``, with the benchmarks' own options (:func:`benchmark_command`)."""
     hints = get_type_hints(ExperimentFlags, include_extras=True)
     shared = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name])
               for f in flag_fields()]
-    # each installed benchmark's own flags, in a --help section of its own (a plugin that fails to import: one line)
-    own_flags = [inspect.Parameter(b.name, inspect.Parameter.KEYWORD_ONLY, default=b.default,
-                                   annotation=Annotated[b.type, b.option])
-                 for b in benchmark_flags(warn=lambda line: typer.echo(f"warning: {line}", err=True))]
     own = inspect.signature(command, eval_str=True)
 
     @functools.wraps(command)
     def wrapper(**kwargs: Any) -> Any:
-        options = {p.name: kwargs.pop(p.name) for p in own_flags}
+        context = kwargs.pop(CONTEXT)
+        options = dict(context.meta.get(BENCHMARK_OPTIONS, {}))
         flags = ExperimentFlags(**{p.name: kwargs.pop(p.name) for p in shared}, benchmark_options=options)
         return command(**kwargs, flags=flags)
 
     params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for n, p in own.parameters.items() if n != "flags"]
-    # --help shows the panels in the order of their first option: this order, the benchmarks' after the harness's
+    context = inspect.Parameter(CONTEXT, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)  # typer gives it
+    # --help shows the panels in the order of their first option: this order (the benchmarks' after the harness's)
     wrapper.__signature__ = own.replace(  # type: ignore[attr-defined]
-        parameters=sorted([*params, *shared, *own_flags], key=_panel_order))
+        parameters=[context, *sorted([*params, *shared], key=_panel_order)])
     return wrapper  # type: ignore[return-value]
+
+
+def benchmark_command(default_envs: Sequence[str]) -> type:
+    """The command class of ``run`` and ``sweep``: their flags, and the benchmarks' own flags, added as the command
+    line is parsed (:func:`tokenworth_agent.core.plugins.benchmarks`): the built-ins' always, a plugin's when
+    ``--env`` names it (``default_envs`` without ``--env``), and every plugin's for ``--help``, where one that is
+    refused is left out with one ``warning:`` line. A plugin not asked for is never imported."""
+
+    class BenchmarkFlags(TyperCommand):
+        def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+            from tokenworth_agent.core.plugins import benchmarks
+
+            shared = [p for p in self.params if p.name not in getattr(self, "_benchmark_params", ())]
+            helping = any(a in ctx.help_option_names for a in args)
+            asked = None if helping else _asked_envs(args, default_envs)
+            taken = [o for p in shared for o in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ()))]
+            try:
+                found = benchmark_flags(benchmarks(asked, warn=warn if helping else None),
+                                        taken=taken, warn=warn if helping else None)
+            except ConfigError as exc:
+                fail(str(exc))
+            extra = _typer_params([inspect.Parameter(b.name, inspect.Parameter.KEYWORD_ONLY, default=b.default,
+                                                     annotation=Annotated[b.type, b.option]) for b in found])
+            self._benchmark_params = tuple(p.name for p in extra)
+            after = max((i + 1 for i, p in enumerate(shared) if getattr(p, "rich_help_panel", None) == HARNESS),
+                        default=len(shared))
+            self.params = [*shared[:after], *extra, *shared[after:]]
+            try:
+                return super().parse_args(ctx, args)
+            except Exception as exc:  # an unknown flag that is a benchmark's: say which --env it needs
+                # by name: the class is click's, or the copy of click that newer typers ship
+                if type(exc).__name__ == "NoSuchOption":
+                    hint = _whose_flag(getattr(exc, "option_name", ""), asked or ())
+                    if hint:
+                        fail(hint)
+                raise
+
+        def invoke(self, ctx: Any) -> Any:
+            ctx.meta[BENCHMARK_OPTIONS] = {name: ctx.params.pop(name) for name in getattr(self, "_benchmark_params", ())
+                                           if name in ctx.params}
+            return super().invoke(ctx)
+
+    return BenchmarkFlags
+
+
+def _asked_envs(args: Sequence[str], default: Sequence[str]) -> tuple[str, ...]:
+    """The benchmarks a command line names with ``--env`` (the last one given), else ``default``."""
+    given = None
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == "--env" and i + 1 < len(args):
+            given = args[i + 1]
+        elif arg.startswith("--env="):
+            given = arg.split("=", 1)[1]
+    try:
+        return parse_list("--env", given) if given is not None else tuple(default)
+    except ConfigError:
+        return tuple(default)
+
+
+def _typer_params(parameters: list[inspect.Parameter]) -> list[Any]:
+    """Typer's own parameters for ``parameters`` (Typer builds them from a signature; only its public API is used)."""
+    if not parameters:
+        return []
+
+    def holder(**kwargs: Any) -> None:
+        return None
+
+    holder.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    scratch = typer.Typer(add_completion=False)
+    scratch.command()(holder)
+    return list(typer.main.get_command(scratch).params)
+
+
+def _whose_flag(flag: str, asked: Sequence[str]) -> str | None:
+    """The line for a flag this command line does not know that is an installed benchmark's (None: it is no one's).
+    Every plugin is loaded for it: the command line failed already."""
+    from tokenworth_agent.core.plugins import PluginError, benchmarks, load
+
+    for name in asked:  # a benchmark asked for that was refused: its own line says why its flags are missing
+        try:
+            load("benchmark", name)
+        except PluginError as exc:
+            return str(exc)
+        except ValueError:
+            pass
+    for name, bench in benchmarks(None).items():
+        if any(option.flag == flag for option in bench.options):
+            return f"{flag} is an option of the benchmark {name}; add --env {name} (this command line runs " \
+                   f"{', '.join(asked) or 'none'})"
+    return None
 
 
 def _panel(parameter: inspect.Parameter) -> str:
@@ -147,7 +276,7 @@ def main(ctx: typer.Context,
         run_command(ExperimentFlags())
 
 
-@app.command()
+@app.command(cls=benchmark_command(Streams().envs))
 @with_experiment_flags
 def run(
     env: Annotated[str, _option(EXPERIMENT, "Task stream(s): " + ", ".join(env_names()) + ", or a "
@@ -186,7 +315,7 @@ def run_command(flags: ExperimentFlags, *, env: str = ",".join(Streams().envs),
     return result
 
 
-@app.command()
+@app.command(cls=benchmark_command((Sweep().env,)))
 @with_experiment_flags
 def sweep(
     env: Annotated[str, _option(SWEEP, "Task stream: " + ", ".join(env_names()) + ".")] = Sweep().env,
@@ -320,14 +449,15 @@ def data_fetch(
     """Download the task data (needs internet), each file checked against its recorded checksum.
 
     An interrupted download resumes; a file already there and verified is not downloaded again."""
+    from tokenworth_agent.core.plugins import PluginError
     from tokenworth_agent.tasks import DataError, fetch
 
     envs = None if env is None else [e.strip().lower() for e in env.split(",") if e.strip()]
     if envs == []:
         fail(f"--env names no benchmark; use some of {', '.join(env_names())}")
     try:
-        folders = fetch(data_dir, envs=envs, say=typer.echo)
-    except DataError as exc:
+        folders = fetch(data_dir, envs=envs, say=typer.echo, warn=warn)
+    except (DataError, PluginError) as exc:
         fail(" ".join(str(exc).split()))
     except Exception as exc:  # anything else that goes wrong on the way; say what happened
         if _DEBUG["on"]:
@@ -340,8 +470,13 @@ def data_fetch(
 @app.command("plugins")
 def plugins_command(name: Optional[str] = typer.Argument(
         None, metavar="[NAME]", help="A method or benchmark: print its parameters, one per line.")) -> None:
-    """List the installed methods, benchmarks and backbones: name, kind, distribution, version (docs/plugins.md);
-    with NAME, that plugin's parameters (name, type, default, help), as `--grid` takes them."""
+    """List the installed methods, benchmarks and backbones, each ok, broken or clashing, and why; with NAME, that
+    plugin's parameters.
+
+    Each row: name, kind, distribution, version, status (ok; broken: refused when asked for; clash: its name is
+    registered twice) and the reason, or a benchmark's description (docs/plugins.md). Each entry is loaded on its
+    own: a broken one is its own row. With NAME: its parameters (name, type, default, help), as `--grid` takes
+    them."""
     from tokenworth_agent.core.plugins import listing
 
     if name is not None:
@@ -349,14 +484,12 @@ def plugins_command(name: Optional[str] = typer.Argument(
         return
 
     rows = listing()
-    widths = [max(len(h), *(len(r[k]) for r in rows)) for h, k in (("NAME", "name"), ("KIND", "kind"),
-                                                                   ("DISTRIBUTION", "distribution"),
-                                                                   ("VERSION", "version"))]
-    header = ("NAME", "KIND", "DISTRIBUTION", "VERSION", "STATUS")
-    typer.echo("  ".join(h.ljust(w) for h, w in zip(header, widths)) + "  STATUS")
+    columns = (("NAME", "name"), ("KIND", "kind"), ("DISTRIBUTION", "distribution"), ("VERSION", "version"),
+               ("STATUS", "status"))
+    widths = [max(len(h), *(len(r[k]) for r in rows)) for h, k in columns]
+    typer.echo("  ".join(h.ljust(w) for (h, _), w in zip(columns, widths)) + "  DETAIL")
     for r in rows:
-        cells = (r["name"], r["kind"], r["distribution"], r["version"])
-        typer.echo("  ".join(c.ljust(w) for c, w in zip(cells, widths)) + "  " + r["status"])
+        typer.echo(("  ".join(r[k].ljust(w) for (_, k), w in zip(columns, widths)) + f"  {r['detail']}").rstrip())
 
 
 def _plugin_parameters(name: str) -> None:
@@ -392,17 +525,6 @@ def _plugin_parameters(name: str) -> None:
     if not found:
         fail(f"no plugin named {name!r}; installed: {', '.join(n for kind in GROUPS for n in names(kind))}")
 
-
-def _add_benchmark_commands() -> None:
-    """Each benchmark's own commands (e.g. `tokenworth kg serve`), under its name."""
-    from tokenworth_agent.core.plugins import loadable
-
-    for name, bench in loadable("benchmark").items():
-        if bench.commands is not None:
-            app.add_typer(bench.commands(), name=name)
-
-
-_add_benchmark_commands()
 
 
 track_app = typer.Typer(add_completion=False, help="Send a run to a tracker after the fact (docs/running.md, Tracking).")

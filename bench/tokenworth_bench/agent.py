@@ -40,6 +40,7 @@ from tokenworth_agent.policies.registry import METHOD_NAMES
 from tokenworth_agent.storage.checkpoint import atomic_write_json, atomic_write_text
 
 METHODS = ",".join(METHOD_NAMES)  # the default run's methods
+DEFAULT_ENVS = "db,os"  # the default run's benchmarks
 
 
 KEYS = ("sr", "output_tok", "delta_tok", "auxiliary_tok")
@@ -116,18 +117,37 @@ def plot(results: dict[str, list[dict[str, Any]]], path: Path, accounting: str =
     plt.close(fig)
 
 
-def _flag_arguments(parser: argparse.ArgumentParser) -> None:
+def _benchmark_flags(argv: Sequence[str]) -> list[Any]:
+    """The benchmarks' own flags this command line may use, as ``tokenworth run`` takes them: the built-ins', and a
+    plugin's when ``--envs`` names it (every plugin's for --help, a refused one left out with a warning)."""
+    from tokenworth_agent.core.plugins import benchmarks
+    from tokenworth_agent.experiment.flags import benchmark_flags
+
+    def warn(line: str) -> None:  # given once each (tokenworth_agent.core.plugins.warn_once)
+        print(f"warning: {line}", file=sys.stderr)
+
+    if "-h" in argv or "--help" in argv:
+        return benchmark_flags(benchmarks(None, warn=warn), warn=warn)
+    first = argparse.ArgumentParser(add_help=False)
+    first.add_argument("--envs", "--env", default=DEFAULT_ENVS)
+    envs = [e.strip().lower() for e in first.parse_known_args(list(argv))[0].envs.split(",") if e.strip()]
+    return benchmark_flags(benchmarks(envs))
+
+
+def _flag_arguments(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     """``tokenworth run``'s shared flags (:class:`tokenworth_agent.experiment.flags.ExperimentFlags`), grouped as in
     its --help."""
     import typing
 
-    from tokenworth_agent.experiment.flags import ExperimentFlags, benchmark_flags, flag_fields
+    from tokenworth_agent.experiment.flags import ExperimentFlags, flag_fields
 
     groups: dict[str, Any] = {}
     hints = typing.get_type_hints(ExperimentFlags, include_extras=True)
-    # the shared flags, then each installed benchmark's own (its section of tokenworth run --help)
+    # the shared flags, then each benchmark's own (its section of tokenworth run --help)
     fields = [(f.name, *typing.get_args(hints[f.name])[:2], f.default) for f in flag_fields()]
-    fields += [(b.name, b.type, b.option, b.default) for b in benchmark_flags()]
+    flags = _benchmark_flags(argv)
+    parser.set_defaults(benchmark_flags=[b.name for b in flags])
+    fields += [(b.name, b.type, b.option, b.default) for b in flags]
     for name, kind, info, default in fields:
         panel = info.rich_help_panel
         group = groups.setdefault(panel, parser.add_argument_group(panel))
@@ -147,23 +167,24 @@ def _flag_arguments(parser: argparse.ArgumentParser) -> None:
                                metavar={int: "N", float: "X", Path: "DIR"}.get(base, "TEXT"))
 
 
-def parser() -> argparse.ArgumentParser:
-    """``tokenworth-bench agent``'s options."""
+def parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """``tokenworth-bench agent``'s options (for the command line ``argv``, default ``sys.argv``: which benchmarks'
+    own flags it takes)."""
     out = argparse.ArgumentParser(prog="tokenworth-bench agent", description=__doc__.splitlines()[0])
     bench = out.add_argument_group("Benchmark")
-    bench.add_argument("--envs", "--env", default="db,os", help="Comma-separated envs [default: db,os].")
+    bench.add_argument("--envs", "--env", default=DEFAULT_ENVS, help=f"Comma-separated envs [default: {DEFAULT_ENVS}].")
     bench.add_argument("--methods", default=METHODS, help=f"Comma-separated methods [default: {METHODS}].")
     bench.add_argument("--seeds", default="0,1,2", help="Comma-separated seeds [default: 0,1,2].")
     where = out.add_argument_group("Where it writes (default: one run folder under runs/)")
     where.add_argument("--out", type=Path, default=None, help="Tables in OUT, the streams under OUT/runs/.")
     where.add_argument("--publish", action="store_true",
                        help="Tables in bench/results/agent_<envs>[_per_task]/ (the committed results).")
-    _flag_arguments(out)
+    _flag_arguments(out, sys.argv[1:] if argv is None else argv)
     return out
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    args = parser().parse_args(argv)
+    args = parser(argv).parse_args(argv)
     from tokenworth_agent.backbones.vllm_backbone import close_engines
 
     if args.publish and args.out is not None:
@@ -196,10 +217,10 @@ def _run_all(args: argparse.Namespace) -> dict[str, Any]:
     from tokenworth_agent.core.interrupt import InterruptGuard
     from tokenworth_agent.experiment import Streams, launch
     from tokenworth_agent.experiment.failures import describe_failure
-    from tokenworth_agent.experiment.flags import ExperimentFlags, benchmark_flags, flag_fields, parse_list
+    from tokenworth_agent.experiment.flags import ExperimentFlags, flag_fields, parse_list
 
     flags = ExperimentFlags(**{f.name: getattr(args, f.name) for f in flag_fields()},
-                            benchmark_options={b.name: getattr(args, b.name) for b in benchmark_flags()})
+                            benchmark_options={name: getattr(args, name) for name in args.benchmark_flags})
     accounting = args.budget_accounting
     envs = args.envs.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]

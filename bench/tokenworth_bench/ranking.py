@@ -1,4 +1,4 @@
-"""The ranking instrument (issue 24): which memory each method injects, measured by the sim.
+"""The ranking instrument (docs/ranking-research.md): which memory each method injects, measured by the sim.
 
 For every method's records of a simulated-backbone run (any env, every seed) it reports, per
 block of ``--block`` tasks and overall:

@@ -14,7 +14,7 @@ it follows their outcomes. It is a convex combination of values in [0, 1], so it
 [0, 1] whatever the inputs (the property tests check it), and it is clipped to
 [ε, 1 − ε] so that its logit is finite.
 
-**Its posterior** (issue 30: "no memory" must be a real arm). The estimate's sampling variance,
+**Its posterior** (the no-harm promise: "no memory" must be a real arm). The estimate's sampling variance,
 by the delta method over the two independent parts (the local outcomes, the global rate),
 
     Var p̂₀(q) ≈ [Σ_j k_j² p̂₀(1 − p̂₀) + a² μ̄(1 − μ̄)/(n + a + 1)] / (Σ_j k_j + a)²,

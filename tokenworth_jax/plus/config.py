@@ -45,8 +45,8 @@ class PlusHParams(NamedTuple):
     ``lambda_``): ``tw.preset("db", method="tokenworth+", plus_margin=0.05)``. Every leaf is a JAX
     array: int32 where marked *int*, else of the configuration's float dtype; shape () unless
     given. Switches (0/1) are stored as numbers so that a sweep can vary them without recompiling.
-    Issue 30 added "no memory" as an arm of its own (``null_*``), whose posterior is learned from
-    its own outcomes, and the no-harm guard (``guard*``).
+    The no-harm work (docs/tokenworth-plus.md, "No harm") added "no memory" as an arm of its own
+    (``null_*``), whose posterior is learned from its own outcomes, and the no-harm guard (``guard*``).
     """
 
     action_lambda: jax.Array
@@ -119,7 +119,7 @@ SCHEMA = Schema(
         lambda_grid=(1.0, 3.0, 10.0, 30.0, 100.0),
         refit_interval=1,
         features=(1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0),
-        # The inject decision of issue 30 (docs/tokenworth-plus.md, "No harm"): Thompson sampling over
+        # The no-harm inject decision (docs/tokenworth-plus.md, "No harm"): Thompson sampling over
         # {no memory} and the best candidate, each arm drawn from its own posterior, under the no-harm
         # guard; swept on the development streams (seeds 10-12) and simulated DB (seeds 0-2) only.
         optimism=0.0,

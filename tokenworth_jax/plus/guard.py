@@ -1,6 +1,6 @@
 """The no-harm guard: an injection only while the controller can still show it has done no harm.
 
-The promise (issue 30) is a bound on the whole run: TokenWorth+ must not end below injecting
+The promise (docs/tokenworth-plus.md, "No harm") is a bound on the whole run: TokenWorth+ must not end below injecting
 nothing by more than a small allowance. That is the constraint of a *conservative bandit*
 (Wu et al., 2016; Kazerouni et al., 2017): the baseline arm is "no memory", and another action
 may be played only if a lower confidence bound on the cumulative gain over the baseline, the new

@@ -16,7 +16,7 @@ docs/ranking-research.md):
 * **Choose**: rank the recall set by the posterior-mean gain Â = σ(o + θ̂ᵀψ) − p̂₀; then draw
   the best candidate's arm and the no-memory arm, each from its own posterior (Thompson), and
   inject when the first wins, no sooner than ``null_first`` no-memory outcomes, and only while
-  the no-harm guard (:mod:`.guard`) allows it (issue 30).
+  the no-harm guard (:mod:`.guard`) allows it.
 * **Worth** (the lifecycle): the mean of Â over the probes, deterministic (posterior mean), when
   ``worth`` is on; else the paper's score.
 

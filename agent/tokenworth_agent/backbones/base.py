@@ -23,6 +23,16 @@ Conversation = Sequence[Message]
 
 @dataclasses.dataclass(frozen=True)
 class Generation:
+    """One completion, as a backbone's ``generate`` returns it.
+
+    Attributes:
+        text: the reply (cut at a stop string, which is left out).
+        output_tokens: the tokens the engine decoded, as it reports them (the end-of-sequence token included).
+        finish_reason: ``stop``, ``length`` or an engine-specific reason.
+        prompt_tokens: the prompt's tokens, where the engine says (else None).
+        cached_tokens: the prompt tokens its prefix cache served, where the engine says (else None).
+    """
+
     text: str
     output_tokens: int
     finish_reason: str  # "stop", "length", or an engine-specific reason
@@ -64,6 +74,11 @@ class ServerUnreachable(BackboneError):
 
 @runtime_checkable
 class Backbone(Protocol):
+    """The interface a backbone implements: a class registered under ``tokenworth.backbones``, built with the run's
+    backbone options (``model=...``, ...) as keywords, with ``name`` (the entry's name) and a batched
+    :meth:`generate`. A backbone that cannot answer raises :class:`BackboneError` (or :class:`ServerUnreachable`
+    when no request gets through)."""
+
     name: str
 
     def generate(

@@ -43,7 +43,21 @@ DEFAULT_ACCOUNTING: Accounting = "per-call"
 
 @dataclasses.dataclass(frozen=True)
 class Budget:
-    """Per-task limits shared by every method on one environment."""
+    """Per-task limits shared by every method on one environment: the budget C = (O_max, J_max, B_max, K_max,
+    L_max). A benchmark's ``limits`` are these fields by name (all but ``env`` and ``accounting``).
+
+    Attributes:
+        env: the benchmark's name.
+        max_output_tokens: O_max, the output tokens a task may spend (per call or per task: ``accounting``).
+        max_rounds: J_max, the agent's replies per task, the final answer included.
+        bank_capacity: B_max, the most memories a method keeps (a benchmark's default: its controller preset's).
+        max_memories: K_max, the memories injected per task.
+        max_injected_chars: L_max, the characters of the whole injected block, headings included.
+        per_call_cap: the most one model call may write (512, the original harness's cap).
+        accounting: ``per-call`` (each call may write min(per_call_cap, O_max)) or ``per-task`` (all calls of a
+            task share O_max); the run's ``--budget-accounting``.
+        aux_call_cap: the most one auxiliary call (a method's own model call) may write; None: ``per_call_cap``.
+    """
 
     env: str
     max_output_tokens: int  # O_max: summed over rounds and auxiliary calls
@@ -75,11 +89,13 @@ class Budget:
         """The preset of ``env``: its benchmark's limits (:attr:`~tokenworth_agent.benchmarks.base.Benchmark.limits`:
         Table A1 for LAB's three, App. C for BigCodeBench and ALFWorld), B_max from the controller's preset table
         unless the benchmark gives its own, with ``accounting`` if given."""
-        from tokenworth_agent.core.plugins import benchmark
+        from tokenworth_agent.core.plugins import PluginError, benchmark
         from tokenworth_jax.presets import capacity  # B_max has one definition: the controller's preset table
 
         try:
             bench = benchmark(env)
+        except PluginError:  # a refused plugin: its own line names it and what to change
+            raise
         except ValueError as exc:
             raise ValueError(f"no budget preset for environment {env!r}: {exc}") from None
         limits = dict(bench.limits)
@@ -89,9 +105,11 @@ class Budget:
         return preset if accounting is None else preset.replace(accounting=accounting)
 
     def replace(self, **changes: int | str) -> "Budget":
+        """This budget with ``changes`` (e.g. a grid point's ``max_output_tokens``)."""
         return dataclasses.replace(self, **changes)
 
     def as_dict(self) -> dict[str, int | str]:
+        """As plain data (a run's ``config.json``)."""
         return dataclasses.asdict(self)
 
     def allows(self, call_tokens: Sequence[int]) -> bool:

@@ -47,6 +47,18 @@ class HarnessError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class HarnessOptions:
+    """The run's harness options, one frozen value every environment and method is given (the module docstring
+    says what each means).
+
+    Attributes:
+        memory_from: which successes write a memory: ``completed`` (reward 1 and ended by its own answer or
+            finish action) or ``reward`` (reward 1 alone).
+        memory_format: how a memory is written: ``compact``, ``transcript`` or ``abstract``.
+        instructions: a folder of ``<env>.txt`` texts replacing the instructions, or None.
+        options: every benchmark option of the run, by name (a benchmark's own are also read as attributes:
+            ``harness.kg_parser``).
+    """
+
     memory_from: str = "completed"
     memory_format: str = "compact"
     instructions: str | None = None  # a folder holding <env>.txt instruction texts
@@ -64,10 +76,10 @@ class HarnessOptions:
         options = self.__dict__.get("options", {})
         if name in options:
             return options[name]
-        if not name.startswith("_"):
-            from tokenworth_agent.core.plugins import loadable
+        if not name.startswith("_"):  # a built-in's option at its default (a run's options hold its benchmarks' all)
+            from tokenworth_agent.core.plugins import benchmarks
 
-            for bench in loadable("benchmark").values():
+            for bench in benchmarks().values():
                 for option in bench.options:
                     if option.name == name:
                         return option.default
@@ -79,6 +91,7 @@ class HarnessOptions:
 
     # ------------------------------------------------------------------ files the options name
     def instructions_path(self, env: str) -> Path | None:
+        """``DIR/<env>.txt`` of ``--instructions DIR``, or None."""
         return None if self.instructions is None else Path(self.instructions) / f"{env}.txt"
 
     def instruction_text(self, env: str) -> str | None:
@@ -149,15 +162,20 @@ def harness_from_cli(env: str | Sequence[str], *, memory_from: str = DEFAULT_HAR
     ``options`` are the benchmarks' own (by name); each benchmark's are converted and checked by the
     benchmark itself, and with ``resolve`` (a run's plan) completed first from the data under ``data_dir`` and
     the environment (e.g. KG's ontology folder and endpoint). Raises :class:`HarnessError` (one line,
-    naming the flag) on any bad value, including an option no installed benchmark declares.
+    naming the flag) on any bad value, including an option neither a benchmark of the run nor a built-in declares
+    (a plugin benchmark the run does not ask for is never imported), and
+    :class:`~tokenworth_agent.core.plugins.PluginError` for a benchmark that is refused.
     """
-    from tokenworth_agent.core.plugins import benchmark, loadable
+    from tokenworth_agent.core.plugins import benchmark, benchmarks
 
     envs = [env] if isinstance(env, str) else list(env)
-    declared = {o.name: o for b in loadable("benchmark").values() for o in b.options}
+    for name in envs:  # each asked for is loaded and checked first: a refused plugin is its own line
+        benchmark(name)
+    declared = {o.name: o for b in benchmarks(envs).values() for o in b.options}
     unknown = [name for name in options if name not in declared]
     if unknown:
-        raise HarnessError(f"no installed benchmark has the option {unknown[0]!r}")
+        raise HarnessError(f"no benchmark of this run ({', '.join(envs)}) nor any built-in has the option "
+                           f"{unknown[0]!r}")
     values = {name: declared[name].convert(value) for name, value in options.items()}
     for name in envs:
         bench = benchmark(name)

@@ -30,7 +30,21 @@ class Parameter:
     value is not resumed into this one), and only such an option can be swept with ``--grid`` (an option naming a
     file or a place enters by its content through :attr:`Benchmark.identity`, or not at all). A method's parameters
     always enter the identity when a grid sets them. ``check``: called with a converted value, raises ``ValueError``
-    (its message one line) for a value out of range, e.g. ``k >= 1``."""
+    (its message one line) for a value out of range, e.g. ``k >= 1``.
+
+    Attributes:
+        name: a Python name, unique among the benchmarks' options and the commands' own flags for an option
+            (prefix it with the benchmark's name: ``kg_parser``); a method's constructor keyword for a
+            hyperparameter.
+        type: ``str``, ``int``, ``float``, ``bool`` or ``pathlib.Path`` (kept as text).
+        default: the value when none is given (None, or a value of ``type``).
+        help: one line, for ``--help`` and ``tokenworth plugins NAME``.
+        identity: (a benchmark's option) its value enters each stream's identity and can be swept.
+        show_default: what is shown as the default where it is not a value (an environment variable).
+        choices: the allowed values of a ``str`` parameter (compared lower-cased).
+        check: ``check(value)`` raises ``ValueError`` for a value out of range (:func:`at_least`,
+            :func:`within`), or None.
+    """
 
     name: str  # a Python name: "kg_parser", "k"
     type: type  # str, int, float, bool or pathlib.Path
@@ -55,6 +69,7 @@ class Parameter:
 
     @property
     def default_text(self) -> str:
+        """The default as ``tokenworth plugins NAME`` shows it (``show_default``, ``-`` for None)."""
         return self.show_default if self.show_default is not None else ("-" if self.default is None else
                                                                          str(self.default))
 

@@ -7,16 +7,28 @@ method, a :class:`~tokenworth_agent.policies.base.MemoryPolicy` subclass; for a 
 ``agent/pyproject.toml`` the same way, so a built-in and a plugin are found, listed, loaded and refused
 alike (docs/plugins.md).
 
-The rules, each a one-line error:
+**Isolation.** Discovery reads the installed distributions' metadata (names, distributions, versions) and
+imports nothing. An entry is imported only when it is asked for (``--env``, ``--methods``, ``--backbone``), or
+to be listed (``--help``, ``tokenworth plugins``), where a broken one is left out with its one line: whatever a
+plugin is or does, every other name keeps working. The built-in benchmarks are the exception that proves it:
+their options and data folders are always known (they are the harness's own code).
 
-* Two entries of one kind with one name (from two distributions, or a plugin reusing a built-in's
-  name) make that name unusable: asking for it names both distributions. Other names keep working.
-* An entry whose import fails is named with its distribution, version and the cause when it is
-  asked for; everything else keeps working (``tokenworth plugins`` lists it as broken).
-* An unknown name lists the known ones.
+**Checked when loaded** (:func:`load`), each failure one :class:`PluginError` line naming the entry, its
+distribution and version, and what to change:
 
-Discovery reads the installed distributions' metadata once per process (:func:`installed`). Where the
-harness runs from a source tree that is not installed (its folder on ``PYTHONPATH``), the built-ins
+* the import (any exception, ``SystemExit`` included, is the plugin's);
+* what the entry is: a method a ``MemoryPolicy`` subclass, a benchmark a ``Benchmark`` value whose fields pass
+  :meth:`~tokenworth_agent.benchmarks.base.Benchmark.problems` and whose controller preset exists, a backbone
+  something callable;
+* its name: a method's class attribute ``name`` and a benchmark's ``Benchmark.name`` are the entry's name
+  (the records, stream folders and tables carry that one name);
+* two entries of one kind with one name (from two distributions, or a plugin reusing a built-in's name) make
+  that name unusable: asking for it names both distributions. Other names keep working.
+
+A load's result, the value or the refusal, is kept for the process (:func:`refresh` forgets it), and a warning
+about a plugin is printed once per process (:func:`warn_once`).
+
+Where the harness runs from a source tree that is not installed (its folder on ``PYTHONPATH``), the built-ins
 are read from the ``agent/pyproject.toml`` beside the package instead, so they never depend on pip.
 """
 
@@ -26,16 +38,33 @@ import dataclasses
 import functools
 import importlib
 import importlib.metadata as metadata
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
 
 GROUPS: dict[str, str] = {"method": "tokenworth.methods", "benchmark": "tokenworth.benchmarks",
                           "backbone": "tokenworth.backbones"}
 HOME = "tokenworth-agent"  # the distribution whose entries are the built-ins
 
+# What an entry of each kind must be: a class of the harness's interface, looked up in sys.modules and never
+# imported from here (core sits below the interfaces, docs/layout.md). An instance or subclass of it can only
+# exist once its module has been imported, so a class missing from sys.modules means the value is not one.
+_INTERFACES: dict[str, tuple[str, str, str]] = {
+    "method": ("tokenworth_agent.policies.base", "MemoryPolicy", "a subclass of tokenworth_agent.plugin.MemoryPolicy"),
+    "benchmark": ("tokenworth_agent.benchmarks.base", "Benchmark", "a tokenworth_agent.plugin.Benchmark value"),
+}
+
+Warn = Callable[[str], None]
+
 
 class PluginError(ValueError):
-    """A plugin that cannot be used: a name two distributions register, or an entry that fails to import."""
+    """A plugin that cannot be used, in one line: a name two distributions register, an entry that fails to
+    import, or one that is not what its kind must be. ``reason`` is the line without the entry's label (what
+    ``tokenworth plugins`` shows beside the entry)."""
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason if reason is not None else message
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +79,7 @@ class Plugin:
 
     @property
     def builtin(self) -> bool:
+        """Whether the entry is the harness's own (registered by ``tokenworth-agent``)."""
         return self.distribution == HOME
 
     @property
@@ -57,26 +87,43 @@ class Plugin:
         """``distribution version``: what a stream's identity and a Ray node check compare."""
         return f"{self.distribution} {self.version}"
 
+    @property
+    def label(self) -> str:
+        """How a message names the entry: ``benchmark 'units' (units_pkg:BENCHMARK) of hp-units 0.3.1``."""
+        return f"{self.kind} {self.name!r} ({self.value}) of {self.distribution} {self.version}"
+
+    def refused(self, reason: str) -> PluginError:
+        """The one-line error refusing this entry for ``reason``."""
+        return PluginError(f"{self.label} {reason}", reason)
+
     def load(self) -> Any:
+        """The object the entry names, imported now (unchecked: :func:`load` checks it)."""
         module, _, attribute = self.value.partition(":")
         try:
             found: Any = importlib.import_module(module)
-            for part in attribute.split("."):
+            for part in attribute.split(".") if attribute else ():
                 found = getattr(found, part)
-        except Exception as exc:  # any failure of a foreign import is the plugin's, named in one line
+        except (Exception, SystemExit) as exc:  # any failure of a foreign import is the plugin's, in one line
+            problems = getattr(exc, "problems", None)  # a Benchmark refused as it was made (BenchmarkError)
+            if self.kind == "benchmark" and problems:
+                raise self.refused(f"is not a valid Benchmark: {'; '.join(problems)}; fix it in "
+                                   f"{self.distribution}, or uninstall it") from None
             cause = f"{type(exc).__name__}: {exc}".splitlines()[0]
-            raise PluginError(f"{self.kind} plugin {self.name!r} ({self.value}) of {self.distribution} "
-                              f"{self.version} failed to import: {cause}") from None
+            raise self.refused(f"failed to import: {cause}; fix or reinstall {self.distribution}, or uninstall "
+                               "it") from None
         return found
 
 
 @dataclasses.dataclass(frozen=True)
 class Found:
-    """A kind's entries: the usable ones by name (built-ins first, each part sorted by name), and the
-    names two distributions claim (name -> one line naming both)."""
+    """A kind's entries: the usable ones by name (built-ins first, each part sorted by name), the names two
+    distributions claim (name -> one line naming both), every entry that claims one of those names, and the
+    built-ins by name (clashing or not)."""
 
     entries: dict[str, Plugin]
     clashes: dict[str, str]
+    claimants: dict[str, tuple[Plugin, ...]] = dataclasses.field(default_factory=dict)
+    builtins: dict[str, Plugin] = dataclasses.field(default_factory=dict)
 
 
 def _entry_points(group: str) -> list[Plugin]:
@@ -109,33 +156,44 @@ def _source_tree_builtins(kind: str, group: str) -> list[Plugin]:
 
 @functools.lru_cache(maxsize=None)
 def installed(kind: str) -> Found:
-    """Every installed entry of ``kind`` (cached: call :func:`refresh` after installing a plugin in-process)."""
+    """Every installed entry of ``kind``, from the metadata alone: nothing is imported (cached: call
+    :func:`refresh` after installing a plugin in-process)."""
     if kind not in GROUPS:
         raise ValueError(f"unknown plugin kind {kind!r}; expected one of {', '.join(GROUPS)}")
-    entries: dict[str, Plugin] = {}
-    clashes: dict[str, str] = {}
+    claims: dict[str, list[Plugin]] = {}
     for plugin in _entry_points(GROUPS[kind]):
-        first = entries.get(plugin.name)
-        if first is None and plugin.name not in clashes:
-            entries[plugin.name] = plugin
-            continue
-        if first is not None:
-            del entries[plugin.name]
-            clashes[plugin.name] = (f"{kind} {plugin.name!r} is registered by two distributions, {first.distribution} "
-                                    f"{first.version} ({first.value}) and {plugin.distribution} {plugin.version} "
-                                    f"({plugin.value}); uninstall one of them")
-    return Found(entries, clashes)
+        claims.setdefault(plugin.name, []).append(plugin)
+    entries = {name: found[0] for name, found in claims.items() if len(found) == 1}
+    claimants = {name: tuple(found) for name, found in claims.items() if len(found) > 1}
+    clashes = {name: _clash_line(kind, name, found) for name, found in claimants.items()}
+    builtins = {p.name: p for found in claims.values() for p in found if p.builtin}
+    return Found(entries, clashes, claimants, builtins)
+
+
+def _clash_line(kind: str, name: str, claimants: tuple[Plugin, ...]) -> str:
+    both = " and ".join(f"{p.distribution} {p.version} ({p.value})" for p in claimants)
+    foreign = [p.distribution for p in claimants if not p.builtin]
+    if len(foreign) < len(claimants):  # one of them is the harness's own
+        fix = (f"a plugin may not reuse a built-in's name: register it under another name in "
+               f"{', '.join(foreign)}, or uninstall {', '.join(foreign)}")
+    else:
+        fix = "uninstall one of them, or register one under another name"
+    return f"{kind} {name!r} is registered by {len(claimants)} distributions, {both}; {fix}"
 
 
 def refresh() -> None:
-    """Forget what :func:`installed` found (after a distribution was installed or removed in this process)."""
+    """Forget what :func:`installed` found and every load (after a distribution was installed or removed in this
+    process)."""
     installed.cache_clear()
-    load.cache_clear()
+    _LOADED.clear()
+    _WARNED.clear()
 
 
-def names(kind: str) -> tuple[str, ...]:
-    """The usable names of ``kind``, built-ins first."""
-    return tuple(installed(kind).entries)
+def names(kind: str, *, clashing: bool = False) -> tuple[str, ...]:
+    """The usable names of ``kind``, built-ins first (from the metadata: nothing is imported); ``clashing``: with the
+    names two distributions register after them (asking for one is refused naming both, :func:`load`)."""
+    found = installed(kind)
+    return (*found.entries, *(found.clashes if clashing else ()))
 
 
 def describe(kind: str, name: str) -> Plugin:
@@ -148,57 +206,153 @@ def describe(kind: str, name: str) -> Plugin:
     return found.entries[name]
 
 
-@functools.lru_cache(maxsize=None)
+# (kind, name, value, distribution, with the preset) -> the checked value, or the PluginError refusing it
+_LOADED: dict[tuple[str, ...], Any] = {}
+_WARNED: set[str] = set()
+
+
 def load(kind: str, name: str) -> Any:
-    """The object ``name`` of ``kind`` names, imported on first use."""
-    return describe(kind, name).load()
+    """The object ``name`` of ``kind`` names, imported on first use and checked (module docstring); a refusal is
+    one :class:`PluginError` line."""
+    return check(describe(kind, name))
 
 
-def loadable(kind: str, *, warn: Any = None) -> dict[str, Any]:
-    """Every usable entry of ``kind``, loaded; one that fails to import (or a clash) is left out, its
-    one line given to ``warn`` (e.g. printed by the CLI), so the others keep working."""
+def check(plugin: Plugin, *, preset: bool = True) -> Any:
+    """``plugin``'s object, imported and checked once per process; ``preset=False``: a benchmark's controller
+    preset is not checked (that reads the controller library, which ``--help`` does not need)."""
+    key = (plugin.kind, plugin.name, plugin.value, plugin.distribution, str(preset))
+    if key not in _LOADED:
+        try:
+            value = plugin.load()
+            _check_value(plugin, value, preset=preset)
+            _LOADED[key] = value
+        except PluginError as exc:
+            _LOADED[key] = exc
+    found = _LOADED[key]
+    if isinstance(found, PluginError):
+        raise PluginError(str(found), found.reason)
+    return found
+
+
+def _check_value(plugin: Plugin, value: Any, *, preset: bool) -> None:
+    kind = plugin.kind
+    if kind in _INTERFACES:
+        module, cls_name, wanted = _INTERFACES[kind]
+        interface = getattr(sys.modules.get(module), cls_name, None)
+        ok = interface is not None and (issubclass(value, interface) if kind == "method" and isinstance(value, type)
+                                        else kind != "method" and isinstance(value, interface))
+        if not ok:
+            raise plugin.refused(f"is {_shown(value)}, not {wanted}; its entry point must name one (fix it in "
+                                 f"{plugin.distribution}, or uninstall it)")
+    elif not callable(value):
+        raise plugin.refused(f"is {_shown(value)}, not a backbone class; its entry point must name a class with the "
+                             f"tokenworth_agent.plugin.Backbone interface (fix it in {plugin.distribution}, or uninstall it)")
+    if kind == "benchmark":
+        problems = value.problems()
+        if problems:
+            raise plugin.refused(f"is not a valid Benchmark: {'; '.join(problems)}; fix it in {plugin.distribution}, "
+                                 "or uninstall it")
+    own = getattr(value, "name", None)
+    if kind in _INTERFACES and own != plugin.name:
+        field = "its class attribute `name`" if kind == "method" else "its Benchmark's name"
+        raise plugin.refused(f"names itself {own!r}: the name must be the one it is registered under (set {field} to "
+                             f"{plugin.name!r}, or register it as {own!r})")
+    if kind == "benchmark" and preset:
+        try:
+            value.check_preset()
+        except ValueError as exc:
+            raise plugin.refused(f"is not a valid Benchmark: {'; '.join(getattr(exc, 'problems', (str(exc),)))}")
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, type):
+        return f"the class {value.__module__}.{value.__qualname__}"
+    text = repr(value)
+    return f"a {type(value).__name__}" + (f" ({text})" if len(text) <= 30 else "")
+
+
+def warn_once(warn: Warn | None, line: str) -> None:
+    """Give ``line`` to ``warn``, unless this process already gave it (each warning is printed once)."""
+    if warn is not None and line not in _WARNED:
+        _WARNED.add(line)
+        warn(line)
+
+
+def loadable(kind: str, *, warn: Warn | None = None) -> dict[str, Any]:
+    """Every usable entry of ``kind``, loaded and checked; one that is refused (or a clash) is left out, its one
+    line given to ``warn`` once, so the others keep working. Only for what must list every plugin (``--help``,
+    ``tokenworth data fetch`` of every benchmark): a run loads what it asks for (:func:`load`)."""
     loaded = {}
     found = installed(kind)
     for line in found.clashes.values():
-        if warn is not None:
-            warn(line)
+        warn_once(warn, line)
     for name in found.entries:
         try:
             loaded[name] = load(kind, name)
         except PluginError as exc:
-            if warn is not None:
-                warn(str(exc))
+            warn_once(warn, str(exc))
     return loaded
 
 
 def benchmark(name: str) -> Any:
-    """The :class:`~tokenworth_agent.benchmarks.base.Benchmark` registered as ``name`` (one whose own ``name``
-    differs is refused: its records would carry another)."""
-    found = load("benchmark", name)
-    if getattr(found, "name", None) != name:
-        plugin = describe("benchmark", name)
-        raise PluginError(f"benchmark {name!r} ({plugin.value}) of {plugin.distribution} {plugin.version} names itself "
-                          f"{getattr(found, 'name', None)!r}; its Benchmark's name must be the name it is registered under")
-    return found
+    """The :class:`~tokenworth_agent.benchmarks.base.Benchmark` registered as ``name``, loaded and checked."""
+    return load("benchmark", name)
+
+
+def benchmarks(asked: Iterable[str] | None = (), *, warn: Warn | None = None, preset: bool = False) -> dict[str, Any]:
+    """The benchmarks whose options and data folders a command must know: the built-ins (the harness's own code;
+    a built-in name a plugin also claims included), then the plugins of ``asked`` (None: every installed one),
+    each checked (``preset``: its controller preset too). A plugin that is refused, or a name two plugins claim,
+    is left out, its one line given to ``warn`` once: asking for it fails where the run asks (:func:`load`)."""
+    found = installed("benchmark")
+    wanted = list(found.entries) if asked is None else [n for n in dict.fromkeys(asked) if n not in found.builtins]
+    chosen: dict[str, Any] = {}
+    for plugin in found.builtins.values():
+        chosen[plugin.name] = check(plugin, preset=preset)
+    for name in wanted:
+        if name in found.builtins:
+            continue
+        try:
+            chosen[name] = check(describe("benchmark", name), preset=preset)
+        except ValueError as exc:  # PluginError, or an unknown name (the run's own check says which)
+            if name in found.entries or name in found.clashes:
+                warn_once(warn, str(exc))
+    return chosen
 
 
 def listing() -> list[dict[str, str]]:
-    """What is installed, one row per entry: name, kind, distribution, version, status (ok, broken: ..., clash: ...)."""
+    """What is installed, one row per entry: name, kind, distribution, version, status (``ok``, ``broken``: it is
+    refused when asked for, or ``clash``: its name is claimed twice) and detail (a benchmark's description, or why
+    it is refused).
+
+    Every entry is loaded and checked here, each on its own: one that fails is its row, never the listing's end."""
     rows = []
     for kind in GROUPS:
         found = installed(kind)
-        for plugin in found.entries.values():
-            try:
-                load(kind, plugin.name)
-                status = "ok"
-            except PluginError as exc:
-                status = f"broken: {str(exc).split(' failed to import: ', 1)[-1]}"
+        plugins = [*found.entries.values(), *(p for claimants in found.claimants.values() for p in claimants)]
+        for plugin in sorted(plugins, key=lambda p: (not p.builtin, p.name, p.distribution)):
+            if plugin.name in found.clashes:
+                others = [p for p in found.claimants[plugin.name] if p is not plugin]
+                status = "clash"
+                detail = (f"{kind} {plugin.name!r} is also registered by "
+                          f"{', '.join(f'{p.distribution} {p.version}' for p in others)}; asking for it is refused "
+                          f"({found.clashes[plugin.name].rsplit('; ', 1)[-1]})")
+            else:
+                try:
+                    detail = _described(check(plugin))
+                    status = "ok"
+                except PluginError as exc:
+                    status, detail = "broken", exc.reason
             rows.append({"name": plugin.name, "kind": kind, "distribution": plugin.distribution,
-                         "version": plugin.version, "status": status})
-        for name, line in found.clashes.items():
-            rows.append({"name": name, "kind": kind, "distribution": "(two)", "version": "", "status": f"clash: {line}"})
+                         "version": plugin.version, "status": status, "detail": detail})
     return rows
 
 
+def _described(value: Any) -> str:
+    """One line of what an entry is: a benchmark's ``description`` ("" for the other kinds)."""
+    text = getattr(value, "description", None) if not isinstance(value, type) else None
+    return " ".join(text.split()) if isinstance(text, str) else ""
+
+
 __all__ = ["GROUPS", "HOME", "Plugin", "PluginError", "Found", "installed", "refresh", "names", "describe", "load",
-           "loadable", "benchmark", "listing"]
+           "check", "loadable", "benchmark", "benchmarks", "listing", "warn_once"]

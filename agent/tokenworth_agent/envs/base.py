@@ -24,10 +24,28 @@ from typing import Any, Literal
 from tokenworth_agent.tasks import Task
 
 Status = Literal["completed", "round_limit", "budget_exhausted", "invalid_action", "env_error"]
+"""Why an episode ended. An environment's ``step`` ends one with ``completed`` (the agent's own answer or finish
+action; ``done`` without a status means it too), ``invalid_action`` (a reply the benchmark's rules end the task
+on), ``env_error`` (the environment could not run the action) or ``round_limit`` (it counts J_max itself). The
+harness ends one with ``round_limit`` after J_max rounds and ``budget_exhausted`` when O_max is spent (per-task
+accounting), and with ``env_error`` when ``reset``, ``step`` or ``judge`` raises."""
 
 
 @dataclasses.dataclass
 class StepResult:
+    """What an environment's :meth:`Environment.step` returns for one reply.
+
+    Attributes:
+        observation: the environment's answer, sent to the model as the next user turn ("" once done).
+        done: whether the episode has ended; then :meth:`Environment.judge` is called.
+        status: when done, why (:data:`Status`): ``completed`` (also what ``None`` means), ``invalid_action``,
+            ``env_error`` or ``round_limit``.
+        action: the action parsed from the reply, for logs and memory construction (e.g.
+            ``{"kind": "sql", "sql": ...}``); ``compact_memory`` reads it back from each :class:`Turn`.
+        repair: the reply was not a usable action and ``observation`` asks for it again: the next model call
+            repairs this round instead of starting a new one (J_max counts rounds without repairs).
+    """
+
     observation: str
     done: bool
     # why the episode ended when done: "completed" (answer/finish), "invalid_action", "env_error"
@@ -41,6 +59,13 @@ class StepResult:
 
 @dataclasses.dataclass
 class Judgement:
+    """The environment's verdict on a task (:meth:`Environment.judge`).
+
+    Attributes:
+        reward: 0 or 1, decided by the environment's own grader.
+        details: what the records keep of how it decided (the expected and the given answer, ...), JSON-ready.
+    """
+
     reward: int  # 0 or 1, decided by the environment's own grader
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -54,7 +79,17 @@ class InfrastructureError(RuntimeError):
 
 
 class Environment(abc.ABC):
-    """Base class. Subclasses keep all task state private."""
+    """One benchmark's environment: a task at a time, reset, stepped with each reply, judged (the module
+    docstring shows the lifecycle). Subclasses keep all task state private; a benchmark's
+    ``make_environment`` builds one per stream.
+
+    Anything that runs model-written code (SQL, Bash) must run it sandboxed (``tokenworth_agent.sandbox``).
+
+    Attributes:
+        name: the benchmark's name.
+        concurrent_steps: whether streams may advance instances of it in worker threads, each instance by one
+            thread at a time (only where an instance owns no thread-bound resource; default False).
+    """
 
     name: str  # "db", "os" or "kg"
     # Whether streams of this environment may be advanced in worker threads, each instance by one

@@ -32,8 +32,8 @@ from typing import Any, Mapping, Union
 
 from tokenworth_agent.core.budget import ACCOUNTINGS, DEFAULT_ACCOUNTING, Budget
 from tokenworth_agent.core.harness import DEFAULT_HARNESS
+from tokenworth_agent.core.plugins import names
 from tokenworth_agent.backbones.registry import BACKBONE_NAMES
-from tokenworth_agent.envs.registry import env_names
 from tokenworth_agent.experiment.engine import SCHEDULES
 from tokenworth_agent.policies.registry import METHOD_NAMES, POLICIES
 
@@ -72,7 +72,7 @@ class Streams:
 
     def __post_init__(self) -> None:
         _distinct("--env", self.envs)
-        _known("environment", self.envs, env_names())
+        _known("environment", self.envs, names("benchmark", clashing=True))  # a clash: refused by the plan, naming both
         _distinct("--methods", self.methods)
         _known("method(s)", self.methods, POLICIES.names)
         _distinct("--seeds", self.seeds)
@@ -91,7 +91,7 @@ class Sweep:
     method: str | None = None  # None: tokenworth, or tokenworth+ with ``plus``
 
     def __post_init__(self) -> None:
-        _known("environment", (self.env,), env_names())
+        _known("environment", (self.env,), names("benchmark", clashing=True))
         if self.table_a3 and self.grid:
             raise ConfigError("use either --table-a3 or --grid, not both")
         if self.method is not None:

@@ -29,6 +29,7 @@ def describe_failure(exc: BaseException) -> tuple[str, int] | None:
     """(the one line a user reads, the exit code) for a failure the user can cause or fix; None for a bug."""
     from tokenworth_agent.backbones.base import BackboneError, ServerUnreachable
     from tokenworth_agent.core.harness import HarnessError
+    from tokenworth_agent.core.plugins import PluginError
     from tokenworth_agent.envs.base import InfrastructureError
     from tokenworth_agent.experiment.config import ConfigError
     from tokenworth_agent.experiment.plan import ExecutorLost, LaunchError
@@ -42,7 +43,7 @@ def describe_failure(exc: BaseException) -> tuple[str, int] | None:
         return ("interrupted: the records and checkpoints hold every finished task; rerun the same command to "
                 "resume", INTERRUPTED)
     if isinstance(exc, (ConfigError, LaunchError, RunFolderError, CheckpointError, DataError, ReportError,
-                        RecordError, HarnessError)):
+                        RecordError, HarnessError, PluginError)):
         return str(exc), 2
     if isinstance(exc, (ServerUnreachable, ExecutorLost)):  # its message is whole: what, the cause, "rerun to resume"
         return str(exc), 1

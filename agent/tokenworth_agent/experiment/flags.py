@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated, Any, Mapping, Optional
+from typing import Annotated, Any, Mapping, Optional, Sequence
 
 import typer
 
@@ -141,7 +141,7 @@ class ExperimentFlags:
     slurm_cluster: Annotated[str, _option(
         EXECUTOR, "slurm, or local (the array as processes here).")] = \
         DEFAULT.executor.slurm.cluster
-    # the installed benchmarks' own flags (benchmark_flags), by name; not a flag itself
+    # the benchmarks' own flags the command line took (benchmark_flags), by name; not a flag itself
     benchmark_options: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False,
                                                              metadata={"flag": False})
 
@@ -196,24 +196,38 @@ class BenchmarkFlag:
     benchmark: str
 
 
-def benchmark_flags(warn: Any = None) -> list[BenchmarkFlag]:
-    """Every installed benchmark's own options as flags, each in its benchmark's section of --help.
+def benchmark_flags(benchmarks: Mapping[str, Any], *, taken: Sequence[str] = (), warn: Any = None
+                    ) -> list[BenchmarkFlag]:
+    """The options of ``benchmarks`` (name -> Benchmark, e.g. :func:`tokenworth_agent.core.plugins.benchmarks`) as
+    flags, each in its benchmark's section of --help.
 
-    A plugin that fails to import is left out, its one line given to ``warn``; two benchmarks declaring one
-    option name is a ConfigError naming both (a flag means one thing)."""
-    from tokenworth_agent.core.plugins import loadable
+    A flag means one thing: an option whose flag another of them declares first, or that is one of ``taken`` (the
+    command's own flags), is a ConfigError naming both; with ``warn`` (listing every plugin, ``--help``) that
+    benchmark's flags are left out instead, its one line given to ``warn`` once."""
+    from tokenworth_agent.core.plugins import warn_once
 
     flags: dict[str, BenchmarkFlag] = {}
-    for name, bench in loadable("benchmark", warn=warn).items():
-        for option in bench.options:
-            if option.name in flags:
-                raise ConfigError(f"the benchmarks {flags[option.name].benchmark} and {name} both declare the option "
-                                  f"{option.flag}")
-            kind = option.type if option.default is not None else Optional[option.type]
-            extra: dict[str, Any] = {} if option.show_default is None else {"show_default": option.show_default}
-            names = (option.flag,) if option.type is bool else ()  # a single flag, as the shared ones are
-            flags[option.name] = BenchmarkFlag(option.name, kind, option.default,
-                                               _option(benchmark_panel(name), option.help, *names, **extra), name)
+    for name, bench in benchmarks.items():
+        own: dict[str, BenchmarkFlag] = {}
+        try:
+            for option in bench.options:
+                if option.flag in taken:
+                    raise ConfigError(f"benchmark {name!r} declares the option {option.flag}, which is a flag of the "
+                                      "command itself; rename the option")
+                if option.name in flags:
+                    raise ConfigError(f"the benchmarks {flags[option.name].benchmark} and {name} both declare the "
+                                      f"option {option.flag}; rename one of them")
+                kind = option.type if option.default is not None else Optional[option.type]
+                extra: dict[str, Any] = {} if option.show_default is None else {"show_default": option.show_default}
+                names = (option.flag,) if option.type is bool else ()  # a single flag, as the shared ones are
+                own[option.name] = BenchmarkFlag(option.name, kind, option.default,
+                                                 _option(benchmark_panel(name), option.help, *names, **extra), name)
+        except ConfigError as exc:
+            if warn is None:
+                raise
+            warn_once(warn, f"{exc}: its flags are left out")
+            continue
+        flags.update(own)
     return list(flags.values())
 
 

@@ -295,7 +295,7 @@ def task_run_files(envs: Sequence[str], data_dir: Any, out_dir: Path) -> dict[st
     for env in envs:
         source = task_source(env)
         if hasattr(source, "run_files"):
-            files.update(source.run_files(data_dir, benchmarks()))
+            files.update(source.run_files(data_dir, benchmarks(*envs)))
     for name, text in files.items():
         path = out_dir / name
         if path.is_file() and path.read_text(encoding="utf-8") != text:
@@ -309,9 +309,13 @@ def make_plan(config: RunConfig, *, engine_here: bool = True) -> Plan:
 
     ``engine_here=False``: the streams run in workers elsewhere, which check their own GPU and
     apply its split (:func:`engine_settings`); this process only checks the engine flags."""
+    from tokenworth_agent.core.plugins import benchmark
+
     what = config.what
     envs = config.envs
     checked_methods(what.methods if isinstance(what, Streams) else [what.stream_method])
+    for env in envs:  # each benchmark asked for, loaded and checked before the streams: a refused one is one line
+        benchmark(env)
     try:
         shape = _streams_shape(config, what) if isinstance(what, Streams) else _sweep_shape(config, what)
     except GridError as exc:
@@ -340,7 +344,7 @@ def make_plan(config: RunConfig, *, engine_here: bool = True) -> Plan:
                 "data_dir": folders[envs[0]] if len(set(folders.values())) == 1 else folders,
                 "budget": budgets[envs[0]] if one else budgets, "connection": dict(spec.links),
                 "harness": harness.identity(envs[0]) if one else {e: harness.identity(e) for e in envs},
-                "data_source": {e: data_source(e, config.data.data_dir, benchmarks()) for e in envs},
+                "data_source": {e: data_source(e, config.data.data_dir, benchmarks(*envs)) for e in envs},
                 releases.KEY: {n: releases.stream_releases(s.method, s.env, config.backbone.name)
                                for s, n in zip(shape.streams, names)}}
     # a sweep's --overwrite discards the whole sweep the folder holds, a run's its own streams

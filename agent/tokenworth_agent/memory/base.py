@@ -21,7 +21,16 @@ FINAL_ANSWER = re.compile(r"Final Answer:\s*(.*)", re.I)  # the answer line DB a
 
 @dataclasses.dataclass(frozen=True)
 class Turn:
-    """One agent round as the runner saw it."""
+    """One agent round as the runner saw it: what a benchmark's ``compact_memory`` and a method's ``update`` read.
+
+    Attributes:
+        round: the round's number, from 0.
+        reply: the model's reply, as the environment's ``step`` got it.
+        observation: what the environment answered (``StepResult.observation``).
+        action: the action the environment parsed from the reply (``StepResult.action``), or None.
+        output_tokens: the tokens the reply cost.
+        finish_reason: how the reply ended: ``stop``, or ``length`` (cut at its cap).
+    """
 
     round: int
     reply: str
@@ -33,7 +42,16 @@ class Turn:
 
 @dataclasses.dataclass(frozen=True)
 class Memory:
-    """One stored experience. ``memory_id`` is assigned by the policy that stores it."""
+    """One stored experience. ``memory_id`` is assigned by the policy that stores it.
+
+    Attributes:
+        text: what is injected, already fitted to the budget's L_max.
+        key_text: the source task's question: what similarity-based methods index.
+        skills: the source task's ``skill_list`` (only the simulated backbone reads it).
+        source_task_id: the ``task_id`` of the task that wrote it.
+        memory_id: the id its store gave it (-1 before it is stored).
+        action_text: its executable actions alone, one per line ("" where none is known).
+    """
 
     text: str
     key_text: str
@@ -45,13 +63,16 @@ class Memory:
     action_text: str = ""
 
     def with_id(self, memory_id: int) -> "Memory":
+        """This memory with ``memory_id``."""
         return dataclasses.replace(self, memory_id=memory_id)
 
     def as_dict(self) -> dict[str, Any]:
+        """As plain data (checkpoints, records)."""
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Memory":
+        """The memory :meth:`as_dict` wrote."""
         return cls(
             text=data["text"],
             key_text=data["key_text"],
@@ -75,13 +96,20 @@ def cut(text: str, limit: int) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """One action of a memory as the model must write it, and what it observed (or ``None``)."""
+    """One action of a memory as the model must write it, and what it observed (or ``None``).
+
+    Attributes:
+        action: the action exactly as the model must write it to be understood.
+        observation: what the environment answered, kept short, or None.
+        code: the executable part of ``action`` (SQL, a script, a tool call), if it has one.
+    """
 
     action: str
     observation: str | None = None
     code: str | None = None  # the executable part of ``action`` (SQL, script, tool call), if it has one
 
     def render(self, with_observation: bool) -> str:
+        """The step as a memory's text shows it (its observation on the next line, if asked and there)."""
         if with_observation and self.observation:
             return f"{self.action}\n{self.observation}"
         return self.action

@@ -37,7 +37,16 @@ T = TypeVar("T")
 
 @dataclasses.dataclass(frozen=True)
 class AuxRequest:
-    """One auxiliary call a method asks for."""
+    """One auxiliary call a method asks for: yielded by its ``retrieve_steps`` / ``update_steps``, answered with a
+    :class:`~tokenworth_agent.backbones.base.Generation` (or None when the budget skipped it), and charged to the
+    task's O_max.
+
+    Attributes:
+        purpose: what it is for ("reflection", "extraction", ...): recorded, and read by the simulated backbone.
+        messages: the full chat, system prompt included: the method's own prompt.
+        max_tokens: the method's own cap, at most what the budget allows; None: the budget's.
+        hint: what the simulated backbone reads about the call (``tokenworth_agent.sim.facts.AuxHint``), or None.
+    """
 
     purpose: str  # what it is for ("reflection", "extraction", ...): recorded, and read by the sim backbone
     messages: tuple[Mapping[str, str], ...]  # the full chat, system prompt included: the method's own prompt

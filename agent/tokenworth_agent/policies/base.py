@@ -50,11 +50,49 @@ from tokenworth_agent.memory import Memory, Turn, build_memory
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
+    """How a task ended, as :meth:`MemoryPolicy.update` is told.
+
+    Attributes:
+        reward: the environment's judge, 0 or 1.
+        status: why the episode ended: ``completed`` (its own answer or finish action), ``round_limit`` (J_max
+            rounds), ``budget_exhausted`` (no output tokens left, per-task accounting), ``invalid_action`` or
+            ``env_error`` (:data:`~tokenworth_agent.envs.base.Status`).
+    """
+
     reward: int  # the environment grader's 0/1
     status: str  # completed, round_limit, budget_exhausted, invalid_action, env_error
 
 
 class MemoryPolicy(abc.ABC):
+    """A memory method: what it keeps, what it injects, how it learns (the module docstring says in which order
+    the engine calls it). A plugin subclasses it (or :class:`StoreBackedPolicy`) and registers the class under
+    the entry-point group ``tokenworth.methods``.
+
+    The engine builds one instance per stream, as ``cls(env, budget, seed, harness=harness, **parameters)``:
+
+    * ``env``: the benchmark's name (``--env``), the stream's tasks' ``env``;
+    * ``budget``: the stream's :class:`~tokenworth_agent.core.budget.Budget` (``max_memories`` is K_max,
+      ``bank_capacity`` B_max, ``max_injected_chars`` L_max);
+    * ``seed``: the stream's seed (``--seed``/``--seeds``); every random draw of the method must come from it;
+    * ``harness``: the run's :class:`~tokenworth_agent.core.harness.HarnessOptions` (``memory_from``,
+      ``memory_format``, the benchmarks' options), fixed for the instance's life;
+    * ``parameters``: the values a grid sets for this stream of the hyperparameters the class declares in
+      :attr:`parameters` (``--grid METHOD.NAME=v1,v2``), by keyword; one no grid sets is not passed, so the
+      constructor's default (the declared one) holds.
+
+    A subclass that takes settings of its own accepts them as keywords and passes the rest on:
+    ``def __init__(self, env, budget, seed=0, *, k=3, **kwargs): super().__init__(env, budget, seed, **kwargs)``.
+    The base stores ``self.env``, ``self.budget``, ``self.seed`` and ``self.harness``.
+
+    Attributes:
+        name: the class attribute naming the method: the name its entry point registers (``--methods NAME``, the
+            stream folders, the records' ``method``); a class whose ``name`` differs is refused when loaded.
+        first_task_note: shown on the progress bar while a stream's first task runs (e.g. "compiling"), or None.
+        parameters: the hyperparameters a grid may set, a tuple of
+            :class:`~tokenworth_agent.core.parameters.Parameter`, each a constructor keyword with the same default
+            (``tokenworth plugins NAME`` lists them).
+    """
+
     name: ClassVar[str]
     # shown on the progress bar while the first task of a (resumed) stream runs, e.g. while compiling
     first_task_note: ClassVar[str | None] = None
@@ -90,12 +128,19 @@ class MemoryPolicy(abc.ABC):
         yield  # noqa: unreachable: makes this a generator
 
     @abc.abstractmethod
-    def state_dict(self) -> dict[str, Any]: ...
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the method has learned and stored, as plain Python data and NumPy arrays (picklable), after
+        the task that was just recorded: the checkpoint a resumed stream (kill -9, ``--executor ray``, a Slurm
+        requeue) restores with :meth:`load_state_dict`. Random generators included (:func:`rng_state`)."""
 
     @abc.abstractmethod
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned into a freshly constructed instance of the same class and
+        settings, so that every later decision, random draws included, is what the uninterrupted instance would
+        have made (resumed records must equal an uninterrupted run's)."""
 
     def bank_size(self) -> int:
+        """How many memories the method holds now (recorded with each task; default 0)."""
         return 0
 
     # ------------------------------------------------------------------ shared helpers
@@ -110,6 +155,7 @@ class MemoryPolicy(abc.ABC):
         self._log.update(entries)
 
     def take_log(self) -> dict[str, Any]:
+        """This task's decision log, emptied (the engine calls it once per task and puts it in the record)."""
         log, self._log = self._log, {}
         return log
 
@@ -120,6 +166,7 @@ class StoreBackedPolicy(MemoryPolicy):
     store: "MemoryStore"
 
     def bank_size(self) -> int:
+        """How many memories ``self.store`` holds."""
         return len(self.store)
 
     def write(self, memory: Memory, victim: Callable[[], int], **initial: float) -> tuple[int, int | None]:
@@ -133,9 +180,11 @@ class StoreBackedPolicy(MemoryPolicy):
         return self.store.add(memory, **initial).memory_id, evicted
 
     def state_dict(self) -> dict[str, Any]:
+        """The store's state (a subclass with state of its own extends it)."""
         return {"store": self.store.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the store (a subclass with state of its own extends it)."""
         self.store.load_state_dict(state["store"])
 
 
@@ -155,10 +204,12 @@ def embed(texts: Sequence[str]) -> np.ndarray:
 
 
 def rng_state(rng: np.random.Generator) -> dict[str, Any]:
+    """A NumPy generator's state, for a :meth:`MemoryPolicy.state_dict`."""
     return rng.bit_generator.state
 
 
 def rng_from_state(state: dict[str, Any]) -> np.random.Generator:
+    """The generator :func:`rng_state` saved, for a :meth:`MemoryPolicy.load_state_dict`."""
     rng = np.random.default_rng()
     rng.bit_generator.state = state
     return rng
@@ -181,15 +232,18 @@ class MemoryStore:
         return len(self.memories)
 
     def ids(self) -> list[int]:
+        """The stored memories' ids, in store order."""
         return [m.memory_id for m in self.memories]
 
     def index_of(self, memory_id: int) -> int:
+        """The store index of the memory with ``memory_id`` (KeyError if it is not stored)."""
         for i, memory in enumerate(self.memories):
             if memory.memory_id == memory_id:
                 return i
         raise KeyError(f"memory {memory_id} is not in the bank")
 
     def add(self, memory: Memory, **initial: float) -> Memory:
+        """Store ``memory`` with the next id (its stats at ``initial``, else 0); returns the stored memory."""
         stored = memory.with_id(self.next_id)
         self.next_id += 1
         self.memories.append(stored)
@@ -206,6 +260,7 @@ class MemoryStore:
         return stored
 
     def remove_at(self, index: int) -> Memory:
+        """Remove and return the memory at store index ``index`` (with its stats)."""
         removed = self.memories.pop(index)
         for column in self.stats.values():
             column.pop(index)
@@ -213,11 +268,13 @@ class MemoryStore:
         return removed
 
     def vectors(self) -> np.ndarray:
+        """The stored memories' ``key_text`` as :func:`embed` vectors, ``[n, d]`` (cached until the store changes)."""
         if self._vectors is None:
             self._vectors = embed([m.key_text for m in self.memories]) if self.memories else np.zeros((0, 1), np.float32)
         return self._vectors
 
     def state_dict(self) -> dict[str, Any]:
+        """The memories, their stats and the next id, as plain data."""
         return {
             "memories": [m.as_dict() for m in self.memories],
             "stats": {k: list(v) for k, v in self.stats.items()},
@@ -225,6 +282,7 @@ class MemoryStore:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (the stat names must be this store's)."""
         if set(state["stats"]) != set(self.stats):
             raise ValueError(f"bank stats {sorted(state['stats'])} do not match {sorted(self.stats)}")
         self.memories = [Memory.from_dict(m) for m in state["memories"]]

@@ -28,6 +28,26 @@ class SimParams:
     about 27%, because many gold answers (SQL plus the returned rows) need more than 128
     tokens: even an always-successful simulator without a Thought line reaches only 56.6%
     there (78.0% under the default per-call accounting; ``bench/tokenworth_bench/budget_ceiling.py``).
+
+    A benchmark's ``sim_reply`` is given these (``params``); most replies read none of them but
+    ``harmful_extra_rounds``.
+
+    Attributes:
+        p0_ranges: benchmark name -> (lo, hi), replacing that benchmark's ``sim_p0_range``.
+        skill_penalty: the base probability lost per skill beyond a task's first.
+        gain: "a", the success bonus per unit of skill overlap J.
+        harm: "b", the penalty for a memory whose skills barely overlap.
+        harm_threshold: an injected memory with J below it is harmful.
+        p_floor: the least success probability.
+        p_ceil: the most success probability.
+        thought_sentences_base: sentences of round 0's ``Thought:`` line without memory.
+        thought_sentences_helpful: ... with a helpful memory.
+        thought_sentences_harmful: ... with a harmful one.
+        harmful_extra_rounds: the wrong rounds a harmful memory that leads to a failure costs more.
+        aux_items_max: lines of a notes reply to an auxiliary call.
+        aux_match_overlap: the skill overlap J at which shown text counts as about the same thing.
+        tokenizer_model: the tokenizer the replies are counted with.
+        eos_tokens: the end-of-sequence tokens a reply that ends by itself also costs.
     """
 
     # The base success probability's range per benchmark is the benchmark's own (Benchmark.sim_p0_range: DB
@@ -99,7 +119,16 @@ def skill_overlap(memory_skills: Sequence[str], task_skills: Sequence[str]) -> f
 
 @dataclasses.dataclass(frozen=True)
 class Episode:
-    """What the simulator decided for one (seed, task, memory)."""
+    """What the simulator decided for one (seed, task, memory): what a benchmark's ``sim_reply`` acts out.
+
+    Attributes:
+        p0: the task's base success probability (from its benchmark's ``sim_p0_range`` and its skills).
+        p: the success probability with the injected memory's effect.
+        overlap: the skill overlap J of the injected memory and the task, None without memory.
+        harmful: a memory was injected and its overlap is below the harm threshold (a harmful memory that leads
+            to a failure costs ``SimParams.harmful_extra_rounds`` more wrong rounds).
+        success: the decision: the replies must make the judge pass exactly when it is true.
+    """
 
     p0: float
     p: float

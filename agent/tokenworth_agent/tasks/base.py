@@ -35,10 +35,13 @@ DEFAULT_DATA_ROOT = Path("~/.cache/tokenworth").expanduser()
 
 
 class Task(Protocol):
-    """The fields every environment's task record has (each record is a frozen dataclass)."""
+    """The fields every environment's task record has (each record is a frozen dataclass, with whatever else its
+    benchmark needs: the gold answer, the judge's inputs; no method ever reads those)."""
 
     @property
-    def env(self) -> EnvName: ...
+    def env(self) -> EnvName:
+        """The benchmark's name (``Benchmark.name``): the simulator and the memory construction find the
+        benchmark by it."""
 
     @property
     def sample_index(self) -> int:
@@ -49,7 +52,9 @@ class Task(Protocol):
         """The benchmark's skill labels (only the simulated backbone and the per-skill summary read them)."""
 
     @property
-    def task_id(self) -> str: ...
+    def task_id(self) -> str:
+        """A stable id, unique in the stream (e.g. ``"db-17"``): records, memories' ``source_task_id`` and
+        ``tokenworth show`` name the task by it."""
 
     @property
     def query_text(self) -> str:
@@ -62,13 +67,22 @@ class DataError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class DataFolder:
-    """A benchmark's folder under the data root, and how to tell that folder when it is named directly."""
+    """A benchmark's folder under the data root, and how to tell that folder when it is named directly.
+
+    Attributes:
+        folder: its name under the data root (e.g. ``"lifelongagentbench"``; benchmarks may share one).
+        markers: entries only this benchmark's folder holds (e.g. LAB's ``"db_bench"``), so a folder named
+            directly (``--data-dir .../lifelongagentbench``) is told as this one.
+        how_to_get: what the folder must hold and how to get it, for error messages (``{root}``: the data root,
+            ``{folder}``: the folder).
+    """
 
     folder: str  # e.g. "lifelongagentbench"
     markers: tuple[str, ...] = ()  # entries only this benchmark's folder holds (e.g. LAB's "db_bench")
     how_to_get: str = ""  # what the folder must hold and how to get it, for error messages ("{root}": the data root)
 
     def is_its_folder(self, folder: Path) -> bool:
+        """Whether ``folder`` is this benchmark's folder (by its name or a marker)."""
         return folder.name == self.folder or any((folder / marker).exists() for marker in self.markers)
 
 
@@ -86,7 +100,9 @@ def benchmark_dir(benchmark: DataFolder, data_dir: str | os.PathLike[str] | None
                   benchmarks: Sequence[DataFolder] = ()) -> Path:
     """``benchmark``'s folder: under the data root, or the named folder itself when it is that benchmark's.
 
-    A folder that is another of ``benchmarks``' folders stands for its parent, the root.
+    A folder that is another of ``benchmarks``' folders stands for its parent, the root. A task source calls it
+    with what its ``load(data_dir, folders)`` was given: ``benchmark_dir(self.benchmark, data_dir, folders)``
+    (unchecked: the source says in one :class:`DataError` what is missing there).
     """
     named = resolve_data_root(data_dir)
     if benchmark.is_its_folder(named):

@@ -66,7 +66,17 @@ Say = Callable[[str], None]
 
 @dataclasses.dataclass(frozen=True)
 class Download:
-    """One file to fetch: where from, where to, and how it is checked (a sha256, or ``check`` on the file)."""
+    """One file to fetch: where from, where to, and how it is checked (a sha256, or ``check`` on the file); a
+    benchmark's ``downloads(data_dir, folders)`` lists them for ``tokenworth data fetch``.
+
+    Attributes:
+        label: how messages name it: "db", "bigcodebench (Hard ids)", ...
+        url: where it is downloaded from.
+        path: where it goes (under the benchmark's folder: ``benchmark_dir(...) / name``).
+        sha256: its digest, or None (then ``check``).
+        check: ``check(path)`` raises DataError when the file is not the one wanted, or None.
+        described: what ``check`` checks, for the by-hand message.
+    """
 
     label: str  # for messages: "db", "bigcodebench (Hard ids)", ...
     url: str
@@ -76,6 +86,7 @@ class Download:
     described: str = ""  # what the check is, for the by-hand message
 
     def verify(self, path: Path) -> None:
+        """Check the file at ``path`` (its sha256, then ``check``); a DataError says what differs."""
         if self.sha256 is not None:
             digest = file_sha256(path)
             if digest != self.sha256:

@@ -11,7 +11,8 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from tokenworth_agent.core.plugins import benchmark, loadable, names
+from tokenworth_agent.core.plugins import benchmark, installed, loadable, names
+from tokenworth_agent.core.plugins import benchmarks as plugin_benchmarks
 from tokenworth_agent.tasks.base import DataFolder, Task, benchmark_dir
 
 
@@ -20,48 +21,60 @@ def source(env: str) -> Any:
     return benchmark(env).tasks
 
 
-def benchmarks() -> list[DataFolder]:
-    """Every installed benchmark's data folder, once each (a folder named directly is told by them)."""
-    found = (b.tasks.benchmark for b in loadable("benchmark").values())
+def benchmarks(*also: str) -> list[DataFolder]:
+    """The data folders a folder named directly is told by, once each: the built-ins', and those of the plugin
+    benchmarks ``also`` (a plugin no one asked for is never imported, so a folder named directly is told by the
+    built-ins and the benchmarks of the run)."""
+    found = (b.tasks.benchmark for b in plugin_benchmarks(also).values())
     return list({id(b): b for b in found}.values())
 
 
 def data_folder(env: str, data_dir: str | os.PathLike[str] | None = None) -> Path:
     """The folder ``env``'s tasks are read from: its benchmark's folder under the data root (unchecked)."""
-    return benchmark_dir(source(env).benchmark, data_dir, benchmarks())
+    return benchmark_dir(source(env).benchmark, data_dir, benchmarks(env))
 
 
 def load_tasks(env: str, data_dir: str | os.PathLike[str] | None = None, *, limit: int | None = None) -> list[Task]:
     """One environment's stream as typed records, in stream order (the first ``limit``); DataError says what is wrong."""
     if env not in names("benchmark"):
         raise ValueError(f"unknown environment {env!r}; expected one of {sorted(names('benchmark'))}")
-    records = source(env).load(data_dir, benchmarks())
+    records = source(env).load(data_dir, benchmarks(env))
     return records[:limit] if limit is not None else records
 
 
 def fetch(data_dir: str | os.PathLike[str] | None = None, envs: Sequence[str] | None = None,
-          say: Callable[[str], None] = print) -> dict[str, Path]:
+          say: Callable[[str], None] = print, warn: Callable[[str], None] | None = None) -> dict[str, Path]:
     """Download ``envs``' task data (default: every installed benchmark that names its data) under the data root,
     each file checked (:mod:`tokenworth_agent.tasks.download`), then load each env's tasks once; env -> the folder
     its tasks are in. A benchmark with a ``fetch`` of its own (an archive unpacked, a file shipped another way)
-    does all of it itself.
+    does all of it itself. Without ``envs`` every plugin benchmark is loaded: one that is refused is left out, its
+    one line given to ``warn``; a refused benchmark named in ``envs`` is its one-line PluginError.
 
     A file already there and verified is not downloaded again; the first failure is a one-line DataError."""
     from tokenworth_agent.tasks.base import DataError
     from tokenworth_agent.tasks.download import downloads, fetch_file
 
-    known = tuple(name for name, b in loadable("benchmark").items() if b.fetch is not None or b.downloads is not None)
-    envs = known if envs is None else tuple(dict.fromkeys(envs))
+    if envs is None:  # every one that names its data: each plugin is loaded, a refused one left out with a warning
+        loaded = loadable("benchmark", warn=warn)
+        envs = tuple(name for name, b in loaded.items() if b.fetch is not None or b.downloads is not None)
+    envs = tuple(dict.fromkeys(envs))
+    for env in envs:  # each named is loaded and checked: a refused one is its own line
+        if env in names("benchmark") or env in installed("benchmark").clashes:
+            benchmark(env)
+    known = tuple(e for e in envs if e in names("benchmark") and (benchmark(e).fetch is not None
+                                                                   or benchmark(e).downloads is not None))
     unknown = [e for e in envs if e not in known]
     if unknown:
-        raise DataError(f"--env {','.join(unknown)}: unknown; data fetch knows {', '.join(known)}")
+        fetchable = [n for n, b in plugin_benchmarks().items() if b.fetch is not None or b.downloads is not None]
+        raise DataError(f"--env {','.join(unknown)}: unknown, or it names no data to fetch; data fetch knows "
+                        f"{', '.join(fetchable)} and each plugin benchmark that names its data (tokenworth plugins)")
     folders = {}
     for env in envs:
         own = benchmark(env).fetch
         if own is not None:
-            own(data_dir, benchmarks(), say)
+            own(data_dir, benchmarks(env), say)
         else:
-            items = downloads(env, data_dir, benchmarks())
+            items = downloads(env, data_dir, benchmarks(env))
             for item in items:
                 try:
                     fetch_file(item, say)

@@ -18,10 +18,11 @@ the words and the actions are zero):
   same skill but another topic (less similar) helps, +0.30; anything else does nothing.
 * ``mixed`` — same topic *and* skill helps (+0.30), same topic and another skill harms (−0.25).
 
-**The harm-majority family** (:data:`FAMILY`, :data:`HELD_OUT`; issue 30): most stored memories
-hurt when injected. Only a share ``help`` of a skill's memories help its tasks (+``gain``); every
-other memory, of the same skill or another, costs ``harm``. Each stream is real text, hashed by
-the controller's own featurizers (``tw.featurize``, ``word_vectors``, ``action_vectors``):
+**The harm-majority family** (:data:`FAMILY`, :data:`HELD_OUT`; TokenWorth+'s no-harm work,
+docs/tokenworth-plus.md, "No harm"): most stored memories hurt when injected. Only a share ``help`` of a
+skill's memories help its tasks (+``gain``); every other memory, of the same skill or another, costs ``harm``.
+Each stream is real text, hashed by the controller's own featurizers (``tw.featurize``, ``word_vectors``,
+``action_vectors``):
 
 * a question is three of its topic's five words, ``named`` of its skill's three name words (0: the
   words never name the skill) and three filler words, shuffled;
@@ -78,7 +79,7 @@ class Variant(NamedTuple):
     gain: float = GAIN
 
 
-# The family (issue 30). Development variants: every decision-rule choice was tuned on these only,
+# The family (TokenWorth+'s no-harm work). Development variants: every decision-rule choice was tuned on these only,
 # on seeds 10-12. The held-out variants were written down here before any tuning and run once, at
 # the end, with the final defaults (docs/tokenworth-plus.md).
 FAMILY: dict[str, Variant] = {

@@ -1,4 +1,5 @@
-"""Issue 30's targets for TokenWorth+, from measured result files: no harm, gain kept, harm halved.
+"""TokenWorth+'s no-harm targets, from measured result files: no harm, gain kept, harm halved
+(docs/tokenworth-plus.md, "No harm").
 
 Reads (all written by other benches, nothing re-run here):
 

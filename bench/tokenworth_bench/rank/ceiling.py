@@ -1,4 +1,5 @@
-"""How far can text rank the recall set? Offline ceilings on the sim's DB/OS streams (issue 24).
+"""How far can text rank the recall set? Offline ceilings on the sim's DB/OS streams
+(the ranking research, docs/ranking-research.md).
 
 No bandit, no budget: every earlier task counts as a memory, the recall set is the K_c = 12 most
 cosine-similar of the last 64, from task ``--start`` on. Rankers compared by the mean J of their

@@ -1,4 +1,5 @@
-"""The research loop of issue 24: the controller's modes on the simulated DB/OS streams, in JAX.
+"""The ranking research's loop (docs/ranking-research.md): the controller's modes on the simulated DB/OS
+streams, in JAX.
 
 No LLM, no environment: the simulated backbone's success model (:mod:`tokenworth_bench.controller.simdb`,
 equal to :func:`tokenworth_agent.sim.decide`) decides each task, and a success offers a memory whose action

@@ -21,13 +21,8 @@ import re
 from importlib import resources
 from typing import Any, Mapping, Sequence
 
-from tokenworth_agent.backbones.base import Conversation
-from tokenworth_agent.benchmarks.base import Benchmark, BenchmarkOption
-from tokenworth_agent.core.budget import Budget
-from tokenworth_agent.envs.base import Environment, Judgement, StepResult
-from tokenworth_agent.memory.base import Step, Turn
-from tokenworth_agent.sim.model import Episode, SimParams
-from tokenworth_agent.tasks.base import DataError, DataFolder
+from tokenworth_agent.plugin import (Benchmark, BenchmarkOption, Budget, Conversation, DataError, DataFolder, Environment,
+                                     Episode, Judgement, SimParams, Step, StepResult, Turn)
 
 NAME = "arith"
 ANSWER = re.compile(r"^\s*Answer:\s*(-?\d+)\s*$", re.M)

@@ -21,10 +21,8 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from tokenworth_agent.core.parameters import Parameter, within
-from tokenworth_agent.memory import Memory, Turn
-from tokenworth_agent.policies.base import MemoryStore, Outcome, StoreBackedPolicy
-from tokenworth_agent.tasks import Task
+from tokenworth_agent.plugin import (Memory, MemoryStore, Outcome, Parameter, StoreBackedPolicy, Task, Turn,
+                                     within)
 
 MIN_OVERLAP = 0.2  # the default: below this a memory is about something else, so nothing is injected
 _WORD = re.compile(r"[a-z0-9_]+")
