@@ -109,7 +109,7 @@ def _compiled(name: str, statics: tuple[Any, ...]) -> Callable[..., Any]:
         for i, arg_name in enumerate(arrays):
             if arg_name == "reward":
                 args[i] = _check_reward(args[i], f"{name}: input reward")
-            if arg_name in ("event", "events") and statics[static_names.index("reward_fn")] is None:
+            if arg_name in ("event", "events") and dict(zip(arrays, arguments)).get("reward_fn") is None:
                 args[i] = _with_reward(args[i], _check_reward(args[i].reward, f"{name}: input {arg_name}.reward"))
         for arg_name, arg in zip(arrays, args):
             if arg_name not in STATE_ARGS:
