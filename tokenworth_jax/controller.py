@@ -671,12 +671,11 @@ def _sweep(states: State, events: Event, hps: HParams, name: str) -> int:
     if not isinstance(hps, HParams):
         raise TypeError(f"{name} takes the stacked hyperparameters as a tokenworth_jax.HParams, got "
                         f"{type(hps).__name__}")
-    for what, leaf, one in (("states", states.clock.t, "tw.run"), ("hps", hps.gamma, "tw.run")):
+    for what, field, leaf in (("states", "clock.t", states.clock.t), ("hps", "gamma", hps.gamma)):
         if jnp.ndim(leaf) != 1:
-            field = "clock.t" if what == "states" else "gamma"
             raise ValueError(f"{name} takes C configurations stacked on a leading axis, got {what} of one "
                              f"configuration ({what}.{field} has shape {jnp.shape(leaf)}): stack them, {STACK_HOW}; for "
-                             f"one configuration call {one}")
+                             "one configuration call tw.run")
     C = jnp.shape(states.clock.t)[0]
     if C == 0:
         raise ValueError(f"{name} needs at least one configuration, got C = 0 (states.clock.t has shape (0,))")
