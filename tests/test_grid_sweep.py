@@ -1,5 +1,7 @@
 """``tw.run_batched``, the sweep's entry point: the strategy it takes on each backend, its results (those of a
-Python loop of ``tw.run``, bit for bit) and its compiles (run's program, once; none for a new grid)."""
+Python loop of ``tw.run``, bit for bit), what every strategy gives against separate ``tw.run`` calls (bit for bit,
+or the same decisions up to a near tie), its compiles (run's program, once; none for a new grid) and its refusals
+of what is not a sweep."""
 
 from __future__ import annotations
 
