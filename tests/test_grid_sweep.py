@@ -1,5 +1,7 @@
 """``tw.run_batched``, the sweep's entry point: the strategy it takes on each backend, its results (those of a
-Python loop of ``tw.run``, bit for bit) and its compiles (run's program, once; none for a new grid)."""
+Python loop of ``tw.run``, bit for bit), what every strategy gives against separate ``tw.run`` calls (bit for bit,
+or the same decisions up to a near tie), its compiles (run's program, once; none for a new grid) and its refusals
+of what is not a sweep."""
 
 from __future__ import annotations
 
@@ -84,11 +86,83 @@ def test_the_entry_point_equals_a_python_loop_of_run_bit_for_bit(sweep):
         final, out = tw.run(tw.init(spec, h), events, h, spec, reward_fn)
         for a, b in zip(jax.tree.leaves((final, out)), jax.tree.leaves((finals, outs))):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b)[c])
-    # the other strategies make the same decisions
-    for strategy in ("map", "vmap"):
-        _, other = tw.run_batched(states, events, hps, spec, reward_fn, strategy=strategy)
-        np.testing.assert_array_equal(np.asarray(other.reward), np.asarray(outs.reward))
-        np.testing.assert_array_equal(np.asarray(other.selection.memory_id), np.asarray(outs.selection.memory_id))
+    # the other strategies: test_every_strategy_gives_the_decisions_of_separate_runs
+
+
+# ----- every strategy against separate tw.run calls (issue 55, item 1) --------------------------------------------
+def _streams(events):
+    """The module's stream where the controller succeeds often (its rewards, half the memories help) and one where it
+    rarely does (few tasks succeed on their own, and every memory it can inject has an odd id: none helps)."""
+    rare = events._replace(reward=jnp.asarray(np.arange(T) % 6 == 0, jnp.int32),
+                           memory_id=2 * jnp.arange(T, dtype=jnp.int32) + 1)
+    return {"succeeds often": (events, lambda s: s >= 0.5), "succeeds rarely": (rare, lambda s: s <= 0.2)}
+
+
+# What a decision is: the candidates recalled, the memory injected, the reward, and what the lifecycle did.
+DECISIONS = ("selection.candidates", "selection.chosen", "selection.memory_id", "reward", "decision.code",
+             "decision.slot", "decision.evicted_id")
+ROUNDING = 1e-3  # float32 outputs of another program of the same operations: last bits, carried through the fits
+
+
+def _fields(out):
+    return {jax.tree_util.keystr(path).lstrip("."): np.asarray(leaf)
+            for path, leaf in jax.tree_util.tree_leaves_with_path(out)}
+
+
+def _near_tie(ref, other, c, t, hp) -> bool:
+    """At task t of configuration c, the decision that differs was one whose alternatives are within ROUNDING in
+    tw.run's own values: the two candidates' scores, or an admission rule's margin."""
+    if ref["selection.chosen"][c, t] != other["selection.chosen"][c, t]:
+        picks = [int(x["selection.chosen"][c, t]) for x in (ref, other)]
+        if min(picks) < 0:
+            return False
+        scores = ref["selection.scores"][c, t]
+        return abs(float(scores[picks[0]] - scores[picks[1]])) <= ROUNDING
+    margins = [ref["decision.novelty"][c, t] - hp.tau_nov[c],
+               ref["decision.v_new"][c, t] - ref["decision.v_max_bank"][c, t] - hp.delta_write[c],
+               ref["decision.v_new"][c, t] - ref["decision.v_near"][c, t] - hp.delta_rep[c]]
+    return any(abs(float(m)) <= ROUNDING for m in margins)
+
+
+def assert_decisions_of_separate_runs(out, ref, hps, exact: bool) -> None:
+    """``out`` (C, T, ...) against ``ref``, the stacked outputs of separate ``tw.run`` calls. ``exact``: bit for bit.
+    Otherwise the documented guarantee of another program: every decision the same up to the first task where
+    ``tw.run``'s own alternatives are a near tie (within ROUNDING), every float within ROUNDING up to there."""
+    if exact:
+        for a, b in zip(jax.tree_util.tree_leaves(out), jax.tree_util.tree_leaves(ref)):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        return
+    got, want = _fields(out[1]), _fields(ref[1])
+    C, n = want["reward"].shape
+    for c in range(C):
+        differs = np.zeros(n, bool)
+        for key in DECISIONS:
+            differs |= (got[key][c] != want[key][c]).reshape(n, -1).any(axis=1)
+        first = int(np.argmax(differs)) if differs.any() else n
+        for key, value in want.items():
+            if value.dtype.kind == "f":
+                np.testing.assert_allclose(got[key][c, :first], value[c, :first], rtol=ROUNDING, atol=ROUNDING,
+                                           err_msg=f"configuration {c}, {key}")
+        assert first == n or _near_tie(want, got, c, first, hps), (
+            f"configuration {c}: a decision differs at task {first} without a near tie in tw.run's own values")
+
+
+@pytest.mark.parametrize("stream", ["succeeds often", "succeeds rarely"])
+def test_every_strategy_gives_the_decisions_of_separate_runs(sweep, stream):
+    """auto and loop are tw.run's own program: bit for bit. map is another program of the same operations, bit for
+    bit on the CPU; vmap batches them (XLA rounds some products differently): the same decisions up to a near tie."""
+    spec, events, grid = sweep
+    events, rate_ok = _streams(events)[stream]
+    cfgs, hps, states = grid((0.05, 0.3), (0.1, 3.0))
+    runs = [tw.run(tw.init(spec, h), events, h, spec, reward_fn) for h in cfgs]
+    ref = jax.tree_util.tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *runs)
+    success = np.asarray(ref[1].reward).mean(axis=1)
+    assert all(rate_ok(float(x)) for x in success), success
+    cpu = batching.platform(states) == "cpu"
+    for strategy in ("auto", "loop", "map", "vmap"):
+        out = tw.run_batched(states, events, hps, spec, reward_fn, strategy=strategy)
+        exact = strategy == "loop" or (cpu and strategy in ("auto", "map"))
+        assert_decisions_of_separate_runs(out, ref, hps, exact)
 
 
 def test_the_entry_point_compiles_runs_program_once_and_nothing_for_a_new_grid(sweep, counter):
@@ -109,3 +183,42 @@ def test_the_entry_point_compiles_runs_program_once_and_nothing_for_a_new_grid(s
         assert counter.names == []
     finally:
         counter.active = False
+
+
+# ----- misuse: one line naming the problem, on every strategy (issue 55, item 8) ---------------------------------
+@pytest.mark.parametrize("strategy", ["loop", "map", "vmap"])
+def test_run_batched_refuses_what_is_not_a_sweep_in_one_line(sweep, strategy):
+    """The issue's cases, on the loop path: bare IndexErrors for an unstacked state or a mismatched C, a TypeError
+    from tree_map for C = 0, and the hint for one task's event given (C, T, ...) events."""
+    spec, events, grid = sweep
+    cfgs, hps, states = grid((0.05, 0.3), (0.1,))
+    hps3 = tw.stack_hparams(cfgs + cfgs[:1])
+    stacked = r"hps = tw\.stack_hparams\(\[\.\.\.\]\) and states = jax\.vmap\(functools\.partial\(tw\.init, spec\)\)\(hps\)"
+    cases = {
+        "an unstacked state": (r"^run_batched takes C configurations stacked on a leading axis, got states of one "
+                               rf"configuration \(states\.clock\.t has shape \(\)\): stack them, {stacked}; for one "
+                               r"configuration call tw\.run$", (tw.init(spec, cfgs[0]), events, hps)),
+        "unstacked hyperparameters": (r"^run_batched takes C configurations .* got hps of one configuration \(hps\.gamma "
+                                      r"has shape \(\)\)", (states, events, cfgs[0])),
+        "a mismatched C": (r"^run_batched: states hold 2 configurations \(states\.clock\.t has shape \(2,\)\) but "
+                           rf"hps\.w0 has shape \(3, 4\): stack one hyperparameter set per state .*{stacked}$",
+                           (states, events, hps3)),
+        "C = 0": (r"^run_batched needs at least one configuration, got C = 0",
+                  (jax.tree_util.tree_map(lambda x: x[:0], states), events, jax.tree_util.tree_map(lambda x: x[:0], hps))),
+        "a stream per configuration": (r"^run_batched takes a stream of events, .* got events\.query\.key of shape "
+                                       rf"\(2, {T}, 24\) .*: every configuration runs over one shared stream: for a stream "
+                                       r"per configuration map tw\.run, jax\.vmap\(lambda s, e, h: tw\.run\(s, e, h, spec\)\)"
+                                       r"\(states, events, hps\)$",
+                                       (states, jax.tree_util.tree_map(lambda x: jnp.stack([x, x]), events), hps)),
+    }
+    for case, (pattern, (s, e, h)) in cases.items():
+        with pytest.raises(ValueError, match=pattern) as info:
+            tw.run_batched(s, e, h, spec, reward_fn, strategy=strategy)
+        assert "\n" not in str(info.value), (case, str(info.value))
+    with pytest.raises(TypeError, match=r"^run_batched takes the stacked hyperparameters as a tokenworth_jax\.HParams, "
+                                        r"got list$"):
+        tw.run_batched(states, events, cfgs, spec, reward_fn, strategy=strategy)
+    # what the message says works: a stream per configuration through jax.vmap of tw.run
+    per = jax.vmap(lambda s, e, h: tw.run(s, e, h, spec, reward_fn))(
+        states, jax.tree_util.tree_map(lambda x: jnp.stack([x, x]), events), hps)
+    assert per[1].reward.shape == (2, T)

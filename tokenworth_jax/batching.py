@@ -16,7 +16,10 @@ small matmuls stay small, it compiles exactly what a Python loop of ``tw.run`` c
 executable, shared with ``tw.run``), and it is that loop, so it is never slower than it. ``"map"``
 (``lax.map``, one program) runs the same per-configuration work inside one program: what ``"loop"``
 becomes under a user's own ``jax.jit`` (a traced loop would unroll C copies of the stream), and an
-option for long sweeps, where it saves the calls' dispatch but compiles a larger program.
+option for long sweeps, where it saves the calls' dispatch but compiles a larger program. ``"loop"`` is
+``tw.run`` bit for bit; ``"map"`` and ``"vmap"`` are other programs, whose floats XLA may round
+differently, so their decisions are ``tw.run``'s up to a near tie (the exact statement:
+:func:`tokenworth_jax.run_batched`).
 
 What :func:`gated` guarantees, and where it stops (``tests/test_batching.py`` checks each):
 
@@ -56,7 +59,9 @@ Strategy = Literal["auto", "vmap", "map", "loop"]
 Strategy.__doc__ = """How :func:`tokenworth_jax.run_batched` maps C configurations: ``"vmap"`` (``jax.vmap``: one
 batched program), ``"loop"`` (``tw.run``'s program called once per configuration), ``"map"`` (``jax.lax.map``: one
 program that runs one configuration after another), or ``"auto"`` (``"loop"`` when the states live on the CPU,
-``"vmap"`` elsewhere: :func:`resolve`)."""
+``"vmap"`` elsewhere: :func:`resolve`). A static argument: under your own ``jax.jit`` mark it
+(``static_argnames=("strategy",)``). What each gives against separate ``tw.run`` calls:
+:func:`tokenworth_jax.run_batched`."""
 T = TypeVar("T")
 
 

@@ -166,7 +166,7 @@ def _compiled(name: str, statics: tuple[Any, ...]) -> Callable[..., Any]:
                 args[i] = _check_id(args[i], f"{name}: input memory_id")
             if arg_name in ("event", "events"):
                 args[i] = _with_id(args[i], _check_id(args[i].memory_id, f"{name}: input {arg_name}.memory_id"))
-            if arg_name in ("event", "events") and statics[static_names.index("reward_fn")] is None:
+            if arg_name in ("event", "events") and dict(zip(arrays, arguments)).get("reward_fn") is None:
                 args[i] = _with_reward(args[i], _check_reward(args[i].reward, f"{name}: input {arg_name}.reward"))
         for arg_name, arg in zip(arrays, args):
             if arg_name not in STATE_ARGS:

@@ -318,8 +318,13 @@ _doc.fields(
 )
 
 
-#: ``reward_fn(event, selection) -> () int32``: a task's reward given what was selected, for :func:`step` and
-#: :func:`run` (an environment simulated inside the scan).
+#: ``reward_fn(event, selection) -> () int 0 or 1``: a task's reward given what was selected, for :func:`step`,
+#: :func:`run` and :func:`run_batched` (an environment simulated inside the scan). A plain function, or a
+#: ``jax.tree_util.Partial`` of one: ``Partial(fn, table)`` is called as ``fn(table, event, selection)``, its bound
+#: arrays are traced (a new ``table`` compiles nothing), and it passes through your own ``jax.jit`` as an argument
+#: (``jax.jit(tw.run)(state, events, hp, spec, Partial(fn, table))``). A plain function is not an array: the
+#: controller's programs key on it (a new function compiles anew), and under your own ``jax.jit`` it is given as a
+#: ``Partial``, closed over, or marked static (``static_argnames=("reward_fn",)``).
 RewardFn = Callable[[Event, Selection], jax.Array]
 
 
@@ -726,10 +731,14 @@ def _step(p: Parts, state: State, event: Event, hp: HParams, spec: Spec,
           reward_fn: Optional[RewardFn] = None) -> tuple[State, StepOutput]:
     """One whole task: select, the reward (the event's, or ``reward_fn`` of the selection), finish.
 
+    ``reward_fn`` (:data:`~tokenworth_jax.controller.RewardFn`) is a function or a ``jax.tree_util.Partial`` of
+    one; under your own ``jax.jit`` pass it as a ``Partial`` (its bound arrays are traced) or mark it static.
     The reward follows :func:`observe`'s rules: a float dtype (the event's or ``reward_fn``'s) is refused at
-    trace time; the event's concrete reward other than 0 or 1 is refused before the program runs; a traced
-    one, or ``reward_fn``'s, other than 0 or 1 closes the task without feedback (nothing credited, nothing
-    offered: ``NOT_OFFERED``), and ``tw.checked.step`` reports it.
+    trace time; the event's concrete reward other than 0 or 1 is refused before the program runs, and one
+    that ``reward_fn`` returned after it (ValueError naming the first task; the outputs are the error's
+    ``result``). Inside the program, and under your own ``jax.jit`` where nothing can be raised, a task whose
+    reward is not 0 or 1 closes without feedback (nothing credited, nothing offered: ``NOT_OFFERED``), and
+    ``tw.checked.step`` reports it.
 
     Args:
         state: the controller's :class:`~tokenworth_jax.State` (from :func:`init`; under ``jax.vmap`` of C
@@ -739,7 +748,8 @@ def _step(p: Parts, state: State, event: Event, hp: HParams, spec: Spec,
         spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
             program, a new one compiles anew).
         reward_fn: optional ``(event, selection) -> reward``: the task's reward computed from the selection
-            (e.g. a simulated judge) instead of the event's; part of the compiled program, like ``spec``.
+            (e.g. a simulated judge) instead of the event's; a function or a ``jax.tree_util.Partial`` of one
+            (:data:`~tokenworth_jax.controller.RewardFn`), whose bound arrays are traced.
 
     Returns:
         tuple[State, StepOutput]: the state after the task, and its :class:`~tokenworth_jax.StepOutput` (the
@@ -758,10 +768,11 @@ def _run(p: Parts, state: State, events: Event, hp: HParams, spec: Spec,
 
     Every field of ``events`` has the leading time axis T: query (T, D), reward (T,), memory (T, D),
     memory_id (T,); one task's event is refused at trace time (ValueError: use :func:`step`, or
-    ``jax.tree.map(lambda x: x[None], event)``). Rewards follow :func:`step`'s rules: a float dtype is
-    refused (TypeError: threshold a graded score yourself), a concrete reward other than 0 or 1 is refused
-    naming the first such task (ValueError), and under your own ``jax.jit`` such a task is closed without
-    feedback (``tw.checked.run`` reports it).
+    ``jax.tree.map(lambda x: x[None], event)``), and so is a batch of streams (map them with ``jax.vmap``).
+    ``reward_fn`` as in :func:`step`. Rewards follow :func:`step`'s rules: a float dtype is refused (TypeError:
+    threshold a graded score yourself), a reward other than 0 or 1 is refused naming the first such task
+    (ValueError: an event's before the program, one that ``reward_fn`` returned after it), and under your own
+    ``jax.jit`` such a task is closed without feedback (``tw.checked.run`` reports it).
 
     Args:
         state: the controller's :class:`~tokenworth_jax.State` (from :func:`init`; under ``jax.vmap`` of C
@@ -772,7 +783,8 @@ def _run(p: Parts, state: State, events: Event, hp: HParams, spec: Spec,
         spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
             program, a new one compiles anew).
         reward_fn: optional ``(event, selection) -> reward``: the task's reward computed from the selection
-            (e.g. a simulated judge) instead of the event's; part of the compiled program, like ``spec``.
+            (e.g. a simulated judge) instead of the event's; a function or a ``jax.tree_util.Partial`` of one
+            (:data:`~tokenworth_jax.controller.RewardFn`), whose bound arrays are traced.
 
     Returns:
         tuple[State, StepOutput]: the state after the last task, and the :class:`~tokenworth_jax.StepOutput` of
@@ -792,17 +804,84 @@ def _one_stream(events: Event, name: str) -> None:
     for path, leaf in leaves:
         want = 1 if getattr(path[0], "name", None) in ("reward", "memory_id") else 2  # vectors: (T, width)
         if T is None or jnp.ndim(leaf) != want or jnp.shape(leaf)[0] != T:
+            if jnp.ndim(events.reward) == 2 and jnp.ndim(leaf) == want + 1:  # streams stacked on a leading axis
+                hint = ("every configuration runs over one shared stream: for a stream per configuration map tw.run, "
+                        "jax.vmap(lambda s, e, h: tw.run(s, e, h, spec))(states, events, hps)" if name == "run_batched"
+                        else "for a batch of streams map it with jax.vmap, or sweep configurations over one stream "
+                             "with tw.run_batched")
+            else:
+                hint = "for one task call tw.step, or make it a stream of one with jax.tree.map(lambda x: x[None], event)"
             raise ValueError(f"{name} takes a stream of events, every field stacked on a leading time axis T (query "
                              f"(T, D), reward (T,), memory (T, D), memory_id (T,)); got events{jax.tree_util.keystr(path)}"
-                             f" of shape {jnp.shape(leaf)} and reward of shape {jnp.shape(events.reward)}: for one task "
-                             "call tw.step, or make it a stream of one with jax.tree.map(lambda x: x[None], event)")
+                             f" of shape {jnp.shape(leaf)} and reward of shape {jnp.shape(events.reward)}: {hint}")
+
+
+STACK_HOW = ("hps = tw.stack_hparams([...]) and states = jax.vmap(functools.partial(tw.init, spec))(hps)")
+
+
+def _sweep(states: State, events: Event, hps: HParams, name: str) -> int:
+    """Refuse (one line, at trace time) what is not a sweep: C >= 1 configurations, ``states`` and ``hps`` stacked
+    on one leading axis C (every leaf), over one stream (:func:`_one_stream`). Returns C."""
+    if not isinstance(states, State):
+        raise TypeError(f"{name} takes the stacked states as a tokenworth_jax.State, got {type(states).__name__}")
+    if not isinstance(hps, HParams):
+        raise TypeError(f"{name} takes the stacked hyperparameters as a tokenworth_jax.HParams, got "
+                        f"{type(hps).__name__}")
+    for what, field, leaf in (("states", "clock.t", states.clock.t), ("hps", "gamma", hps.gamma)):
+        if jnp.ndim(leaf) != 1:
+            raise ValueError(f"{name} takes C configurations stacked on a leading axis, got {what} of one "
+                             f"configuration ({what}.{field} has shape {jnp.shape(leaf)}): stack them, {STACK_HOW}; for "
+                             "one configuration call tw.run")
+    C = jnp.shape(states.clock.t)[0]
+    if C == 0:
+        raise ValueError(f"{name} needs at least one configuration, got C = 0 (states.clock.t has shape (0,))")
+    for what, tree in (("states", states), ("hps", hps)):
+        for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+            if jnp.ndim(leaf) == 0 or jnp.shape(leaf)[0] != C:
+                raise ValueError(f"{name}: states hold {C} configurations (states.clock.t has shape ({C},)) but "
+                                 f"{what}{jax.tree_util.keystr(path)} has shape {jnp.shape(leaf)}: stack one "
+                                 f"hyperparameter set per state on the leading axis, {STACK_HOW}")
+    _one_stream(events, name)
+    return C
 
 
 def _run_batched(p: Parts, states: State, events: Event, hps: HParams, spec: Spec,
                  reward_fn: Optional[RewardFn] = None, strategy: Strategy = "auto") -> tuple[State, StepOutput]:
-    """C configurations (stacked states and hyperparameters) over one shared stream in one program:
-    ``jax.vmap(run)`` or ``lax.map`` (the public function runs the ``"loop"`` strategy itself, outside any
-    program). Outputs have shape (C, T, ...).
+    """C configurations (stacked states and hyperparameters) over one shared stream: the entry point of a sweep.
+    Outputs (C, T, ...); a new grid of values compiles nothing.
+
+    ``strategy="auto"`` takes the fastest way for where the states live (read from their arrays, not from
+    ``jax.default_backend()``: :func:`tokenworth_jax.batching.resolve`): on the CPU ``"loop"``, the compiled
+    program of :func:`run` called once per configuration (it compiles what one ``tw.run`` compiles and is never
+    slower than a Python loop of ``tw.run``, which it is); elsewhere ``"vmap"``, one batched program whose
+    refits and admissions run only when some configuration needs them. ``"map"`` (``lax.map``: the loop
+    inside one program) is what ``"loop"`` becomes under a user's own ``jax.jit``.
+
+    What each strategy gives against separate ``tw.run`` calls of the same configurations:
+
+    * ``"loop"`` calls ``tw.run``'s own compiled program: ``tw.run``'s outputs, bit for bit, on every backend.
+    * ``"map"`` and ``"vmap"`` are programs of their own, of the same operations. XLA may lower a product or a
+      reduction in another program to another kernel (under ``vmap`` a batched matrix product where
+      ``tw.run`` has a vector-matrix one), which rounds the last bits differently, and the fits carry such
+      differences on (in float32, scores up to a few 1e-3 apart after 300 tasks). Every decision (the
+      candidates, the memory injected, the reward, the admission) is ``tw.run``'s up to the first task where
+      ``tw.run``'s own alternatives are that close (two candidates' scores, or a worth or a novelty at an
+      admission threshold): such a near tie may break the other way, and that configuration's stream then
+      continues from its own choice. On the CPU (jax 0.10) ``"map"`` is ``tw.run`` bit for bit too;
+      ``"vmap"`` chose another memory in 10 of 57,600 selections over 12 streams measured, all in one
+      configuration of one stream, from a task where two candidates' scores in ``tw.run`` were 2.4e-7 apart
+      (bench/results/strategy_agreement/). Where decisions must be ``tw.run``'s exactly, sweep with ``"loop"``
+      (outside your own ``jax.jit``).
+
+    Under your own ``jax.jit``: ``strategy`` is static (a string picks the program): mark it,
+    ``jax.jit(tw.run_batched, static_argnames=("strategy",))``, or bind it with ``functools.partial``; and pass a
+    ``reward_fn`` as a ``jax.tree_util.Partial`` (:data:`~tokenworth_jax.controller.RewardFn`).
+
+    Refused in one line before any configuration runs: ``states`` or ``hps`` of one configuration (stack them:
+    ``tw.stack_hparams`` and ``jax.vmap(functools.partial(tw.init, spec))``), C = 0, a leaf whose leading axis
+    differs from C, a stream per configuration ((C, T, ...) events: map ``tw.run`` with ``jax.vmap``), and
+    :func:`run`'s bad rewards (one that ``reward_fn`` returned: after the program, naming the configuration and
+    the task).
 
     Args:
         states: C configurations' :class:`~tokenworth_jax.State` stacked on axis 0
@@ -812,15 +891,16 @@ def _run_batched(p: Parts, states: State, events: Event, hps: HParams, spec: Spe
         spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
             program, a new one compiles anew).
         reward_fn: optional ``(event, selection) -> reward``: the task's reward computed from the selection
-            (e.g. a simulated judge) instead of the event's; part of the compiled program, like ``spec``.
+            (e.g. a simulated judge) instead of the event's; a function or a ``jax.tree_util.Partial`` of one
+            (:data:`~tokenworth_jax.controller.RewardFn`), whose bound arrays are traced.
         strategy: how the configurations are mapped: ``"auto"`` (the default), ``"vmap"``, ``"map"`` or
-            ``"loop"`` (:data:`~tokenworth_jax.Strategy`).
+            ``"loop"`` (:data:`~tokenworth_jax.Strategy`); static under your own ``jax.jit``.
 
     Returns:
         tuple[State, StepOutput]: the C final states (stacked on axis 0) and the
         :class:`~tokenworth_jax.StepOutput` of every configuration and task, each field (C, T, ...).
     """
-    _one_stream(events, "run_batched")
+    _sweep(states, events, hps, "run_batched")
     return over_configs(lambda s, h: _run(p, s, events, h, spec, reward_fn), strategy)(states, hps)
 
 
@@ -905,7 +985,7 @@ class WorthFn(Protocol):
 class ControllerFunctions(NamedTuple):
     """The pure functions of one controller (one scorer, one mode), as :func:`controller` returns them.
 
-    Each is jit-compiled with ``spec`` (and ``reward_fn``, ``strategy``) static, and has the
+    Each is jit-compiled with ``spec`` (and ``run_batched``'s ``strategy``) static, and has the
     signature of the module-level function of the same name (``tw.select`` is
     ``tw.controller(spec.scorer, spec.mode).select``). They compose inside a user's own
     ``jax.jit``, ``jax.vmap`` and ``lax.scan``.
@@ -936,7 +1016,9 @@ _doc.fields(ControllerFunctions, **{name: f"{name}{sig}: see :func:`tokenworth_j
     worth="(state, memory, hp, spec) -> Worth").items()})
 
 
-# Each function's composition and its static arguments (also what tw.checked derives its wrappers from).
+# Each function's composition and its static arguments (also what tw.checked derives its wrappers from). A reward_fn
+# is not static: it is a pytree argument, a jax.tree_util.Partial (cast_arguments wraps a plain function in one), so
+# the function keys the cache through the Partial's tree structure and the arrays it binds are traced.
 COMPOSED: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
     "init": (_init, ("spec",)),
     "select": (_select, ("spec",)),
@@ -945,9 +1027,9 @@ COMPOSED: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
     "end_task": (_end_task, ("spec",)),
     "finish_task": (_finish_task, ("spec",)),
     "advance": (_advance, ("spec",)),
-    "step": (_step, ("spec", "reward_fn")),
-    "run": (_run, ("spec", "reward_fn")),
-    "run_batched": (_run_batched, ("spec", "reward_fn", "strategy")),
+    "step": (_step, ("spec",)),
+    "run": (_run, ("spec",)),
+    "run_batched": (_run_batched, ("spec", "strategy")),
     "worth": (_worth, ("spec",)),
 }
 assert tuple(COMPOSED) == ControllerFunctions._fields
@@ -993,8 +1075,9 @@ def signature(name: str) -> inspect.Signature:
 def cast_arguments(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     """The arguments of the controller function ``name`` (by parameter name, ``spec`` among them) with every
     input cast to what its program takes: queries and memories (a Query / MemoryText: each vector) to the
-    spec's dtype, rewards and memory ids to int32, ``offered`` to bool (an Event's fields alike), and
-    ``strategy="auto"`` resolved by where the states live (:func:`tokenworth_jax.batching.resolve`). A reward
+    spec's dtype, rewards and memory ids to int32, ``offered`` to bool (an Event's fields alike),
+    ``strategy="auto"`` resolved by where the states live (:func:`tokenworth_jax.batching.resolve`), and a
+    ``reward_fn`` as a ``jax.tree_util.Partial`` (:func:`as_reward_fn`). A reward
     of a float dtype is refused here (TypeError: :func:`tokenworth_jax.inputs.check_reward_dtype`), and so is a
     memory id that is not of an integer dtype (:func:`tokenworth_jax.inputs.check_id_dtype`).
 
@@ -1020,7 +1103,23 @@ def cast_arguments(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
                              memory_id=inputs.cast_index(value.memory_id, f"{name}: input {key}.memory_id"))
         elif key == "strategy":
             out[key] = resolve(value, arguments.get("states"))
+        elif key == "reward_fn":
+            out[key] = as_reward_fn(value, name)
     return out
+
+
+def as_reward_fn(reward_fn: Any, name: str) -> Optional[jax.tree_util.Partial]:
+    """``reward_fn`` as the programs take it: None, or a ``jax.tree_util.Partial`` (a pytree argument, not a static
+    one). A plain function is wrapped in a ``Partial`` with nothing bound: the function is its tree structure, so it
+    keys the compile cache as a static argument would; the arrays a user's ``Partial`` binds are traced leaves (a
+    new value compiles nothing, and under the user's own ``jax.jit`` they may be tracers). Anything not callable is
+    refused (TypeError, one line)."""
+    if reward_fn is None or isinstance(reward_fn, jax.tree_util.Partial):
+        return reward_fn
+    if not callable(reward_fn):
+        raise TypeError(f"{name}: reward_fn must be a function (event, selection) -> reward 0 or 1, or a "
+                        f"jax.tree_util.Partial of one, got {type(reward_fn).__name__}")
+    return jax.tree_util.Partial(reward_fn)
 
 
 def check_rewards(name: str, arguments: dict[str, Any]) -> None:
@@ -1047,11 +1146,30 @@ def check_ids(name: str, arguments: dict[str, Any]) -> None:
             inputs.check_id_values(value.memory_id, f"{name}: input {key}.memory_id")
 
 
+def check_returned_rewards(name: str, out: tuple[State, StepOutput]) -> None:
+    """Refuse (ValueError, one line) a reward other than 0 or 1 that the ``reward_fn`` given to ``name`` (``step``,
+    ``run``, ``run_batched``) returned, naming the first (configuration and) task: read from the program's outputs,
+    after it ran, as a concrete input reward is refused before. The outputs ride on the error as its ``result``
+    (nothing is lost; a ``donate=True`` controller has consumed the state it was given). Under a user's own
+    transformation the rewards are traced: such a task closes without feedback, and ``tw.checked`` reports it."""
+    reward = out[1].reward
+    if isinstance(reward, jax.core.Tracer):
+        return
+    axes = {0: (), 1: ("task",), 2: ("configuration", "task")}[jnp.ndim(reward)]
+    try:
+        inputs.check_reward_values(reward, f"{name}: the reward that reward_fn returned", axes)
+    except ValueError as error:
+        error.result = out  # type: ignore[attr-defined]
+        raise
+
+
 def _public(name: str, jitted: Any, run: Optional[Callable[..., Any]] = None) -> Callable[..., Any]:
     """The public function ``name``: casts its inputs (:func:`cast_arguments`) and checks concrete rewards
     (:func:`check_rewards`) and memory ids (:func:`check_ids`), then calls its jitted program (``jitted``; its
-    ``_cache_size``, ``lower`` and ``eval_shape`` are the program's). ``run_batched``'s ``"loop"`` strategy calls
-    ``run`` (the public ``run``) instead, once per configuration (:func:`tokenworth_jax.batching.loop`)."""
+    ``_cache_size``, ``lower`` and ``eval_shape`` are the program's), and refuses a bad reward that a
+    ``reward_fn`` returned (:func:`check_returned_rewards`). ``run_batched``'s ``"loop"`` strategy calls the
+    compiled program of ``run`` (``run.jitted``) instead, once per configuration
+    (:func:`tokenworth_jax.batching.loop`)."""
     sig = signature(name)
     params = tuple(sig.parameters)
 
@@ -1065,11 +1183,16 @@ def _public(name: str, jitted: Any, run: Optional[Callable[..., Any]] = None) ->
         cast = cast_arguments(name, arguments)
         check_rewards(name, arguments)
         check_ids(name, arguments)
+        if "states" in cast:  # run_batched: refused here, in one line, before any program or configuration runs
+            _sweep(cast["states"], cast["events"], cast["hps"], name)
         if cast.get("strategy") == "loop" and run is not None:  # run_batched on the CPU: run, once per configuration
-            a, one = cast, run
-            _one_stream(a["events"], name)  # refused as run_batched's, before any configuration runs
-            return loop(lambda s, h: one(s, a["events"], h, a["spec"], a["reward_fn"]), a["states"], a["hps"])
-        return jitted(*cast.values())
+            a, one = cast, run.jitted  # type: ignore[attr-defined]
+            out = loop(lambda s, h: one(s, a["events"], h, a["spec"], a["reward_fn"]), a["states"], a["hps"])
+        else:
+            out = jitted(*cast.values())
+        if cast.get("reward_fn") is not None:
+            check_returned_rewards(name, out)
+        return out
 
     call.__name__ = call.__qualname__ = name
     call.__doc__ = jitted.__doc__
@@ -1225,33 +1348,6 @@ def run(state: State, events: Event, hp: HParams, spec: Spec,
 
 def run_batched(states: State, events: Event, hps: HParams, spec: Spec, reward_fn: Optional[RewardFn] = None,
                 strategy: Strategy = "auto") -> tuple[State, StepOutput]:
-    """C configurations (stacked states and hyperparameters) over one shared stream: the entry point of a sweep.
-    Outputs (C, T, ...).
-
-    ``strategy="auto"`` takes the fastest way for where the states live (read from their arrays, not from
-    ``jax.default_backend()``: :func:`tokenworth_jax.batching.resolve`): on the CPU ``"loop"``, the compiled
-    program of :func:`run` called once per configuration (it compiles what one ``tw.run`` compiles and is never
-    slower than a Python loop of ``tw.run``, which it is); elsewhere ``"vmap"``, one batched program whose
-    refits and admissions run only when some configuration needs them. ``"map"`` (``lax.map``: the loop
-    inside one program) is what ``"loop"`` becomes under a user's own ``jax.jit``. Every strategy gives the
-    decisions of separate ``tw.run`` calls; a new grid of values compiles nothing.
-
-    Args:
-        states: C configurations' :class:`~tokenworth_jax.State` stacked on axis 0
-            (``jax.vmap(functools.partial(tw.init, spec))(hps)``).
-        events: one stream shared by every configuration, as :func:`run` takes it (fields (T, ...)).
-        hps: their :class:`~tokenworth_jax.HParams`, stacked on axis 0 (:func:`~tokenworth_jax.stack_hparams`).
-        spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
-            program, a new one compiles anew).
-        reward_fn: optional ``(event, selection) -> reward``: the task's reward computed from the selection
-            (e.g. a simulated judge) instead of the event's; part of the compiled program, like ``spec``.
-        strategy: how the configurations are mapped: ``"auto"`` (the default), ``"vmap"``, ``"map"`` or
-            ``"loop"`` (:data:`~tokenworth_jax.Strategy`).
-
-    Returns:
-        tuple[State, StepOutput]: the C final states (stacked on axis 0) and the
-        :class:`~tokenworth_jax.StepOutput` of every configuration and task, each field (C, T, ...).
-    """
     return controller(spec.scorer, spec.mode).run_batched(states, events, hps, spec, reward_fn, strategy)
 
 
@@ -1275,6 +1371,6 @@ def worth(state: State, memory: ArrayLike | MemoryText, hp: HParams, spec: Spec)
 
 # One copy of each rule: these public functions read their composition's docstring, which tw.controller(...)'s
 # functions and tw.checked's show too.
-for _fn in (observe, offer, step, run):
+for _fn in (observe, offer, step, run, run_batched):
     _fn.__doc__ = COMPOSED[_fn.__name__][0].__doc__
 del _fn

@@ -170,12 +170,13 @@ def check_reward_dtype(reward: Any, what: str = "reward") -> None:
         raise TypeError(f"{what} must be an integer 0 or 1 (any integer or bool dtype), got dtype {dtype}: {GRADED}")
 
 
-def check_reward_values(reward: Any, what: str = "reward") -> None:
+def check_reward_values(reward: Any, what: str = "reward", axes: tuple[str, ...] = ()) -> None:
     """Refuse (ValueError, one line) a concrete reward (NumPy, Python, a ``jax.Array`` outside a transformation)
     with an entry other than 0 or 1, naming the first. A traced one (under a user's own jit, vmap or scan) has no
     value to read: it is left to the program, where a task whose reward is not 0 or 1 gets no feedback (the
     documented no-op of ``observe``) and ``tw.checked`` reports it. An integer dtype is checked before this
-    (:func:`check_reward_dtype`)."""
+    (:func:`check_reward_dtype`). ``axes`` names the axes of ``reward`` for the message (``("task",)``: "first at
+    task 3"); without them it says "first at index 3"."""
     if isinstance(reward, jax.core.Tracer):
         return
     if type(reward) is np.int32:  # the host's input: the fast path
@@ -185,7 +186,10 @@ def check_reward_values(reward: Any, what: str = "reward") -> None:
     bad = (r != 0) & (r != 1)
     if np.any(bad):
         index = tuple(int(i) for i in np.argwhere(bad)[0])
-        where = f" (first at index {index[0] if len(index) == 1 else index})" if r.ndim else ""
+        if axes and len(axes) == len(index):
+            where = " (first at " + ", ".join(f"{a} {i}" for a, i in zip(axes, index)) + ")"
+        else:
+            where = f" (first at index {index[0] if len(index) == 1 else index})" if r.ndim else ""
         raise ValueError(f"{what} {REWARD_RULE[len('reward '):]}, got {r[index].item()!r}{where}")
 
 

@@ -113,7 +113,7 @@ def success_probability(stream: SimStream, task: jax.Array, memory: jax.Array) -
 def reward_fn(stream: SimStream) -> Callable[[tw.Event, tw.Selection], jax.Array]:
     """A ``reward_fn`` for ``tw.run``/``tw.step``: the simulated outcome of this task.
 
-    Hashable by identity, so it is a valid static argument; build it once per stream.
+    The controller's programs key on the function (hashed by identity): build it once per stream.
     """
     v = jnp.asarray(stream.outcome_u, jnp.float32)
 
