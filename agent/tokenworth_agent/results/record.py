@@ -6,8 +6,10 @@ show``, the progress lines and the benches read its fields, never string keys.
 
 **Schema version.** Each record carries its own, ``"schema": 2``, so a record read anywhere
 (one line of a copied file, a record printed by ``show``) says what it is. Decision: per record
-rather than per folder, because streams are resumed across releases (a folder may hold records
-of two releases) and a record travels without its folder.
+rather than per folder, because a run folder outlives releases (its streams may have been made by
+different releases, and a stream made before releases were recorded resumes once under the next one:
+``tokenworth_agent.experiment.releases``) and a record travels without its folder. A stream that records
+its releases is never resumed under another one.
 
 * **1** — the previous release: the same fields, no ``schema`` key. It loads as it is.
 * **2** — this release: the fields of 1 plus ``schema``. Nothing else changed, so a run resumed
