@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -50,7 +51,9 @@ def sites(tmp_path_factory) -> dict[str, Path]:
     # isolated build environment costs seconds more each)
     own = all(importlib.util.find_spec(name) is not None for name in ("setuptools", "wheel"))
     isolation = ["--no-build-isolation"] if own else []
-    _pip("wheel", "-q", "--no-deps", *isolation, "-w", root / "wheels", PLUGINS / BROKEN, PLUGINS / SHADOW)
+    # from copies, so the build (build/, *.egg-info) never writes into the checkout
+    sources = [shutil.copytree(PLUGINS / name, root / "src" / name) for name in (BROKEN, SHADOW)]
+    _pip("wheel", "-q", "--no-deps", *isolation, "-w", root / "wheels", *sources)
     found = {}
     for name in (BROKEN, SHADOW):
         [wheel] = (root / "wheels").glob(name.replace("-", "_") + "-*.whl")

@@ -381,7 +381,7 @@ def _as_memory(memory: ArrayLike | MemoryText, spec: Spec) -> MemoryText:
 
 
 def _init(p: Parts, spec: Spec, hp: HParams) -> State:
-    """A fresh controller: empty bank and windows, w = w0, M = I, no KRR fit yet.
+    """A fresh state: empty bank and windows, w = w0, M = I, no KRR fit yet.
 
     Args:
         spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
@@ -1215,44 +1215,10 @@ def _bind(fn: Callable[..., Any], p: Parts) -> Callable[..., Any]:
 
 # ----- the module-level API: the controller that ``spec`` names ---------------------------------
 def init(spec: Spec, hp: HParams) -> State:
-    """A fresh state: empty bank and windows, w = w0, M = I, no KRR fit yet.
-
-    Args:
-        spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
-            program, a new one compiles anew).
-        hp: the :class:`~tokenworth_jax.HParams` built for the spec's parts (``w0`` and ``lambda_krr`` set the
-            first state).
-
-    Returns:
-        State: the fresh state, sized by ``spec`` (under ``jax.vmap`` over stacked ``hp``, every leaf with their
-        leading axis C).
-    """
     return controller(spec.scorer, spec.mode).init(spec, hp)
 
 
 def select(state: State, query: ArrayLike | Query, hp: HParams, spec: Spec) -> tuple[State, Selection]:
-    """Recall K candidates for ``query`` ((D,) or a Query), score them, and let the mode choose at most one.
-
-    Out of the protocol's order (a task still open, or judged but not ended) the plain function replaces
-    that task: it is abandoned without feedback, its query does not join the probes and the clock does not
-    tick; ``tw.checked.select`` refuses it (call ``observe`` / ``end_task`` first). The query is cast to the
-    spec's dtype before the jitted program (no new compile for a float64 or bfloat16 query); a batch of
-    queries (a leading axis) is refused with a ValueError: map the call with ``jax.vmap``.
-
-    Args:
-        state: the controller's :class:`~tokenworth_jax.State` (from :func:`init`; under ``jax.vmap`` of C
-            configurations, stacked ones).
-        query: the question: its (D,) float recall vector (``tw.featurize(text, spec.dim)``), or a
-            :class:`~tokenworth_jax.Query` with the features the parts declare; cast to the spec's dtype.
-        hp: its :class:`~tokenworth_jax.HParams` (traced: new values compile nothing).
-        spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
-            program, a new one compiles anew).
-
-    Returns:
-        tuple[State, Selection]: the state with the task open (its query and candidates kept for ``observe`` and
-        ``offer``), and the :class:`~tokenworth_jax.Selection`: the K candidates, their scores and the memory to
-        inject (``memory_id`` -1 when none).
-    """
     return controller(spec.scorer, spec.mode).select(state, query, hp, spec)
 
 
@@ -1266,73 +1232,16 @@ def offer(state: State, memory: ArrayLike | MemoryText, memory_id: ArrayLike, hp
 
 
 def end_task(state: State, spec: Spec) -> State:
-    """Close the task: its query joins the probes (if the bank was non-empty), the clock ticks.
-
-    Out of the protocol's order the plain function still closes: a selected task not yet judged is
-    abandoned without feedback, and with no task open the clock ticks (an empty task);
-    ``tw.checked.end_task`` refuses both.
-
-    Args:
-        state: the controller's :class:`~tokenworth_jax.State` (from :func:`init`; under ``jax.vmap`` of C
-            configurations, stacked ones).
-        spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
-            program, a new one compiles anew).
-
-    Returns:
-        State: the task closed and the clock one task on.
-    """
     return controller(spec.scorer, spec.mode).end_task(state, spec)
 
 
 def finish_task(state: State, reward: ArrayLike, memory: ArrayLike | MemoryText, memory_id: ArrayLike,
                 offered: ArrayLike, hp: HParams, spec: Spec) -> tuple[State, Decision]:
-    """observe + offer (where ``offered``) + end_task: the rest of a task in one call.
-
-    Args:
-        state: the controller's :class:`~tokenworth_jax.State` (from :func:`init`; under ``jax.vmap`` of C
-            configurations, stacked ones).
-        reward: the open task's judged outcome: a scalar 0 or 1 of an integer or bool dtype (a float dtype is
-            refused).
-        memory: the memory the task offers: the (D,) float recall vector of its key text, or a
-            :class:`~tokenworth_jax.MemoryText` with the features the parts declare; cast to the spec's dtype.
-        memory_id: the caller's id for the memory: a scalar integer >= 0 that fits int32, which the bank keeps
-            and :class:`~tokenworth_jax.Selection` reports (an id below 0 is answered ``INVALID_MEMORY``).
-        offered: a scalar bool: whether the task offers ``memory`` (False: the decision is ``NOT_OFFERED``).
-        hp: its :class:`~tokenworth_jax.HParams` (traced: new values compile nothing).
-        spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
-            program, a new one compiles anew).
-
-    Returns:
-        tuple[State, Decision]: the state with the task closed, and the :class:`~tokenworth_jax.Decision` of the
-        offer (``NOT_OFFERED`` where nothing was offered or the task failed).
-    """
     return controller(spec.scorer, spec.mode).finish_task(state, reward, memory, memory_id, offered, hp, spec)
 
 
 def advance(state: State, reward: ArrayLike, memory: ArrayLike | MemoryText, memory_id: ArrayLike, offered: ArrayLike,
             query: ArrayLike | Query, hp: HParams, spec: Spec) -> tuple[State, Decision, Selection]:
-    """``finish_task`` of the open task, then ``select`` for the next ``query``: one call.
-
-    Args:
-        state: the controller's :class:`~tokenworth_jax.State` (from :func:`init`; under ``jax.vmap`` of C
-            configurations, stacked ones).
-        reward: the open task's judged outcome: a scalar 0 or 1 of an integer or bool dtype (a float dtype is
-            refused).
-        memory: the memory the task offers: the (D,) float recall vector of its key text, or a
-            :class:`~tokenworth_jax.MemoryText` with the features the parts declare; cast to the spec's dtype.
-        memory_id: the caller's id for the memory: a scalar integer >= 0 that fits int32, which the bank keeps
-            and :class:`~tokenworth_jax.Selection` reports (an id below 0 is answered ``INVALID_MEMORY``).
-        offered: a scalar bool: whether the task offers ``memory`` (False: the decision is ``NOT_OFFERED``).
-        query: the next task's question, as :func:`select` takes it.
-        hp: its :class:`~tokenworth_jax.HParams` (traced: new values compile nothing).
-        spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
-            program, a new one compiles anew).
-
-    Returns:
-        tuple[State, Decision, Selection]: the state with the next task open, the
-        :class:`~tokenworth_jax.Decision` of the task just finished, and the :class:`~tokenworth_jax.Selection`
-        for ``query``.
-    """
     return controller(spec.scorer, spec.mode).advance(state, reward, memory, memory_id, offered, query, hp, spec)
 
 
@@ -1352,25 +1261,11 @@ def run_batched(states: State, events: Event, hps: HParams, spec: Spec, reward_f
 
 
 def worth(state: State, memory: ArrayLike | MemoryText, hp: HParams, spec: Spec) -> Worth:
-    """V(m) = mean over valid probes of the mode's per-probe worth, for the whole bank and ``memory``.
-
-    Args:
-        state: the controller's :class:`~tokenworth_jax.State` (from :func:`init`; under ``jax.vmap`` of C
-            configurations, stacked ones).
-        memory: the memory to value, as :func:`offer` takes it.
-        hp: its :class:`~tokenworth_jax.HParams` (traced: new values compile nothing).
-        spec: the :class:`~tokenworth_jax.Spec` (a static pytree node: an equal spec reuses the compiled
-            program, a new one compiles anew).
-
-    Returns:
-        Worth: V of every bank slot and of ``memory``, with the per-probe worth it averages (the state is not
-        changed).
-    """
     return controller(spec.scorer, spec.mode).worth(state, memory, hp, spec)
 
 
 # One copy of each rule: these public functions read their composition's docstring, which tw.controller(...)'s
 # functions and tw.checked's show too.
-for _fn in (observe, offer, step, run, run_batched):
+for _fn in (init, select, observe, offer, end_task, finish_task, advance, step, run, run_batched, worth):
     _fn.__doc__ = COMPOSED[_fn.__name__][0].__doc__
 del _fn
