@@ -401,7 +401,7 @@ def plot_budget_levels(rows: Sequence[Mapping[str, Any]], path: str | Path, titl
             ax.set_xticks(sorted({float(r["point"][axis]) for r in rows}))
             ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
             ax.grid(alpha=0.3)
-            ax.set_title(f"{env.upper()}: {label.split(' (')[0]} vs {axis} (band: 95 % interval"
+            ax.set_title(f"{env.upper()}: {label.split(' (')[0]} vs {axis}\n(band: 95 % interval"
                          + (f", {seeds} seeds clustered by task)" if seeds > 1 else ")"), fontsize=10)
         row_axes[1].legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9)
     if title:
