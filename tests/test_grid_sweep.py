@@ -89,7 +89,7 @@ def test_the_entry_point_equals_a_python_loop_of_run_bit_for_bit(sweep):
     # the other strategies: test_every_strategy_gives_the_decisions_of_separate_runs
 
 
-# ----- every strategy against separate tw.run calls (issue 55, item 1) --------------------------------------------
+# ----- every strategy against separate tw.run calls: the guarantee run_batched states ---------------------------------
 def _streams(events):
     """The module's stream where the controller succeeds often (its rewards, half the memories help) and one where it
     rarely does (few tasks succeed on their own, and every memory it can inject has an odd id: none helps)."""
@@ -185,7 +185,7 @@ def test_the_entry_point_compiles_runs_program_once_and_nothing_for_a_new_grid(s
         counter.active = False
 
 
-# ----- misuse: one line naming the problem, on every strategy (issue 55, item 8) ---------------------------------
+# ----- misuse: one line naming the problem, on every strategy --------------------------------------------------
 @pytest.mark.parametrize("strategy", ["loop", "map", "vmap"])
 def test_run_batched_refuses_what_is_not_a_sweep_in_one_line(sweep, strategy):
     """The issue's cases, on the loop path: bare IndexErrors for an unstacked state or a mismatched C, a TypeError

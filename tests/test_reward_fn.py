@@ -1,5 +1,5 @@
 """A ``reward_fn`` (an environment simulated inside the scan) and the entry points that take one, under a user's own
-``jax.jit`` (issue 55, items 3 and 5):
+``jax.jit``, and the bad rewards it may return:
 
 * a ``reward_fn`` is a pytree argument: a ``jax.tree_util.Partial`` passes through ``jax.jit(tw.run)`` as written,
   and the arrays it binds are traced (a new table compiles nothing); a plain function is marked static or closed
