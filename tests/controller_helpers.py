@@ -8,6 +8,7 @@ from typing import Iterator
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import tokenworth_jax as tw
 
@@ -55,3 +56,18 @@ def clustered_stream(seed: int, T: int, dim: int, n_clusters: int = 5, noise: fl
     p = np.linspace(0.3, 0.8, n_clusters)[labels]
     rewards = (rng.random(T) < p).astype(np.int32)
     return q, m, rewards
+
+
+def same(a, b) -> bool:
+    """Two pytrees bit for bit: the same number of leaves, equal values, NaN equal to NaN."""
+    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    return len(la) == len(lb) and all(np.array_equal(np.asarray(x), np.asarray(y), equal_nan=True)
+                                      for x, y in zip(la, lb))
+
+
+def refused(error: type[Exception], pattern: str, call) -> Exception:
+    """``call()`` raises ``error`` with a one-line message matching ``pattern``; the error, to read further."""
+    with pytest.raises(error, match=pattern) as info:
+        call()
+    assert "\n" not in str(info.value), str(info.value)
+    return info.value

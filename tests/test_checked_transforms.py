@@ -20,7 +20,7 @@ from jax.experimental import checkify
 
 import tokenworth_jax as tw
 
-from tests.controller_helpers import clustered_stream, small_setup
+from tests.controller_helpers import clustered_stream, same, small_setup
 
 pytestmark = pytest.mark.library  # imports nothing of the harness: runs in the library's own venvs too
 
@@ -70,12 +70,6 @@ def inputs(setup, case):
 
 def stacked(*trees):
     return jax.tree_util.tree_map(lambda *x: jnp.stack(x), *trees)
-
-
-def same(a, b) -> bool:
-    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
-    return len(la) == len(lb) and all(np.array_equal(np.asarray(x), np.asarray(y), equal_nan=True)
-                                      for x, y in zip(la, lb))
 
 
 def reported(call, case, prefix=""):

@@ -23,7 +23,7 @@ from jax.experimental.checkify import JaxRuntimeError
 
 import tokenworth_jax as tw
 
-from tests.controller_helpers import clustered_stream, precision, small_setup
+from tests.controller_helpers import clustered_stream, precision, refused, same, small_setup
 
 pytestmark = pytest.mark.library  # imports nothing of the harness: runs in the library's own venvs too
 
@@ -47,18 +47,6 @@ def setup():
     judged = tw.observe(tw.select(state, q[0], hp, spec)[0], 1, hp, spec)  # may offer
     opened, _ = tw.select(state, q[0], hp, spec)
     return spec, hp, state, judged, opened, events
-
-
-def refused(error, pattern, call):
-    with pytest.raises(error, match=pattern) as info:
-        call()
-    assert "\n" not in str(info.value), str(info.value)
-
-
-def same(a, b) -> bool:
-    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
-    return len(la) == len(lb) and all(np.array_equal(np.asarray(x), np.asarray(y), equal_nan=True)
-                                      for x, y in zip(la, lb))
 
 
 def per_task_calls(setup, memory_id):

@@ -23,7 +23,7 @@ from jax.experimental.checkify import JaxRuntimeError
 
 import tokenworth_jax as tw
 
-from tests.controller_helpers import clustered_stream, precision, small_setup
+from tests.controller_helpers import clustered_stream, precision, same, small_setup
 
 
 @pytest.fixture(scope="module")
@@ -34,11 +34,6 @@ def setup():
                       jnp.arange(8, dtype=jnp.int32))
     state, _ = tw.run(tw.init(spec, hp), events, hp, spec)  # a bank with memories, the task closed (idle)
     return spec, hp, state, jnp.asarray(q[0], jnp.float32), jnp.asarray(m[0], jnp.float32)
-
-
-def same(a, b) -> bool:
-    return all(np.array_equal(np.asarray(x), np.asarray(y))
-               for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
 
 
 # ----- tw.checked: values and the protocol's order ------------------------------------------------------------

@@ -23,7 +23,7 @@ from jax.experimental.checkify import JaxRuntimeError
 
 import tokenworth_jax as tw
 
-from tests.controller_helpers import clustered_stream, precision, small_setup
+from tests.controller_helpers import clustered_stream, precision, refused, same, small_setup
 
 pytestmark = pytest.mark.library  # imports nothing of the harness: runs in the library's own venvs too
 
@@ -38,20 +38,6 @@ def setup():
     events = tw.Event(q, jnp.ones(T, jnp.int32), m, jnp.arange(T, dtype=jnp.int32))
     state, _ = tw.run(tw.init(spec, hp), events, hp, spec)  # a bank with memories, the task closed (idle)
     return spec, hp, state, events
-
-
-def same(a, b) -> bool:
-    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
-    return len(la) == len(lb) and all(np.array_equal(np.asarray(x), np.asarray(y), equal_nan=True)
-                                      for x, y in zip(la, lb))
-
-
-def refused(error, pattern, call):
-    """``call()`` raises ``error`` with a one-line message matching ``pattern``."""
-    with pytest.raises(error, match=pattern) as info:
-        call()
-    assert "\n" not in str(info.value), str(info.value)
-    return str(info.value)
 
 
 # ----- rewards ---------------------------------------------------------------------------------------------------

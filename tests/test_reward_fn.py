@@ -22,7 +22,7 @@ from jax.tree_util import Partial
 
 import tokenworth_jax as tw
 
-from tests.controller_helpers import clustered_stream, small_setup
+from tests.controller_helpers import clustered_stream, refused, same, small_setup
 
 pytestmark = pytest.mark.library
 
@@ -44,19 +44,6 @@ def by_table(table, event, sel):
     """A reward read from a table of the memories that help (bound by a Partial: traced)."""
     helps = (sel.memory_id >= 0) & (table[jnp.maximum(sel.memory_id, 0)] == 1)
     return jnp.where(helps, jnp.int32(1), event.reward)
-
-
-def same(a, b) -> bool:
-    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
-    return len(la) == len(lb) and all(np.array_equal(np.asarray(x), np.asarray(y), equal_nan=True)
-                                      for x, y in zip(la, lb))
-
-
-def refused(error, pattern, call):
-    with pytest.raises(error, match=pattern) as info:
-        call()
-    assert "\n" not in str(info.value), str(info.value)
-    return info.value
 
 
 def expected_rewards(table, events, out) -> np.ndarray:
