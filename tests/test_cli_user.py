@@ -269,6 +269,7 @@ def test_cumulative_sr_of_many_streams_groups_by_method_with_seeds_as_a_band(fig
     assert all(len(ax.collections) == len(methods) for ax in tops)  # a 95 % interval band per method
     caption = " ".join(" ".join(t.get_text() for t in fig.texts).split())  # the caption, its lines joined
     assert "band: 95 % interval, clustered by task" in caption and "y axis fitted to tasks" in caption
+    assert "tasks (no band)" in caption  # the rolling panel draws none, and says so
 
 
 def test_the_cumulative_panel_says_what_it_shows(figures) -> None:

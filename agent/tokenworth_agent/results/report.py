@@ -438,11 +438,13 @@ def plot_experiment_sr(rows: Sequence[Mapping[str, Any]], path: str | Path, titl
     n_max = max((len(c) for r in rows for c in r["reward_curves"]), default=0)
     window, skip = rolling_window(n_max), _zoom_skip(n_max)
     seeds = max((len(r["reward_curves"]) for r in rows), default=0)
-    band = (f"Line: mean over {seeds} seeds; band: 95 % interval, clustered by task." if seeds > 1
-            else "One seed; band: 95 % interval.")
+    band = (f"Lines: the mean over {seeds} seeds; the top's band: 95 % interval, clustered by task." if seeds > 1
+            else "One seed; the top's band: 95 % interval.")
     width = 3.6 * columns + 1.8
+    # The rolling panel has no band: one per method would hide the lines, and the paired question it
+    # invites is difference_along_stream.png's, which has its band.
     caption, room = _caption([title, f"Top: {_top_caption(skip)}.",
-                              f"Bottom: SR over the last {window} tasks. {band}"], width)
+                              f"Bottom: SR over the last {window} tasks (no band). {band}"], width)
     height = 5.2 * lines + room  # the caption gets room of its own: the panels keep their size
     fig, axes = plt.subplots(2 * lines, columns, figsize=(width, height), dpi=120, squeeze=False)
     for k, (env, point) in enumerate(groups):
