@@ -50,10 +50,11 @@ def test_one_seed_compare_is_mcnemar_with_holm_and_a_verdict(one_seed) -> None:
     assert [c.p_adjusted for c in rows] == pytest.approx(list(expected))
     rag, memp = rows
     assert rag.verdict == "no detectable difference" and memp.verdict == "better" and memp.p_adjusted < 0.05
-    # the MDE from the discordance: (z_.975 + z_.8) sqrt(discordance / n), t-corrected
-    normal = (stats.norm.ppf(0.975) + stats.norm.ppf(0.8)) * np.sqrt(rag.sr.second_moment / 200)
+    # the MDE from the discordance at Holm's first step (two comparisons: alpha 0.025):
+    # (z_{1-alpha/2} + z_.8) sqrt(discordance / n), t-corrected
+    normal = (stats.norm.ppf(1 - 0.025 / 2) + stats.norm.ppf(0.8)) * np.sqrt(rag.sr.second_moment / 200)
     assert rag.sr.second_moment == pytest.approx(20 / 200)
-    assert rag.mde == pytest.approx(normal, rel=0.01) and rag.mde > normal
+    assert rag.mde == pytest.approx(normal, rel=0.01) and rag.mde > normal and rag.mde_alpha == 0.025
 
 
 def test_json_has_the_documented_fields_in_percentage_points(one_seed) -> None:
@@ -213,8 +214,9 @@ def test_the_serial_check_is_statsmodels_hac(one_seed) -> None:
 
     memp = compare_runs([one_seed])[1]
     d = memp.matched.method - memp.matched.baseline
-    lags = int(np.floor(4 * (200 / 100) ** (2 / 9)))
-    fit = sm.OLS(d, np.ones_like(d)).fit(cov_type="HAC", cov_kwds={"maxlags": lags, "use_correction": True})
+    # as many lags as the bank holds memories (64), at most a quarter of the 200 places
+    assert memp.matched.bank_capacity == 64 and memp.hac_lags == 50 and memp.to_json()["hac_lags"] == 50
+    fit = sm.OLS(d, np.ones_like(d)).fit(cov_type="HAC", cov_kwds={"maxlags": 50, "use_correction": True})
     assert memp.se_hac == pytest.approx(fit.bse[0], rel=1e-9)
 
 
@@ -248,3 +250,178 @@ def test_streams_of_one_or_two_tasks_compare_without_a_gain(tmp_path) -> None:
     one = write_run(tmp_path / "one", {"standard": [0], "rag": [1]})
     [single] = compare_runs([one])
     assert single.sr.n == 1 and single.sr.p_value == 1.0  # McNemar on one discordant pair
+
+
+# ------------------------------------------------------------------------- runs made apart, with real releases
+@pytest.fixture(scope="module")
+def apart(tmp_path_factory, data_dir):
+    """Two real runs made apart: `standard` alone and `rag` alone (same env, seed and 10 tasks); each config.json
+    lists releases only for its own method."""
+    root = tmp_path_factory.mktemp("apart")
+    for method in ("standard", "rag"):
+        made = runner.invoke(_app(), ["run", "--env", "db", "--methods", method, "--limit", "10", "--out",
+                                      str(root / method), "--data-dir", data_dir, "--no-progress"])
+        assert made.exit_code == 0, made.output
+    return root
+
+
+def test_runs_made_apart_pair_on_what_their_streams_share(apart) -> None:
+    config = json.loads((apart / "rag" / "config.json").read_text())
+    assert set(config["releases"]) == {"rag"}  # the case: each run records only its own method's release
+    result = runner.invoke(_app(), ["compare", str(apart / "standard"), str(apart / "rag"), "--json"])
+    assert result.exit_code == 0, result.output
+    [row] = json.loads(result.output)
+    assert (row["method"], row["baseline"], row["n_pairs"]) == ("rag", "standard", 10)
+
+
+@pytest.mark.parametrize("kind, release, named", [
+    ("benchmark", "tokenworth-agent 9.9.9", "releases.benchmark 'tokenworth-agent 9.9.9' in"),
+    ("backbone", "other-backbones 1.0", "releases.backbone 'other-backbones 1.0' in"),
+    ("method", "tokenworth-agent 0.0.1", "releases.tokenworth-agent '0.0.1' in"),  # the harness's own release
+])
+def test_a_real_release_difference_is_refused_in_one_line(apart, tmp_path, kind, release, named) -> None:
+    import shutil
+
+    other = tmp_path / "rag"
+    shutil.copytree(apart / "rag", other)
+    config = json.loads((other / "config.json").read_text())
+    config["releases"]["rag"][kind] = release
+    (other / "config.json").write_text(json.dumps(config))
+    result = runner.invoke(_app(), ["compare", str(apart / "standard"), str(other)])
+    assert result.exit_code == 2
+    line = result.output.strip()
+    assert line.startswith("error: cannot pair rag with standard (db, seed 0)") and named in line, line
+    assert len(line.splitlines()) == 1
+
+
+# ------------------------------------------------------------------------- nothing to detect
+def test_with_no_discordant_pair_the_mde_and_the_plan_are_unknown(tmp_path) -> None:
+    from tokenworth_agent.results.compare import compare_runs, markdown, plan_markdown
+
+    run = write_run(tmp_path / "run", {})
+    for method in ("standard", "rag"):  # both at 0 %, one output token each (a budget of one token)
+        write_stream(run, method, [0] * 20, tokens=[1] * 20)
+    result = runner.invoke(_app(), ["compare", str(run), "--json", "--plan", "2"])
+    assert result.exit_code == 0, result.output
+    [row] = json.loads(result.output)
+    assert row["mde"] is None and "no pair differs" in row["mde_unknown"]
+    assert row["plan"]["unknown"] == row["mde_unknown"]
+    assert all(v == [None, None] for v in row["plan"]["tasks_needed"].values())
+    # constant tokens are counts, not 0/1 outcomes: no McNemar, no pseudo-pairs widening a zero difference
+    assert row["tokens"]["test"] == "paired-t" and row["tokens"]["ci"] == [0.0, 0.0]
+    [c] = compare_runs([run])
+    text = markdown([c]) + plan_markdown([c], 2)
+    assert "| 20 | 0.0 [0.0, 16.1] | +0.0 | [−13.8, +13.8] | 1.000 | 1.000 | no detectable difference | — |" in text
+    assert "MDE and plan unknown: no pair differs" in text and "| — | — | — | — | — |" in text
+
+
+# ------------------------------------------------------------------------- the interval and the verdict
+def _pairs(up: int, down: int, n: int = 500, both: int = 200) -> tuple[list[int], list[int]]:
+    """Rewards of a method and a baseline with ``up`` pairs won, ``down`` lost, ``both`` both solved."""
+    rest = n - up - down - both
+    return [1] * up + [0] * down + [1] * both + [0] * rest, [0] * up + [1] * down + [1] * both + [0] * rest
+
+
+def _silent(comparisons, text: str) -> list[str]:
+    """The rows whose interval and verdict disagree (one excludes 0, the other says no difference, or the other way)
+    without a mark in their verdict cell that the note explains."""
+    out = []
+    for c in comparisons:
+        for d, verdict, tokens in ((c.sr, c.verdict, False), (c.tokens, c.tokens_verdict, True)):
+            excludes = d.ci_low > 0 or d.ci_high < 0
+            if excludes == (verdict != "no detectable difference"):
+                continue
+            row = next(line for line in text.splitlines() if line.startswith(f"| {c.method} | {c.sr.n} |"))
+            cell = row.split(" | ")[-1] if tokens else row.split(" | ")[7]
+            mark = next((m for m in "†‡" if m in cell), None)
+            note = next((line for line in text.splitlines() if mark and line.startswith(f"{mark} ")), None)
+            if note is None or ("Holm" if mark == "‡" else "disagree") not in note:
+                out.append(f"{c.method} {'tokens' if tokens else 'SR'}: {row}")
+    return out
+
+
+def test_no_row_contradicts_itself_silently(tmp_path) -> None:
+    from tokenworth_agent.results.compare import compare_runs, markdown
+
+    cases = []
+    # one seed, 38 won and 22 lost of 500: the adjusted Wald interval excludes 0, McNemar's p is 0.052
+    method, base = _pairs(38, 22)
+    cases.append(write_run(tmp_path / "edge", {"standard": base, "rag": method}))
+    # three seeds: the cluster t test's p is 0.049, the interval (with its pseudo-pairs) just covers 0
+    seeds = tmp_path / "seeds"
+    seeds.mkdir()
+    (seeds / "config.json").write_text(json.dumps(config(seed=[0, 1, 2])))
+    rng = np.random.default_rng(25)
+    easy = rng.random(150) < 0.5
+    standard = [(easy & (rng.random(150) < 0.8)).astype(int) for _ in range(3)]
+    rag = [((easy & (rng.random(150) < 0.86)) | (rng.random(150) < 0.03)).astype(int) for _ in range(3)]
+    for seed in range(3):
+        write_stream(seeds, f"seed{seed}/standard", standard[seed], seed=seed)
+        write_stream(seeds, f"seed{seed}/rag", rag[seed], seed=seed)
+    cases.append(seeds)
+    # Holm: two methods each significant alone (p 0.030 and 0.033), neither after the adjustment
+    (memp, base), (memrl, _) = _pairs(40, 22), _pairs(37, 20)
+    cases.append(write_run(tmp_path / "holm", {"standard": base, "memp": memp, "memrl": memrl}))
+    seen = set()
+    for run in cases:
+        rows = compare_runs([run])
+        text = markdown(rows)
+        assert _silent(rows, text) == [], text
+        seen |= {c.to_json()["disagreement"] for c in rows}
+    assert seen >= {"interval-vs-test", "holm"}  # every kind of contradiction was met, and marked
+    edge = compare_runs([cases[0]])[0]
+    assert edge.sr.p_value == pytest.approx(0.0519, abs=1e-4) and edge.sr.ci_low > 0 and edge.marks() == "†"
+
+
+def test_the_mde_is_at_the_level_of_holms_first_step_and_the_table_says_it(tmp_path) -> None:
+    from tokenworth_agent.results import power
+    from tokenworth_agent.results.compare import compare_runs, markdown
+
+    base = _rewards(0, 500, 0.43)
+    arms = {}
+    for k, name in enumerate(("rag", "memrl", "memp", "tokenworth")):  # 60 of 500 pairs discordant, as in make run
+        arm = list(base)
+        for i in range(k * 60, k * 60 + 60):
+            arm[i] = 1 - arm[i]
+        arms[name] = arm
+    rows = compare_runs([write_run(tmp_path / "run", {"standard": base, **arms})])
+    assert {round(100 * c.parts.total, 1) for c in rows} == {12.0}
+    assert all(c.mde_alpha == 0.0125 and c.family == 4 for c in rows)
+    assert round(100 * rows[0].mde, 1) == 5.2 and round(100 * power.mde(rows[0].parts), 1) == 4.3
+    assert "MDE at α = 0.05/4 = 0.0125 (Holm's first step over 4 comparisons)" in markdown(rows)
+
+
+def test_the_gain_over_the_stream_is_labelled_exploratory(one_seed) -> None:
+    from tokenworth_agent.results.compare import compare_runs, markdown
+
+    rows = compare_runs([one_seed])
+    text = markdown(rows)
+    assert "### Gain over the stream (exploratory:" in text and "mixes what it learns with the order's" in text
+    assert rows[0].to_json()["gain_status"] == "exploratory"
+
+
+def test_the_serial_check_reaches_as_far_as_the_bank_and_reports_its_lags(one_seed) -> None:
+    from tokenworth_agent.results.compare import compare_runs, markdown, serial_lags
+
+    assert serial_lags(500, 64) == 64 and serial_lags(200, 64) == 50  # B_max, at most a quarter of the stream
+    assert serial_lags(500, None) == serial_lags(500, 1) == 5  # unknown or tiny bank: Newey-West's rule
+    text = markdown(compare_runs([one_seed]))
+    assert "Driscoll-Kraay standard error at 50 lags" in text and "cannot see dependence beyond" in text
+
+
+def test_a_two_seed_plan_runs_to_the_upper_bound_of_the_between_task_variance() -> None:
+    from tokenworth_agent.results import power
+
+    # two seeds whose pairs differ independently of the task: here between's estimate is negative (-0.0033),
+    # floored at 0, which alone would plan as if ten seeds were ten times the tasks
+    d = np.random.default_rng(1).choice([-1, 0, 1], p=[0.06, 0.88, 0.06], size=(2, 300))
+    parts = power.components(d.ravel(), np.tile(np.arange(300), 2))
+    assert parts.between == 0.0 and parts.between_high > 0.005
+    made = power.plan(0.02, parts)
+    assert made.known and all(best < worst for _, best, worst in made.rows[1:])
+    ten = dict((s, (best, worst)) for s, best, worst in made.rows)[10]
+    # the optimistic end: ten seeds count as ten times the tasks; the other from between's upper bound
+    assert ten[0] == pytest.approx(made.rows[0][1] / 10, rel=0.05)
+    high = parts.between_high + parts.within / 10
+    expected = ((stats.norm.ppf(0.975) + stats.norm.ppf(0.8)) / 0.02) ** 2 * high
+    assert ten[1] == pytest.approx(expected, rel=0.02)

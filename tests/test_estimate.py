@@ -139,6 +139,16 @@ def test_the_paired_rate_interval_is_bonett_price_adjusted_wald() -> None:
     assert none.difference == 0.0 and none.p_value == 1.0 and none.ci_low < -0.004 and none.ci_high > 0.004
 
 
+def test_counts_that_happen_to_be_0_or_1_are_not_successes() -> None:
+    """Output tokens all 1 (a budget of one token) are counts: the t test, no pseudo-pairs widening a zero difference."""
+    ones = np.ones(20)
+    tokens = E.paired(ones, ones, binary=False)
+    assert tokens.test == "paired-t" and (tokens.ci_low, tokens.ci_high) == (0.0, 0.0) and tokens.p_value == 1.0
+    assert E.paired(ones, ones).test == "mcnemar-exact"  # inferred: 0/1 values read as rewards
+    with pytest.raises(ValueError, match="binary=True but the values are not all 0 or 1"):
+        E.paired([0, 2], [1, 0], binary=True)
+
+
 def test_the_difference_of_two_rates_is_newcombes_interval() -> None:
     from statsmodels.stats.proportion import confint_proportions_2indep
 

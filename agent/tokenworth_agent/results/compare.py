@@ -4,18 +4,26 @@
 cell each *arm* (a method, or a TokenWorth controller point of a sweep: :attr:`~.runs.Stream.arm`) is paired
 with the baseline arm seed by seed, task by task: the tasks both streams ran (a partial stream pairs on its
 recorded tasks), matched by their place in the stream and checked by task id. Run folders may differ (a
-plugin's run against a built-in run of the same tasks and seeds); two streams that do not share their
-conditions (:meth:`~.runs.Stream.conditions`: backbone, budget, harness, task data) or their task order are
-refused with a :class:`CompareError` naming the difference, never silently paired.
+plugin's run against a built-in run of the same tasks and seeds; a run of ``standard`` alone against a run of
+``rag`` alone); two streams that do not share their conditions (:meth:`~.runs.Stream.conditions`: backbone,
+budget, harness, task data), their releases (:func:`release_difference`) or their task order are refused with
+a :class:`CompareError` naming the difference in one line, never silently paired.
 
 **Per arm** (:class:`Comparison`): the paired difference in SR (percentage points) and in output tokens
 (:func:`~.estimate.paired`, clustered by task over seeds), its 95 % interval and p-value; the p-values
 adjusted for the number of arms compared with the baseline in the cell (Holm,
 ``statsmodels.stats.multitest.multipletests``); a verdict (``better`` / ``worse`` at adjusted p < 0.05, else
-``no detectable difference``); the minimum detectable effect at 80 % power (:mod:`~.power`); the lifelong
-gain (SR on the stream's last third minus its first, and that gain minus the baseline's, each with its
-interval); and a check of the serial dependence along the stream (the Driscoll-Kraay/Newey-West standard
-error, statsmodels' ``cov_type="hac-groupsum"``, against the clustered one).
+``no detectable difference``); the minimum detectable effect at 80 % power at the level Holm's first step
+tests (``0.05 / m`` for ``m`` comparisons in the cell; :mod:`~.power`), unknown (NaN) when no pair differs;
+the lifelong gain (SR on the stream's last third minus its first, and that gain minus the baseline's, each
+with its interval: exploratory, untested); and a check of the serial dependence along the stream (the
+Driscoll-Kraay/Newey-West standard error, statsmodels' ``cov_type="hac-groupsum"``, at as many lags as the
+memory bank holds memories, against the clustered one).
+
+**Interval and verdict.** The interval (Bonett-Price adjusted Wald, per comparison) and the test (McNemar's
+exact or the cluster t test, Holm-adjusted for the verdict) are different procedures and can disagree at the
+edge; a row where they do is marked (:meth:`Comparison.marks`: ``†`` the interval and the unadjusted test
+disagree, ``‡`` both say "different" but Holm's adjustment does not) and the table's note says why.
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ class Matched:
     task: np.ndarray  # the task id of each pair (the cluster)
     position: np.ndarray  # its place in the stream
     seed: np.ndarray
+    bank_capacity: int | None = None  # B_max of the streams' budget: how far a memory can carry over
 
     @property
     def seeds(self) -> list[int]:
@@ -87,6 +96,31 @@ def differences(one: Mapping[str, Any], other: Mapping[str, Any], names: tuple[s
     return shown + (f"; and {len(keys) - limit} more" if len(keys) > limit else "")
 
 
+def _release_conditions(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """What of a stream's release entry a paired stream must share: the benchmark's and the backbone's release,
+    and the version of every distribution the entry names (the harness's own, ``tokenworth-agent``, made a
+    built-in method: at another version the agent loop around the method is other code)."""
+    out = {f"releases.{kind}": entry[kind] for kind in ("benchmark", "backbone") if kind in entry}
+    for value in entry.values():
+        if isinstance(value, str) and " " in value:
+            distribution, version = value.rsplit(" ", 1)
+            out[f"releases.{distribution}"] = version
+    return out
+
+
+def release_difference(one: Stream, other: Stream) -> str:
+    """The releases two streams both record and disagree on (``differences``' form), ``""`` for none. A run's
+    ``config.json`` lists only its own streams' releases and a stream made before releases were recorded has
+    none: what one side lacks is unknown, not different, and is not compared. Each method's own release is
+    its arm's identity, so two methods of other distributions pair."""
+    a, b = one.release, other.release
+    if a is None or b is None:
+        return ""
+    mine, theirs = _release_conditions(a), _release_conditions(b)
+    shared = set(mine) & set(theirs)
+    return differences({k: mine[k] for k in shared}, {k: theirs[k] for k in shared}, (_where(one), _where(other)))
+
+
 def match(arm: Sequence[Stream], baseline: Sequence[Stream]) -> Matched | None:
     """Pair an arm's streams with the baseline's (one per seed), task by task; None when no seed is shared."""
     by_seed = {s.seed: s for s in baseline}
@@ -96,7 +130,8 @@ def match(arm: Sequence[Stream], baseline: Sequence[Stream]) -> Matched | None:
         other = by_seed.get(stream.seed)
         if other is None:
             continue
-        mismatch = differences(stream.conditions(), other.conditions(), (_where(stream), _where(other)))
+        mismatch = (differences(stream.conditions(), other.conditions(), (_where(stream), _where(other)))
+                    or release_difference(stream, other))
         if mismatch:
             raise CompareError(f"cannot pair {stream.arm} with {other.arm} ({stream.env}, seed {stream.seed}): "
                                f"{mismatch}; compare streams run under the same settings")
@@ -114,10 +149,11 @@ def match(arm: Sequence[Stream], baseline: Sequence[Stream]) -> Matched | None:
                 columns[key].append(value)
     if not columns["task"]:
         return None
+    capacity = next((s.budget.get("bank_capacity") for s in arm if s.budget.get("bank_capacity")), None)
     return Matched(*(np.asarray(columns[k], dtype=np.float64 if k in ("method", "baseline", "method_tokens",
                                                                          "baseline_tokens") else None)
                      for k in ("method", "baseline", "method_tokens", "baseline_tokens", "task", "position",
-                               "seed")))
+                               "seed")), bank_capacity=int(capacity) if capacity else None)
 
 
 Cell = tuple[str, tuple[tuple[str, Any], ...]]  # (env, budget point)
@@ -166,13 +202,26 @@ class Comparison:
     sr: E.Difference
     tokens: E.Difference
     parts: power.Components
-    mde: float
+    mde: float  # at ``mde_alpha``; NaN when unknown (``power.unknown(parts)`` says why)
     se_hac: float | None
     gain: E.Estimate  # the arm's SR, last third minus first third
     baseline_gain: E.Estimate
     relative_gain: E.Estimate  # the arm's gain minus the baseline's (paired)
     p_adjusted: float = math.nan
     tokens_p_adjusted: float = math.nan
+    family: int = 1  # comparisons in the cell: Holm's m
+    hac_lags: int | None = None  # the lags of ``se_hac``
+
+    @property
+    def mde_alpha(self) -> float:
+        """The level of the MDE and the plan: Holm's first step, ``0.05 / m``."""
+        return ALPHA / self.family
+
+    def marks(self, tokens: bool = False) -> str:
+        """``†`` where the interval and the unadjusted test disagree at 5 %, ``‡`` where both say "different"
+        but the Holm-adjusted verdict does not; ``""`` for a row that says one thing (module docstring)."""
+        d, adjusted = (self.tokens, self.tokens_p_adjusted) if tokens else (self.sr, self.p_adjusted)
+        return _marks(d, adjusted)
 
     @property
     def verdict(self) -> str:
@@ -194,18 +243,20 @@ class Comparison:
                 "n_tasks": self.parts.tasks, "difference": pp * self.sr.difference,
                 "ci": [pp * self.sr.ci_low, pp * self.sr.ci_high], "se": pp * self.sr.se,
                 "p_value": self.sr.p_value, "p_adjusted": self.p_adjusted, "test": self.sr.test,
-                "verdict": self.verdict, "mde": pp * self.mde, "discordance": self.sr.second_moment,
+                "verdict": self.verdict, "disagreement": _disagreement(self.marks()), "comparisons": self.family,
+                "mde": pp * self.mde, "mde_alpha": self.mde_alpha, "mde_unknown": power.unknown(self.parts),
+                "discordance": self.sr.second_moment,
                 "method_sr": pp * self.method_sr.mean, "method_sr_ci": [pp * self.method_sr.ci_low,
                                                                        pp * self.method_sr.ci_high],
                 "baseline_sr": pp * self.baseline_sr.mean, "baseline_sr_ci": [pp * self.baseline_sr.ci_low,
                                                                              pp * self.baseline_sr.ci_high],
-                "se_hac": None if self.se_hac is None else pp * self.se_hac,
+                "se_hac": None if self.se_hac is None else pp * self.se_hac, "hac_lags": self.hac_lags,
                 "tokens": {"difference": self.tokens.difference, "ci": [self.tokens.ci_low, self.tokens.ci_high],
                            "se": self.tokens.se, "p_value": self.tokens.p_value,
                            "p_adjusted": self.tokens_p_adjusted, "test": self.tokens.test,
-                           "verdict": self.tokens_verdict},
+                           "verdict": self.tokens_verdict, "disagreement": _disagreement(self.marks(tokens=True))},
                 "gain": _pp_estimate(self.gain), "baseline_gain": _pp_estimate(self.baseline_gain),
-                "gain_vs_baseline": _pp_estimate(self.relative_gain)}
+                "gain_vs_baseline": _pp_estimate(self.relative_gain), "gain_status": "exploratory"}
 
 
 def _pp_estimate(estimate: E.Estimate) -> dict[str, Any]:
@@ -217,6 +268,22 @@ def _verdict(difference: float, p_adjusted: float, up: str, down: str) -> str:
     if not p_adjusted < ALPHA:
         return "no detectable difference"
     return up if difference > 0 else down
+
+
+def _marks(d: E.Difference, p_adjusted: float) -> str:
+    excludes = bool(d.ci_low > 0 or d.ci_high < 0)
+    tested = bool(d.p_value < ALPHA)
+    if excludes != tested:
+        return "†"
+    return "‡" if excludes and not p_adjusted < ALPHA else ""
+
+
+_DISAGREEMENTS = {"†": "interval-vs-test", "‡": "holm"}
+
+
+def _disagreement(marks: str) -> str | None:
+    """The JSON name of a row's mark (None: interval, test and verdict agree)."""
+    return _DISAGREEMENTS.get(marks)
 
 
 def thirds(position: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -283,17 +350,28 @@ def along_stream(matched: Matched, window: int | None = None) -> tuple[np.ndarra
     return ends, E.Difference(n=parts[0].n, n_clusters=parts[0].n_clusters, test=parts[0].test, **fields)
 
 
-def serial_se(d: np.ndarray, position: np.ndarray) -> float | None:
+def serial_lags(places: int, bank_capacity: int | None = None) -> int:
+    """The lags of the serial check: as many as the bank holds memories (a memory stored at task t can be
+    injected until B_max later stores evict it, so carry-over reaches about B_max places), at most a quarter
+    of the stream (beyond, the Bartlett estimate is mostly noise) and at least Newey-West's rule of thumb
+    ``floor(4 (T/100)^(2/9))`` (also the choice when B_max is unknown)."""
+    rule = int(math.floor(4 * (places / 100) ** (2 / 9)))
+    if not bank_capacity:
+        return rule
+    return max(rule, min(int(bank_capacity), places // 4))
+
+
+def serial_se(d: np.ndarray, position: np.ndarray, lags: int | None = None) -> float | None:
     """The standard error of ``mean(d)`` robust to serial dependence along the stream: Driscoll-Kraay
     (statsmodels' ``hac-groupsum``: the pairs summed per stream place, i.e. per task, then Newey-West over
-    the places, ``floor(4 (T/100)^(2/9))`` lags). None for fewer than 3 places."""
+    the places at ``lags`` lags, default :func:`serial_lags` without a bank). None for fewer than 3 places."""
     import statsmodels.api as sm
 
     places = len(np.unique(position))
     if places < 3 or not np.any(d != d[0]):
         return None
     order = np.argsort(position, kind="stable")
-    lags = int(math.floor(4 * (places / 100) ** (2 / 9)))
+    lags = serial_lags(places) if lags is None else lags
     fit = sm.OLS(d[order], np.ones(len(d))).fit(cov_type="hac-groupsum",
                                                  cov_kwds={"time": position[order].astype(int), "maxlags": lags})
     return float(fit.bse[0])
@@ -301,15 +379,16 @@ def serial_se(d: np.ndarray, position: np.ndarray) -> float | None:
 
 def compare_arm(env: str, point: str, method: str, baseline: str, matched: Matched, runs: Sequence[str]) -> Comparison:
     clusters = matched.clusters
-    sr = E.paired(matched.method, matched.baseline, clusters)
-    tokens = E.paired(matched.method_tokens, matched.baseline_tokens, clusters)
+    sr = E.paired(matched.method, matched.baseline, clusters, binary=True)
+    tokens = E.paired(matched.method_tokens, matched.baseline_tokens, clusters, binary=False)  # counts, never 0/1
     parts = power.components(matched.method - matched.baseline, matched.task)
     gain, baseline_gain, relative = lifelong(matched)
+    lags = serial_lags(len(np.unique(matched.position)), matched.bank_capacity)
     return Comparison(env=env, point=point, method=method, baseline=baseline, runs=tuple(runs), matched=matched,
                       method_sr=E.rate(matched.method, clusters), baseline_sr=E.rate(matched.baseline, clusters),
                       sr=sr, tokens=tokens, parts=parts, mde=power.mde(parts),
-                      se_hac=serial_se(matched.method - matched.baseline, matched.position), gain=gain,
-                      baseline_gain=baseline_gain, relative_gain=relative)
+                      se_hac=serial_se(matched.method - matched.baseline, matched.position, lags), gain=gain,
+                      baseline_gain=baseline_gain, relative_gain=relative, hac_lags=lags)
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -348,7 +427,9 @@ def compare(found: Sequence[Stream], baseline: str | None = None, *, strict: boo
             found_here.append(compare_arm(env, label, arm, base, matched, runs))
         adjusted = holm([c.sr.p_value for c in found_here])
         tokens_adjusted = holm([c.tokens.p_value for c in found_here])
-        out += [dataclasses.replace(c, p_adjusted=p, tokens_p_adjusted=t)
+        m = len(found_here)  # the MDE at Holm's first step, the strictest level a verdict here faces
+        out += [dataclasses.replace(c, p_adjusted=p, tokens_p_adjusted=t, family=m,
+                                    mde=power.mde(c.parts, alpha=ALPHA / m))
                 for c, p, t in zip(found_here, adjusted, tokens_adjusted)]
     if strict and not out:
         raise CompareError("no method shares a seed and a task with the baseline; nothing to compare")
@@ -392,6 +473,7 @@ def markdown(comparisons: Sequence[Comparison], heading: str = "##") -> str:
     """The comparison tables: one per (env, budget point), then the lifelong gain, then how to read them."""
     lines: list[str] = []
     notes: list[str] = []
+    marked: set[str] = set()
     for (env, point, base), rows in _groups(comparisons).items():
         seeds = rows[0].matched.seeds
         where = env.upper() + (f" · {point}" if point else "")
@@ -404,19 +486,27 @@ def markdown(comparisons: Sequence[Comparison], heading: str = "##") -> str:
         lines.append(f"| {base} | — | {_num(100 * base_sr.mean)} {_ci(100 * base_sr.ci_low, 100 * base_sr.ci_high, sign=False)} "
                      "| — | — | — | — | baseline | — | — | — | — |")
         for c in rows:
+            sr_mark, tok_mark = c.marks(), c.marks(tokens=True)
+            marked |= {sr_mark, tok_mark} - {""}
             lines.append(
                 f"| {c.method} | {c.sr.n} | {_num(100 * c.method_sr.mean)} "
                 f"{_ci(100 * c.method_sr.ci_low, 100 * c.method_sr.ci_high, sign=False)} "
                 f"| {_num(100 * c.sr.difference, sign=True)} | {_ci(100 * c.sr.ci_low, 100 * c.sr.ci_high)} "
-                f"| {_p(c.sr.p_value)} | {_p(c.p_adjusted)} | {c.verdict} | {_num(100 * c.mde)} "
+                f"| {_p(c.sr.p_value)} | {_p(c.p_adjusted)} | {c.verdict}{' ' + sr_mark if sr_mark else ''} "
+                f"| {_num(100 * c.mde)} "
                 f"| {_num(c.tokens.difference, sign=True)} | {_ci(c.tokens.ci_low, c.tokens.ci_high)} "
-                f"| {_p(c.tokens_p_adjusted)} |")
+                f"| {_p(c.tokens_p_adjusted)}{' ' + tok_mark if tok_mark else ''} |")
+            why = power.unknown(c.parts)
+            if why is not None:
+                notes.append(f"{c.method} ({where}): MDE and plan unknown: {why}.")
             ratio = c.serial_ratio
             if ratio is not None and ratio > SERIAL_NOTE_RATIO and c.parts.tasks >= SERIAL_NOTE_PLACES:
                 notes.append(f"{c.method} ({where}): the serial-dependence-robust standard error is {ratio:.2f}× the "
                              "clustered one; its interval may be too narrow (docs/results.md, \"Dependence along the "
                              "stream\").")
-        lines += ["", f"{heading}# Gain over the stream (SR on the last third of the tasks minus the first third)", "",
+        lines += ["", _table_note(rows)]
+        lines += ["", f"{heading}# Gain over the stream (exploratory: SR on the last third of the tasks minus the first "
+                  "third)", "",
                   f"| Method | Gain (pp) | 95 % CI | Gain − {base}'s (pp) | 95 % CI |", "|---|---:|---|---:|---|"]
         lines.append(f"| {base} | {_num(100 * rows[0].baseline_gain.mean, sign=True)} "
                      f"| {_ci(100 * rows[0].baseline_gain.ci_low, 100 * rows[0].baseline_gain.ci_high)} | — | — |")
@@ -428,11 +518,40 @@ def markdown(comparisons: Sequence[Comparison], heading: str = "##") -> str:
         lines.append("")
     tests = sorted({c.sr.test for c in comparisons})
     lines += [f"Paired on the tasks both ran (by seed and task). ΔSR: mean paired difference in percentage points, "
-              f"95 % interval, p from {_test_names(tests)}; p (Holm): adjusted over the methods compared in the "
-              "table; verdict at adjusted p < 0.05. MDE: the smallest true ΔSR this run detects with 80 % power at "
-              "α = 0.05 (from its discordance). ΔOutputTok: mean paired difference in output tokens per task. How "
-              "each number is estimated: docs/results.md.", *(["", *notes] if notes else [])]
+              f"95 % interval (per comparison), p from {_test_names(tests)}; p (Holm): adjusted over the methods "
+              "compared in the table; verdict at adjusted p < 0.05. MDE: the smallest true ΔSR this run detects "
+              "with 80 % power at the level Holm's first step tests (under the table; from its discordance). "
+              "ΔOutputTok: mean paired difference in output tokens per task. Gain over the stream: exploratory "
+              "(intervals only, no test, no adjustment); the thirds hold different tasks of a fixed order, so a "
+              "method's gain mixes what it learns with the order's difficulty, which the baseline faces too. "
+              "How each number is estimated: docs/results.md.",
+              *[f"{mark} {_MARK_NOTES[mark]}" for mark in sorted(marked)], *(["", *notes] if notes else [])]
     return "\n".join(lines) + "\n"
+
+
+_MARK_NOTES = {
+    "†": ("The 95 % interval and the p-value disagree on whether 0 is excluded: they are two procedures (the interval "
+          "is Bonett–Price's adjusted Wald, one pseudo-pair discordant each way added; the test is McNemar's exact "
+          "test or the cluster t test), which differ at the 5 % edge. The verdict follows the test; read the row as "
+          "borderline."),
+    "‡": ("The 95 % interval excludes 0 and the unadjusted p is below 0.05, but Holm's adjusted p is not: the interval "
+          "is for this comparison alone, the verdict holds the error rate over all the comparisons of the table."),
+}
+
+
+def _table_note(rows: Sequence[Comparison]) -> str:
+    """The level of the MDE and what the serial check saw, for one table."""
+    m = rows[0].family
+    level = f"α = 0.05/{m} = {ALPHA / m:.4g} (Holm's first step over {m} comparisons)" if m > 1 else "α = 0.05"
+    ratios = [r for r in (c.serial_ratio for c in rows) if r is not None]
+    lags = sorted({c.hac_lags for c in rows if c.hac_lags is not None})
+    serial = ""
+    if ratios and lags:
+        span = f"{min(ratios):.2f}" + (f"–{max(ratios):.2f}" if max(ratios) - min(ratios) >= 0.005 else "")
+        reach = "–".join(map(str, (lags[0], lags[-1]) if len(lags) > 1 else lags))
+        serial = (f" Serial check: the Driscoll-Kraay standard error at {reach} lags (the bank's B_max, at most a "
+                  f"quarter of the stream) is {span}× the clustered one; it cannot see dependence beyond those lags.")
+    return f"MDE at {level}, 80 % power.{serial}"
 
 
 def _test_names(tests: Sequence[str]) -> str:
@@ -441,33 +560,50 @@ def _test_names(tests: Sequence[str]) -> str:
     return " / ".join(names.get(t, t) for t in tests)
 
 
+def _plan_cell(best: float, worst: float) -> str:
+    if not (np.isfinite(best) and np.isfinite(worst)):
+        return "—"
+    return f"{best:,.0f}" if best == worst else f"{best:,.0f}–{worst:,.0f}"
+
+
 def plan_markdown(comparisons: Sequence[Comparison], delta_pp: float, seeds: Sequence[int] = power.SEEDS) -> str:
-    """How many tasks each comparison needs to detect ``delta_pp`` with 80 % power, by seed count."""
-    lines = [f"## Planning: tasks needed to detect {delta_pp:g} pp with 80 % power (α = 0.05, two-sided)", "",
-             "| Env | Method vs baseline | Pilot | Discordance | " + " | ".join(
+    """How many tasks each comparison needs to detect ``delta_pp`` with 80 % power, by seed count, at the level
+    of its MDE (Holm's first step)."""
+    lines = [f"## Planning: tasks needed to detect {delta_pp:g} pp with 80 % power (two-sided, at Holm's first step)",
+             "", "| Env | Method vs baseline | Pilot | Discordance | α | " + " | ".join(
                  f"{s} seed{'s' if s > 1 else ''}" for s in seeds) + " |",
-             "|---|---|---|---:|" + "---:|" * len(seeds)]
-    ranged = False
+             "|---|---|---|---:|---:|" + "---:|" * len(seeds)]
+    one_seed = several = False
+    unknown: list[str] = []
     for c in comparisons:
-        made = power.plan(delta_pp / 100.0, c.parts, seeds)
-        ranged |= not made.known
-        cells_ = [f"{best:,.0f}" if best == worst else f"{best:,.0f}–{worst:,.0f}" for _, best, worst in made.rows]
+        made = power.plan(delta_pp / 100.0, c.parts, seeds, alpha=c.mde_alpha)
+        one_seed |= not made.known and made.unknown is None
+        several |= made.known and made.unknown is None
+        if made.unknown is not None:
+            unknown.append(f"{c.method} vs {c.baseline}: unknown, {made.unknown}.")
         pilot = f"{c.parts.tasks} tasks × {c.parts.seeds} seed{'s' if c.parts.seeds > 1 else ''}"
         lines.append(f"| {c.env}{' · ' + c.point if c.point else ''} | {c.method} vs {c.baseline} | {pilot} "
-                     f"| {100 * c.parts.total:.1f} % | " + " | ".join(cells_) + " |")
+                     f"| {100 * c.parts.total:.1f} % | {c.mde_alpha:.4g} | "
+                     + " | ".join(_plan_cell(best, worst) for _, best, worst in made.rows) + " |")
     lines.append("")
-    if ranged:
+    if one_seed:
         lines.append("A one-seed pilot cannot tell how much a task's outcome repeats across seeds: with more seeds the "
                      "range runs from \"seeds independent\" to \"seeds repeat the task\" (more seeds do not help); run "
                      "a pilot with two seeds to narrow it. ")
+    if several:
+        lines.append("A pilot with several seeds estimates the between-task variance with noise: the range runs from "
+                     "its estimate (a negative one set to 0, the most optimistic) to its one-sided 95 % upper bound. ")
+    lines += unknown
     lines.append("From the pilot's paired differences (statsmodels TTestPower; docs/results.md, \"Planning a run\").")
     return "\n".join(lines) + "\n"
 
 
 def plan_json(comparison: Comparison, delta_pp: float, seeds: Sequence[int] = power.SEEDS) -> dict[str, Any]:
-    made = power.plan(delta_pp / 100.0, comparison.parts, seeds)
-    return {"delta": delta_pp, "alpha": power.ALPHA, "power": power.POWER, "known": made.known,
-            "tasks_needed": {str(s): [best, worst] for s, best, worst in made.rows}}
+    """The plan of one comparison as ``--json`` prints it (``tasks_needed``: null, and ``unknown`` says why, when the
+    pilot shows no variance)."""
+    made = power.plan(delta_pp / 100.0, comparison.parts, seeds, alpha=comparison.mde_alpha)
+    return {"delta": delta_pp, "alpha": comparison.mde_alpha, "power": power.POWER, "known": made.known,
+            "unknown": made.unknown, "tasks_needed": {str(s): [best, worst] for s, best, worst in made.rows}}
 
 
 def render(runs: Sequence[str | Path], baseline: str | None = None, *, as_json: bool = False,
@@ -499,4 +635,4 @@ def plain(value: Any) -> Any:
 
 
 __all__ = ["CompareError", "RunError", "Matched", "Comparison", "match", "cells", "compare", "compare_runs", "holm",
-           "lifelong", "thirds", "serial_se", "along_stream", "window_along_stream", "markdown", "plan_markdown", "plan_json", "render", "differences", "plain"]
+           "lifelong", "thirds", "serial_lags", "serial_se", "release_difference", "along_stream", "window_along_stream", "markdown", "plan_markdown", "plan_json", "render", "differences", "plain"]

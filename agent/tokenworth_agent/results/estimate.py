@@ -28,7 +28,9 @@ formula reduces to the usual one.
   several; the interval is the cluster-robust t interval of the data with one pseudo-pair discordant each
   way added (Bonett & Price's adjusted Wald interval for paired proportions, 2012), which keeps it from
   collapsing to [0, 0] when no pair is discordant. For other values (tokens): ``scipy.stats.ttest_rel``
-  with one seed, the cluster-robust t test with several, and the t interval.
+  with one seed, the cluster-robust t test with several, and the t interval. Whether the outcomes are 0/1
+  is the caller's to say (``binary``): output tokens that happen to be all 0 or 1 (a budget of one token)
+  are counts, not successes, and get no McNemar test and no pseudo-pairs.
 * :func:`independent_difference` — two estimates of *different* tasks (the stream's last third against its
   first): the MOVER interval from the two intervals (for two rates, Newcombe's hybrid score interval).
 
@@ -176,12 +178,14 @@ def _binary(*arrays: np.ndarray) -> bool:
     return all(bool(np.all((a == 0) | (a == 1))) for a in arrays)
 
 
-def paired(a: Any, b: Any, clusters: Sequence[Any] | np.ndarray | None = None, *,
+def paired(a: Any, b: Any, clusters: Sequence[Any] | np.ndarray | None = None, *, binary: bool | None = None,
            level: float = LEVEL) -> Difference:
     """The paired difference ``mean(a - b)`` of matched observations (module docstring).
 
     ``a`` and ``b``: the same shape ``(..., n)``, observation ``i`` of each on the same unit (task, seed);
-    ``clusters``: ``n`` labels (the task of each pair) when a task appears several times."""
+    ``clusters``: ``n`` labels (the task of each pair) when a task appears several times; ``binary``: the
+    values are 0/1 outcomes (rewards: McNemar and the adjusted interval) or not (tokens: the t test); None
+    infers it from the values, which only rewards should rely on."""
     from scipy import stats
 
     x, y = _observations(a, "a"), _observations(b, "b")
@@ -193,7 +197,10 @@ def paired(a: Any, b: Any, clusters: Sequence[Any] | np.ndarray | None = None, *
     difference = d.mean(axis=-1)
     se = _standard_error(d, grouping, n_clusters)
     second_moment = np.mean(d ** 2, axis=-1)
-    binary = _binary(x, y)
+    if binary is None:
+        binary = _binary(x, y)
+    elif binary and not _binary(x, y):
+        raise ValueError("paired: binary=True but the values are not all 0 or 1")
     with np.errstate(divide="ignore", invalid="ignore"):
         t = difference / se
     # no spread (se 0): every pair differs alike, p 1 when by nothing, else 0; one pair (se NaN): unknown

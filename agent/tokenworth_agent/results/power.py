@@ -17,6 +17,16 @@ outcomes the second moment of ``d`` is the *discordance*, the share of pairs whe
 A one-seed pilot cannot split the two: its discordance is ``between + within``. Its plan for ``S`` seeds is a
 range (:class:`Plan`): from "seeds independent" (``between = 0``: S seeds count as S times the tasks) to
 "seeds repeat the task" (``within = 0``: more seeds do not help at all).
+
+A pilot with several seeds estimates ``between`` as a difference of two noisy moments; a negative estimate is
+floored at 0, the most optimistic plan (seeds then count as tasks). So its plan is a range as well: from the
+estimate to the one-sided 95 % upper bound of ``between`` (``between_high``: the chi-square upper bound of
+the task means' second moment less the chi-square lower bound of ``within / S``; normal-theory, so a guide,
+not a guarantee, for 0/1 differences).
+
+**Nothing to plan from.** A pilot whose paired differences are all 0 (two methods that agree on every task:
+both at 0 %) shows no variance: the MDE and the tasks needed are *unknown* (NaN; :func:`unknown`
+says why), not 0 and not 2 tasks.
 """
 
 from __future__ import annotations
@@ -41,13 +51,15 @@ class Components:
     total: float  # the second moment of d: between + within (one seed: the discordance)
     tasks: int
     seeds: int
+    between_high: float | None = None  # the one-sided 95 % upper bound of ``between`` (several seeds)
 
     def per_task(self, seeds: int) -> tuple[float, float]:
-        """The variance of a task's mean difference over ``seeds`` seeds: (best, worst) case; equal when known."""
+        """The variance of a task's mean difference over ``seeds`` seeds: (best, worst) case. One-seed pilot:
+        seeds independent / seeds repeat the task; several: ``between`` at its estimate / its upper bound."""
         if self.between is None or self.within is None:
             return self.total / seeds, self.total
-        value = self.between + self.within / seeds
-        return value, value
+        high = self.between if self.between_high is None else max(self.between, self.between_high)
+        return self.between + self.within / seeds, high + self.within / seeds
 
 
 def components(d: Any, clusters: Sequence[Any] | np.ndarray | None = None) -> Components:
@@ -65,10 +77,18 @@ def components(d: Any, clusters: Sequence[Any] | np.ndarray | None = None) -> Co
     total = float(np.mean(d ** 2))
     if seeds < 2:
         return Components(None, None, total, tasks, 1)
+    from scipy import stats
+
     squares = np.bincount(inverse, weights=d ** 2, minlength=tasks)
-    within = float(np.sum(squares - counts * means ** 2) / max(1, int(np.sum(counts - 1))))
-    between = max(0.0, float(np.mean(means ** 2)) - within / seeds)
-    return Components(between, within, total, tasks, seeds)
+    df_within = max(1, int(np.sum(counts - 1)))
+    within = float(np.sum(squares - counts * means ** 2) / df_within)
+    second = float(np.mean(means ** 2))  # estimates between + within / seeds
+    between = max(0.0, second - within / seeds)
+    # one-sided 95 % bounds (chi-square, normal theory): the means' second moment high, within low
+    second_high = tasks * second / float(stats.chi2.ppf(0.05, tasks))
+    within_low = within * df_within / float(stats.chi2.ppf(0.95, df_within))
+    between_high = max(between, second_high - within_low / seeds)
+    return Components(between, within, total, tasks, seeds, between_high)
 
 
 def _solver() -> Any:
@@ -77,13 +97,23 @@ def _solver() -> Any:
     return TTestPower()
 
 
+def unknown(parts: Components) -> str | None:
+    """Why the MDE and the plan cannot be computed from ``parts`` (None when they can)."""
+    if parts.tasks < 2:
+        return "fewer than two tasks paired: no spread to plan from"
+    if parts.total <= 0:
+        return ("no pair differs (the two methods agree on every task, e.g. both at 0 %): the pilot shows no "
+                "variance to plan from")
+    return None
+
+
 def mde(parts: Components, tasks: int | None = None, seeds: int | None = None, *, alpha: float = ALPHA,
         power: float = POWER) -> float:
     """The smallest true difference (in ``d``'s units) that ``tasks`` tasks x ``seeds`` seeds (default: the
-    pilot's own) detect with ``power`` at two-sided ``alpha``; with a one-seed pilot and more seeds, the
-    conservative end ("seeds repeat the task")."""
+    pilot's own) detect with ``power`` at two-sided ``alpha``; with more seeds than the pilot's, the
+    conservative end of the range (:meth:`Components.per_task`). NaN where :func:`unknown` says why."""
     tasks, seeds = tasks or parts.tasks, seeds or parts.seeds
-    if tasks < 2:
+    if tasks < 2 or unknown(parts) is not None:
         return math.nan
     variance = parts.per_task(seeds)[1] if seeds != parts.seeds else _observed(parts)
     effect = _solver().solve_power(effect_size=None, nobs=tasks, alpha=alpha, power=power,
@@ -99,14 +129,13 @@ def _observed(parts: Components) -> float:
 def tasks_needed(delta: float, parts: Components, seeds: int, *, alpha: float = ALPHA,
                  power: float = POWER) -> tuple[float, float]:
     """Tasks that detect a true difference ``delta`` with ``power`` at ``seeds`` seeds: (best, worst) case
-    (equal when the pilot had several seeds). A pilot without any variance (no discordant pair) gives 2."""
+    (:meth:`Components.per_task`). NaN, both, for a pilot without any variance (:func:`unknown`)."""
     if delta <= 0:
         raise ValueError(f"--plan: the difference to detect must be positive, got {delta}")
+    if unknown(parts) is not None:
+        return math.nan, math.nan
     out = []
     for variance in parts.per_task(seeds):
-        if variance <= 0:
-            out.append(2.0)  # no variance at all in the pilot: any difference shows at once
-            continue
         nobs = _solver().solve_power(effect_size=delta / math.sqrt(variance), nobs=None, alpha=alpha, power=power,
                                      alternative="two-sided")
         out.append(float(math.ceil(float(np.asarray(nobs).ravel()[0]))))
@@ -119,13 +148,15 @@ class Plan:
 
     delta: float
     rows: tuple[tuple[int, float, float], ...]
-    known: bool  # the pilot had several seeds: best == worst
+    known: bool  # the pilot had several seeds (it split the variance; the range is between's uncertainty)
+    unknown: str | None = None  # why no plan can be made (then every entry of ``rows`` is NaN)
 
 
 def plan(delta: float, parts: Components, seeds: Sequence[int] = SEEDS, *, alpha: float = ALPHA,
          power: float = POWER) -> Plan:
+    """Tasks needed to detect ``delta`` for each seed count in ``seeds``, at two-sided ``alpha``."""
     rows = tuple((s, *tasks_needed(delta, parts, s, alpha=alpha, power=power)) for s in seeds)
-    return Plan(delta, rows, parts.between is not None)
+    return Plan(delta, rows, parts.between is not None, unknown(parts))
 
 
-__all__ = ["ALPHA", "POWER", "SEEDS", "Components", "components", "mde", "tasks_needed", "Plan", "plan"]
+__all__ = ["ALPHA", "POWER", "SEEDS", "Components", "components", "unknown", "mde", "tasks_needed", "Plan", "plan"]

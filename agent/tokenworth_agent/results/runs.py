@@ -18,7 +18,10 @@ older release lacks. The grid point (``o_max=64``, ``eta_max=0.1``) is only in t
 
 A stream's **conditions** (:meth:`Stream.conditions`) are the settings two streams must share to be compared
 task by task: the backbone and its options (but the seed), the stream's budget, the harness settings and
-the task data. The task order is checked on the records themselves (:mod:`~.compare`).
+the task data. The task order is checked on the records themselves (:mod:`~.compare`). Releases are not
+among them: ``config.json`` lists them only for the streams its run made, so two runs made apart (one of
+``standard``, one of ``rag``) would differ there by construction; each stream's own entry is
+:attr:`Stream.release`, and :func:`~.compare.release_difference` compares what two streams both record.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ COLUMNS = ("run", "stream", "env", "method", "seed", "point", "finished", "index
 # config.json entries that do not change what a task's outcome means: where things are, how many tasks, and
 # the run's axes (each stream's own env, seed and budget are compared on the stream itself).
 _NOT_CONDITIONS = frozenset({"connection", "data_dir", "limit", "tasks", "env", "seed", "grid", "configs", "plus",
-                             "kind", "budget"})
+                             "kind", "budget", "releases"})
 
 
 class RunError(ValueError):
@@ -91,6 +94,13 @@ class Stream:
         if isinstance(options, Mapping):
             config["backbone_options"] = {k: v for k, v in options.items() if k != "seed"}
         return {**config, "budget": dict(self.budget)}
+
+    @property
+    def release(self) -> Mapping[str, Any] | None:
+        """This stream's release entry in ``config.json`` (``{"method": "tokenworth-agent 0.3.0", "benchmark":
+        ..., "backbone": ...}``); None for a stream made before releases were recorded."""
+        entry = (self.config.get("releases") or {}).get(self.name)
+        return entry if isinstance(entry, Mapping) else None
 
     def rewards(self) -> list[int]:
         return [r.reward for r in self.records]
