@@ -401,10 +401,12 @@ def test_the_gain_over_the_stream_is_labelled_exploratory(one_seed) -> None:
 
 
 def test_the_serial_check_reaches_as_far_as_the_bank_and_reports_its_lags(one_seed) -> None:
-    from tokenworth_agent.results.compare import compare_runs, markdown, serial_lags
+    from tokenworth_agent.results.compare import compare_runs, markdown, serial_lags, serial_threshold
 
     assert serial_lags(500, 64) == 64 and serial_lags(200, 64) == 50  # B_max, at most a quarter of the stream
     assert serial_lags(500, None) == serial_lags(500, 1) == 5  # unknown or tiny bank: Newey-West's rule
+    # a note only above the ratio's own noise, sqrt(L / 3T) twice: 1.41 at 64 lags of 500 places
+    assert serial_threshold(64, 500) == pytest.approx(1 + 2 * np.sqrt(64 / 1500)) and serial_threshold(5, 500) == 1.15
     text = markdown(compare_runs([one_seed]))
     assert "Driscoll-Kraay standard error at 50 lags" in text and "cannot see dependence beyond" in text
 

@@ -42,7 +42,14 @@ from tokenworth_agent.results.runs import RunError, Stream, streams as read_stre
 DEFAULT_BASELINE = "standard"
 ALPHA = 0.05
 SERIAL_NOTE_RATIO = 1.15  # a HAC standard error this much above the clustered one is reported ...
-SERIAL_NOTE_PLACES = 100  # ... in a stream this long (in shorter ones the HAC error is itself too noisy)
+SERIAL_NOTE_PLACES = 100  # ... in a stream this long (in shorter ones the HAC error is itself too noisy) ...
+# ... and above its own noise: the ratio's standard deviation is about sqrt(L / 3T) at L lags over T places
+# (Bartlett kernel), so a note needs the ratio two of those above 1 (1.41 at 64 lags of 500 places)
+
+
+def serial_threshold(lags: int, places: int) -> float:
+    """The ratio of the serial-robust to the clustered standard error above which a table notes it."""
+    return max(SERIAL_NOTE_RATIO, 1.0 + 2.0 * math.sqrt(lags / (3.0 * places)))
 
 
 class CompareError(ValueError):
@@ -500,7 +507,8 @@ def markdown(comparisons: Sequence[Comparison], heading: str = "##") -> str:
             if why is not None:
                 notes.append(f"{c.method} ({where}): MDE and plan unknown: {why}.")
             ratio = c.serial_ratio
-            if ratio is not None and ratio > SERIAL_NOTE_RATIO and c.parts.tasks >= SERIAL_NOTE_PLACES:
+            if (ratio is not None and c.parts.tasks >= SERIAL_NOTE_PLACES
+                    and ratio > serial_threshold(c.hac_lags or 1, c.parts.tasks)):
                 notes.append(f"{c.method} ({where}): the serial-dependence-robust standard error is {ratio:.2f}× the "
                              "clustered one; its interval may be too narrow (docs/results.md, \"Dependence along the "
                              "stream\").")
@@ -635,4 +643,4 @@ def plain(value: Any) -> Any:
 
 
 __all__ = ["CompareError", "RunError", "Matched", "Comparison", "match", "cells", "compare", "compare_runs", "holm",
-           "lifelong", "thirds", "serial_lags", "serial_se", "release_difference", "along_stream", "window_along_stream", "markdown", "plan_markdown", "plan_json", "render", "differences", "plain"]
+           "lifelong", "thirds", "serial_lags", "serial_threshold", "serial_se", "release_difference", "along_stream", "window_along_stream", "markdown", "plan_markdown", "plan_json", "render", "differences", "plain"]
