@@ -97,8 +97,9 @@ class Stream:
 
     @property
     def release(self) -> Mapping[str, Any] | None:
-        """This stream's release entry in ``config.json`` (``{"method": "tokenworth-agent 0.3.0", "benchmark":
-        ..., "backbone": ...}``); None for a stream made before releases were recorded."""
+        """This stream's release entry in ``config.json``: its method's, benchmark's and backbone's
+        ``distribution version`` (:mod:`tokenworth_agent.experiment.releases`); None for a stream made before
+        releases were recorded."""
         entry = (self.config.get("releases") or {}).get(self.name)
         return entry if isinstance(entry, Mapping) else None
 
