@@ -262,3 +262,23 @@ def test_the_public_module_exports_every_name_a_plugin_needs() -> None:
             "StoreBackedPolicy", "MemoryStore", "Memory", "Outcome", "Backbone", "Generation", "Conversation",
             "PluginError"} <= set(public.__all__)
     assert "compatib" in public.__doc__ and "minor release" in public.__doc__ and "major release" in public.__doc__
+
+
+def test_a_method_parameter_default_of_the_wrong_type_is_refused_at_load(site) -> None:
+    """A default that is not of its declared type is checked when the method is loaded, as a benchmark option's is:
+    `tokenworth plugins` lists it broken with its one line, and asking for it is that line (it failed mid-run)."""
+    (site / "typo_policy.py").write_text(
+        "from tokenworth_agent.plugin import Parameter, StoreBackedPolicy\n\n\n"
+        "class TypoPolicy(StoreBackedPolicy):\n    name = 'typo'\n"
+        "    parameters = (Parameter('k', int, 'three', 'memories retrieved'),)\n\n"
+        "    def __init__(self, env, budget, seed=0, *, k='three', **kwargs):\n"
+        "        super().__init__(env, budget, seed, **kwargs)\n")
+    fake_distribution(site, "typo-plugin", {"tokenworth.methods": {"typo": "typo_policy:TypoPolicy"}}, version="0.2")
+    with pytest.raises(plugins.PluginError) as refused:
+        Registry.from_plugins("method").factory("typo")
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith("method 'typo' (typo_policy:TypoPolicy) of typo-plugin 0.2 ")
+    assert "parameter 'k': its default 'three' is not of its type, int; fix it in typo-plugin" in line, line
+    [row] = [r for r in plugins.listing() if r["name"] == "typo"]
+    assert row["status"] == "broken" and "its default 'three' is not of its type, int" in row["detail"]
+    assert plugins.load("method", "memrl").name == "memrl"  # the built-ins' declarations pass the same check

@@ -38,6 +38,7 @@ import dataclasses
 import functools
 import importlib
 import importlib.metadata as metadata
+import inspect
 import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -247,6 +248,8 @@ def _check_value(plugin: Plugin, value: Any, *, preset: bool) -> None:
     elif not callable(value):
         raise plugin.refused(f"is {_shown(value)}, not a backbone class; its entry point must name a class with the "
                              f"tokenworth_agent.plugin.Backbone interface (fix it in {plugin.distribution}, or uninstall it)")
+    if kind == "method":
+        _check_parameters(plugin, value)
     if kind == "benchmark":
         problems = value.problems()
         if problems:
@@ -262,6 +265,23 @@ def _check_value(plugin: Plugin, value: Any, *, preset: bool) -> None:
             value.check_preset()
         except ValueError as exc:
             raise plugin.refused(f"is not a valid Benchmark: {'; '.join(getattr(exc, 'problems', (str(exc),)))}")
+
+
+def _check_parameters(plugin: Plugin, cls: type) -> None:
+    """A method's declared parameters, as a benchmark's options are checked: a tuple of ``Parameter``, each default
+    of its type. Read without running the class's code: a ``parameters`` that is computed (TokenWorth's, which reads
+    the controller's table) is checked where a run plans the method
+    (:func:`tokenworth_agent.policies.registry.method_parameters`)."""
+    from tokenworth_agent.core.parameters import check_declared
+
+    declared = inspect.getattr_static(cls, "parameters", ())
+    if not isinstance(declared, (tuple, list)) and hasattr(declared, "__get__"):
+        return
+    try:
+        check_declared(declared, f"{cls.__qualname__}.parameters", defaults=True)
+    except ValueError as exc:
+        raise plugin.refused(f"declares parameters that cannot work: {exc}; fix it in {plugin.distribution}, or "
+                             "uninstall it") from None
 
 
 def _shown(value: Any) -> str:
