@@ -22,8 +22,10 @@ distribution and version, and what to change:
   something callable;
 * its name: a method's class attribute ``name`` and a benchmark's ``Benchmark.name`` are the entry's name
   (the records, stream folders and tables carry that one name);
-* two entries of one kind with one name (from two distributions, or a plugin reusing a built-in's name) make
-  that name unusable: asking for it names both distributions. Other names keep working.
+* its parameters (a method's): a tuple of ``Parameter``, each default of its type, as a benchmark's options;
+* two plugins of one kind with one name make that name unusable: asking for it names both distributions. A plugin
+  that reuses a built-in's name never takes the built-in's place: the built-in is used, the plugin's entry is
+  refused (its row in ``tokenworth plugins`` says so). Other names keep working.
 
 A load's result, the value or the refusal, is kept for the process (:func:`refresh` forgets it), and a warning
 about a plugin is printed once per process (:func:`warn_once`).
@@ -117,14 +119,15 @@ class Plugin:
 
 @dataclasses.dataclass(frozen=True)
 class Found:
-    """A kind's entries: the usable ones by name (built-ins first, each part sorted by name), the names two
-    distributions claim (name -> one line naming both), every entry that claims one of those names, and the
-    built-ins by name (clashing or not)."""
+    """A kind's entries: the usable ones by name (built-ins first, each part sorted by name), the names two plugins
+    claim (name -> one line naming both), every entry that claims one of those names, the built-ins by name, and
+    the plugins refused for reusing a built-in's name (each with why: :meth:`Plugin.refused` makes its line)."""
 
     entries: dict[str, Plugin]
     clashes: dict[str, str]
     claimants: dict[str, tuple[Plugin, ...]] = dataclasses.field(default_factory=dict)
     builtins: dict[str, Plugin] = dataclasses.field(default_factory=dict)
+    shadows: dict[Plugin, str] = dataclasses.field(default_factory=dict)
 
 
 def _entry_points(group: str) -> list[Plugin]:
@@ -164,22 +167,28 @@ def installed(kind: str) -> Found:
     claims: dict[str, list[Plugin]] = {}
     for plugin in _entry_points(GROUPS[kind]):
         claims.setdefault(plugin.name, []).append(plugin)
+    builtins = {p.name: p for found in claims.values() for p in found if p.builtin}
+    # a built-in's name stays the built-in's: a plugin claiming it is the entry refused, never the built-in
+    shadows = {p: _shadow_line(p, builtins[p.name]) for found in claims.values() for p in found
+               if not p.builtin and p.name in builtins}
+    claims = {name: [p for p in found if p not in shadows] for name, found in claims.items()}
     entries = {name: found[0] for name, found in claims.items() if len(found) == 1}
     claimants = {name: tuple(found) for name, found in claims.items() if len(found) > 1}
     clashes = {name: _clash_line(kind, name, found) for name, found in claimants.items()}
-    builtins = {p.name: p for found in claims.values() for p in found if p.builtin}
-    return Found(entries, clashes, claimants, builtins)
+    return Found(entries, clashes, claimants, builtins, shadows)
 
 
 def _clash_line(kind: str, name: str, claimants: tuple[Plugin, ...]) -> str:
     both = " and ".join(f"{p.distribution} {p.version} ({p.value})" for p in claimants)
-    foreign = [p.distribution for p in claimants if not p.builtin]
-    if len(foreign) < len(claimants):  # one of them is the harness's own
-        fix = (f"a plugin may not reuse a built-in's name: register it under another name in "
-               f"{', '.join(foreign)}, or uninstall {', '.join(foreign)}")
-    else:
-        fix = "uninstall one of them, or register one under another name"
-    return f"{kind} {name!r} is registered by {len(claimants)} distributions, {both}; {fix}"
+    return (f"{kind} {name!r} is registered by {len(claimants)} distributions, {both}; uninstall one of them, or "
+            "register one under another name")
+
+
+def _shadow_line(plugin: Plugin, builtin: Plugin) -> str:
+    """Why ``plugin``, which registers the name of the built-in ``builtin``, is refused (the built-in is used)."""
+    return (f"reuses the name of the built-in {plugin.kind} of {builtin.release}, which is the one used: a plugin "
+            f"may not take a built-in's place; register it under another name in {plugin.distribution}, or uninstall "
+            f"{plugin.distribution}")
 
 
 def refresh() -> None:
@@ -304,7 +313,7 @@ def loadable(kind: str, *, warn: Warn | None = None) -> dict[str, Any]:
     ``tokenworth data fetch`` of every benchmark): a run loads what it asks for (:func:`load`)."""
     loaded = {}
     found = installed(kind)
-    for line in found.clashes.values():
+    for line in _refused_lines(found):
         warn_once(warn, line)
     for name in found.entries:
         try:
@@ -312,6 +321,22 @@ def loadable(kind: str, *, warn: Warn | None = None) -> dict[str, Any]:
         except PluginError as exc:
             warn_once(warn, str(exc))
     return loaded
+
+
+def offered(kind: str) -> tuple[str, ...]:
+    """The names ``--help`` offers for ``kind``: the usable built-ins, and each plugin that loads and passes every
+    check (:func:`check`); a broken or clashing one is left out (``tokenworth plugins`` says why). Imports every
+    plugin of ``kind``: only for what lists them."""
+    found = installed(kind)
+    usable = []
+    for name, plugin in found.entries.items():
+        try:
+            if not plugin.builtin:  # the built-ins are the harness's own: loaded only when asked for
+                check(plugin)
+        except PluginError:
+            continue
+        usable.append(name)
+    return tuple(usable)
 
 
 def benchmark(name: str) -> Any:
@@ -327,6 +352,9 @@ def benchmarks(asked: Iterable[str] | None = (), *, warn: Warn | None = None, pr
     found = installed("benchmark")
     wanted = list(found.entries) if asked is None else [n for n in dict.fromkeys(asked) if n not in found.builtins]
     chosen: dict[str, Any] = {}
+    if asked is None:  # every plugin is listed: those refused by name alone are named too
+        for line in _refused_lines(found):
+            warn_once(warn, line)
     for plugin in found.builtins.values():
         chosen[plugin.name] = check(plugin, preset=preset)
     for name in wanted:
@@ -340,18 +368,27 @@ def benchmarks(asked: Iterable[str] | None = (), *, warn: Warn | None = None, pr
     return chosen
 
 
+def _refused_lines(found: Found) -> list[str]:
+    """The lines of the entries refused by their names alone: a name two plugins claim, a built-in's name reused."""
+    return [*found.clashes.values(), *(str(plugin.refused(reason)) for plugin, reason in found.shadows.items())]
+
+
 def listing() -> list[dict[str, str]]:
     """What is installed, one row per entry: name, kind, distribution, version, status (``ok``, ``broken``: it is
-    refused when asked for, or ``clash``: its name is claimed twice) and detail (a benchmark's description, or why
-    it is refused).
+    refused when asked for, or ``clash``: its name is claimed twice, by two plugins, both refused, or by a plugin and a
+    built-in, the plugin's entry refused and the built-in used) and detail (a benchmark's description, or why it is
+    refused).
 
     Every entry is loaded and checked here, each on its own: one that fails is its row, never the listing's end."""
     rows = []
     for kind in GROUPS:
         found = installed(kind)
-        plugins = [*found.entries.values(), *(p for claimants in found.claimants.values() for p in claimants)]
+        plugins = [*found.entries.values(), *(p for claimants in found.claimants.values() for p in claimants),
+                   *found.shadows]
         for plugin in sorted(plugins, key=lambda p: (not p.builtin, p.name, p.distribution)):
-            if plugin.name in found.clashes:
+            if plugin in found.shadows:
+                status, detail = "clash", found.shadows[plugin]
+            elif plugin.name in found.clashes:
                 others = [p for p in found.claimants[plugin.name] if p is not plugin]
                 status = "clash"
                 detail = (f"{kind} {plugin.name!r} is also registered by "
@@ -375,4 +412,4 @@ def _described(value: Any) -> str:
 
 
 __all__ = ["GROUPS", "HOME", "Plugin", "PluginError", "Found", "installed", "refresh", "names", "describe", "load",
-           "check", "loadable", "benchmark", "benchmarks", "listing", "warn_once"]
+           "check", "loadable", "offered", "benchmark", "benchmarks", "listing", "warn_once"]
