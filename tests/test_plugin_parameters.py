@@ -192,3 +192,29 @@ def _tensorboard_hparams(folder) -> dict:
                     for key, v in data.session_start_info.hparams.items():
                         found[key] = getattr(v, v.WhichOneof("kind"))
     return found
+
+
+def test_the_values_in_use_enter_the_identity_without_a_grid_and_only_for_methods_that_declare_some(site) -> None:
+    """recency's k is in its stream's identity at its default (it was there only when --grid set it); a stream of
+    a method that declares no parameters, or only preset-defaulted ones (TokenWorth's), keeps the identity it had,
+    so earlier folders resume and compare as before."""
+    from tokenworth_agent.core.harness import DEFAULT_HARNESS
+    from tokenworth_agent.experiment.engine import stream_identity
+    from tokenworth_agent.experiment.streams import parameters_in_use
+    from tokenworth_agent.storage.runfolder import merged_config
+
+    tasks = ()
+    plain, gridded = _expand(["recency"], []), _expand(["recency"], ["recency.k=3"])
+    assert stream_identity(plain[0], tasks, "sim", DEFAULT_HARNESS)["parameters"] == {"k": 2}
+    assert stream_identity(gridded[0], tasks, "sim", DEFAULT_HARNESS)["parameters"] == {"k": 3}
+    assert parameters_in_use(_expand(["memrl"], [])[0])["epsilon"] == 0.1  # a built-in that declares some
+    for stream in _expand(["standard", "rag", "tokenworth"], []):
+        identity = stream_identity(stream, tasks, "sim", DEFAULT_HARNESS)
+        assert set(identity) == {"method", "env", "seed", "budget", "backbone", "task_ids", "harness", "releases"}
+        assert set(identity["releases"]) == {"method", "benchmark", "backbone"} and not parameters_in_use(stream)
+    assert parameters_in_use(_expand(["tokenworth"], ["eta_max=0.2"])[0]) == {"eta_max": 0.2}
+    # config.json's per-stream entries: another command's kept, none written where no stream has one
+    existing = {"releases": {"recency": {}}, "parameters": {"recency": {"k": 2}}}
+    assert merged_config(existing, {"releases": {"rag": {}}}, ["rag"])["parameters"] == {"recency": {"k": 2}}
+    assert "parameters" not in merged_config({"releases": {}}, {"releases": {"rag": {}}}, ["rag"])
+    assert "parameters" not in merged_config(existing, {"releases": {}}, ["recency"])

@@ -79,6 +79,7 @@ class Plugin:
     value: str  # "module:attribute"
     distribution: str
     version: str
+    source: Any = dataclasses.field(default=None, compare=False, repr=False)  # its importlib.metadata Distribution
 
     @property
     def builtin(self) -> bool:
@@ -137,7 +138,7 @@ def _entry_points(group: str) -> list[Plugin]:
         name = dist.metadata["Name"] or "?"
         for entry in dist.entry_points:
             if entry.group == group:
-                plugins.append(Plugin(kind, entry.name, entry.value, name, dist.version))
+                plugins.append(Plugin(kind, entry.name, entry.value, name, dist.version, dist))
     if not any(p.builtin for p in plugins):  # the harness's source tree, not installed: its pyproject.toml
         plugins = _source_tree_builtins(kind, group) + plugins
     # one distribution may be found twice (an editable install on sys.path twice): the same entry is one
@@ -197,6 +198,7 @@ def refresh() -> None:
     installed.cache_clear()
     _LOADED.clear()
     _WARNED.clear()
+    _DIGESTS.clear()
 
 
 def names(kind: str, *, clashing: bool = False) -> tuple[str, ...]:
@@ -405,6 +407,69 @@ def listing() -> list[dict[str, str]]:
     return rows
 
 
+# files that say how or from where a distribution was installed, not what it runs: left out of its digest
+_INSTALL_NOTES = frozenset({"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"})
+_DIGESTS: dict[Plugin, str | None] = {}
+
+
+def files_digest(plugin: Plugin) -> str | None:
+    """A digest (16 hex digits of sha256) of the code ``plugin`` runs, taken once per process: of its distribution's
+    RECORD (each installed file's path and hash, but the install's own notes and compiled ``.pyc``), or, for an
+    editable install or one whose RECORD lists no hashes, of the files themselves (every file of the package or
+    module its entry names, read now). None for a built-in: the harness's code is its version (a digest of an
+    editable harness would refuse every resume while it is being developed)."""
+    if plugin.builtin:
+        return None
+    if plugin not in _DIGESTS:
+        _DIGESTS[plugin] = _recorded_digest(plugin.source) or _module_digest(plugin.value)
+    return _DIGESTS[plugin]
+
+
+def _recorded_digest(dist: Any) -> str | None:
+    if dist is None or _editable(dist):
+        return None
+    hashed = sorted((str(f), f.hash.value) for f in dist.files or () if f.hash is not None and f.name not in
+                    _INSTALL_NOTES and f.suffix != ".pyc")
+    return _sha256("\n".join(f"{path} {value}" for path, value in hashed).encode()) if hashed else None
+
+
+def _editable(dist: Any) -> bool:
+    import json
+
+    try:
+        return bool(json.loads(dist.read_text("direct_url.json") or "{}").get("dir_info", {}).get("editable"))
+    except (ValueError, AttributeError):
+        return False
+
+
+def _module_digest(value: str) -> str | None:
+    """The digest of the files of the top-level module or package ``value`` ("module:attribute") names, found as
+    an import would find it (without importing it); None when none is found."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(value.partition(":")[0].split(".")[0])
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    roots = [Path(p) for p in spec.submodule_search_locations or ()]
+    files = [(f.relative_to(root).as_posix(), f) for root in roots for f in sorted(root.rglob("*"))
+             if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc"]
+    if not roots and spec.origin and Path(spec.origin).is_file():
+        files = [(Path(spec.origin).name, Path(spec.origin))]
+    if not files:
+        return None
+    return _sha256(b"".join(name.encode() + b"\0" + _sha256(path.read_bytes()).encode() + b"\n"
+                            for name, path in sorted(files)))
+
+
+def _sha256(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
 def _described(value: Any) -> str:
     """One line of what an entry is: a benchmark's ``description`` ("" for the other kinds)."""
     text = getattr(value, "description", None) if not isinstance(value, type) else None
@@ -412,4 +477,4 @@ def _described(value: Any) -> str:
 
 
 __all__ = ["GROUPS", "HOME", "Plugin", "PluginError", "Found", "installed", "refresh", "names", "describe", "load",
-           "check", "loadable", "offered", "benchmark", "benchmarks", "listing", "warn_once"]
+           "check", "loadable", "offered", "files_digest", "benchmark", "benchmarks", "listing", "warn_once"]
