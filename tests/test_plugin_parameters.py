@@ -218,3 +218,22 @@ def test_the_values_in_use_enter_the_identity_without_a_grid_and_only_for_method
     assert merged_config(existing, {"releases": {"rag": {}}}, ["rag"])["parameters"] == {"recency": {"k": 2}}
     assert "parameters" not in merged_config({"releases": {}}, {"releases": {"rag": {}}}, ["rag"])
     assert "parameters" not in merged_config(existing, {"releases": {}}, ["recency"])
+
+
+def test_the_docs_grid_example_changes_what_the_method_injects(site) -> None:
+    """docs/plugins.md's `--grid recency.k=...` example: every k it sets fits the streams' K_max (on DB, K_max is
+    1: `recency.k=1,3` alone made two streams that injected the same one memory), and the streams are the ones the
+    docs name; Parameter's own docstring says what a parameter is."""
+    import re
+    from pathlib import Path
+
+    from tokenworth_agent.plugin import Parameter
+
+    docs = " ".join((Path(__file__).resolve().parents[1] / "docs" / "plugins.md").read_text().split())
+    command = re.search(r"`tokenworth run --methods (\S+) ((?:--grid \S+ ?)+)` makes (.*?) \(", docs)
+    methods, grid = command.group(1).split(","), re.findall(r"--grid (\S+)", command.group(2))
+    streams = _expand(methods, grid)
+    assert sorted(re.findall(r"`([\w@.=,]+)`", command.group(3))) == sorted(stream_names(streams))
+    ks = [dict(s.hparams)["k"] for s in streams if s.method == "recency"]
+    assert len(set(ks)) > 1 and all(k <= s.budget.max_memories for s in streams for k in ks), (ks, grid)
+    assert "see the module docstring" not in Parameter.__doc__ and "--grid" in Parameter.__doc__

@@ -333,3 +333,17 @@ def test_help_offers_only_the_benchmarks_and_methods_that_can_be_used(site, monk
     assert "brokenmethod" not in methods and "twinmethod" not in methods, methods
     statuses = {r["name"]: r["status"] for r in plugins.listing() if r["distribution"] == "offered-plugin"}
     assert statuses == {"finemethod": "ok", "brokenmethod": "broken", "twinmethod": "clash", "brokenbench": "broken"}
+
+
+def test_the_docs_listing_is_in_the_order_tokenworth_plugins_prints() -> None:
+    """docs/plugins.md's `tokenworth plugins` example: its rows come in the listing's order (by kind, each kind's
+    built-ins by name, then its plugins by name), and its built-in rows in the order the listing gives them."""
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "plugins.md").read_text()
+    block = docs.split("$ tokenworth plugins\n", 1)[1].split("```", 1)[0].splitlines()
+    rows = [line.split()[:3] for line in block[1:] if line.strip() != "..."]
+    kinds = list(plugins.GROUPS)
+    key = [(kinds.index(kind), distribution != plugins.HOME, name) for name, kind, distribution in rows]
+    assert len(rows) >= 10 and key == sorted(key), rows
+    listed = [(r["name"], r["kind"]) for r in plugins.listing() if r["distribution"] == plugins.HOME]
+    shown = [(name, kind) for name, kind, distribution in rows if distribution == plugins.HOME]
+    assert [row for row in listed if row in shown] == shown and set(shown) <= set(listed)

@@ -515,7 +515,8 @@ def plugins_command(name: Optional[str] = typer.Argument(
     plugin's parameters.
 
     Each row: name, kind, distribution, version, status (ok; broken: refused when asked for; clash: its name is
-    registered twice) and the reason, or a benchmark's description (docs/plugins.md). Each entry is loaded on its
+    registered twice, and a plugin reusing a built-in's name is the one refused) and the reason, or a benchmark's
+    description (docs/plugins.md). Each entry is loaded on its
     own: a broken one is its own row. With NAME: its parameters (name, type, default, help), as `--grid` takes
     them."""
     from tokenworth_agent.core.plugins import listing

@@ -24,13 +24,23 @@ _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
 @dataclasses.dataclass(frozen=True)
 class Parameter:
-    """One declared parameter (see the module docstring).
+    """One declared parameter: a benchmark's option or a method's hyperparameter (docs/plugins.md, "Parameters").
+
+    A benchmark lists its options in ``Benchmark.options``: each is a flag of ``tokenworth run`` and ``sweep``
+    (:attr:`flag`), and reaches ``make_environment`` in its ``options``. A method lists its hyperparameters in its
+    class's ``parameters``: each is a keyword of its constructor with the same default, set with ``--grid
+    METHOD.NAME=v1,v2``. ``tokenworth plugins NAME`` prints either kind, one per line (:func:`listing`). Values
+    from the command line arrive as text: :meth:`convert` makes them the declared type (``bool`` takes true/false,
+    yes/no, on/off, 1/0), checks ``choices`` and ``check``, and refuses a bad value in one line. The default is
+    checked when the benchmark or method is loaded: None, or a value of ``type`` (an int for a float), one of
+    ``choices`` if there are any (:func:`default_problems`).
 
     ``identity`` (benchmark options): the value enters each stream's identity under ``name`` (a run with another
     value is not resumed into this one), and only such an option can be swept with ``--grid`` (an option naming a
     file or a place enters by its content through :attr:`Benchmark.identity`, or not at all). A method's parameters
-    always enter the identity when a grid sets them. ``check``: called with a converted value, raises ``ValueError``
-    (its message one line) for a value out of range, e.g. ``k >= 1``.
+    always enter the identity, at the value the stream runs with (a grid's, else the default; a None default only
+    when a grid sets it). ``check``: called with a converted value, raises ``ValueError`` (its message one line)
+    for a value out of range, e.g. ``k >= 1``.
 
     Attributes:
         name: a Python name, unique among the benchmarks' options and the commands' own flags for an option

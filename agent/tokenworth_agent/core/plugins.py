@@ -9,8 +9,9 @@ alike (docs/plugins.md).
 
 **Isolation.** Discovery reads the installed distributions' metadata (names, distributions, versions) and
 imports nothing. An entry is imported only when it is asked for (``--env``, ``--methods``, ``--backbone``), or
-to be listed (``--help``, ``tokenworth plugins``), where a broken one is left out with its one line: whatever a
-plugin is or does, every other name keeps working. The built-in benchmarks are the exception that proves it:
+to be listed (``--help``, ``tokenworth plugins``), where a broken one is left out with its one line (``--help``
+offers among ``--env`` and ``--methods`` only what :func:`offered` finds usable): whatever a plugin is or does,
+every other name keeps working. The built-in benchmarks are the exception that proves it:
 their options and data folders are always known (they are the harness's own code).
 
 **Checked when loaded** (:func:`load`), each failure one :class:`PluginError` line naming the entry, its
@@ -26,6 +27,9 @@ distribution and version, and what to change:
 * two plugins of one kind with one name make that name unusable: asking for it names both distributions. A plugin
   that reuses a built-in's name never takes the built-in's place: the built-in is used, the plugin's entry is
   refused (its row in ``tokenworth plugins`` says so). Other names keep working.
+
+A plugin's code is digested (:func:`files_digest`) beside its version in each stream's identity
+(:mod:`tokenworth_agent.experiment.releases`).
 
 A load's result, the value or the refusal, is kept for the process (:func:`refresh` forgets it), and a warning
 about a plugin is printed once per process (:func:`warn_once`).
