@@ -34,7 +34,6 @@ from tokenworth_agent.experiment.flags import (BACKBONE, BUDGET, EXECUTOR, EXPER
                                                flag_fields, parse_list)
 from tokenworth_agent.experiment.launch import LaunchResult, launch
 from tokenworth_agent.envs.registry import env_names
-from tokenworth_agent.policies.registry import POLICIES
 
 def warn(line: str) -> None:
     """A ``warning:`` line on stderr (given once per process: :func:`tokenworth_agent.core.plugins.warn_once`)."""
