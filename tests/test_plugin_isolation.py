@@ -6,7 +6,7 @@ folders of their own that each command's ``PYTHONPATH`` puts first, as a user's 
 ``tokenworth-test-broken`` registers one entry per misuse (a benchmark that is a namespace, a dict, has wrong
 fields, ``--grid``'s limit names, no preset, another name, a failing import; a method reusing ``rag``, failing to
 import, misnamed; a backbone failing to import) beside one valid benchmark, ``words``; ``tokenworth-test-shadow-db``
-registers a valid benchmark as ``db``. Nothing is installed into the test's own environment, so no other test
+registers a valid benchmark as ``db`` (a plugin never takes a built-in's place: the built-in is used). Nothing is installed into the test's own environment, so no other test
 sees them. Every entry logs its import (``$TOKENWORTH_TEST_IMPORT_LOG``): a command that does not ask for a
 plugin must not import it.
 """
@@ -92,14 +92,15 @@ def test_tokenworth_plugins_lists_each_broken_plugin_with_its_reason(sites, tmp_
                                ("unimportable_backbone", "backbone", "failed to import: ModuleNotFoundError")):
         assert rows[(name, kind, BROKEN)][1:] == ("broken", rows[(name, kind, BROKEN)][2]) and \
             reason in rows[(name, kind, BROKEN)][2], name
-    # a name two distributions register: both rows, each naming the other
-    assert rows[("rag", "method", "tokenworth-agent")][1] == rows[("rag", "method", BROKEN)][1] == "clash"
-    assert RELEASE in rows[("rag", "method", "tokenworth-agent")][2]
-    assert rows[("db", "benchmark", SHADOW)][1] == "clash" and "tokenworth-agent" in rows[("db", "benchmark", SHADOW)][2]
+    # a built-in's name a plugin registers: the built-in's row is ok, the plugin's says it is refused and why
+    assert rows[("rag", "method", "tokenworth-agent")][1] == "ok" and rows[("db", "benchmark", "tokenworth-agent")][1] == "ok"
+    for key in (("rag", "method", BROKEN), ("db", "benchmark", SHADOW)):
+        assert rows[key][1] == "clash" and rows[key][2].startswith(f"reuses the name of the built-in {key[1]} of "
+                                                                   "tokenworth-agent "), rows[key]
     # the valid plugin beside them, and every built-in, are listed as usable (a benchmark with its description)
     assert rows[("words", "benchmark", BROKEN)][1:] == ("ok", "Three questions answered with one word")
-    builtins = {key: row for key, row in rows.items() if key[2] == "tokenworth-agent" and key[0] not in ("rag", "db")}
-    assert len(builtins) >= 17 and all(row[1] == "ok" for row in builtins.values())
+    builtins = {key: row for key, row in rows.items() if key[2] == "tokenworth-agent"}
+    assert len(builtins) >= 19 and all(row[1] == "ok" for row in builtins.values())
 
 
 def test_help_lists_the_benchmarks_without_trusting_them(sites, tmp_path, data_dir) -> None:
@@ -118,6 +119,12 @@ def test_help_lists_the_benchmarks_without_trusting_them(sites, tmp_path, data_d
         if command:
             assert "Benchmark words (--env words)" in done.stdout and "--words-strict" in done.stdout
             assert "--kg-parser" in done.stdout  # the built-ins' own flags stay
+            # --env offers the valid plugin, none of the refused ones; --methods none of the refused methods
+            offered = " ".join(done.stdout.split())
+            assert re.search(r"Task stream(\(s\))?: alfworld, bigcodebench, db, kg, os, words[,.]", offered), offered
+            assert not any(f"{name}," in offered or f"{name}." in offered for name in BROKEN_BENCHMARKS)
+            if command == ["run"]:
+                assert "unimportable_method" not in offered and "misnamed_method" not in offered
 
 
 def test_runs_that_do_not_ask_for_a_broken_plugin_never_import_it(sites, tmp_path, data_dir) -> None:
@@ -141,7 +148,6 @@ def test_runs_that_do_not_ask_for_a_broken_plugin_never_import_it(sites, tmp_pat
     (["sweep", "--env", "gridlimits"], BROKEN_BENCHMARKS["gridlimits"]),
     (["data", "fetch", "--env", "badfields"], BROKEN_BENCHMARKS["badfields"]),
     (["alias", "serve"], BROKEN_BENCHMARKS["alias"]),  # a benchmark's own commands
-    (["run", "--env", "words", "--methods", "rag"], "register it under another name in tokenworth-test-broken"),
     (["run", "--env", "words", "--methods", "unimportable_method"], "failed to import: ModuleNotFoundError"),
     (["run", "--env", "words", "--methods", "misnamed_method"], "set its class attribute `name` to 'misnamed_method'"),
     (["run", "--env", "words", "--backbone", "unimportable_backbone", "--methods", "standard"],
@@ -155,20 +161,17 @@ def test_each_misuse_is_one_error_line_naming_the_distribution(sites, tmp_path, 
     assert not (tmp_path / "out").exists()  # refused before anything is written
 
 
-def test_a_builtin_name_a_plugin_reuses_is_refused_and_only_that_name(sites, tmp_path, data_dir) -> None:
-    """`db` registered by a plugin: `--env db` (the default run's) is one line naming both distributions; every
-    other command and benchmark keeps working."""
+def test_a_builtin_name_a_plugin_reuses_stays_the_builtins(sites, tmp_path, data_dir) -> None:
+    """`db` and `rag` registered by plugins: the default run's `--env db` and `rag` are the built-ins and run (a
+    plugin made `--env db` unusable, a bare `tokenworth run` included); the plugins' entries are never imported;
+    every other command and benchmark keeps working."""
     both = [sites[SHADOW], sites[BROKEN]]
-    done = tokenworth("run", "--methods", "standard", "--limit", "1", "--out", "db", sites=both, cwd=tmp_path,
-                      data_dir=data_dir)
-    [line] = done.stderr.splitlines()
-    assert done.returncode == 2 and not (tmp_path / "db").exists()
-    assert line == ("error: benchmark 'db' is registered by 2 distributions, tokenworth-agent "
-                    f"{line.split('tokenworth-agent ')[1].split(' ')[0]} (tokenworth_agent.benchmarks.db:BENCHMARK) and "
-                    "tokenworth-test-shadow-db 0.1.0 (tokenworth_test_shadow_db:BENCHMARK); a plugin may not reuse a "
-                    "built-in's name: register it under another name in tokenworth-test-shadow-db, or uninstall "
-                    "tokenworth-test-shadow-db")
-    for args in (["--help"], ["run", "--help"], ["run", "--env", "words", "--methods", "standard", "--limit", "2",
+    log = tmp_path / "imported.txt"
+    done = tokenworth("run", "--methods", "standard,rag", "--limit", "1", "--out", "db", "--no-progress", sites=both,
+                      cwd=tmp_path, data_dir=data_dir, log=log)
+    assert done.returncode == 0 and "error" not in done.stderr, done.stderr[-3000:]
+    assert (tmp_path / "db" / "rag" / "records.jsonl").read_text().count("\n") == 1 and imported(log) == []
+    for args in (["--help"], ["run", "--help"], ["run", "--env", "words", "--methods", "standard,rag", "--limit", "2",
                                                  "--no-progress", "--out", "words"]):
         done = tokenworth(*args, sites=both, cwd=tmp_path, data_dir=data_dir)
         assert done.returncode == 0, (args, done.stderr[-3000:])

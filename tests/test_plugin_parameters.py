@@ -192,3 +192,48 @@ def _tensorboard_hparams(folder) -> dict:
                     for key, v in data.session_start_info.hparams.items():
                         found[key] = getattr(v, v.WhichOneof("kind"))
     return found
+
+
+def test_the_values_in_use_enter_the_identity_without_a_grid_and_only_for_methods_that_declare_some(site) -> None:
+    """recency's k is in its stream's identity at its default (it was there only when --grid set it); a stream of
+    a method that declares no parameters, or only preset-defaulted ones (TokenWorth's), keeps the identity it had,
+    so earlier folders resume and compare as before."""
+    from tokenworth_agent.core.harness import DEFAULT_HARNESS
+    from tokenworth_agent.experiment.engine import stream_identity
+    from tokenworth_agent.experiment.streams import parameters_in_use
+    from tokenworth_agent.storage.runfolder import merged_config
+
+    tasks = ()
+    plain, gridded = _expand(["recency"], []), _expand(["recency"], ["recency.k=3"])
+    assert stream_identity(plain[0], tasks, "sim", DEFAULT_HARNESS)["parameters"] == {"k": 2}
+    assert stream_identity(gridded[0], tasks, "sim", DEFAULT_HARNESS)["parameters"] == {"k": 3}
+    assert parameters_in_use(_expand(["memrl"], [])[0])["epsilon"] == 0.1  # a built-in that declares some
+    for stream in _expand(["standard", "rag", "tokenworth"], []):
+        identity = stream_identity(stream, tasks, "sim", DEFAULT_HARNESS)
+        assert set(identity) == {"method", "env", "seed", "budget", "backbone", "task_ids", "harness", "releases"}
+        assert set(identity["releases"]) == {"method", "benchmark", "backbone"} and not parameters_in_use(stream)
+    assert parameters_in_use(_expand(["tokenworth"], ["eta_max=0.2"])[0]) == {"eta_max": 0.2}
+    # config.json's per-stream entries: another command's kept, none written where no stream has one
+    existing = {"releases": {"recency": {}}, "parameters": {"recency": {"k": 2}}}
+    assert merged_config(existing, {"releases": {"rag": {}}}, ["rag"])["parameters"] == {"recency": {"k": 2}}
+    assert "parameters" not in merged_config({"releases": {}}, {"releases": {"rag": {}}}, ["rag"])
+    assert "parameters" not in merged_config(existing, {"releases": {}}, ["recency"])
+
+
+def test_the_docs_grid_example_changes_what_the_method_injects(site) -> None:
+    """docs/plugins.md's `--grid recency.k=...` example: every k it sets fits the streams' K_max (on DB, K_max is
+    1: `recency.k=1,3` alone made two streams that injected the same one memory), and the streams are the ones the
+    docs name; Parameter's own docstring says what a parameter is."""
+    import re
+    from pathlib import Path
+
+    from tokenworth_agent.plugin import Parameter
+
+    docs = " ".join((Path(__file__).resolve().parents[1] / "docs" / "plugins.md").read_text().split())
+    command = re.search(r"`tokenworth run --methods (\S+) ((?:--grid \S+ ?)+)` makes (.*?) \(", docs)
+    methods, grid = command.group(1).split(","), re.findall(r"--grid (\S+)", command.group(2))
+    streams = _expand(methods, grid)
+    assert sorted(re.findall(r"`([\w@.=,]+)`", command.group(3))) == sorted(stream_names(streams))
+    ks = [dict(s.hparams)["k"] for s in streams if s.method == "recency"]
+    assert len(set(ks)) > 1 and all(k <= s.budget.max_memories for s in streams for k in ks), (ks, grid)
+    assert "see the module docstring" not in Parameter.__doc__ and "--grid" in Parameter.__doc__

@@ -55,9 +55,28 @@ def test_two_plugins_with_one_name_are_refused_naming_both(site) -> None:
         plugins.load("method", "mine")
     line = str(refused.value)
     assert "\n" not in line and "first-plugin" in line and "second-plugin" in line
-    with pytest.raises(plugins.PluginError, match="tokenworth-agent .*shadow-plugin"):  # a built-in's name too
-        Registry.from_plugins("method").factory("rag")
     assert plugins.load("method", "standard").__name__ == "StandardPolicy"  # the others keep working
+
+
+def test_a_plugin_cannot_take_a_builtins_place(site) -> None:
+    """A plugin registering `rag` (a method) or `db` (a benchmark): the built-in keeps its name and works; the
+    plugin's entry is the one refused, its row saying so, and --help's listing warns it once."""
+    fake_distribution(site, "shadow-plugin", {"tokenworth.methods": {"rag": "json:loads"},
+                                              "tokenworth.benchmarks": {"db": "json:loads"}}, version="0.4")
+    assert Registry.from_plugins("method").factory("rag").__name__ == "RAGPolicy"
+    assert plugins.benchmark("db").name == "db" and plugins.describe("benchmark", "db").builtin
+    assert "db" in plugins.names("benchmark") and "rag" in plugins.names("method")
+    rows = {(r["kind"], r["name"], r["distribution"]): r for r in plugins.listing()}
+    for kind in ("method", "benchmark"):
+        name = {"method": "rag", "benchmark": "db"}[kind]
+        assert rows[(kind, name, "tokenworth-agent")]["status"] == "ok"
+        row = rows[(kind, name, "shadow-plugin")]
+        assert row["status"] == "clash" and row["detail"].startswith(f"reuses the name of the built-in {kind} of "
+                                                                     "tokenworth-agent "), row
+        assert "register it under another name in shadow-plugin, or uninstall shadow-plugin" in row["detail"]
+    warnings: list[str] = []
+    assert "db" in plugins.benchmarks(None, warn=warnings.append)
+    assert warnings == [f"benchmark 'db' (json:loads) of shadow-plugin 0.4 {rows[('benchmark', 'db', 'shadow-plugin')]['detail']}"]
 
 
 def test_a_plugin_that_fails_to_import_is_one_line_and_the_builtins_keep_working(site) -> None:
@@ -262,3 +281,69 @@ def test_the_public_module_exports_every_name_a_plugin_needs() -> None:
             "StoreBackedPolicy", "MemoryStore", "Memory", "Outcome", "Backbone", "Generation", "Conversation",
             "PluginError"} <= set(public.__all__)
     assert "compatib" in public.__doc__ and "minor release" in public.__doc__ and "major release" in public.__doc__
+
+
+def test_a_method_parameter_default_of_the_wrong_type_is_refused_at_load(site) -> None:
+    """A default that is not of its declared type is checked when the method is loaded, as a benchmark option's is:
+    `tokenworth plugins` lists it broken with its one line, and asking for it is that line (it failed mid-run)."""
+    (site / "typo_policy.py").write_text(
+        "from tokenworth_agent.plugin import Parameter, StoreBackedPolicy\n\n\n"
+        "class TypoPolicy(StoreBackedPolicy):\n    name = 'typo'\n"
+        "    parameters = (Parameter('k', int, 'three', 'memories retrieved'),)\n\n"
+        "    def __init__(self, env, budget, seed=0, *, k='three', **kwargs):\n"
+        "        super().__init__(env, budget, seed, **kwargs)\n")
+    fake_distribution(site, "typo-plugin", {"tokenworth.methods": {"typo": "typo_policy:TypoPolicy"}}, version="0.2")
+    with pytest.raises(plugins.PluginError) as refused:
+        Registry.from_plugins("method").factory("typo")
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith("method 'typo' (typo_policy:TypoPolicy) of typo-plugin 0.2 ")
+    assert "parameter 'k': its default 'three' is not of its type, int; fix it in typo-plugin" in line, line
+    [row] = [r for r in plugins.listing() if r["name"] == "typo"]
+    assert row["status"] == "broken" and "its default 'three' is not of its type, int" in row["detail"]
+    assert plugins.load("method", "memrl").name == "memrl"  # the built-ins' declarations pass the same check
+
+
+def test_help_offers_only_the_benchmarks_and_methods_that_can_be_used(site, monkeypatch) -> None:
+    """`--env` and `--methods` in `run --help` (and `sweep`, `data fetch`) list the usable plugins, never one that is
+    refused when asked for (broken, or a name two plugins claim); `tokenworth plugins` still lists each with its line."""
+    import typer
+    from click.testing import CliRunner as ClickRunner
+
+    from tokenworth_agent.cli import app
+    from tokenworth_agent.policies import registry
+
+    (site / "offered_plugin.py").write_text("from tokenworth_agent.policies.rag import RAGPolicy\n\n\n"
+                                            "class Fine(RAGPolicy):\n    name = 'finemethod'\n")
+    fake_distribution(site, "offered-plugin", {
+        "tokenworth.methods": {"finemethod": "offered_plugin:Fine", "brokenmethod": "no_such_module_here:X",
+                               "twinmethod": "offered_plugin:Fine"},
+        "tokenworth.benchmarks": {"brokenbench": "no_such_module_here:BENCHMARK"}})
+    fake_distribution(site, "twin-plugin", {"tokenworth.methods": {"twinmethod": "offered_plugin:Fine"}})
+    plugins.refresh()
+    monkeypatch.setattr(registry, "POLICIES", Registry.from_plugins("method", order=registry.METHOD_NAMES))
+    command = typer.main.get_command(app)
+    for args in (["run", "--help"], ["sweep", "--help"], ["data", "fetch", "--help"]):
+        assert ClickRunner().invoke(command, args).exit_code == 0, args
+    helps = {(c, p.name): p.help for c in ("run", "sweep") for p in command.commands[c].params}
+    helps["fetch", "env"] = next(p.help for p in command.commands["data"].commands["fetch"].params if p.name == "env")
+    for key in (("run", "env"), ("sweep", "env"), ("fetch", "env")):
+        assert "db" in helps[key] and "brokenbench" not in helps[key], helps[key]
+    methods = helps["run", "methods"]
+    assert "standard, rag, memrl" in methods and "finemethod" in methods, methods
+    assert "brokenmethod" not in methods and "twinmethod" not in methods, methods
+    statuses = {r["name"]: r["status"] for r in plugins.listing() if r["distribution"] == "offered-plugin"}
+    assert statuses == {"finemethod": "ok", "brokenmethod": "broken", "twinmethod": "clash", "brokenbench": "broken"}
+
+
+def test_the_docs_listing_is_in_the_order_tokenworth_plugins_prints() -> None:
+    """docs/plugins.md's `tokenworth plugins` example: its rows come in the listing's order (by kind, each kind's
+    built-ins by name, then its plugins by name), and its built-in rows in the order the listing gives them."""
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "plugins.md").read_text()
+    block = docs.split("$ tokenworth plugins\n", 1)[1].split("```", 1)[0].splitlines()
+    rows = [line.split()[:3] for line in block[1:] if line.strip() != "..."]
+    kinds = list(plugins.GROUPS)
+    key = [(kinds.index(kind), distribution != plugins.HOME, name) for name, kind, distribution in rows]
+    assert len(rows) >= 10 and key == sorted(key), rows
+    listed = [(r["name"], r["kind"]) for r in plugins.listing() if r["distribution"] == plugins.HOME]
+    shown = [(name, kind) for name, kind, distribution in rows if distribution == plugins.HOME]
+    assert [row for row in listed if row in shown] == shown and set(shown) <= set(listed)

@@ -34,11 +34,51 @@ from tokenworth_agent.experiment.flags import (BACKBONE, BUDGET, EXECUTOR, EXPER
                                                flag_fields, parse_list)
 from tokenworth_agent.experiment.launch import LaunchResult, launch
 from tokenworth_agent.envs.registry import env_names
-from tokenworth_agent.policies.registry import POLICIES
 
 def warn(line: str) -> None:
     """A ``warning:`` line on stderr (given once per process: :func:`tokenworth_agent.core.plugins.warn_once`)."""
     typer.echo(f"warning: {line}", err=True)
+
+
+# a flag's help that lists the benchmarks or methods -> (its text before the list, the kind, its text after)
+_NAME_LISTS: dict[str, tuple[str, str, str]] = {}
+
+
+def _names(kind: str, usable: Sequence[str] | None = None) -> list[str]:
+    """The names of ``kind`` as a flag's help lists them (methods in the registry's order), from the metadata, or
+    those of ``usable``."""
+    from tokenworth_agent.policies import registry
+
+    listed = registry.POLICIES.names if kind == "method" else env_names()
+    return [n for n in listed if usable is None or n in usable]
+
+
+def _listing_help(before: str, kind: str, after: str) -> str:
+    """A flag's help that lists every installed name of ``kind`` (read from the metadata as the CLI is imported:
+    nothing imported); its ``--help`` lists only the usable ones (:func:`_offer_usable`)."""
+    text = before + ", ".join(_names(kind)) + after
+    _NAME_LISTS[text] = (before, kind, after)
+    return text
+
+
+def _offer_usable(params: Sequence[Any]) -> None:
+    """For ``--help``: each flag's list of benchmarks or methods (:func:`_listing_help`) without the plugins that
+    are refused when asked for (:func:`tokenworth_agent.core.plugins.offered`; ``tokenworth plugins`` says why)."""
+    from tokenworth_agent.core.plugins import offered
+
+    for param in params:
+        before, kind, after = _NAME_LISTS.get(getattr(param, "help", None) or "", (None, None, None))
+        if kind is not None:
+            param.help = before + ", ".join(_names(kind, offered(kind))) + after
+
+
+class _OffersUsable(TyperCommand):
+    """A command whose ``--help`` lists only the benchmarks and methods that can be used (:func:`_offer_usable`)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if any(a in ctx.help_option_names for a in args):
+            _offer_usable(self.params)
+        return super().parse_args(ctx, args)
 
 
 class _Commands(TyperGroup):
@@ -116,7 +156,7 @@ def benchmark_command(default_envs: Sequence[str]) -> type:
     ``--env`` names it (``default_envs`` without ``--env``), and every plugin's for ``--help``, where one that is
     refused is left out with one ``warning:`` line. A plugin not asked for is never imported."""
 
-    class BenchmarkFlags(TyperCommand):
+    class BenchmarkFlags(_OffersUsable):
         def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
             from tokenworth_agent.core.plugins import benchmarks
 
@@ -279,9 +319,9 @@ def main(ctx: typer.Context,
 @app.command(cls=benchmark_command(Streams().envs))
 @with_experiment_flags
 def run(
-    env: Annotated[str, _option(EXPERIMENT, "Task stream(s): " + ", ".join(env_names()) + ", or a "
-                                            "comma-separated list (one experiment).")] = ",".join(Streams().envs),
-    methods: Annotated[str, _option(EXPERIMENT, "Comma-separated methods; known: " + ", ".join(POLICIES.names) + ".",
+    env: Annotated[str, _option(EXPERIMENT, _listing_help(
+        "Task stream(s): ", "benchmark", ", or a comma-separated list (one experiment)."))] = ",".join(Streams().envs),
+    methods: Annotated[str, _option(EXPERIMENT, _listing_help("Comma-separated methods; known: ", "method", "."),
                                     show_default=", ".join(Streams().methods))] = ",".join(Streams().methods),
     seed: Annotated[Optional[int], _option(EXPERIMENT, "Seed of the backbone and of every seeded policy.",
                                            show_default=str(Streams().seeds[0]))] = None,
@@ -318,7 +358,7 @@ def run_command(flags: ExperimentFlags, *, env: str = ",".join(Streams().envs),
 @app.command(cls=benchmark_command((Sweep().env,)))
 @with_experiment_flags
 def sweep(
-    env: Annotated[str, _option(SWEEP, "Task stream: " + ", ".join(env_names()) + ".")] = Sweep().env,
+    env: Annotated[str, _option(SWEEP, _listing_help("Task stream: ", "benchmark", "."))] = Sweep().env,
     grid: Annotated[Optional[list[str]], _option(SWEEP, "NAME=v1,v2,... (repeatable); the full product is "
                                                         "run.")] = None,
     table_a3: Annotated[bool, _option(SWEEP, "The spec §9 one-at-a-time sensitivity grid.", "--table-a3")] = False,
@@ -438,12 +478,12 @@ def view_command(
         raise typer.Exit(code)
 
 
-@data_app.command("fetch")
+@data_app.command("fetch", cls=_OffersUsable)
 def data_fetch(
     data_dir: Optional[Path] = typer.Option(None, help="Data root: each benchmark goes into its folder under it "
                                                        "(a benchmark's folder named directly is used as it is).",
                                             show_default="$TOKENWORTH_DATA_DIR, else ~/.cache/tokenworth"),
-    env: Optional[str] = typer.Option(None, help="Which benchmarks, comma-separated: " + ", ".join(env_names()) + ".",
+    env: Optional[str] = typer.Option(None, help=_listing_help("Which benchmarks, comma-separated: ", "benchmark", "."),
                                       show_default="every one that names its data"),
 ) -> None:
     """Download the task data (needs internet), each file checked against its recorded checksum.
@@ -474,7 +514,8 @@ def plugins_command(name: Optional[str] = typer.Argument(
     plugin's parameters.
 
     Each row: name, kind, distribution, version, status (ok; broken: refused when asked for; clash: its name is
-    registered twice) and the reason, or a benchmark's description (docs/plugins.md). Each entry is loaded on its
+    registered twice, and a plugin reusing a built-in's name is the one refused) and the reason, or a benchmark's
+    description (docs/plugins.md). Each entry is loaded on its
     own: a broken one is its own row. With NAME: its parameters (name, type, default, help), as `--grid` takes
     them."""
     from tokenworth_agent.core.plugins import listing

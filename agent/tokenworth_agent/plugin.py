@@ -26,8 +26,9 @@ Within that promise, a plugin's own distribution should depend on ``tokenworth-a
 
 What the harness guarantees a plugin at run time (docs/plugins.md): it is imported only when asked for
 (``--env``, ``--methods``, ``--backbone``) or listed (``--help``, ``tokenworth plugins``); it is checked when loaded
-(a ``Benchmark``'s fields, a method's class and name) and refused in one line naming its distribution; and
-whatever it is, every other plugin and every built-in keeps working.
+(a ``Benchmark``'s fields, a method's class, name and parameters' defaults) and refused in one line naming its
+distribution; it cannot take a built-in's name (the built-in is used, the plugin's entry refused); and whatever it
+is, every other plugin and every built-in keeps working.
 """
 
 from __future__ import annotations

@@ -36,11 +36,10 @@ import dataclasses
 import inspect
 import os
 import re
-from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from tokenworth_agent.core.budget import Budget
-from tokenworth_agent.core.parameters import Parameter, check_declared
+from tokenworth_agent.core.parameters import Parameter, check_declared, default_problems
 from tokenworth_agent.envs.base import Environment
 from tokenworth_agent.tasks.base import DataFolder, Task
 
@@ -337,26 +336,7 @@ def _option_problems(options: Any) -> list[str]:
         declared = check_declared(options, "options")
     except ValueError as exc:
         return [str(exc)]
-    found = []
-    for option in declared:
-        label = f"option {option.name!r}"
-        if option.default is not None and not _of_type(option.default, option.type):
-            found.append(f"{label}: its default {option.default!r} is not of its type, {option.type.__name__}")
-        if option.choices and option.type is not str:
-            found.append(f"{label}: choices are for a str option")
-        elif option.choices and option.default is not None and option.default not in option.choices:
-            found.append(f"{label}: its default {option.default!r} is not one of its choices")
-    return found
-
-
-def _of_type(value: Any, kind: type) -> bool:
-    if kind is bool:
-        return isinstance(value, bool)
-    if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind is Path:
-        return isinstance(value, (str, Path))
-    return isinstance(value, kind) and not isinstance(value, bool)
+    return [f"option {option.name!r}: {problem}" for option in declared for problem in default_problems(option)]
 
 
 __all__ = ["Benchmark", "BenchmarkError", "BenchmarkOption", "Parameter", "TaskSource", "Options", "LIMIT_KEYS",

@@ -24,13 +24,23 @@ _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
 @dataclasses.dataclass(frozen=True)
 class Parameter:
-    """One declared parameter (see the module docstring).
+    """One declared parameter: a benchmark's option or a method's hyperparameter (docs/plugins.md, "Parameters").
+
+    A benchmark lists its options in ``Benchmark.options``: each is a flag of ``tokenworth run`` and ``sweep``
+    (:attr:`flag`), and reaches ``make_environment`` in its ``options``. A method lists its hyperparameters in its
+    class's ``parameters``: each is a keyword of its constructor with the same default, set with ``--grid
+    METHOD.NAME=v1,v2``. ``tokenworth plugins NAME`` prints either kind, one per line (:func:`listing`). Values
+    from the command line arrive as text: :meth:`convert` makes them the declared type (``bool`` takes true/false,
+    yes/no, on/off, 1/0), checks ``choices`` and ``check``, and refuses a bad value in one line. The default is
+    checked when the benchmark or method is loaded: None, or a value of ``type`` (an int for a float), one of
+    ``choices`` if there are any (:func:`default_problems`).
 
     ``identity`` (benchmark options): the value enters each stream's identity under ``name`` (a run with another
     value is not resumed into this one), and only such an option can be swept with ``--grid`` (an option naming a
     file or a place enters by its content through :attr:`Benchmark.identity`, or not at all). A method's parameters
-    always enter the identity when a grid sets them. ``check``: called with a converted value, raises ``ValueError``
-    (its message one line) for a value out of range, e.g. ``k >= 1``.
+    always enter the identity, at the value the stream runs with (a grid's, else the default; a None default only
+    when a grid sets it). ``check``: called with a converted value, raises ``ValueError`` (its message one line)
+    for a value out of range, e.g. ``k >= 1``.
 
     Attributes:
         name: a Python name, unique among the benchmarks' options and the commands' own flags for an option
@@ -134,9 +144,35 @@ def within(lowest: float, highest: float, *, open_low: bool = False) -> Callable
     return check
 
 
-def check_declared(parameters: Any, owner: str) -> tuple[Parameter, ...]:
+def of_type(value: Any, kind: type) -> bool:
+    """Whether ``value`` is a value of the parameter type ``kind`` (an int is a float; a bool is neither an int nor
+    a float; a path is a str or a ``Path``)."""
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is Path:
+        return isinstance(value, (str, Path))
+    return isinstance(value, kind) and not isinstance(value, bool)
+
+
+def default_problems(parameter: Parameter) -> list[str]:
+    """What is wrong with ``parameter``'s default and choices (empty: nothing), each a phrase such as ``its default
+    'three' is not of its type, int``: a benchmark's option and a method's parameter are checked alike, when loaded."""
+    found = []
+    if parameter.default is not None and not of_type(parameter.default, parameter.type):
+        found.append(f"its default {parameter.default!r} is not of its type, {parameter.type.__name__}")
+    if parameter.choices and parameter.type is not str:
+        found.append("choices are for a str option")
+    elif parameter.choices and parameter.default is not None and parameter.default not in parameter.choices:
+        found.append(f"its default {parameter.default!r} is not one of its choices")
+    return found
+
+
+def check_declared(parameters: Any, owner: str, *, defaults: bool = False) -> tuple[Parameter, ...]:
     """``parameters`` as a tuple of :class:`Parameter` with distinct Python names of the allowed types, else one
-    ``ValueError`` line naming ``owner`` (e.g. ``method 'recency' (hp-recency 0.3.1)``)."""
+    ``ValueError`` line naming ``owner`` (e.g. ``method 'recency' (hp-recency 0.3.1)``); ``defaults``: each default
+    and its choices too (:func:`default_problems`)."""
     if not isinstance(parameters, (tuple, list)):
         raise ValueError(f"{owner}: its parameters must be a tuple of Parameter, got {type(parameters).__name__}")
     seen: set[str] = set()
@@ -150,6 +186,9 @@ def check_declared(parameters: Any, owner: str) -> tuple[Parameter, ...]:
         if parameter.type not in TYPES:
             raise ValueError(f"{owner}: parameter {parameter.name!r} has type {parameter.type!r}; use one of "
                              "str, int, float, bool, pathlib.Path")
+        problems = default_problems(parameter) if defaults else []
+        if problems:
+            raise ValueError(f"{owner}: parameter {parameter.name!r}: {'; '.join(problems)}")
         seen.add(parameter.name)
     return tuple(parameters)
 
@@ -164,4 +203,4 @@ def listing(parameters: Any) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(row[:3], widths)) + "  " + row[3] for row in [head, *rows]]
 
 
-__all__ = ["Parameter", "TYPES", "at_least", "within", "check_declared", "listing"]
+__all__ = ["Parameter", "TYPES", "at_least", "within", "of_type", "default_problems", "check_declared", "listing"]

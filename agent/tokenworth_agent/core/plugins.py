@@ -9,8 +9,9 @@ alike (docs/plugins.md).
 
 **Isolation.** Discovery reads the installed distributions' metadata (names, distributions, versions) and
 imports nothing. An entry is imported only when it is asked for (``--env``, ``--methods``, ``--backbone``), or
-to be listed (``--help``, ``tokenworth plugins``), where a broken one is left out with its one line: whatever a
-plugin is or does, every other name keeps working. The built-in benchmarks are the exception that proves it:
+to be listed (``--help``, ``tokenworth plugins``), where a broken one is left out with its one line (``--help``
+offers among ``--env`` and ``--methods`` only what :func:`offered` finds usable): whatever a plugin is or does,
+every other name keeps working. The built-in benchmarks are the exception that proves it:
 their options and data folders are always known (they are the harness's own code).
 
 **Checked when loaded** (:func:`load`), each failure one :class:`PluginError` line naming the entry, its
@@ -22,8 +23,13 @@ distribution and version, and what to change:
   something callable;
 * its name: a method's class attribute ``name`` and a benchmark's ``Benchmark.name`` are the entry's name
   (the records, stream folders and tables carry that one name);
-* two entries of one kind with one name (from two distributions, or a plugin reusing a built-in's name) make
-  that name unusable: asking for it names both distributions. Other names keep working.
+* its parameters (a method's): a tuple of ``Parameter``, each default of its type, as a benchmark's options;
+* two plugins of one kind with one name make that name unusable: asking for it names both distributions. A plugin
+  that reuses a built-in's name never takes the built-in's place: the built-in is used, the plugin's entry is
+  refused (its row in ``tokenworth plugins`` says so). Other names keep working.
+
+A plugin's code is digested (:func:`files_digest`) beside its version in each stream's identity
+(:mod:`tokenworth_agent.experiment.releases`).
 
 A load's result, the value or the refusal, is kept for the process (:func:`refresh` forgets it), and a warning
 about a plugin is printed once per process (:func:`warn_once`).
@@ -38,6 +44,7 @@ import dataclasses
 import functools
 import importlib
 import importlib.metadata as metadata
+import inspect
 import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -76,6 +83,7 @@ class Plugin:
     value: str  # "module:attribute"
     distribution: str
     version: str
+    source: Any = dataclasses.field(default=None, compare=False, repr=False)  # its importlib.metadata Distribution
 
     @property
     def builtin(self) -> bool:
@@ -116,14 +124,15 @@ class Plugin:
 
 @dataclasses.dataclass(frozen=True)
 class Found:
-    """A kind's entries: the usable ones by name (built-ins first, each part sorted by name), the names two
-    distributions claim (name -> one line naming both), every entry that claims one of those names, and the
-    built-ins by name (clashing or not)."""
+    """A kind's entries: the usable ones by name (built-ins first, each part sorted by name), the names two plugins
+    claim (name -> one line naming both), every entry that claims one of those names, the built-ins by name, and
+    the plugins refused for reusing a built-in's name (each with why: :meth:`Plugin.refused` makes its line)."""
 
     entries: dict[str, Plugin]
     clashes: dict[str, str]
     claimants: dict[str, tuple[Plugin, ...]] = dataclasses.field(default_factory=dict)
     builtins: dict[str, Plugin] = dataclasses.field(default_factory=dict)
+    shadows: dict[Plugin, str] = dataclasses.field(default_factory=dict)
 
 
 def _entry_points(group: str) -> list[Plugin]:
@@ -133,7 +142,7 @@ def _entry_points(group: str) -> list[Plugin]:
         name = dist.metadata["Name"] or "?"
         for entry in dist.entry_points:
             if entry.group == group:
-                plugins.append(Plugin(kind, entry.name, entry.value, name, dist.version))
+                plugins.append(Plugin(kind, entry.name, entry.value, name, dist.version, dist))
     if not any(p.builtin for p in plugins):  # the harness's source tree, not installed: its pyproject.toml
         plugins = _source_tree_builtins(kind, group) + plugins
     # one distribution may be found twice (an editable install on sys.path twice): the same entry is one
@@ -163,22 +172,28 @@ def installed(kind: str) -> Found:
     claims: dict[str, list[Plugin]] = {}
     for plugin in _entry_points(GROUPS[kind]):
         claims.setdefault(plugin.name, []).append(plugin)
+    builtins = {p.name: p for found in claims.values() for p in found if p.builtin}
+    # a built-in's name stays the built-in's: a plugin claiming it is the entry refused, never the built-in
+    shadows = {p: _shadow_line(p, builtins[p.name]) for found in claims.values() for p in found
+               if not p.builtin and p.name in builtins}
+    claims = {name: [p for p in found if p not in shadows] for name, found in claims.items()}
     entries = {name: found[0] for name, found in claims.items() if len(found) == 1}
     claimants = {name: tuple(found) for name, found in claims.items() if len(found) > 1}
     clashes = {name: _clash_line(kind, name, found) for name, found in claimants.items()}
-    builtins = {p.name: p for found in claims.values() for p in found if p.builtin}
-    return Found(entries, clashes, claimants, builtins)
+    return Found(entries, clashes, claimants, builtins, shadows)
 
 
 def _clash_line(kind: str, name: str, claimants: tuple[Plugin, ...]) -> str:
     both = " and ".join(f"{p.distribution} {p.version} ({p.value})" for p in claimants)
-    foreign = [p.distribution for p in claimants if not p.builtin]
-    if len(foreign) < len(claimants):  # one of them is the harness's own
-        fix = (f"a plugin may not reuse a built-in's name: register it under another name in "
-               f"{', '.join(foreign)}, or uninstall {', '.join(foreign)}")
-    else:
-        fix = "uninstall one of them, or register one under another name"
-    return f"{kind} {name!r} is registered by {len(claimants)} distributions, {both}; {fix}"
+    return (f"{kind} {name!r} is registered by {len(claimants)} distributions, {both}; uninstall one of them, or "
+            "register one under another name")
+
+
+def _shadow_line(plugin: Plugin, builtin: Plugin) -> str:
+    """Why ``plugin``, which registers the name of the built-in ``builtin``, is refused (the built-in is used)."""
+    return (f"reuses the name of the built-in {plugin.kind} of {builtin.release}, which is the one used: a plugin "
+            f"may not take a built-in's place; register it under another name in {plugin.distribution}, or uninstall "
+            f"{plugin.distribution}")
 
 
 def refresh() -> None:
@@ -187,6 +202,7 @@ def refresh() -> None:
     installed.cache_clear()
     _LOADED.clear()
     _WARNED.clear()
+    _DIGESTS.clear()
 
 
 def names(kind: str, *, clashing: bool = False) -> tuple[str, ...]:
@@ -247,6 +263,8 @@ def _check_value(plugin: Plugin, value: Any, *, preset: bool) -> None:
     elif not callable(value):
         raise plugin.refused(f"is {_shown(value)}, not a backbone class; its entry point must name a class with the "
                              f"tokenworth_agent.plugin.Backbone interface (fix it in {plugin.distribution}, or uninstall it)")
+    if kind == "method":
+        _check_parameters(plugin, value)
     if kind == "benchmark":
         problems = value.problems()
         if problems:
@@ -262,6 +280,23 @@ def _check_value(plugin: Plugin, value: Any, *, preset: bool) -> None:
             value.check_preset()
         except ValueError as exc:
             raise plugin.refused(f"is not a valid Benchmark: {'; '.join(getattr(exc, 'problems', (str(exc),)))}")
+
+
+def _check_parameters(plugin: Plugin, cls: type) -> None:
+    """A method's declared parameters, as a benchmark's options are checked: a tuple of ``Parameter``, each default
+    of its type. Read without running the class's code: a ``parameters`` that is computed (TokenWorth's, which reads
+    the controller's table) is checked where a run plans the method
+    (:func:`tokenworth_agent.policies.registry.method_parameters`)."""
+    from tokenworth_agent.core.parameters import check_declared
+
+    declared = inspect.getattr_static(cls, "parameters", ())
+    if not isinstance(declared, (tuple, list)) and hasattr(declared, "__get__"):
+        return
+    try:
+        check_declared(declared, f"{cls.__qualname__}.parameters", defaults=True)
+    except ValueError as exc:
+        raise plugin.refused(f"declares parameters that cannot work: {exc}; fix it in {plugin.distribution}, or "
+                             "uninstall it") from None
 
 
 def _shown(value: Any) -> str:
@@ -284,7 +319,7 @@ def loadable(kind: str, *, warn: Warn | None = None) -> dict[str, Any]:
     ``tokenworth data fetch`` of every benchmark): a run loads what it asks for (:func:`load`)."""
     loaded = {}
     found = installed(kind)
-    for line in found.clashes.values():
+    for line in _refused_lines(found):
         warn_once(warn, line)
     for name in found.entries:
         try:
@@ -292,6 +327,22 @@ def loadable(kind: str, *, warn: Warn | None = None) -> dict[str, Any]:
         except PluginError as exc:
             warn_once(warn, str(exc))
     return loaded
+
+
+def offered(kind: str) -> tuple[str, ...]:
+    """The names ``--help`` offers for ``kind``: the usable built-ins, and each plugin that loads and passes every
+    check (:func:`check`); a broken or clashing one is left out (``tokenworth plugins`` says why). Imports every
+    plugin of ``kind``: only for what lists them."""
+    found = installed(kind)
+    usable = []
+    for name, plugin in found.entries.items():
+        try:
+            if not plugin.builtin:  # the built-ins are the harness's own: loaded only when asked for
+                check(plugin)
+        except PluginError:
+            continue
+        usable.append(name)
+    return tuple(usable)
 
 
 def benchmark(name: str) -> Any:
@@ -307,6 +358,9 @@ def benchmarks(asked: Iterable[str] | None = (), *, warn: Warn | None = None, pr
     found = installed("benchmark")
     wanted = list(found.entries) if asked is None else [n for n in dict.fromkeys(asked) if n not in found.builtins]
     chosen: dict[str, Any] = {}
+    if asked is None:  # every plugin is listed: those refused by name alone are named too
+        for line in _refused_lines(found):
+            warn_once(warn, line)
     for plugin in found.builtins.values():
         chosen[plugin.name] = check(plugin, preset=preset)
     for name in wanted:
@@ -320,18 +374,27 @@ def benchmarks(asked: Iterable[str] | None = (), *, warn: Warn | None = None, pr
     return chosen
 
 
+def _refused_lines(found: Found) -> list[str]:
+    """The lines of the entries refused by their names alone: a name two plugins claim, a built-in's name reused."""
+    return [*found.clashes.values(), *(str(plugin.refused(reason)) for plugin, reason in found.shadows.items())]
+
+
 def listing() -> list[dict[str, str]]:
     """What is installed, one row per entry: name, kind, distribution, version, status (``ok``, ``broken``: it is
-    refused when asked for, or ``clash``: its name is claimed twice) and detail (a benchmark's description, or why
-    it is refused).
+    refused when asked for, or ``clash``: its name is claimed twice, by two plugins, both refused, or by a plugin and a
+    built-in, the plugin's entry refused and the built-in used) and detail (a benchmark's description, or why it is
+    refused).
 
     Every entry is loaded and checked here, each on its own: one that fails is its row, never the listing's end."""
     rows = []
     for kind in GROUPS:
         found = installed(kind)
-        plugins = [*found.entries.values(), *(p for claimants in found.claimants.values() for p in claimants)]
+        plugins = [*found.entries.values(), *(p for claimants in found.claimants.values() for p in claimants),
+                   *found.shadows]
         for plugin in sorted(plugins, key=lambda p: (not p.builtin, p.name, p.distribution)):
-            if plugin.name in found.clashes:
+            if plugin in found.shadows:
+                status, detail = "clash", found.shadows[plugin]
+            elif plugin.name in found.clashes:
                 others = [p for p in found.claimants[plugin.name] if p is not plugin]
                 status = "clash"
                 detail = (f"{kind} {plugin.name!r} is also registered by "
@@ -348,6 +411,69 @@ def listing() -> list[dict[str, str]]:
     return rows
 
 
+# files that say how or from where a distribution was installed, not what it runs: left out of its digest
+_INSTALL_NOTES = frozenset({"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"})
+_DIGESTS: dict[Plugin, str | None] = {}
+
+
+def files_digest(plugin: Plugin) -> str | None:
+    """A digest (16 hex digits of sha256) of the code ``plugin`` runs, taken once per process: of its distribution's
+    RECORD (each installed file's path and hash, but the install's own notes and compiled ``.pyc``), or, for an
+    editable install or one whose RECORD lists no hashes, of the files themselves (every file of the package or
+    module its entry names, read now). None for a built-in: the harness's code is its version (a digest of an
+    editable harness would refuse every resume while it is being developed)."""
+    if plugin.builtin:
+        return None
+    if plugin not in _DIGESTS:
+        _DIGESTS[plugin] = _recorded_digest(plugin.source) or _module_digest(plugin.value)
+    return _DIGESTS[plugin]
+
+
+def _recorded_digest(dist: Any) -> str | None:
+    if dist is None or _editable(dist):
+        return None
+    hashed = sorted((str(f), f.hash.value) for f in dist.files or () if f.hash is not None and f.name not in
+                    _INSTALL_NOTES and f.suffix != ".pyc")
+    return _sha256("\n".join(f"{path} {value}" for path, value in hashed).encode()) if hashed else None
+
+
+def _editable(dist: Any) -> bool:
+    import json
+
+    try:
+        return bool(json.loads(dist.read_text("direct_url.json") or "{}").get("dir_info", {}).get("editable"))
+    except (ValueError, AttributeError):
+        return False
+
+
+def _module_digest(value: str) -> str | None:
+    """The digest of the files of the top-level module or package ``value`` ("module:attribute") names, found as
+    an import would find it (without importing it); None when none is found."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(value.partition(":")[0].split(".")[0])
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    roots = [Path(p) for p in spec.submodule_search_locations or ()]
+    files = [(f.relative_to(root).as_posix(), f) for root in roots for f in sorted(root.rglob("*"))
+             if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc"]
+    if not roots and spec.origin and Path(spec.origin).is_file():
+        files = [(Path(spec.origin).name, Path(spec.origin))]
+    if not files:
+        return None
+    return _sha256(b"".join(name.encode() + b"\0" + _sha256(path.read_bytes()).encode() + b"\n"
+                            for name, path in sorted(files)))
+
+
+def _sha256(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
 def _described(value: Any) -> str:
     """One line of what an entry is: a benchmark's ``description`` ("" for the other kinds)."""
     text = getattr(value, "description", None) if not isinstance(value, type) else None
@@ -355,4 +481,4 @@ def _described(value: Any) -> str:
 
 
 __all__ = ["GROUPS", "HOME", "Plugin", "PluginError", "Found", "installed", "refresh", "names", "describe", "load",
-           "check", "loadable", "benchmark", "benchmarks", "listing", "warn_once"]
+           "check", "loadable", "offered", "files_digest", "benchmark", "benchmarks", "listing", "warn_once"]

@@ -70,7 +70,7 @@ from tokenworth_agent.tasks import Task
 from tokenworth_agent.envs.base import Environment
 from tokenworth_agent.envs.registry import make_environment
 from tokenworth_agent.experiment.episode import Request, answer
-from tokenworth_agent.experiment.streams import StreamSpec, digest, stream_names
+from tokenworth_agent.experiment.streams import PARAMETERS, StreamSpec, digest, parameters_in_use, stream_names
 from tokenworth_agent.experiment.task import Reply, RequestFailed, task_steps
 from tokenworth_agent.core.harness import DEFAULT_HARNESS, HarnessOptions
 from tokenworth_agent.policies.base import MemoryPolicy
@@ -148,20 +148,34 @@ def stream_identity(spec: StreamSpec, tasks: Sequence[Task], backbone_name: str,
     """What makes a checkpoint this stream's: method, env, seed, budget, backbone, task ids, the harness
     options (memory rule and format, KG parser and vocabulary, instruction file hashes; ``harness`` is the
     stream's own, a grid's option values in it), the method's settings (only when there are any, so preset
-    streams keep their identity) and the releases of its method, benchmark and backbone
-    (:mod:`tokenworth_agent.experiment.releases`)."""
+    streams keep their identity), the values of the parameters the method declares (``parameters``, only for a
+    method that declares any: :func:`~tokenworth_agent.experiment.streams.parameters_in_use`) and the releases of
+    its method, benchmark and backbone (:mod:`tokenworth_agent.experiment.releases`)."""
     identity: dict[str, Any] = {"method": spec.method, "env": spec.env, "seed": spec.seed,
                                 "budget": spec.budget.as_dict(), "backbone": backbone_name,
                                 "task_ids": digest({"ids": [t.task_id for t in tasks]}),
                                 "harness": harness.identity(spec.env)}
     if spec.hparams:
         identity["hparams"] = spec.overrides
+    in_use = parameters_in_use(spec)
+    if in_use:
+        identity[PARAMETERS] = in_use
     identity[releases.KEY] = releases.stream_releases(spec.method, spec.env, backbone_name)
     return json.loads(json.dumps(identity, default=str))
 
 
+# what later versions added to a stream's identity: a checkpoint without one was made before it existed, and resumes
+# once (the entry is recorded from its next commit)
+ADDED_TO_IDENTITY = (releases.KEY, PARAMETERS)
+
+
 def _without_releases(identity: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in identity.items() if k != releases.KEY}
+
+
+def _as_recorded(identity: Mapping[str, Any], recorded: Mapping[str, Any]) -> dict[str, Any]:
+    """``identity`` without what :data:`ADDED_TO_IDENTITY` holds that ``recorded`` lacks (made before it existed)."""
+    return {k: v for k, v in identity.items() if k in recorded or k not in ADDED_TO_IDENTITY}
 
 
 def _redo_hint(folder: Path, method: str) -> str:
@@ -241,14 +255,15 @@ class _Stream:
                     f"(its memory bank and learned values) cannot be restored; {_redo_hint(self.folder, method)}")
             return rebuilt
         recorded = state["identity"]
-        if releases.KEY not in recorded and recorded == _without_releases(self.identity):
-            pass  # made before releases were recorded: resumed under this release, recorded from its next commit
-        elif recorded != self.identity and _without_releases(recorded) == _without_releases(self.identity):
+        now = _as_recorded(self.identity, recorded)  # an entry made before it was recorded: resumed once
+        if recorded != now and _without_releases(recorded) == _without_releases(now):
             names = {"method": method, "benchmark": self.spec.env, "backbone": self.identity["backbone"]}
-            raise CheckpointError(releases.changed_line(
-                str(self.folder), names, recorded[releases.KEY], self.identity[releases.KEY],
-                f"--overwrite --methods {method} (it deletes only {self.folder}'s records and checkpoint)") or "")
-        elif recorded != self.identity:
+            line = releases.changed_line(
+                str(self.folder), names, recorded[releases.KEY], now[releases.KEY],
+                f"--overwrite --methods {method} (it deletes only {self.folder}'s records and checkpoint)")
+            if line is not None:  # None: an entry made before the code's digests were recorded, resumed once
+                raise CheckpointError(line)
+        elif recorded != now:
             raise CheckpointError(
                 f"{self.checkpoint_path} belongs to a different run ({state['identity']} vs {self.identity}); "
                 f"use another --out, or {_redo_hint(self.folder, method)}")

@@ -25,8 +25,8 @@ from typing import Any, Mapping, Sequence
 from tokenworth_agent.core.harness import HarnessError, HarnessOptions, harness_from_cli
 from tokenworth_agent.experiment.config import RunConfig, Streams, Sweep
 from tokenworth_agent.experiment import releases
-from tokenworth_agent.experiment.streams import (CONTROLLER_METHODS, GridError, StreamSpec, digest, expand, grid_points,
-                                                 parse_grid_item, stream_names)
+from tokenworth_agent.experiment.streams import (CONTROLLER_METHODS, PARAMETERS, GridError, StreamSpec, digest, expand,
+                                                 grid_points, parameters_in_use, parse_grid_item, stream_names)
 from tokenworth_agent.policies.registry import POLICIES, method_parameters
 from tokenworth_agent.storage import runfolder
 from tokenworth_agent.tasks import Task, data_folder, load_tasks
@@ -347,6 +347,11 @@ def make_plan(config: RunConfig, *, engine_here: bool = True) -> Plan:
                 "data_source": {e: data_source(e, config.data.data_dir, benchmarks(*envs)) for e in envs},
                 releases.KEY: {n: releases.stream_releases(s.method, s.env, config.backbone.name)
                                for s, n in zip(shape.streams, names)}}
+    # the values of the parameters each stream's method declares: only where some method declares any, so a run of
+    # methods that declare none writes the config.json it wrote before
+    in_use = {n: values for s, n in zip(shape.streams, names) if (values := parameters_in_use(s))}
+    if in_use:
+        settings[PARAMETERS] = in_use
     # a sweep's --overwrite discards the whole sweep the folder holds, a run's its own streams
     replaced = (list(dict.fromkeys([*names, *runfolder.streams_in(out_dir)]))
                 if isinstance(what, Sweep) and config.output.overwrite else names)

@@ -108,6 +108,22 @@ class StreamSpec:
         return described
 
 
+PARAMETERS = "parameters"  # where parameters_in_use goes: a stream's identity, config.json's per-stream entries
+
+
+def parameters_in_use(spec: StreamSpec) -> dict[str, Any]:
+    """The values ``spec``'s method runs with of the parameters it declares, by name: a grid's, else the declared
+    default (what the constructor then takes). A parameter whose default is None is there only when a grid sets
+    it: its value is the method's own choice (TokenWorth's come from the benchmark's preset, which the stream's
+    benchmark and releases pin). Empty for a method that declares none, so its stream's identity and config.json
+    are what they were before these values were recorded."""
+    from tokenworth_agent.policies.registry import method_parameters
+
+    given = spec.overrides
+    return {p.name: given.get(p.name, p.default) for p in method_parameters(spec.method)
+            if p.name in given or p.default is not None}
+
+
 def _check_method_settings(method: str, names: Sequence[str]) -> None:
     """Settings for a method without a controller must be parameters it declares (one line otherwise)."""
     from tokenworth_agent.policies.registry import describe_parameters, method_parameters

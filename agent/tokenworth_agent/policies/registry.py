@@ -61,7 +61,7 @@ def method_parameters(method: str) -> tuple[Parameter, ...]:
 @functools.lru_cache(maxsize=None)
 def _checked_parameters(method: str, cls: Any) -> tuple[Parameter, ...]:
     owner = method_owner(method)
-    declared = check_declared(getattr(cls, "parameters", ()), owner)
+    declared = check_declared(getattr(cls, "parameters", ()), owner, defaults=True)
     try:
         signature = inspect.signature(cls)
     except (TypeError, ValueError):  # a builtin or C-level constructor: nothing to compare

@@ -39,8 +39,10 @@ Rules:
   holds results; when none does (every earlier attempt failed before its first task, e.g.
   with a wrong server URL), the new settings simply replace the old ones.
 * **Per-stream settings** (``releases``: the distribution and version of each stream's method,
-  benchmark and backbone) are kept by stream name and merged, never compared as a whole; a stream
-  with results is checked against its own entry (agent/tokenworth_agent/experiment/releases.py).
+  benchmark and backbone; ``parameters``: the values of its method's declared parameters, only for
+  methods that declare any) are kept by stream name and merged, never compared as a whole; a stream
+  with results is checked against its own entry (agent/tokenworth_agent/experiment/releases.py, and
+  for the parameters its checkpoint's identity).
 * **Overwrite** deletes only the named methods' files (records, checkpoint, temporary
   checkpoint files) and the summary; other methods' results are kept. If other methods hold
   results made with different settings, the overwrite is refused (they would be mixed).
@@ -278,7 +280,7 @@ ADDED_SETTINGS = ("data_source",)
 # Settings kept per stream (a mapping stream name -> entry): not compared as a whole (each stream's entry is checked
 # where it matters: the releases that made a stream, agent/tokenworth_agent/experiment/releases.py), and merged when
 # written, so the entries of streams another command ran stay.
-PER_STREAM_SETTINGS = ("releases",)
+PER_STREAM_SETTINGS = ("releases", "parameters")
 
 
 def _identity(config: dict[str, Any], existing: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -295,10 +297,9 @@ def merged_config(existing: dict[str, Any] | None, config: dict[str, Any], repla
     whose entries this command discards, those it deletes first)."""
     merged = dict(config)
     for key in PER_STREAM_SETTINGS:
-        if key not in config:
-            continue
         kept = {k: v for k, v in ((existing or {}).get(key) or {}).items() if k not in replaced}
-        merged[key] = {**kept, **config[key]}
+        if key in config or kept:  # an entry only some runs write (parameters) stays absent where none has one
+            merged[key] = {**kept, **config.get(key, {})}
     return merged
 
 
