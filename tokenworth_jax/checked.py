@@ -65,7 +65,7 @@ import numpy as np
 from jax.experimental import checkify
 
 from . import inputs
-from .controller import COMPOSED, Event, Spec, State, cast_arguments, controller
+from .controller import COMPOSED, Event, Spec, State, cast_arguments, check_state, controller
 from .inputs import MemoryText, Query
 from .controller import signature as _signature
 from .protocol import REWARD_RULE
@@ -158,6 +158,8 @@ def _compiled(name: str, statics: tuple[Any, ...]) -> Callable[..., Any]:
     arrays = [p for p in _signature(name).parameters if p not in static_names]
 
     def body(*arguments: Any) -> Any:
+        if "state" in arrays:  # first, as the plain function does (run_batched's states: in its own _sweep)
+            check_state(name, arguments[arrays.index("state")], spec)
         args = list(arguments)
         for i, arg_name in enumerate(arrays):
             if arg_name == "reward":

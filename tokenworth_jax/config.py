@@ -158,6 +158,10 @@ class Schema:
         except (TypeError, ValueError):
             raise ValueError(f"hyperparameter {name} = {value!r} is not a number") from None
         rng, integer = self.ranges[field], field in self.ints
+        if integer and np.any(np.isfinite(v) & ((v < np.iinfo(np.int32).min) | (v > np.iinfo(np.int32).max))):
+            shown = np.asarray(value).tolist()  # np.int64(2**32 + 3) would be cast to the int32 3
+            raise ValueError(f"hyperparameter {name} = {shown!r} does not fit int32 (an integer hyperparameter is an "
+                             "int32 leaf): must lie in [-2**31, 2**31 - 1]")
         bad = ~np.isfinite(v)
         if integer:
             bad |= np.isfinite(v) & (v != np.round(v))
@@ -388,6 +392,19 @@ def make_hparams(values: Mapping[str, Any], parts: Mapping[str, Any], dtype: DTy
 
     core = CORE.leaves({n: values[n] for n in CORE.names() if n in values}, dtype)
     return validate_hparams(HParams(**core, **{slot: part(owned[slot]) for slot in PART_SLOTS}), parts)
+
+
+def hparams_shapes(parts: Mapping[str, Any], dtype: DTypeLike, batch_shape: tuple[int, ...] = ()) -> HParams:
+    """The shapes and dtypes of the HParams built for ``parts`` (``jax.ShapeDtypeStruct`` leaves, what
+    ``jax.eval_shape`` takes), read from the schemas alone: ints int32, the rest ``dtype``, vectors of their size,
+    each behind the leading axes ``batch_shape`` (stacked configurations)."""
+    def leaves(schema: Schema) -> dict[str, jax.ShapeDtypeStruct]:
+        return {f: jax.ShapeDtypeStruct(batch_shape + ((schema.sizes[f],) if f in schema.sizes else ()),
+                                        jnp.int32 if f in schema.ints else dtype) for f in schema.fields}
+
+    owned = schemas(parts)
+    return HParams(**leaves(CORE), **{slot: Empty() if (s := owned[slot]) is None else s.cls(**leaves(s))
+                                      for slot in PART_SLOTS})
 
 
 def flatten(hp: HParams, parts: Mapping[str, Any]) -> dict[str, Any]:
