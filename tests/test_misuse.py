@@ -28,7 +28,7 @@ from jax.experimental.checkify import JaxRuntimeError
 
 import tokenworth_jax as tw
 
-from tests.controller_helpers import SMALL_SPEC, clustered_stream, precision, refused, same, small_setup
+from tests.controller_helpers import SMALL_SPEC, clustered_stream, made_for, precision, refused, same, small_setup
 
 
 @pytest.fixture(scope="module")
@@ -195,12 +195,6 @@ def another_spec(name: str, what: str, made: str) -> str:
     return (rf"^{name}: this state was made for another spec: {what}, where tw\.init\(spec, hp\) makes {made} for this "
             r"spec \(scorer 'full', mode 'paper', capacity 6, dim 24, dtype float32\): make the state with "
             r"tw\.init\(spec, hp\) of the spec you pass, or pass the spec it was made with")  # (then JAX's own notes)
-
-
-def made_for(spec, hp):
-    """A state of the structure, shapes and dtypes ``tw.init(spec, hp)`` makes (all the check reads), of NumPy
-    zeros: nothing compiled."""
-    return jax.tree_util.tree_map(lambda x: np.zeros(x.shape, x.dtype), jax.eval_shape(tw.init, spec, hp))
 
 
 @pytest.fixture(scope="module")

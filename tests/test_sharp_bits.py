@@ -23,7 +23,7 @@ from jax.experimental import checkify
 
 import tokenworth_jax as tw
 
-from tests.controller_helpers import clustered_stream, same, small_setup
+from tests.controller_helpers import SMALL_SPEC, clustered_stream, made_for, same, small_setup
 
 pytestmark = pytest.mark.library  # imports nothing of the harness: runs in the library's own venvs too
 
@@ -134,6 +134,13 @@ def ctl(s, phase="idle"):
 def ctl_next_id(s, next_id):
     c = ctl(s, "judged")
     c.memories.next_id = next_id
+    return gets(lambda: c.offer("SELECT 1"))
+
+
+def ctl_spec_changed(s):
+    """A Controller whose ``spec`` was replaced under it (the attribute is public) runs its state under the new one."""
+    c = ctl(s, "judged")
+    c.spec = s["spec"]._replace(capacity=s["spec"].capacity + 2)
     return gets(lambda: c.offer("SELECT 1"))
 
 
@@ -248,6 +255,12 @@ def cases(s):
         "stacked configurations given to a function of one": (
             lambda fns: gets(lambda: fns.select(s["idle"], q[0], stacked, spec)),
             lambda: gets(lambda: tw.Controller(spec, stacked))),
+        "a state made for another spec (another ``capacity`` or ``dim``, another method's state)": (
+            lambda fns: both(gets(lambda: fns.select(made_for(spec._replace(capacity=spec.capacity + 2), hp), q[0], hp,
+                                                     spec)),
+                             gets(lambda: fns.end_task(made_for(*tw.preset("db", method="tokenworth+",
+                                                                            spec_overrides=SMALL_SPEC)), spec))),
+            lambda: ctl_spec_changed(s)),
         "one task's ``Event`` given to ``tw.run``": (lambda fns: gets(lambda: fns.run(s["idle"], one_event, hp, spec)),
                                                     None),
     }

@@ -140,7 +140,11 @@ class Schema:
         return self.prefix + field.rstrip("_")
 
     def names(self) -> tuple[str, ...]:
-        """Every field's flat name, in order."""
+        """Every field's flat name, in order.
+
+        Returns:
+            tuple[str, ...]: ``prefix + field`` (a trailing ``_`` dropped) of every field, in order.
+        """
         return tuple(self.flat(f) for f in self.fields)
 
     def field(self, name: str) -> str:
@@ -192,7 +196,18 @@ class Schema:
         return out
 
     def make(self, values: Mapping[str, Any], dtype: DTypeLike) -> Any:
-        """A validated ``cls`` pytree from flat names over the defaults."""
+        """A validated ``cls`` pytree from flat names over the defaults.
+
+        Args:
+            values: ``{flat name: value}``; the fields not given take their defaults.
+            dtype: the float dtype of the non-integer leaves (integers are int32).
+
+        Returns:
+            The ``cls`` NamedTuple of array leaves.
+
+        Raises:
+            ValueError: a field without a default not given, or a value out of its range (naming both).
+        """
         return self.validate(self.cls(**self.leaves(values, dtype)))
 
     def flatten(self, tree: Any) -> dict[str, Any]:
@@ -200,7 +215,19 @@ class Schema:
 
     def validate(self, tree: Any) -> Any:
         """Host-side check of every leaf (stacked configurations too); returns ``tree``. Skipped for traced
-        values (inside a transformation nothing is concrete)."""
+        values (inside a transformation nothing is concrete).
+
+        Args:
+            tree: a ``cls`` pytree (one configuration, or C stacked on a leading axis).
+
+        Returns:
+            ``tree``, unchanged.
+
+        Raises:
+            TypeError: ``tree`` is not a ``cls``.
+            ValueError: a vector of another length, a value out of its range, or a pair out of order (naming the
+                field, its value and the configuration).
+        """
         if not isinstance(tree, self.cls):
             raise TypeError(f"expected {self.cls.__name__} hyperparameters, got {type(tree).__name__}")
         try:

@@ -1329,3 +1329,17 @@ def worth(state: State, memory: ArrayLike | MemoryText, hp: HParams, spec: Spec)
 for _fn in (init, select, observe, offer, end_task, finish_task, advance, step, run, run_batched, worth):
     _fn.__doc__ = COMPOSED[_fn.__name__][0].__doc__
 del _fn
+
+
+def _call_doc(name: str) -> str:
+    """The docstring of the Protocol ``__call__`` of ``name``: its Args and Returns, read from the function's own
+    (one copy of them), not Python's "Call self as a function."."""
+    doc = inspect.getdoc(COMPOSED[name][0]) or ""
+    return f"Call the controller's ``{name}`` (:func:`tokenworth_jax.{name}`).\n\n{doc[doc.index('Args:'):]}"
+
+
+for _name, _type in dict(init=InitFn, select=SelectFn, observe=ObserveFn, offer=OfferFn, end_task=EndTaskFn,
+                         finish_task=FinishTaskFn, advance=AdvanceFn, step=StepFn, run=RunFn,
+                         run_batched=RunBatchedFn, worth=WorthFn).items():
+    _type.__call__.__doc__ = _call_doc(_name)
+del _name, _type
