@@ -204,7 +204,8 @@ def foreign(setup):
     plus_spec, plus_hp = tw.preset("db", method="tokenworth+", spec_overrides=SMALL_SPEC)
     return {"capacity": (made_for(spec._replace(capacity=8), hp), r"state\.bank\.emb is \(8, 24\) float32",
                          r"\(6, 24\) float32"),
-            "dim": (made_for(spec._replace(dim=32), hp), r"state\.bank\.emb is \(6, 32\) float32", r"\(6, 24\) float32"),
+            "dim": (made_for(spec._replace(dim=32), hp), r"state\.bank\.emb is \(6, 32\) float32",
+                    r"\(6, 24\) float32"),
             "tokenworth+": (made_for(plus_spec, plus_hp), r"state\.mode is PlusState", "Empty")}
 
 
@@ -245,7 +246,8 @@ def test_run_batched_refuses_states_made_for_another_spec_before_any_configurati
     spec, hp, _, q, m = setup
     events = tw.Event(q[None], jnp.ones(1, jnp.int32), m[None], jnp.zeros(1, jnp.int32))
     states = jax.tree_util.tree_map(lambda x: np.stack([x, x]), foreign["capacity"][0])
-    refused(ValueError, another_spec("run_batched", r"state\.bank\.emb is \(2, 8, 24\) float32", r"\(2, 6, 24\) float32"),
+    refused(ValueError, another_spec("run_batched", r"state\.bank\.emb is \(2, 8, 24\) float32",
+                                     r"\(2, 6, 24\) float32"),
             lambda: tw.run_batched(states, events, tw.stack_hparams([hp, hp]), spec, strategy=strategy))
 
 
@@ -255,7 +257,7 @@ def test_the_state_is_checked_while_tracing_never_at_run_time(setup, monkeypatch
     module = sys.modules["tokenworth_jax.controller"]  # (tw.controller is the function of that name)
     real = module.check_state
     monkeypatch.setattr(module, "check_state", lambda name, *a, **k: seen.append(name) or real(name, *a, **k))
-    spec5 = spec._replace(capacity=5)  # a spec of this test's own: its program (end_task's, the smallest) is traced here
+    spec5 = spec._replace(capacity=5)  # a spec of this test's own: its program (end_task's, small) is traced here
     tw.end_task(made_for(spec5, hp), spec5)
     assert seen == ["end_task"]
     tw.end_task(made_for(spec5, hp), spec5)

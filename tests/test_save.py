@@ -525,8 +525,8 @@ def test_overwrite_must_be_a_bool(tmp_path, overwrite):
     path = tmp_path / "s.npz"
     tw.save(path, state, spec, hp)
     before = path.read_bytes()
-    with pytest.raises(TypeError, match=rf"^tw\.save: overwrite must be True or False, got {re.escape(repr(overwrite))} "
-                                        rf"\({type(overwrite).__name__}\)$"):
+    with pytest.raises(TypeError, match=rf"^tw\.save: overwrite must be True or False, got "
+                                        rf"{re.escape(repr(overwrite))} \({type(overwrite).__name__}\)$"):
         tw.save(path, _a_state(t=5)[0], spec, hp, overwrite=overwrite)
     assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["s.npz"]
     tw.save(path, _a_state(t=5)[0], spec, hp, overwrite=np.bool_(True))  # NumPy's bool is a bool

@@ -26,8 +26,9 @@ which runs inside the controller's own jitted program, ahead of an earlier input
 5. the outgoing state (a non-finite value the step itself produced).
 
 Shapes, a state made for another spec (:func:`tokenworth_jax.controller.check_state`), a batch given
-to a function of one configuration, one task's event given to a stream function, a float64 spec without 64-bit JAX (a ``ValueError``) and a reward of a float dtype (a
-``TypeError``) are refused by the plain functions too, at trace time.
+to a function of one configuration, one task's event given to a stream function, a float64 spec
+without 64-bit JAX (a ``ValueError``) and a reward of a float dtype (a ``TypeError``) are refused by
+the plain functions too, at trace time.
 
 Where it is raised: called eagerly (concrete inputs), a checked function raises
 ``checkify.JaxRuntimeError`` at once. Inside the caller's own ``jax.jit``, ``jax.vmap`` or
@@ -48,10 +49,10 @@ Which entry points validate (see docs/controller.md): ``tw.hparams``/``tw.preset
 and ``tw.stack_hparams`` check every value on the host at construction; the host
 ``Controller`` checks its inputs (shape, finiteness, reward in {0, 1}) and the protocol;
 the pure API checks shapes, the state against its spec, batches, reward and memory-id dtypes and the
-float64 setting at trace time, refuses a concrete reward other than 0 or 1 and a concrete memory id outside int32 before its
-program runs, answers an out-of-order call with a
-documented no-op and an inadmissible memory with ``INVALID_MEMORY``, but cannot raise on traced
-values (this module is its checked twin).
+float64 setting at trace time, refuses a concrete reward other than 0 or 1 and a concrete memory id
+outside int32 before its program runs, answers an out-of-order call with a documented no-op and an
+inadmissible memory with ``INVALID_MEMORY``, but cannot raise on traced values (this module is its
+checked twin).
 """
 
 from __future__ import annotations

@@ -425,13 +425,13 @@ def hparams_shapes(parts: Mapping[str, Any], dtype: DTypeLike, batch_shape: tupl
     """The shapes and dtypes of the HParams built for ``parts`` (``jax.ShapeDtypeStruct`` leaves, what
     ``jax.eval_shape`` takes), read from the schemas alone: ints int32, the rest ``dtype``, vectors of their size,
     each behind the leading axes ``batch_shape`` (stacked configurations)."""
-    def leaves(schema: Schema) -> dict[str, jax.ShapeDtypeStruct]:
+    def leaves(schema: Schema) -> dict[str, Any]:
         return {f: jax.ShapeDtypeStruct(batch_shape + ((schema.sizes[f],) if f in schema.sizes else ()),
                                         jnp.int32 if f in schema.ints else dtype) for f in schema.fields}
 
     owned = schemas(parts)
-    return HParams(**leaves(CORE), **{slot: Empty() if (s := owned[slot]) is None else s.cls(**leaves(s))
-                                      for slot in PART_SLOTS})
+    part: dict[str, Any] = {slot: Empty() if (s := owned[slot]) is None else s.cls(**leaves(s)) for slot in PART_SLOTS}
+    return HParams(**leaves(CORE), **part)
 
 
 def flatten(hp: HParams, parts: Mapping[str, Any]) -> dict[str, Any]:

@@ -376,13 +376,13 @@ def check_state(name: str, state: Any, spec: Spec, *, batched: bool = False) -> 
                         f"{type(state).__name__}")
     if not batched:
         _one_configuration(state=state.clock.t)  # a batch given to a function of one: pointed to jax.vmap
-    want = expected_state(spec, jax.config.jax_enable_x64)
+    want = expected_state(spec, jax.dtypes.canonicalize_dtype(jnp.int64) == jnp.int64)  # the 64-bit mode, as read now
     lead = tuple(jnp.shape(state.clock.t)[:1]) if batched else ()
     made = (f"where tw.init(spec, hp) makes {{}} for this spec (scorer {spec.scorer.name!r}, mode {spec.mode.name!r}, "
             f"capacity {spec.capacity}, dim {spec.dim}, dtype {spec.dtype})")
     for field in (*PART_SLOTS, *(f for f in State._fields if f not in PART_SLOTS)):  # the parts' own state first
         got, exp = getattr(state, field), getattr(want, field)
-        if jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(exp):
+        if jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(exp):  # type: ignore[operator]
             continue
         if type(got) is not type(exp):
             what, wanted = f"state.{field} is {type(got).__name__}", type(exp).__name__
