@@ -38,6 +38,12 @@ def small_setup(dtype: jnp.dtype, **overrides):
     return spec, hp
 
 
+def made_for(spec: tw.Spec, hp: tw.HParams) -> tw.State:
+    """A state of the structure, shapes and dtypes ``tw.init(spec, hp)`` makes (all that a check of a state against
+    its spec reads), of NumPy zeros: nothing compiled."""
+    return jax.tree_util.tree_map(lambda x: np.zeros(x.shape, x.dtype), jax.eval_shape(tw.init, spec, hp))
+
+
 def unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
     v = rng.normal(size=(n, dim))
     return v / np.linalg.norm(v, axis=1, keepdims=True)

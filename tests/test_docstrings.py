@@ -13,6 +13,7 @@ there the functions ``tw`` and ``tw.checked`` export are checked, and the test t
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import re
 from pathlib import Path
@@ -32,6 +33,44 @@ ENTRY = re.compile(r"^ {4}(\*{0,2}\w+)(?: \([^)]*\))?:(?: |$)")  # one entry of 
 def _targets() -> list[str]:
     """The pages' autofunction targets (none where docs/ is absent: the library lanes)."""
     return sorted({t for page in API.glob("*.rst") for t in AUTOFUNCTION.findall(page.read_text())})
+
+
+AUTOCLASS = re.compile(r"^\.\. autoclass::\s*(\S+)\n((?: {3,}\S.*\n)*)", re.M)  # the directive and its options
+MEMBERS = re.compile(r":members:(.*(?:\n {4,}[^:\s].*)*)")  # the option, with its continuation lines
+
+
+def _methods() -> list[str]:
+    """The methods the pages document (``.. autoclass::`` with ``:members:``: those it lists, else every public
+    method the class defines, as autodoc takes them), as ``module.Class.method``; properties and fields are
+    attributes, not checked here. None where docs/ is absent."""
+    out = []
+    for page in sorted(API.glob("*.rst")):
+        for target, options in AUTOCLASS.findall(page.read_text()):
+            found = MEMBERS.search(options)
+            if not found:
+                continue
+            cls = _resolve_class(target)
+            names = [n.strip() for n in found.group(1).replace("\n", " ").split(",") if n.strip()]
+            for name in names or [n for n in vars(cls) if not n.startswith("_")]:
+                raw = inspect.getattr_static(cls, name)
+                if inspect.isfunction(raw) or isinstance(raw, (classmethod, staticmethod)):
+                    out.append(f"{target}.{name}")
+    return out
+
+
+def _resolve_class(target: str):
+    """The class autodoc documents for ``module.Class``: the longest importable module prefix, then attributes
+    (``tokenworth_jax.controller.InitFn`` is in the module ``tokenworth_jax.controller``)."""
+    parts = target.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for name in parts[i:]:
+            obj = getattr(obj, name)
+        return obj
+    raise ImportError(target)
 
 
 def _exported() -> set[str]:
@@ -72,6 +111,8 @@ def problems(name: str, fn) -> list[str]:
     for p in inspect.signature(fn).parameters.values():
         stars = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}.get(p.kind, "")
         params.append(stars + p.name)
+    if params[:1] == ["self"]:  # a method read from its class: the instance is not an argument
+        params = params[1:]
     out = []
     if params:
         if "Args" not in sections:
@@ -90,6 +131,19 @@ def test_every_documented_function_has_args_and_returns() -> None:
     assert len(targets) >= (40 if API.is_dir() else 25)
     assert "tokenworth_jax.run_batched" in targets and "tokenworth_jax.checked.observe" in targets
     found = [p for t in targets for p in problems(t, _resolve(t))]
+    assert found == [], "\n".join(found)
+
+
+def test_every_documented_method_has_args_and_returns() -> None:
+    """The methods of the classes the pages document (the host Controller's, Schema's, the as_dict methods, the
+    Protocols' ``__call__``: whose docstring was Python's "Call self as a function."), as the functions."""
+    if not API.is_dir():
+        pytest.skip("docs/api is not in this copy (a library lane): the pages are checked in the main suite")
+    methods = _methods()
+    assert {"tokenworth_jax.Controller.from_preset", "tokenworth_jax.Schema.make",
+            "tokenworth_jax.HostDecision.as_dict", "tokenworth_jax.controller.InitFn.__call__"} <= set(methods)
+    assert len(methods) >= 30, methods
+    found = [p for m in methods for p in problems(m, getattr(_resolve_class(m.rsplit(".", 1)[0]), m.rsplit(".", 1)[1]))]
     assert found == [], "\n".join(found)
 
 

@@ -113,6 +113,24 @@ def test_state_dict_round_trip_resumes_identically(ctl):
     _same(_snapshot(ctl), _snapshot(twin))
 
 
+def test_a_spec_changed_under_the_controller_is_refused_naming_the_state_with_nothing_changed(ctl):
+    """It ran the capacity-4 state under a capacity-8 program, or raised a raw shape error (the pure functions'
+    refusal of a state made for another spec: tests/test_misuse.py)."""
+    spec = ctl.spec
+    ctl.select("find rows where value is 9")
+    ctl.observe(1)
+    before = _snapshot(ctl)
+    ctl.spec = spec._replace(capacity=8)
+    with pytest.raises(ValueError, match=r"^Controller: this state was made for another spec: state\.bank\.emb is "
+                                         r"\(4, 64\) float32, where tw\.init\(spec, hp\) makes \(8, 64\) float32 for "
+                                         r"this spec \(.*capacity 8.*\): make the state with tw\.init") as info:
+        ctl.offer("SELECT 9")
+    assert "\n" not in str(info.value)
+    ctl.spec = spec
+    _same(_snapshot(ctl), before)
+    assert ctl.offer("SELECT 9").code.startswith("ADMITTED") or ctl.phase == "idle"  # it goes on as if never tried
+
+
 def test_checkpoint_shape_mismatch_is_rejected(ctl):
     data = ctl.state_dict()
     key = next(k for k in data["state"] if k.endswith(".w"))

@@ -6,6 +6,9 @@
   ``offer`` answers NOT_OFFERED with the state unchanged.
 * A batch (of queries, memories, states or hyperparameters) given to a function of one configuration is refused
   at trace time, pointing to ``jax.vmap``; a wrong shape names the expected one.
+* A state made for another spec (another capacity or dim, another mode's state) is refused in one line naming
+  the leaf, by every pure function, tw.checked and run_batched (the host Controller: tests/test_host.py), while
+  tracing (no check at run time); it ran on silently, or raised a raw dot_general or pytree error.
 * A float64 spec without JAX's 64-bit mode is refused, naming the switch.
 * Inputs are cast to the spec's dtype before the jitted program: no new compile for a float64, bfloat16 or
   Python-number input, and the outputs are of the spec's dtype.
@@ -14,6 +17,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +28,7 @@ from jax.experimental.checkify import JaxRuntimeError
 
 import tokenworth_jax as tw
 
-from tests.controller_helpers import clustered_stream, precision, same, small_setup
+from tests.controller_helpers import SMALL_SPEC, clustered_stream, made_for, precision, refused, same, small_setup
 
 
 @pytest.fixture(scope="module")
@@ -182,6 +187,81 @@ def test_a_batch_of_configurations_given_to_a_function_of_one_is_pointed_to_vmap
     with pytest.raises(ValueError, match=r"state are a batch of configurations"):
         tw.end_task(states, spec)
     jax.vmap(lambda s, h: tw.select(s, q, h, spec))(states, hps)  # what the message says works
+
+
+# ----- a state made for another spec ------------------------------------------------------------------------------
+def another_spec(name: str, what: str, made: str) -> str:
+    """The one-line refusal of a state made for another spec than setup's (capacity 6, dim 24)."""
+    return (rf"^{name}: this state was made for another spec: {what}, where tw\.init\(spec, hp\) makes {made} for this "
+            r"spec \(scorer 'full', mode 'paper', capacity 6, dim 24, dtype float32\): make the state with "
+            r"tw\.init\(spec, hp\) of the spec you pass, or pass the spec it was made with")  # (then JAX's own notes)
+
+
+@pytest.fixture(scope="module")
+def foreign(setup):
+    """States made for other specs than setup's: {what differs: (state, the leaf named, what init makes)}."""
+    spec, hp, *_ = setup
+    plus_spec, plus_hp = tw.preset("db", method="tokenworth+", spec_overrides=SMALL_SPEC)
+    return {"capacity": (made_for(spec._replace(capacity=8), hp), r"state\.bank\.emb is \(8, 24\) float32",
+                         r"\(6, 24\) float32"),
+            "dim": (made_for(spec._replace(dim=32), hp), r"state\.bank\.emb is \(6, 32\) float32",
+                    r"\(6, 24\) float32"),
+            "tokenworth+": (made_for(plus_spec, plus_hp), r"state\.mode is PlusState", "Empty")}
+
+
+def calls_with_a_state(setup, state):
+    """{name the refusal gives: a call of it with ``state``}: every pure function, each tw.checked twin, and the
+    plain ones under a user's own jit and vmap."""
+    spec, hp, _, q, m = setup
+    events = tw.Event(jnp.stack([q, q]), jnp.ones(2, jnp.int32), jnp.stack([m, m]), jnp.arange(2, dtype=jnp.int32))
+    event = jax.tree_util.tree_map(lambda x: x[0], events)
+    pure = {"select": lambda f: f.select(state, q, hp, spec), "observe": lambda f: f.observe(state, 1, hp, spec),
+            "offer": lambda f: f.offer(state, m, 1, hp, spec), "end_task": lambda f: f.end_task(state, spec),
+            "finish_task": lambda f: f.finish_task(state, 1, m, 1, True, hp, spec),
+            "advance": lambda f: f.advance(state, 1, m, 1, True, q, hp, spec),
+            "step": lambda f: f.step(state, event, hp, spec), "run": lambda f: f.run(state, events, hp, spec),
+            "worth": lambda f: f.worth(state, m, hp, spec)}
+    calls = {}
+    for name, call in pure.items():
+        calls[name] = functools.partial(call, tw)
+        calls[f"checked {name}"] = functools.partial(call, tw.checked)
+    calls["jit run"] = lambda: jax.jit(tw.run)(state, events, hp, spec)
+    two = jax.tree_util.tree_map(lambda x: np.stack([x, x]), state)
+    calls["vmap select"] = lambda: jax.vmap(lambda s: tw.select(s, q, hp, spec))(two)
+    return calls
+
+
+@pytest.mark.parametrize("differs", ["capacity", "dim", "tokenworth+"])
+def test_a_state_made_for_another_spec_is_refused_by_every_function_naming_the_leaf(setup, foreign, differs):
+    """A capacity-8 state under a capacity-6 spec ran on silently (12 memories of 16 slots in the issue's case); a
+    dim mismatch raised a raw dot_general TypeError; a TokenWorth+ state a raw pytree error, or ran."""
+    state, what, made = foreign[differs]
+    for label, call in calls_with_a_state(setup, state).items():
+        name = label.split()[-1]
+        refused(ValueError, another_spec(name, what, made), call)
+
+
+@pytest.mark.parametrize("strategy", ["loop", "map", "vmap"])
+def test_run_batched_refuses_states_made_for_another_spec_before_any_configuration_runs(setup, foreign, strategy):
+    spec, hp, _, q, m = setup
+    events = tw.Event(q[None], jnp.ones(1, jnp.int32), m[None], jnp.zeros(1, jnp.int32))
+    states = jax.tree_util.tree_map(lambda x: np.stack([x, x]), foreign["capacity"][0])
+    refused(ValueError, another_spec("run_batched", r"state\.bank\.emb is \(2, 8, 24\) float32",
+                                     r"\(2, 6, 24\) float32"),
+            lambda: tw.run_batched(states, events, tw.stack_hparams([hp, hp]), spec, strategy=strategy))
+
+
+def test_the_state_is_checked_while_tracing_never_at_run_time(setup, monkeypatch):
+    spec, hp, _, q, m = setup
+    seen = []
+    module = sys.modules["tokenworth_jax.controller"]  # (tw.controller is the function of that name)
+    real = module.check_state
+    monkeypatch.setattr(module, "check_state", lambda name, *a, **k: seen.append(name) or real(name, *a, **k))
+    spec5 = spec._replace(capacity=5)  # a spec of this test's own: its program (end_task's, small) is traced here
+    tw.end_task(made_for(spec5, hp), spec5)
+    assert seen == ["end_task"]
+    tw.end_task(made_for(spec5, hp), spec5)
+    assert seen == ["end_task"]  # the compiled program ran: nothing checked again
 
 
 # ----- float64 needs x64 -----------------------------------------------------------------------------------------

@@ -487,7 +487,7 @@ def test_an_interrupted_save_leaves_the_earlier_file_whole(tmp_path, monkeypatch
 
 
 @pytest.mark.skipif(os.name != "posix", reason="file modes and the umask are POSIX's")
-def test_save_gives_the_file_the_mode_of_the_users_umask(tmp_path):
+def test_save_gives_a_new_file_the_mode_of_the_users_umask(tmp_path):
     state, spec, hp = _a_state()
     path = tmp_path / "s.npz"
     old = os.umask(0o027)
@@ -495,10 +495,56 @@ def test_save_gives_the_file_the_mode_of_the_users_umask(tmp_path):
         tw.save(path, state, spec, hp)
         assert stat.S_IMODE(path.stat().st_mode) == 0o640
         os.umask(0o022)
-        tw.save(path, state, spec, hp, overwrite=True)
-        assert stat.S_IMODE(path.stat().st_mode) == 0o644  # as open(path, "w") makes a new file (mkstemp's was 0600)
+        tw.save(tmp_path / "t.npz", state, spec, hp)
+        assert stat.S_IMODE((tmp_path / "t.npz").stat().st_mode) == 0o644  # as open(path, "w") makes a new file
+        # (mkstemp's was 0600); a replaced file keeps its own mode: test_a_replaced_file_keeps_its_mode
     finally:
         os.umask(old)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX's")
+def test_a_replaced_file_keeps_its_mode(tmp_path):
+    """A 0600 file (kept private on purpose) came back 0644 after tw.save(..., overwrite=True)."""
+    state, spec, hp = _a_state()
+    path = tmp_path / "s.npz"
+    old = os.umask(0o022)
+    try:
+        for mode in (0o600, 0o640):
+            tw.save(path, state, spec, hp, overwrite=True)
+            os.chmod(path, mode)
+            tw.save(path, _a_state(t=3)[0], spec, hp, overwrite=True)
+            assert stat.S_IMODE(path.stat().st_mode) == mode and int(tw.load(path).state.clock.t) == 3
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.parametrize("overwrite", ["yes", "False", 1, 0, None])
+def test_overwrite_must_be_a_bool(tmp_path, overwrite):
+    """``overwrite="yes"`` (and "False") replaced the file: any truthy value did."""
+    state, spec, hp = _a_state()
+    path = tmp_path / "s.npz"
+    tw.save(path, state, spec, hp)
+    before = path.read_bytes()
+    with pytest.raises(TypeError, match=rf"^tw\.save: overwrite must be True or False, got "
+                                        rf"{re.escape(repr(overwrite))} \({type(overwrite).__name__}\)$"):
+        tw.save(path, _a_state(t=5)[0], spec, hp, overwrite=overwrite)
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["s.npz"]
+    tw.save(path, _a_state(t=5)[0], spec, hp, overwrite=np.bool_(True))  # NumPy's bool is a bool
+    assert int(tw.load(path).state.clock.t) == 5
+
+
+@pytest.mark.parametrize("path, shown", [(None, "NoneType"), (io.BytesIO(b"PK"), "BytesIO: give the file's name, not "
+                                                                                     "an open file"),
+                                         (b"s.npz", "bytes")])
+def test_save_and_load_refuse_what_is_not_a_path_in_one_line(tmp_path, path, shown):
+    """``tw.load(None)`` or a BytesIO raised a bare TypeError of os.fspath's ("expected str, bytes or os.PathLike
+    object, not NoneType")."""
+    state, spec, hp = _a_state()
+    for who, call in (("load", lambda: tw.load(path)), ("save", lambda: tw.save(path, state, spec, hp))):
+        with pytest.raises(TypeError, match=rf"^tw\.{who}: path must be a file's path, a str or an os\.PathLike "
+                                            rf"\(pathlib\.Path\), got {re.escape(shown)}$"):
+            call()
+    assert not list(tmp_path.iterdir())
 
 
 def test_save_names_the_real_target(tmp_path):

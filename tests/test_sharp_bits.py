@@ -4,12 +4,15 @@
   Controller each get what the cell's first word says (an exception class, a decision code, "no-op", ...);
   a row without a case here, or a case without a row, fails;
 * its differentiation claims: grad through select and worth (query, memory, float hyperparameters), no reverse
-  mode through a refit or a stream (lax.while_loop), forward mode through both.
+  mode through a refit or a stream (lax.while_loop), forward mode through both;
+* what a user's own jit does with int64 ids under JAX's default 32-bit mode (they wrap round at jit's boundary,
+  before the library runs).
 """
 
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import jax
@@ -20,7 +23,7 @@ from jax.experimental import checkify
 
 import tokenworth_jax as tw
 
-from tests.controller_helpers import clustered_stream, same, small_setup
+from tests.controller_helpers import SMALL_SPEC, clustered_stream, made_for, same, small_setup
 
 pytestmark = pytest.mark.library  # imports nothing of the harness: runs in the library's own venvs too
 
@@ -131,6 +134,13 @@ def ctl(s, phase="idle"):
 def ctl_next_id(s, next_id):
     c = ctl(s, "judged")
     c.memories.next_id = next_id
+    return gets(lambda: c.offer("SELECT 1"))
+
+
+def ctl_spec_changed(s):
+    """A Controller whose ``spec`` was replaced under it (the attribute is public) runs its state under the new one."""
+    c = ctl(s, "judged")
+    c.spec = s["spec"]._replace(capacity=s["spec"].capacity + 2)
     return gets(lambda: c.offer("SELECT 1"))
 
 
@@ -245,6 +255,12 @@ def cases(s):
         "stacked configurations given to a function of one": (
             lambda fns: gets(lambda: fns.select(s["idle"], q[0], stacked, spec)),
             lambda: gets(lambda: tw.Controller(spec, stacked))),
+        "a state made for another spec (another ``capacity`` or ``dim``, another method's state)": (
+            lambda fns: both(gets(lambda: fns.select(made_for(spec._replace(capacity=spec.capacity + 2), hp), q[0], hp,
+                                                     spec)),
+                             gets(lambda: fns.end_task(made_for(*tw.preset("db", method="tokenworth+",
+                                                                            spec_overrides=SMALL_SPEC)), spec))),
+            lambda: ctl_spec_changed(s)),
         "one task's ``Event`` given to ``tw.run``": (lambda fns: gets(lambda: fns.run(s["idle"], one_event, hp, spec)),
                                                     None),
     }
@@ -308,3 +324,39 @@ def test_reverse_mode_stops_at_a_refit_and_forward_mode_goes_through(s):
     eps = 1e-3
     fd = (w_after_run(events.query + eps * direction) - w_after_run(events.query - eps * direction)) / (2 * eps)
     np.testing.assert_allclose(float(dw), float(fd), rtol=5e-2, atol=1e-3)
+
+
+def test_the_page_says_what_your_own_jit_does_with_int64_ids(s):
+    """The page's account, checked: under JAX's default 32-bit mode a user's own jax.jit casts a NumPy int64 id to
+    int32 at its boundary, before any code of the library runs, so np.int64(2**32) is admitted as id 0 and
+    np.int64(2**40 + 5) as 5, by the plain functions, tw.checked and tw.run alike (no error, no warning); a Python
+    int beyond int32 is JAX's OverflowError; under 64-bit JAX the id reaches the program as int64 (whose rule,
+    INVALID_MEMORY: tests/test_memory_ids.py); and called as they are, the library's functions refuse it."""
+    text = " ".join(PAGE.read_text().split())
+    for claim in ("wrapping round with no error and no warning: ``np.int64(2**32)`` arrives as ``0`` and "
+                  "``np.int64(2**40 + 5)`` as ``5``", "``tw.checked`` included", "The same holds for "
+                  "``jax.jit(tw.run)``", "A Python ``int`` beyond int32 is refused by JAX itself, at the same boundary "
+                  "(``OverflowError``)", "Under 64-bit JAX the id keeps its int64 dtype inside your program"):
+        assert claim in text, claim
+    spec, hp, judged, fresh = s["spec"], s["hp"], s["judged"], s["fresh"]
+    assert not jax.config.jax_enable_x64
+
+    @jax.jit
+    def yours(memory_id):
+        return tw.offer(judged, fresh, memory_id, hp, spec), tw.checked.offer(judged, fresh, memory_id, hp, spec)
+
+    for big, wrapped in ((np.int64(2**32), 0), (np.int64(2**40 + 5), 5)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no warning either
+            for state, decision in yours(big):
+                assert code(decision).startswith("ADMITTED") and int(state.bank.ids[int(decision.slot)]) == wrapped
+        with pytest.raises(ValueError, match=rf"^offer: input memory_id .*, got {int(big)}$"):
+            tw.offer(judged, fresh, big, hp, spec)  # outside your jit: refused
+    with pytest.raises(OverflowError):
+        yours(2**32)
+    # a stream's ids alike (jax.jit(tw.run)'s events.memory_id): the boundary is jit's, whatever it wraps
+    assert jax.jit(lambda ids: ids)(np.arange(3, dtype=np.int64) + 2**32).tolist() == [0, 1, 2]
+    dtype_inside = lambda i: jax.make_jaxpr(lambda x: x)(i).jaxpr.invars[0].aval.dtype  # noqa: E731
+    assert dtype_inside(np.int64(2**32)) == jnp.int32
+    with jax.enable_x64(True):
+        assert dtype_inside(np.int64(2**32)) == jnp.int64

@@ -23,6 +23,11 @@ BAD_HPARAMS = [
     (dict(w_min=(0, 0, 0, 2.0), w_max=(2, 1, 1, 1)), r"w_min .* w_max .*index \(3,\)"),
     (dict(u_init=9.0), r"u_init = 9.0 and u_max = 5.0"),
     (dict(w0=(1.0, 0.1)), r"w0 must have 4 entries"),
+    # an integer beyond int32 was cast round (np.int64(2**32 + 3) to 3) or raised a bare OverflowError (2**31)
+    (dict(agop_interval=np.int64(2**32 + 3)), r"^hyperparameter agop_interval = 4294967299 does not fit int32 \(an "
+                                              r"integer hyperparameter is an int32 leaf\): must lie in \[-2\*\*31, "
+                                              r"2\*\*31 - 1\]$"),
+    (dict(warmup=2**31), r"^hyperparameter warmup = 2147483648 does not fit int32"),
 ]
 
 

@@ -42,11 +42,27 @@ class MemoryTable(Generic[T]):
         return iter(self.items)
 
     def get(self, memory_id: Optional[int]) -> Optional[T]:
-        """The payload of ``memory_id``, None for None, -1 or an id not in the bank."""
+        """The payload of ``memory_id``, None for None, -1 or an id not in the bank.
+
+        Args:
+            memory_id: a memory id (as :class:`~tokenworth_jax.Selection` reports it), or None.
+
+        Returns:
+            The payload kept for it, or None.
+        """
         return None if memory_id is None else self.items.get(int(memory_id))
 
     def apply(self, payload: T, *, written: bool, evicted_id: int) -> int:
-        """Apply one offer's decision; returns the id the offer used (consumed either way)."""
+        """Apply one offer's decision; returns the id the offer used (consumed either way).
+
+        Args:
+            payload: what to keep for the offered memory.
+            written: whether the decision wrote it to the bank (keyword-only).
+            evicted_id: the id of the memory the decision evicted, -1 when none (keyword-only).
+
+        Returns:
+            int: the id the offer used (``next_id`` before the call; ``next_id`` moves on).
+        """
         new_id = self.next_id
         self.next_id += 1
         if evicted_id >= 0:
@@ -56,13 +72,31 @@ class MemoryTable(Generic[T]):
         return new_id
 
     def state_dict(self, encode: Optional[Callable[[T], Any]] = None) -> dict[str, Any]:
-        """The table as plain data: ``{"items": {id: encode(payload)}, "next_id": n}`` (``encode``: identity)."""
+        """The table as plain data: ``{"items": {id: encode(payload)}, "next_id": n}``.
+
+        Args:
+            encode: applied to each payload (default: kept as it is).
+
+        Returns:
+            dict[str, Any]: ``{"items": {id: encode(payload)}, "next_id": n}``.
+        """
         enc = encode or (lambda x: x)
         return {"items": {int(k): enc(v) for k, v in self.items.items()}, "next_id": self.next_id}
 
     @classmethod
     def from_state_dict(cls, data: dict[str, Any], decode: Optional[Callable[[Any], T]] = None) -> "MemoryTable[T]":
-        """The table :meth:`state_dict` wrote, each payload ``decode``-d; a ValueError if its ids are inconsistent."""
+        """The table :meth:`state_dict` wrote, each payload ``decode``-d.
+
+        Args:
+            data: what :meth:`state_dict` returned.
+            decode: applied to each stored payload (default: kept as it is).
+
+        Returns:
+            MemoryTable: the table, its ``next_id`` checked.
+
+        Raises:
+            ValueError: a ``next_id`` outside [0, 2**31], or an id not in [0, next_id).
+        """
         dec = decode or (lambda x: x)
         items = {int(k): dec(v) for k, v in data["items"].items()}
         table = cls(items, data["next_id"])  # next_id checked

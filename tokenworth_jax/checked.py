@@ -25,9 +25,10 @@ which runs inside the controller's own jitted program, ahead of an earlier input
    eager walk (the host ``Controller`` raises the same messages);
 5. the outgoing state (a non-finite value the step itself produced).
 
-Shapes, a batch given to a function of one configuration, one task's event given to a stream
-function, a float64 spec without 64-bit JAX (a ``ValueError``) and a reward of a float dtype (a
-``TypeError``) are refused by the plain functions too, at trace time.
+Shapes, a state made for another spec (:func:`tokenworth_jax.controller.check_state`), a batch given
+to a function of one configuration, one task's event given to a stream function, a float64 spec
+without 64-bit JAX (a ``ValueError``) and a reward of a float dtype (a ``TypeError``) are refused by
+the plain functions too, at trace time.
 
 Where it is raised: called eagerly (concrete inputs), a checked function raises
 ``checkify.JaxRuntimeError`` at once. Inside the caller's own ``jax.jit``, ``jax.vmap`` or
@@ -47,11 +48,11 @@ untrusted.
 Which entry points validate (see docs/controller.md): ``tw.hparams``/``tw.preset``/``Spec``
 and ``tw.stack_hparams`` check every value on the host at construction; the host
 ``Controller`` checks its inputs (shape, finiteness, reward in {0, 1}) and the protocol;
-the pure API checks shapes, batches, reward and memory-id dtypes and the float64 setting at trace
-time, refuses a concrete reward other than 0 or 1 and a concrete memory id outside int32 before its
-program runs, answers an out-of-order call with a
-documented no-op and an inadmissible memory with ``INVALID_MEMORY``, but cannot raise on traced
-values (this module is its checked twin).
+the pure API checks shapes, the state against its spec, batches, reward and memory-id dtypes and the
+float64 setting at trace time, refuses a concrete reward other than 0 or 1 and a concrete memory id
+outside int32 before its program runs, answers an out-of-order call with a documented no-op and an
+inadmissible memory with ``INVALID_MEMORY``, but cannot raise on traced values (this module is its
+checked twin).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ import numpy as np
 from jax.experimental import checkify
 
 from . import inputs
-from .controller import COMPOSED, Event, Spec, State, cast_arguments, controller
+from .controller import COMPOSED, Event, Spec, State, cast_arguments, check_state, controller
 from .inputs import MemoryText, Query
 from .controller import signature as _signature
 from .protocol import REWARD_RULE
@@ -158,6 +159,8 @@ def _compiled(name: str, statics: tuple[Any, ...]) -> Callable[..., Any]:
     arrays = [p for p in _signature(name).parameters if p not in static_names]
 
     def body(*arguments: Any) -> Any:
+        if "state" in arrays:  # first, as the plain function does (run_batched's states: in its own _sweep)
+            check_state(name, arguments[arrays.index("state")], spec)
         args = list(arguments)
         for i, arg_name in enumerate(arrays):
             if arg_name == "reward":

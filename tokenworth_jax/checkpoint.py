@@ -54,8 +54,11 @@ memories' payloads.
 
 **Writing.** :func:`save` writes a temporary file beside ``path`` and moves it into place, so an
 interrupted save leaves any earlier file whole; it refuses to replace an existing file unless
-``overwrite=True``, and the file gets the mode your umask gives a new file (``0644`` under the
-usual ``022``), as ``open(path, "w")`` would.
+``overwrite=True`` (a bool: ``"yes"`` is refused), and a new file gets the mode your umask gives a
+new file (``0644`` under the usual ``022``), as ``open(path, "w")`` would, while a replaced file keeps
+its own mode (a ``0600`` file stays ``0600``). ``path`` is a file's name (a str or an ``os.PathLike``):
+both functions work on a named file (the atomic replace; the archive checked before any data is
+read), so ``None`` or an open file object is refused in one line.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ import io
 import json
 import os
 import secrets
+import stat
 import zipfile
 import zlib
 from typing import Any, Mapping, NamedTuple
@@ -75,10 +79,10 @@ import numpy as np
 
 from . import _doc
 from ._version import __version__
-from .config import CORE, PART_SLOTS, HParams, flatten, hparams_from_arrays, schemas, validate_hparams
+from .config import CORE, PART_SLOTS, HParams, flatten, hparams_from_arrays, hparams_shapes, validate_hparams
 from .controller import Spec, State, init
 from .presets import MODES, SCORERS, describe, is_table_part, spec_from_dict
-from .pytree import Empty, from_numpy, to_numpy
+from .pytree import from_numpy, to_numpy
 
 FORMAT = "tokenworth_jax.save"  #: the manifest's ``"format"``: a pure state with its spec and hyperparameters
 LAYOUT = 2  #: the layout this version writes (docs/release.md lists them)
@@ -115,16 +119,19 @@ def save(path: str | os.PathLike[str], state: State, spec: Spec, hp: HParams, *,
     """Write ``state`` with ``spec`` and ``hp`` to ``path``, an ``.npz`` file that :func:`load` reads.
 
     The file is written to a temporary name beside ``path`` and moved into place, so an interrupted
-    save leaves any earlier file whole. It gets the mode the process's umask gives a new file.
+    save leaves any earlier file whole. A new file gets the mode the process's umask gives a new file; a
+    replaced one keeps its mode.
 
     Args:
-        path: the file to write (the name is used as given; its folder must exist).
+        path: the file to write, a str or an ``os.PathLike`` (the name is used as given; its folder must
+            exist).
         state: one configuration's :class:`~tokenworth_jax.State`, or C stacked ones (the same
             leading axes as ``hp``), as ``spec`` makes it for ``hp``; every float leaf finite.
         spec: the :class:`~tokenworth_jax.Spec` the state belongs to.
         hp: its :class:`~tokenworth_jax.HParams` (int32 integers, one float dtype of float16,
             float32 or float64 for the rest).
-        overwrite: replace an existing file at ``path`` (keyword-only; by default it is refused).
+        overwrite: replace an existing file at ``path``, keeping its mode (keyword-only, a bool; by default
+            it is refused).
 
     Returns:
         None. The file holds the state, the hyperparameters and a manifest (the spec, the batch
@@ -134,12 +141,17 @@ def save(path: str | os.PathLike[str], state: State, spec: Spec, hp: HParams, *,
         FileExistsError: ``path`` exists and ``overwrite`` is False.
         FileNotFoundError: the folder of ``path`` does not exist.
         IsADirectoryError: ``path`` is a folder.
-        TypeError: ``spec`` or ``state`` is not a Spec or a State.
+        TypeError: ``path`` is not a str or an ``os.PathLike`` (None, a file object), ``overwrite`` is
+            not a bool, ``spec`` or ``state`` is not a Spec or a State.
         ValueError: a state that is not one ``spec`` makes for ``hp``, or holds a NaN or an
             infinity; hyperparameters not built for its parts or of mixed dtypes; a part that
             takes a name of the preset table but is not the table's value. One line each;
             nothing is written.
     """
+    target = _path(path, "tw.save")
+    if not isinstance(overwrite, (bool, np.bool_)):  # "yes", 0, None are not a decision to replace a file
+        raise TypeError(f"tw.save: overwrite must be True or False, got {overwrite!r} ({type(overwrite).__name__})")
+    overwrite = bool(overwrite)
     if not isinstance(spec, Spec):
         raise TypeError(f"tw.save: spec must be a tokenworth_jax.Spec, got {type(spec).__name__}")
     if not isinstance(state, State):
@@ -150,7 +162,6 @@ def save(path: str | os.PathLike[str], state: State, spec: Spec, hp: HParams, *,
         if part.name in (SCORERS if slot == "scorer" else MODES) and not is_table_part(slot, part):
             raise ValueError(f"tw.save: the {slot} named {part.name!r} is not the preset table's {part.name!r} (it would "
                              f"load as that one): give your {slot} a name of its own")
-    target = os.fspath(path)
     _check_target(target, overwrite)
     arrays = {STATE + k: v for k, v in to_numpy(state).items()}
     hp_arrays = {HPARAMS + k: np.asarray(v) for k, v in flatten(hp, spec.parts).items()}
@@ -185,6 +196,18 @@ def save(path: str | os.PathLike[str], state: State, spec: Spec, hp: HParams, *,
                 "batch_shape": list(batch_shape),
                 "digests": {name: hashlib.sha256(data).hexdigest() for name, data in members.items()}}
     _write(target, json.dumps(manifest, indent=1, default=_plain).encode(), members, overwrite)
+
+
+def _path(path: Any, who: str) -> str:
+    """``path`` as a str (``os.fspath``), or a one-line TypeError naming what was given instead: None, bytes, or a
+    file object (save and load work on a named file: the atomic replace, and the checks of the archive before any
+    data is read)."""
+    target = os.fspath(path) if isinstance(path, os.PathLike) else path
+    if not isinstance(target, str):
+        hint = ": give the file's name, not an open file" if hasattr(path, "read") or hasattr(path, "write") else ""
+        raise TypeError(f"{who}: path must be a file's path, a str or an os.PathLike (pathlib.Path), got "
+                        f"{type(path).__name__}{hint}")
+    return target
 
 
 def _check_target(target: str, overwrite: bool) -> None:
@@ -223,6 +246,8 @@ def _write(target: str, manifest: bytes, members: Mapping[str, bytes], overwrite
             f.flush()
             os.fsync(f.fileno())
         if overwrite:
+            with contextlib.suppress(FileNotFoundError):  # a replaced file keeps its mode (0600 stays 0600)
+                os.chmod(tmp, stat.S_IMODE(os.stat(target).st_mode))
             os.replace(tmp, target)
         else:
             try:  # a hard link never replaces: a file made at target since the check above is kept
@@ -247,7 +272,8 @@ def load(path: str | os.PathLike[str], *, parts: Mapping[str, Any] | None = None
     on JAX's default device.
 
     Args:
-        path: a file :func:`save` wrote (layout 1 or 2: :data:`READS`).
+        path: a file :func:`save` wrote (layout 1 or 2: :data:`READS`), by its name: a str or an
+            ``os.PathLike``.
         parts: ``{name: part}``, keyed by each part's own ``name``: the scorers and modes the
             file names that the preset table does not know (keyword-only). Entries the file
             does not name are unused, so one mapping of your own parts serves every file.
@@ -258,7 +284,8 @@ def load(path: str | os.PathLike[str], *, parts: Mapping[str, Any] | None = None
     Raises:
         FileNotFoundError: ``path`` does not exist.
         IsADirectoryError: ``path`` is a folder.
-        TypeError: ``parts`` is not a mapping of scorers and modes.
+        TypeError: ``path`` is not a str or an ``os.PathLike`` (None, a file object); ``parts`` is not a
+            mapping of scorers and modes.
         ValueError: one line naming the file (and the leaf): not a save of this format, a newer
             or older layout, a part not in the table and not in ``parts`` (or given under another
             name), a leaf missing, unknown, or of another shape or dtype than the spec makes, a
@@ -266,7 +293,7 @@ def load(path: str | os.PathLike[str], *, parts: Mapping[str, Any] | None = None
             infinity in the state, hyperparameters out of range, a float64 spec while JAX's
             64-bit mode is off.
     """
-    where = os.fspath(path)
+    where = _path(path, "tw.load")
     if os.path.isdir(where):
         raise IsADirectoryError(f"tw.load: {where} is a folder, not a file tw.save wrote")
     if not os.path.exists(where):
@@ -408,18 +435,7 @@ def _layout(spec: Spec, batch_shape: tuple[int, ...], floats: np.dtype | None
             ) -> tuple[State, dict[str, tuple[tuple[int, ...], np.dtype]]]:
     """The state template, and ``{leaf: (shape, dtype)}`` of every leaf a file of ``spec`` holds (hyperparameters
     of the float dtype ``floats``, with ``batch_shape`` as their leading axes): traced only, nothing computed."""
-    floats = np.dtype(np.float32) if floats is None else floats
-
-    def part(schema: Any) -> Any:
-        if schema is None:
-            return Empty()
-        return schema.cls(**{f: jax.ShapeDtypeStruct(batch_shape + ((schema.sizes[f],) if f in schema.sizes else ()),
-                                                      np.int32 if f in schema.ints else floats)
-                             for f in schema.fields})
-
-    owned = schemas(spec.parts)
-    core = part(CORE)
-    hp = core._replace(**{slot: part(owned[slot]) for slot in PART_SLOTS})
+    hp = hparams_shapes(spec.parts, np.dtype(np.float32) if floats is None else floats, batch_shape)
     fn: Any = lambda h: init(spec, h)  # noqa: E731
     for _ in batch_shape:  # one scalar per configuration: its axes are the batch axes
         fn = jax.vmap(fn)

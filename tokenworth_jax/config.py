@@ -140,7 +140,11 @@ class Schema:
         return self.prefix + field.rstrip("_")
 
     def names(self) -> tuple[str, ...]:
-        """Every field's flat name, in order."""
+        """Every field's flat name, in order.
+
+        Returns:
+            tuple[str, ...]: ``prefix + field`` (a trailing ``_`` dropped) of every field, in order.
+        """
         return tuple(self.flat(f) for f in self.fields)
 
     def field(self, name: str) -> str:
@@ -158,6 +162,10 @@ class Schema:
         except (TypeError, ValueError):
             raise ValueError(f"hyperparameter {name} = {value!r} is not a number") from None
         rng, integer = self.ranges[field], field in self.ints
+        if integer and np.any(np.isfinite(v) & ((v < np.iinfo(np.int32).min) | (v > np.iinfo(np.int32).max))):
+            shown = np.asarray(value).tolist()  # np.int64(2**32 + 3) would be cast to the int32 3
+            raise ValueError(f"hyperparameter {name} = {shown!r} does not fit int32 (an integer hyperparameter is an "
+                             "int32 leaf): must lie in [-2**31, 2**31 - 1]")
         bad = ~np.isfinite(v)
         if integer:
             bad |= np.isfinite(v) & (v != np.round(v))
@@ -188,7 +196,18 @@ class Schema:
         return out
 
     def make(self, values: Mapping[str, Any], dtype: DTypeLike) -> Any:
-        """A validated ``cls`` pytree from flat names over the defaults."""
+        """A validated ``cls`` pytree from flat names over the defaults.
+
+        Args:
+            values: ``{flat name: value}``; the fields not given take their defaults.
+            dtype: the float dtype of the non-integer leaves (integers are int32).
+
+        Returns:
+            The ``cls`` NamedTuple of array leaves.
+
+        Raises:
+            ValueError: a field without a default not given, or a value out of its range (naming both).
+        """
         return self.validate(self.cls(**self.leaves(values, dtype)))
 
     def flatten(self, tree: Any) -> dict[str, Any]:
@@ -196,7 +215,19 @@ class Schema:
 
     def validate(self, tree: Any) -> Any:
         """Host-side check of every leaf (stacked configurations too); returns ``tree``. Skipped for traced
-        values (inside a transformation nothing is concrete)."""
+        values (inside a transformation nothing is concrete).
+
+        Args:
+            tree: a ``cls`` pytree (one configuration, or C stacked on a leading axis).
+
+        Returns:
+            ``tree``, unchanged.
+
+        Raises:
+            TypeError: ``tree`` is not a ``cls``.
+            ValueError: a vector of another length, a value out of its range, or a pair out of order (naming the
+                field, its value and the configuration).
+        """
         if not isinstance(tree, self.cls):
             raise TypeError(f"expected {self.cls.__name__} hyperparameters, got {type(tree).__name__}")
         try:
@@ -388,6 +419,19 @@ def make_hparams(values: Mapping[str, Any], parts: Mapping[str, Any], dtype: DTy
 
     core = CORE.leaves({n: values[n] for n in CORE.names() if n in values}, dtype)
     return validate_hparams(HParams(**core, **{slot: part(owned[slot]) for slot in PART_SLOTS}), parts)
+
+
+def hparams_shapes(parts: Mapping[str, Any], dtype: DTypeLike, batch_shape: tuple[int, ...] = ()) -> HParams:
+    """The shapes and dtypes of the HParams built for ``parts`` (``jax.ShapeDtypeStruct`` leaves, what
+    ``jax.eval_shape`` takes), read from the schemas alone: ints int32, the rest ``dtype``, vectors of their size,
+    each behind the leading axes ``batch_shape`` (stacked configurations)."""
+    def leaves(schema: Schema) -> dict[str, Any]:
+        return {f: jax.ShapeDtypeStruct(batch_shape + ((schema.sizes[f],) if f in schema.sizes else ()),
+                                        jnp.int32 if f in schema.ints else dtype) for f in schema.fields}
+
+    owned = schemas(parts)
+    part: dict[str, Any] = {slot: Empty() if (s := owned[slot]) is None else s.cls(**leaves(s)) for slot in PART_SLOTS}
+    return HParams(**leaves(CORE), **part)
 
 
 def flatten(hp: HParams, parts: Mapping[str, Any]) -> dict[str, Any]:

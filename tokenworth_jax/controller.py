@@ -39,7 +39,8 @@ from . import base_scorer, inputs, lifecycle, probes, protocol, residual, schedu
 from .bank import Bank
 from .base_scorer import BaseScorer
 from .batching import Strategy, gated, loop, over_configs, resolve
-from .config import N_STAT_FEATURES, PART_SLOTS, HParams, check_dtype, check_parts, check_shapes, check_x64
+from .config import (N_STAT_FEATURES, PART_SLOTS, HParams, check_dtype, check_parts, check_shapes, check_x64,
+                     hparams_shapes)
 from .features import new_memory_stats
 from .featurize import DIM
 from .inputs import MemoryText, Query
@@ -342,9 +343,10 @@ def with_progress(state: State, progress: Progress) -> State:
 
 
 # ----- the composition (each function takes its parts first; controller() binds them) ----------
-def _check(p: Parts, spec: Spec, hp: HParams, state: Optional[State] = None) -> None:
-    """The spec names these parts, ``hp`` is built for them, and neither ``hp`` nor ``state`` is a batch of
-    configurations (structure and shapes only, at trace time: free under jit)."""
+def _check(p: Parts, spec: Spec, hp: HParams, state: Optional[State] = None, name: str = "init") -> None:
+    """The spec names these parts, ``hp`` is built for them, neither ``hp`` nor ``state`` is a batch of
+    configurations, and ``state`` was made for this spec (:func:`check_state`; ``name``: the function, for its
+    message). Structure and shapes only, at trace time: free under jit."""
     if not isinstance(spec, Spec):
         raise TypeError(f"spec must be a tokenworth_jax.Spec, got {type(spec).__name__}")
     if (spec.scorer, spec.mode) != tuple(p):
@@ -353,6 +355,57 @@ def _check(p: Parts, spec: Spec, hp: HParams, state: Optional[State] = None) -> 
     check_x64("Spec", spec.dtype)  # a float64 spec made under jax.enable_x64, used after it
     check_parts(hp, spec.parts)
     _one_configuration(hyperparameters=hp.gamma, state=None if state is None else state.clock.t)
+    if state is not None:
+        check_state(name, state, spec)
+
+
+STATE_HOW = "make the state with tw.init(spec, hp) of the spec you pass, or pass the spec it was made with"
+
+
+def check_state(name: str, state: Any, spec: Spec, *, batched: bool = False) -> None:
+    """Refuse (one line, naming the first difference) a state that ``init(spec, hp)`` would not make: another
+    structure (another mode's or scorer's state: TypeError for what is no State at all, else ValueError), or a leaf
+    of another shape or dtype (a state of another capacity, dim, window or dtype: ValueError). Structure, shapes and
+    dtypes are static, so the pure functions call this while they trace: under jit it costs nothing at run time.
+    ``batched``: ``run_batched``'s states, every leaf with one leading axis C (:func:`_sweep` checks C); under a
+    user's own ``jax.vmap`` a leaf has the shape of one configuration, so one state is what is checked there."""
+    if not isinstance(spec, Spec):
+        raise TypeError(f"spec must be a tokenworth_jax.Spec, got {type(spec).__name__}")
+    if not isinstance(state, State):
+        raise TypeError(f"{name}: the state must be a tokenworth_jax.State (made by tw.init(spec, hp)), got "
+                        f"{type(state).__name__}")
+    if not batched:
+        _one_configuration(state=state.clock.t)  # a batch given to a function of one: pointed to jax.vmap
+    want = expected_state(spec, jax.dtypes.canonicalize_dtype(jnp.int64) == jnp.int64)  # the 64-bit mode, as read now
+    lead = tuple(jnp.shape(state.clock.t)[:1]) if batched else ()
+    made = (f"where tw.init(spec, hp) makes {{}} for this spec (scorer {spec.scorer.name!r}, mode {spec.mode.name!r}, "
+            f"capacity {spec.capacity}, dim {spec.dim}, dtype {spec.dtype})")
+    for field in (*PART_SLOTS, *(f for f in State._fields if f not in PART_SLOTS)):  # the parts' own state first
+        got, exp = getattr(state, field), getattr(want, field)
+        if jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(exp):  # type: ignore[operator]
+            continue
+        if type(got) is not type(exp):
+            what, wanted = f"state.{field} is {type(got).__name__}", type(exp).__name__
+        else:
+            paths = [{jax.tree_util.keystr(k) for k, _ in jax.tree_util.tree_leaves_with_path(t)} for t in (got, exp)]
+            extra, missing = sorted(paths[0] - paths[1])[:3], sorted(paths[1] - paths[0])[:3]
+            what = f"state.{field} " + " and ".join(
+                [f"has the leaves {extra}"] * bool(extra) + [f"lacks {missing}"] * bool(missing) or ["differs"])
+            wanted = "another structure"
+        raise ValueError(f"{name}: this state was made for another spec: {what}, {made.format(wanted)}: {STATE_HOW}")
+    for (path, leaf), exp in zip(jax.tree_util.tree_leaves_with_path(state), jax.tree_util.tree_leaves(want)):
+        shape, dtype = tuple(jnp.shape(leaf)), jnp.result_type(leaf)
+        if shape != lead + exp.shape or dtype != exp.dtype:
+            raise ValueError(f"{name}: this state was made for another spec: state{jax.tree_util.keystr(path)} is "
+                             f"{shape} {dtype}, {made.format(f'{lead + exp.shape} {exp.dtype}')}: {STATE_HOW}")
+
+
+@functools.lru_cache(maxsize=None)
+def expected_state(spec: Spec, x64: bool) -> State:
+    """The structure, shapes and dtypes (``jax.ShapeDtypeStruct`` leaves) of ``init(spec, hp)``, which depend on the
+    spec alone (``hp``'s shapes are its parts' schemas): traced once per spec (and 64-bit setting: ``x64``)."""
+    p = Parts(scorer=spec.scorer, mode=spec.mode)
+    return jax.eval_shape(functools.partial(_init, p, spec), hparams_shapes(spec.parts, spec.float_dtype))
 
 
 def _one_configuration(**scalars: Any) -> None:
@@ -430,7 +483,7 @@ def _select(p: Parts, state: State, query: ArrayLike | Query, hp: HParams, spec:
         ``offer``), and the :class:`~tokenworth_jax.Selection`: the K candidates, their scores and the memory to
         inject (``memory_id`` -1 when none).
     """
-    _check(p, spec, hp, state)
+    _check(p, spec, hp, state, "select")
     protocol.device_check(state.task.progress, "select")
     query = _as_query(query, spec)
     i32 = jnp.int32
@@ -490,7 +543,7 @@ def _observe(p: Parts, state: State, reward: ArrayLike, hp: HParams, spec: Spec)
         State: the feedback recorded and the refits it made due run (the state unchanged where the call is the
         documented no-op).
     """
-    _check(p, spec, hp, state)
+    _check(p, spec, hp, state, "observe")
     task = state.task
     if jnp.ndim(reward) != 0:
         raise ValueError(f"observe takes one reward (a scalar 0 or 1), got shape {jnp.shape(reward)}: map a batch of "
@@ -561,7 +614,7 @@ def _worth(p: Parts, state: State, memory: ArrayLike | MemoryText, hp: HParams, 
         Worth: V of every bank slot and of ``memory``, with the per-probe worth it averages (the state is not
         changed).
     """
-    _check(p, spec, hp, state)
+    _check(p, spec, hp, state, "worth")
     return _probe_worth(p, state, _as_memory(memory, spec), hp, spec)[0]
 
 
@@ -579,7 +632,7 @@ def _offer_if(p: Parts, state: State, memory: ArrayLike | MemoryText, memory_id:
     Only the decision is computed under the condition (its inputs are read, its outputs small); each
     part then writes what the decision says with masked updates, so the conditional never carries
     the whole state in and out."""
-    _check(p, spec, hp, state)
+    _check(p, spec, hp, state, "offer")
     memory = _as_memory(memory, spec)
     if jnp.ndim(memory_id) != 0:
         raise ValueError(f"the offered memory_id must be one id (a scalar integer), got shape {jnp.shape(memory_id)}: "
@@ -659,6 +712,7 @@ def _end_task(p: Parts, state: State, spec: Spec) -> State:
         State: the task closed and the clock one task on.
     """
     _one_configuration(state=state.clock.t)
+    check_state("end_task", state, spec)
     protocol.device_check(state.task.progress, "end_task")
     task = state.task
     i32 = jnp.int32
@@ -692,6 +746,7 @@ def _finish_task(p: Parts, state: State, reward: ArrayLike, memory: ArrayLike | 
         tuple[State, Decision]: the state with the task closed, and the :class:`~tokenworth_jax.Decision` of the
         offer (``NOT_OFFERED`` where nothing was offered or the task failed).
     """
+    _check(p, spec, hp, state, "finish_task")  # first, so that its message names this function
     state = _observe(p, state, reward, hp, spec)
     state, decision = _offer_if(p, state, memory, memory_id, offered, hp, spec)
     return _end_task(p, state, spec), decision
@@ -722,6 +777,7 @@ def _advance(p: Parts, state: State, reward: ArrayLike, memory: ArrayLike | Memo
         :class:`~tokenworth_jax.Decision` of the task just finished, and the :class:`~tokenworth_jax.Selection`
         for ``query``.
     """
+    _check(p, spec, hp, state, "advance")  # first, so that its message names this function
     state, decision = _finish_task(p, state, reward, memory, memory_id, offered, hp, spec)
     state, selection = _select(p, state, query, hp, spec)
     return state, decision, selection
@@ -755,6 +811,7 @@ def _step(p: Parts, state: State, event: Event, hp: HParams, spec: Spec,
         tuple[State, StepOutput]: the state after the task, and its :class:`~tokenworth_jax.StepOutput` (the
         selection, the reward credited, the decision).
     """
+    _check(p, spec, hp, state, "step")  # first, so that its message names this function
     state, selection = _select(p, state, event.query, hp, spec)
     reward = (jnp.asarray(event.reward, jnp.int32) if reward_fn is None
               else inputs.cast_reward(reward_fn(event, selection), "the reward that reward_fn returns"))
@@ -790,6 +847,7 @@ def _run(p: Parts, state: State, events: Event, hp: HParams, spec: Spec,
         tuple[State, StepOutput]: the state after the last task, and the :class:`~tokenworth_jax.StepOutput` of
         every task, each field with the leading time axis T.
     """
+    _check(p, spec, hp, state, "run")  # first, so that its message names this function
     _one_stream(events, "run")
     return jax.lax.scan(lambda s, e: _step(p, s, e, hp, spec, reward_fn), state, events)
 
@@ -819,9 +877,10 @@ def _one_stream(events: Event, name: str) -> None:
 STACK_HOW = ("hps = tw.stack_hparams([...]) and states = jax.vmap(functools.partial(tw.init, spec))(hps)")
 
 
-def _sweep(states: State, events: Event, hps: HParams, name: str) -> int:
+def _sweep(states: State, events: Event, hps: HParams, spec: Spec, name: str) -> int:
     """Refuse (one line, at trace time) what is not a sweep: C >= 1 configurations, ``states`` and ``hps`` stacked
-    on one leading axis C (every leaf), over one stream (:func:`_one_stream`). Returns C."""
+    on one leading axis C (every leaf), over one stream (:func:`_one_stream`), the states made for ``spec``
+    (:func:`check_state`). Returns C."""
     if not isinstance(states, State):
         raise TypeError(f"{name} takes the stacked states as a tokenworth_jax.State, got {type(states).__name__}")
     if not isinstance(hps, HParams):
@@ -842,6 +901,7 @@ def _sweep(states: State, events: Event, hps: HParams, name: str) -> int:
                                  f"{what}{jax.tree_util.keystr(path)} has shape {jnp.shape(leaf)}: stack one "
                                  f"hyperparameter set per state on the leading axis, {STACK_HOW}")
     _one_stream(events, name)
+    check_state(name, states, spec, batched=True)
     return C
 
 
@@ -900,7 +960,7 @@ def _run_batched(p: Parts, states: State, events: Event, hps: HParams, spec: Spe
         tuple[State, StepOutput]: the C final states (stacked on axis 0) and the
         :class:`~tokenworth_jax.StepOutput` of every configuration and task, each field (C, T, ...).
     """
-    _sweep(states, events, hps, "run_batched")
+    _sweep(states, events, hps, spec, "run_batched")
     return over_configs(lambda s, h: _run(p, s, events, h, spec, reward_fn), strategy)(states, hps)
 
 
@@ -1184,7 +1244,7 @@ def _public(name: str, jitted: Any, run: Optional[Callable[..., Any]] = None) ->
         check_rewards(name, arguments)
         check_ids(name, arguments)
         if "states" in cast:  # run_batched: refused here, in one line, before any program or configuration runs
-            _sweep(cast["states"], cast["events"], cast["hps"], name)
+            _sweep(cast["states"], cast["events"], cast["hps"], cast["spec"], name)
         if cast.get("strategy") == "loop" and run is not None:  # run_batched on the CPU: run, once per configuration
             a, one = cast, run.jitted  # type: ignore[attr-defined]
             out = loop(lambda s, h: one(s, a["events"], h, a["spec"], a["reward_fn"]), a["states"], a["hps"])
@@ -1269,3 +1329,17 @@ def worth(state: State, memory: ArrayLike | MemoryText, hp: HParams, spec: Spec)
 for _fn in (init, select, observe, offer, end_task, finish_task, advance, step, run, run_batched, worth):
     _fn.__doc__ = COMPOSED[_fn.__name__][0].__doc__
 del _fn
+
+
+def _call_doc(name: str) -> str:
+    """The docstring of the Protocol ``__call__`` of ``name``: its Args and Returns, read from the function's own
+    (one copy of them), not Python's "Call self as a function."."""
+    doc = inspect.getdoc(COMPOSED[name][0]) or ""
+    return f"Call the controller's ``{name}`` (:func:`tokenworth_jax.{name}`).\n\n{doc[doc.index('Args:'):]}"
+
+
+for _name, _type in dict(init=InitFn, select=SelectFn, observe=ObserveFn, offer=OfferFn, end_task=EndTaskFn,
+                         finish_task=FinishTaskFn, advance=AdvanceFn, step=StepFn, run=RunFn,
+                         run_batched=RunBatchedFn, worth=WorthFn).items():
+    _type.__call__.__doc__ = _call_doc(_name)
+del _name, _type

@@ -98,7 +98,13 @@ class HostSelection:
 
     def as_dict(self) -> dict[str, Any]:
         """The selection as a decision log keeps it: the candidates and their scores, and the mode's own
-        scorers where it has any."""
+        scorers where it has any.
+
+        Returns:
+            dict[str, Any]: ``memory_id``, ``candidate_ids``, ``scores``, ``base_scores``, ``relevance`` and
+            ``chosen`` as plain Python values, and ``scorers`` where the mode reports any (the payload, the text
+            and the mode's estimates are left out).
+        """
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                if f.name not in ("memory_text", "memory", "p0", "advantage", "abstained", "scorers")}
         if self.scorers is not None:
@@ -138,7 +144,12 @@ class HostDecision:
         return self.memory_id is not None
 
     def as_dict(self) -> dict[str, Any]:
-        """The decision as a plain dict (for a decision log)."""
+        """The decision as a plain dict (for a decision log).
+
+        Returns:
+            dict[str, Any]: every field by name (``code``, ``memory_id``, ``evicted_id``, ``slot``, ``novelty``,
+            ``v_new``, ``v_max_bank``, ``v_near``, ``rho_pos``), as plain Python values.
+        """
         return dataclasses.asdict(self)
 
 
@@ -213,7 +224,20 @@ class Controller:
     def from_preset(cls, env: str = "db", *, method: str = "tokenworth", scorer: Any = None,
                     dtype: DTypeLike = jnp.float32, spec_overrides: dict[str, Any] | None = None,
                     **overrides: Any) -> "Controller":
-        """The controller of ``tw.preset(env, method=..., ...)``."""
+        """The controller of ``tw.preset(env, method=..., ...)``.
+
+        Args:
+            env: the environment whose preset sizes the bank (``"db"``, ``"os"``, ``"kg"``, ...).
+            method: ``"tokenworth"`` (the paper's) or ``"tokenworth+"`` (keyword-only, as all that follow).
+            scorer: the scorer, by name or value (None: the method's own).
+            dtype: the float dtype of the state and the hyperparameters.
+            spec_overrides: :class:`~tokenworth_jax.Spec` fields to change (``dict(capacity=32)``).
+            **overrides: hyperparameters to change, by their flat names (``eta_max=0.3``).
+
+        Returns:
+            Controller: a fresh controller of that spec and those hyperparameters (validated as
+            :func:`tokenworth_jax.preset` validates them).
+        """
         return cls(*preset(env, method=method, scorer=scorer, dtype=dtype, spec_overrides=spec_overrides,
                            **overrides))
 
@@ -240,7 +264,19 @@ class Controller:
 
     # ----- inputs -------------------------------------------------------------------------
     def vector(self, text_or_vector: str | np.ndarray | Sequence[float], *, what: str = "query") -> np.ndarray:
-        """A validated (D,) recall vector of the spec's dtype: hashed from text, or a given vector L2-normalised."""
+        """A validated (D,) recall vector of the spec's dtype: hashed from text, or a given vector L2-normalised.
+
+        Args:
+            text_or_vector: a text (hashed with :func:`~tokenworth_jax.featurize`), or a (D,) vector of finite
+                numbers.
+            what: what the vector is, for the message of a refusal (keyword-only; ``"query"`` or ``"memory"``).
+
+        Returns:
+            np.ndarray: the (D,) unit vector (zeros stay zeros), of the spec's dtype.
+
+        Raises:
+            ValueError: a vector of another shape, or with a non-finite entry.
+        """
         return self._unit(text_or_vector, self.spec.dim, _recall_vector, what)
 
     def _unit(self, text_or_vector: str | np.ndarray | Sequence[float], dim: int,
@@ -272,12 +308,38 @@ class Controller:
         return out
 
     def query(self, query: str | np.ndarray, **features: Any) -> Query:
-        """The device's view of a question: its recall vector, and the features the parts read."""
+        """The device's view of a question: its recall vector, and the features the parts read.
+
+        Args:
+            query: the question's text, or its (D,) recall vector.
+            **features: the query-side features the parts declare, by name (a text or a vector); each one not
+                given is hashed from ``query``'s text.
+
+        Returns:
+            Query: what :meth:`select` hands the device for ``query``.
+
+        Raises:
+            ValueError: a bad vector, or a declared feature that is neither given nor has a text to hash.
+        """
         return Query(key=_device_input(self.vector(query)), features=self._read(
             self._features["query"], query if isinstance(query, str) else None, features, "select() the question's"))
 
     def memory(self, memory_text: str, key_text: str | np.ndarray | None = None, **features: Any) -> MemoryText:
-        """The device's view of a memory: the recall vector of its key text, and the features the parts read."""
+        """The device's view of a memory: the recall vector of its key text, and the features the parts read.
+
+        Args:
+            memory_text: the memory (non-empty).
+            key_text: the text (or (D,) vector) whose recall vector represents the memory (default:
+                ``memory_text``).
+            **features: the memory-side features the parts declare, by name; each one not given is hashed from
+                ``memory_text``.
+
+        Returns:
+            MemoryText: what :meth:`offer` hands the device for this memory.
+
+        Raises:
+            ValueError: an empty ``memory_text``, or a bad vector.
+        """
         if not isinstance(memory_text, str) or not memory_text.strip():
             raise ValueError("memory_text must be a non-empty string")
         key = self.vector(key_text if key_text is not None else memory_text, what="memory")
@@ -321,6 +383,13 @@ class Controller:
 
     def observe(self, reward: int) -> None:
         """Record the open task's judged reward, 0 or 1 (``True``/``False`` and ``0.0``/``1.0`` are accepted).
+
+        Args:
+            reward: the task's outcome, 0 (it failed) or 1 (it succeeded).
+
+        Returns:
+            None. The reward is recorded on the device by the call that closes the task (:meth:`offer`, or the
+            next :meth:`select`).
 
         Raises:
             ProtocolError: no task is open, or it was observed already.
@@ -375,6 +444,9 @@ class Controller:
     def end_task(self) -> None:
         """Close a judged task that offers nothing (optional: the next :meth:`select` closes it too).
 
+        Returns:
+            None. The task's feedback and end reach the device with the next :meth:`select`.
+
         Raises:
             ProtocolError: the open task is not judged yet.
         """
@@ -384,7 +456,13 @@ class Controller:
 
     # ----- inspection and checkpoints -----------------------------------------------------
     def bank(self) -> list[dict[str, Any]]:
-        """The valid memories with their statistics, in slot order."""
+        """The valid memories with their statistics, in slot order.
+
+        Returns:
+            list[dict[str, Any]]: one dict per memory in the bank: ``slot``, ``id``, ``text`` (None for a payload
+            without one), the utility ``u``, the statistics ``h``, ``d``, ``c``, the task it was last used
+            (``last``) and the task it was written (``tau``).
+        """
         b = fetch(self.state.bank)
         out = []
         for slot in np.flatnonzero(b.valid):
@@ -396,7 +474,15 @@ class Controller:
 
     def state_dict(self, encode: Optional[Callable[[Any], Any]] = None) -> dict[str, Any]:
         """Everything needed to resume: the spec (its parts by name), hyperparameters, the state (the open
-        task's progress included) and the memories (``encode``-d)."""
+        task's progress included) and the memories (``encode``-d).
+
+        Args:
+            encode: applied to each memory's payload to make it plain data (default: kept as it is).
+
+        Returns:
+            dict[str, Any]: ``layout``, ``spec``, ``hparams`` and ``state`` (NumPy arrays by name) and
+            ``memories`` (:meth:`tokenworth_jax.MemoryTable.state_dict`), what :meth:`from_state_dict` reads.
+        """
         return {
             "layout": LAYOUT,
             "spec": describe(self.spec),
@@ -410,7 +496,19 @@ class Controller:
                         parts: Mapping[str, Any] | None = None) -> "Controller":
         """Rebuild from :meth:`state_dict`, validating layout, spec, hyperparameters, arrays and the open task.
 
-        ``parts`` (``{name: value}``) supplies a scorer or mode the preset table does not know."""
+        Args:
+            data: what :meth:`state_dict` returned (or its plain-data copy).
+            decode: applied to each stored payload, the inverse of ``state_dict``'s ``encode`` (default: kept as
+                it is).
+            parts: ``{name: value}``, the scorers and modes the preset table does not know (keyword-only).
+
+        Returns:
+            Controller: the controller as it was when ``data`` was made, its open task included.
+
+        Raises:
+            ValueError: another layout, or a spec, hyperparameters, array or progress that does not validate
+                (one line naming it).
+        """
         layout = data.get("layout", 1)
         if layout != LAYOUT:
             raise ValueError(f"this controller checkpoint has layout {layout}; this version reads layout {LAYOUT} "

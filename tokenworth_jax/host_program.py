@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from . import protocol
 from .batching import gated
 from .config import HParams
-from .controller import Parts, Selection, Spec, State, _end_task, _init, _observe, _offer_if, _select
+from .controller import Parts, Selection, Spec, State, _end_task, _init, _observe, _offer_if, _select, check_state
 from .inputs import MemoryText, Query
 from .lifecycle import Decision
 from .pytree import tree_where
@@ -55,6 +55,7 @@ def _step(p: Parts, state: State, reward: jax.Array, memory: MemoryText, memory_
 
     With no task open (phase idle) the observe and the offer are the pure functions' documented no-ops and
     the end is masked off, so the state is what ``select`` alone leaves."""
+    check_state("Controller", state, spec)  # first: a spec changed under the controller is named as such
     closing = state.task.progress.phase != protocol.IDLE
     state = _observe(p, state, reward, hp, spec)
     state, decision = _offer_if(p, state, memory, memory_id, offered, hp, spec)
