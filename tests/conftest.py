@@ -76,3 +76,82 @@ def _release_compiled_programs():
         raise RuntimeError(f"this test process holds {used} memory mappings after clearing JAX's caches, near "
                            f"vm.max_map_count = {limit}: an mmap will fail and crash a later compile. Split the "
                            "module, or find what keeps compiled programs alive")
+
+
+# ----------------------------------------------------------------------------------- the suite's own time
+# docs/performance.md, "The test suite's time", says how the lanes are laid out; these hooks keep them so.
+# DURATIONS: the last measured seconds (set-up and teardown included) of each test file and of each test
+# that took a second or more, written by scripts/test_times.py from a lane's log. Files run longest first,
+# so under pytest-xdist (``-n 2 --dist loadfile``: a file's tests stay on one worker, its module fixtures
+# built once) the long files do not start last and leave a core idle at the end; a file the table lacks
+# counts as long, so a new file runs early. ``--quick`` (make test-quick) also leaves out every test that
+# took over QUICK_S: the inner loop keeps the many fast tests, the gate runs them all.
+DURATIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "durations.json")
+QUICK_S = 3.0
+TEST_LOG = os.environ.get("TOKENWORTH_TEST_LOG")  # where this lane writes each test's time and marks
+
+
+def pytest_addoption(parser) -> None:
+    parser.addoption("--quick", action="store_true",
+                     help=f"leave out the tests that took over {QUICK_S:g} s in the last make test (tests/durations.json)")
+
+
+def _durations() -> dict:
+    import json
+
+    try:
+        with open(DURATIONS) as f:
+            found = json.load(f)
+        return {"files": {k: float(v) for k, v in found["files"].items()},
+                "tests": {k: float(v) for k, v in found["tests"].items()}}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {"files": {}, "tests": {}}
+
+
+def _file(nodeid: str) -> str:
+    return nodeid.split("::")[0].rsplit("/", 1)[-1]
+
+
+def _test(nodeid: str) -> str:
+    return _file(nodeid) + "::" + nodeid.split("::", 1)[-1]
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    bare = sorted({item.nodeid for item in items for mark in item.iter_markers("slow")
+                   if not (mark.kwargs.get("reason") or mark.args)})
+    if bare:  # docs/performance.md: a test over 60 s says why it needs the time
+        raise pytest.UsageError(f"@pytest.mark.slow needs reason=...: why the test needs the time ({bare[0]}"
+                                + (f" and {len(bare) - 1} more" if len(bare) > 1 else "") + ")")
+    known = _durations()
+    if config.getoption("quick", False):
+        long = [item for item in items if known["tests"].get(_test(item.nodeid), 0.0) > QUICK_S]
+        if long:
+            config.hook.pytest_deselected(items=long)
+            items[:] = [item for item in items if known["tests"].get(_test(item.nodeid), 0.0) <= QUICK_S]
+    if known["files"]:
+        longest = max(known["files"].values())
+        items.sort(key=lambda item: -known["files"].get(_file(item.nodeid), longest))  # stable: a file keeps its order
+
+
+_TIMES: dict[str, dict] = {}
+
+
+def pytest_runtest_logreport(report) -> None:
+    """Each test's set-up, call and teardown seconds (under xdist the controller sees every worker's)."""
+    if TEST_LOG:
+        entry = _TIMES.setdefault(report.nodeid, {"seconds": 0.0, "outcome": "passed", "slow": False})
+        entry["seconds"] += report.duration
+        entry["slow"] = entry["slow"] or "slow" in report.keywords
+        if report.failed:
+            entry["outcome"] = "failed"
+        elif report.skipped and entry["outcome"] == "passed":
+            entry["outcome"] = "skipped"
+
+
+def pytest_sessionfinish(session) -> None:
+    if TEST_LOG and not hasattr(session.config, "workerinput"):  # the controller (or the only process) writes
+        import json
+
+        os.makedirs(os.path.dirname(os.path.abspath(TEST_LOG)), exist_ok=True)
+        with open(TEST_LOG, "w") as f:
+            json.dump({"tests": _TIMES}, f, indent=0, sort_keys=True)

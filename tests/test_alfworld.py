@@ -38,7 +38,12 @@ def _engine_reason() -> str | None:
 
 
 ENGINE = _engine_reason()
-needs_engine = pytest.mark.skipif(ENGINE is not None, reason=str(ENGINE))
+_engine_here = pytest.mark.skipif(ENGINE is not None, reason=str(ENGINE))
+
+
+def needs_engine(test):
+    """The engine's venv (make test-quick leaves these out: the ``engine`` mark)."""
+    return pytest.mark.engine(_engine_here(test))
 
 
 @pytest.fixture(scope="module")

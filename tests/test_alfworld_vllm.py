@@ -37,7 +37,7 @@ def _engine_missing() -> str | None:
 ENGINE = _engine_missing()
 if ENGINE and REQUIRED:
     pytest.fail(f"the ALFWorld real-engine test must run here, but {ENGINE}", pytrace=False)
-pytestmark = [pytest.mark.real_vllm, pytest.mark.slow, pytest.mark.skipif(REASON is not None, reason=str(REASON)),
+pytestmark = [pytest.mark.real_vllm, pytest.mark.slow(reason="SmolLM2 plays a whole ALFWorld game through the real vLLM engine"), pytest.mark.skipif(REASON is not None, reason=str(REASON)),
               pytest.mark.skipif(ENGINE is not None, reason=str(ENGINE))]
 
 

@@ -199,7 +199,8 @@ def _missing_targets(html: Path, links: list[str], base: str) -> list[str]:
     return missing
 
 
-@pytest.mark.slow
+@pytest.mark.engine  # the docs venv
+@pytest.mark.slow(reason="Sphinx builds the whole API reference (html) and runs every example on it (doctest)")
 def test_api_reference_builds_without_warnings_and_its_doctests_pass(tmp_path: Path) -> None:
     from tests.test_long_description import DOCS_URL, docs_links
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow(reason="runs all six controller benchmarks at the tiny size, once for the module")
+
 from tokenworth_bench.controller import suite
 from tokenworth_bench.controller.roofline import flops
 

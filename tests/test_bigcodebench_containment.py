@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.engine  # the BigCodeBench judge's venv (make test-quick leaves it out)
+
 from tokenworth_agent.benchmarks.bigcodebench.judge import Verdict
 from tokenworth_agent.sandbox import leftovers
 from tokenworth_agent.benchmarks.bigcodebench.replies import solution_reply

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.engine  # the BigCodeBench judge's venv (make test-quick leaves it out)
+
 from tokenworth_agent.experiment import plan as plan_module
 from tokenworth_agent.experiment.config import DataConfig, HarnessConfig, OutputConfig, RunConfig, Streams, Sweep
 from tokenworth_agent.experiment.launch import launch

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.engine  # the BigCodeBench judge's venv (make test-quick leaves it out)
+
 from tokenworth_agent.benchmarks.bigcodebench.eval_venv import VenvError, open_venv
 from tokenworth_agent.envs.base import InfrastructureError
 from tokenworth_agent.benchmarks.bigcodebench.judge import CANARY, CANARY_RIGHT, RUNNER, BigCodeBenchJudge, JudgeError

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.server  # real Ray nodes (make test-quick leaves it out)
+
 from tokenworth_agent.core import interrupt
 from tokenworth_agent.results.record import comparable, read_records
 from tokenworth_agent.storage.checkpoint import load_checkpoint
@@ -153,6 +155,7 @@ def running_stream(out: Path, node_id: str | None = None) -> tuple[str, dict] | 
 
 
 # ------------------------------------------------------------------------- Ray: the records and where they ran
+@pytest.mark.slow(reason="a four-method run on two Ray nodes against the local run")
 def test_records_equal_a_local_runs_and_both_nodes_ran_streams(two_nodes, references, data_dir, tmp_path) -> None:
     out = tmp_path / "ray"
     done = run(command(data_dir, EQUAL, out, "--executor", "ray", "--ray-address", two_nodes.address))
@@ -166,6 +169,7 @@ def test_records_equal_a_local_runs_and_both_nodes_ran_streams(two_nodes, refere
         assert note["attempts"][-1]["node_id"] == note["node_id"] and len(note["attempts"]) == 1
 
 
+@pytest.mark.slow(reason="a Ray run on two nodes whose worker is killed with kill -9 mid-run")
 def test_a_killed_worker_is_restarted_and_its_streams_resume_exactly(two_nodes, references, data_dir, tmp_path):
     out = tmp_path / "ray"
     proc = start(command(data_dir, FAULT, out, "--executor", "ray", "--ray-address", two_nodes.address))
@@ -183,6 +187,7 @@ def test_a_killed_worker_is_restarted_and_its_streams_resume_exactly(two_nodes, 
     assert attempts[-1]["from_task"] >= 1  # resumed from its checkpoint, not redone
 
 
+@pytest.mark.slow(reason="a Ray run whose driver is killed with kill -9, then the same command resumed on two nodes")
 def test_a_killed_driver_leaves_nothing_running_and_the_same_command_resumes(two_nodes, references, data_dir,
                                                                              tmp_path) -> None:
     out = tmp_path / "ray"
@@ -224,6 +229,7 @@ def test_a_removed_nodes_streams_finish_on_the_other_nodes(two_nodes, references
     assert attempts[-1]["node_id"] in two_nodes.node_ids[:2] and attempts[-1]["from_task"] >= 1
 
 
+@pytest.mark.slow(reason="a second Ray cluster whose head dies mid-run, then a resume on the first")
 def test_a_dead_head_stops_the_driver_in_one_line_and_another_cluster_resumes(two_nodes, references, data_dir,
                                                                              tmp_path) -> None:
     out = tmp_path / "ray"

@@ -302,7 +302,6 @@ def test_sweep_plus_at_the_preset_equals_run_tokenworth_plus(tmp_path, data_dir)
     assert any(r.decision["plus"]["abstained"] is not None for r in sweep_records)
 
 
-@pytest.mark.slow
 def test_kill_9_at_several_points_then_the_same_command_resumes_every_stream_exactly(tmp_path, data_dir) -> None:
     from tokenworth_agent.backbones.registry import make_backbone
     from tokenworth_agent.tasks import load_tasks

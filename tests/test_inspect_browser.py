@@ -18,6 +18,8 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
+
+pytestmark = pytest.mark.browser  # Chromium (make test-quick leaves it out)
 from typer.testing import CliRunner
 
 from tests import browser

@@ -165,7 +165,6 @@ def cli(out: Path, data_dir: str) -> list[str]:
             str(LIMIT), "--seed", "2", "--out", str(out), "--data-dir", data_dir, "--no-progress"]
 
 
-@pytest.mark.slow
 def test_real_sigint_at_many_points_exits_130_and_resumes_to_identical_records(tmp_path, data_dir) -> None:
     from tokenworth_agent.backbones.registry import make_backbone
     from tokenworth_agent.tasks import load_tasks

@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.engine  # the BigCodeBench judge's venv (make test-quick leaves it out)
+
 from tokenworth_agent.benchmarks.bigcodebench.judge import CANARY
 from tokenworth_agent.envs.base import StepResult
 from tests.bigcodebench_fixtures import eval_venv, small_judge

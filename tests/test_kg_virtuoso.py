@@ -27,6 +27,8 @@ from typing import Iterator
 
 import pyoxigraph as ox
 import pytest
+
+pytestmark = pytest.mark.server  # a real Virtuoso server (make test-quick leaves it out)
 from typer.testing import CliRunner
 
 from tokenworth_agent.cli import app

@@ -313,7 +313,6 @@ def test_state_round_trip_and_stopped_stream_resume_exactly(method, tmp_path, da
     assert comparable(resumed) == comparable(reference)
 
 
-@pytest.mark.slow
 def test_sigkill_then_resume_matches_uninterrupted(tmp_path, data_dir) -> None:
     import subprocess
 

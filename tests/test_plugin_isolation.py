@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.engine  # builds the broken plugins' wheels and installs them (make test-quick leaves it out)
+
 PLUGINS = Path(__file__).resolve().parent / "plugins"
 BROKEN, SHADOW = "tokenworth-test-broken", "tokenworth-test-shadow-db"
 RELEASE = "tokenworth-test-broken 0.3.1"

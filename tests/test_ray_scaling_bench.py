@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+pytestmark = pytest.mark.server  # real Ray nodes (make test-quick leaves it out)
+
 from tokenworth_bench.ray_scaling import cli_command, parse_args, ratios, served_window
 
 

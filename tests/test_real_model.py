@@ -30,7 +30,8 @@ REASON = unavailable_reason()
 
 if REASON and os.environ.get("CI"):
     pytest.fail(f"CI must run the real-model test, but {REASON}", pytrace=False)
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(REASON is not None, reason=f"no local model server: {REASON}")]
+pytestmark = [pytest.mark.server, pytest.mark.slow(reason="a llama.cpp server and three full runs on it, one with auxiliary calls"),
+              pytest.mark.skipif(REASON is not None, reason=f"no local model server: {REASON}")]
 
 
 @pytest.fixture(scope="module")

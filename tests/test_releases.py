@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import pytest
 
@@ -141,6 +142,9 @@ def here(tmp_path, monkeypatch):
     folder = tmp_path / "here"
     folder.mkdir()
     install_recency(folder, "0.3.1", k=2)
+    # another test in this process may have imported a recency_plugin from its own folder: the digest would
+    # then read that module's files (an import finds sys.modules first), not this folder's
+    monkeypatch.delitem(sys.modules, "recency_plugin", raising=False)
     monkeypatch.syspath_prepend(str(folder))
     plugins.refresh()
     monkeypatch.setattr(registry, "POLICIES", registry.Registry.from_plugins("method"))

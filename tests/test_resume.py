@@ -46,7 +46,6 @@ def run_and_kill(cmd: list[str], watch: Path, at_lines: int, timeout: float = 12
     assert proc.returncode == -signal.SIGKILL
 
 
-@pytest.mark.slow
 def test_sigkill_at_several_points_then_resume_matches_uninterrupted(tmp_path, data_dir) -> None:
     from tokenworth_agent.backbones.registry import make_backbone
     from tokenworth_agent.tasks import load_tasks

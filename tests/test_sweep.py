@@ -139,7 +139,6 @@ def test_sweep_interrupt_commits_nothing_of_the_task_in_flight(tmp_path) -> None
     assert comparable_sweep(resumed) == comparable_sweep(reference)
 
 
-@pytest.mark.slow
 def test_sweep_sigkill_at_several_points_then_resume_matches_uninterrupted(tmp_path, data_dir) -> None:
     import subprocess
     import sys

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.server  # a real MLflow server for the module, and two Ray nodes (make test-quick leaves it out)
+
 from tokenworth_agent.results.record import comparable, read_records
 from tokenworth_agent.tracking.metrics import Scalars
 from tests.killing import checkpointed_tasks
@@ -244,7 +246,6 @@ def test_bad_track_values_are_one_line_and_write_nothing(data_dir, tmp_path) -> 
     assert done.exit_code == 2 and "is not a run folder" in done.output, done.output
 
 
-@pytest.mark.slow
 def test_mlflow_holds_every_stream_as_its_records_say(server, tracked_run) -> None:
     runs = experiment_runs(server.uri, tracked_run)
     parent = runs.pop("run (all streams)")
@@ -264,7 +265,6 @@ def test_mlflow_holds_every_stream_as_its_records_say(server, tracked_run) -> No
     assert {"summary.md", "summary.json", "cumulative_sr.png"} <= artifacts
 
 
-@pytest.mark.slow
 def test_tensorboard_holds_every_stream_as_its_records_say(tracked_run) -> None:
     for name in STREAMS:
         assert close_enough(tensorboard_scalars(tracked_run / name), expected(tracked_run, name)), name
@@ -300,7 +300,6 @@ def kill_once_logged(cmd: list[str], env: dict[str, str], uri: str, folder: Path
     assert checkpointed_tasks(folder / "checkpoint.pkl") < int(RUN[-1]), "the run finished before the kill"
 
 
-@pytest.mark.slow
 def test_a_killed_run_resumed_logs_every_step_once(server, tracked_run, data_dir, tmp_path) -> None:
     out = tmp_path / "killed"
     env = environment(MLFLOW_TRACKING_URI=server.uri)
@@ -321,7 +320,6 @@ def test_a_killed_run_resumed_logs_every_step_once(server, tracked_run, data_dir
             comparable(read_records(tracked_run / name / "records.jsonl"))
 
 
-@pytest.mark.slow
 def test_a_server_down_mid_run_stops_nothing_and_the_replay_sends_the_rest(server, data_dir, tmp_path) -> None:
     out = tmp_path / "down"
     env = environment(MLFLOW_TRACKING_URI=server.uri)
@@ -360,7 +358,6 @@ def test_a_server_down_mid_run_stops_nothing_and_the_replay_sends_the_rest(serve
         runs["down (all streams)"].info.run_id)}
 
 
-@pytest.mark.slow
 def test_send_after_the_fact_is_idempotent(server, data_dir, tmp_path) -> None:
     out = tmp_path / "plain"
     run(command(data_dir, out, what=["--methods", "standard,rag", "--limit", "6"]), environment())
@@ -442,7 +439,7 @@ def assert_one_run_per_stream(uri: str, out: Path, taken: str, first_pid: int) -
     return notes
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a run on two Ray nodes, each worker logging its streams to MLflow")
 @needs_ray
 def test_ray_workers_log_their_streams_to_one_experiment(server, two_nodes, data_dir, tmp_path) -> None:
     server.ready()
@@ -462,7 +459,7 @@ def test_ray_workers_log_their_streams_to_one_experiment(server, two_nodes, data
         assert runs[name].data.tags["tokenworth.pid"] in {str(a["pid"]) for a in notes[name]["attempts"]}, name
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="two Ray nodes, a worker killed mid-run and its streams resumed, every step checked in MLflow")
 @needs_ray
 def test_a_stream_a_restarted_ray_worker_takes_over_continues_its_mlflow_run(server, two_nodes, data_dir,
                                                                            tmp_path) -> None:
@@ -485,7 +482,7 @@ def test_a_stream_a_restarted_ray_worker_takes_over_continues_its_mlflow_run(ser
     assert_one_run_per_stream(server.uri, out, name, note["pid"])
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a Slurm array task preempted and requeued (submitit's local executor), its MLflow runs continued")
 def test_a_preempted_slurm_task_continues_its_streams_mlflow_runs(server, data_dir, tmp_path) -> None:
     pytest.importorskip("submitit", reason="submitit comes with the [slurm] extra")
     server.ready()

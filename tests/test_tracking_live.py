@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.server  # a real MLflow server (make test-quick leaves it out)
+
 if importlib.util.find_spec("mlflow") is None:
     pytest.skip("mlflow comes with the [track] extra (make setup installs it)", allow_module_level=True)
 

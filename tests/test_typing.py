@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow  # two mypy runs over the package (still part of the suite)
 
 # A user's script. The one deliberate error is on the line marked WRONG; the others must type-check.
 USER_CODE = '''\

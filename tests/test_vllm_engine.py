@@ -62,7 +62,7 @@ def _unavailable() -> str | None:
 REASON = _unavailable()
 if REASON and REQUIRED:
     pytest.fail(f"the real-engine tests must run here, but {REASON}", pytrace=False)
-pytestmark = [pytest.mark.real_vllm, pytest.mark.slow, pytest.mark.skipif(REASON is not None, reason=str(REASON))]
+pytestmark = [pytest.mark.real_vllm, pytest.mark.slow(reason="the real vLLM engine on the CPU: most tests start it in a run of their own"), pytest.mark.skipif(REASON is not None, reason=str(REASON))]
 
 
 def assert_real(llm) -> None:
@@ -352,7 +352,7 @@ def test_the_readme_gpu_recipe_runs_on_the_cpu_build(tmp_path, data_dir):
 
 # ------------------------------------------------------------------ BigCodeBench: prompt, parse, judge
 def test_bigcodebench_through_the_real_engine_prompt_parse_and_judge(tmp_path, data_dir):
-    """``--env bigcodebench --backbone vllm``: SmolLM2 answers the first two tasks of the stream, each reply
+    """``--env bigcodebench --backbone vllm``: SmolLM2 answers the stream's first task for each method, each reply
     is sanitised and judged by the official evaluator in the sandbox (``make test`` gives the CI venv),
     and the record keeps the raw reply, the solution the evaluator read and its verdict."""
     from tokenworth_agent.benchmarks.bigcodebench.eval_venv import VenvError, open_venv
@@ -368,7 +368,9 @@ def test_bigcodebench_through_the_real_engine_prompt_parse_and_judge(tmp_path, d
         pytest.skip(str(exc))
     if sandbox_unavailable_reason():
         pytest.skip(f"sandbox unavailable: {sandbox_unavailable_reason()}")
-    log, out, limit, methods = tmp_path / "spy.jsonl", tmp_path / "run", 2, ("standard", "tokenworth")
+    # one task per method: each reply costs up to O_max = 1280 decoded tokens on the CPU engine, and a
+    # second task would check nothing the first does not
+    log, out, limit, methods = tmp_path / "spy.jsonl", tmp_path / "run", 1, ("standard", "tokenworth")
     command = [*run_command(out, limit, methods), "--bcb-venv", str(venv.root)]
     command[command.index("db")] = "bigcodebench"
     done = subprocess.run(command, cwd=REPO, env={**cli_env(log), "TOKENWORTH_DATA_DIR": data_dir},

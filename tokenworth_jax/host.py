@@ -228,7 +228,8 @@ class Controller:
 
         Args:
             env: the environment whose preset sizes the bank (``"db"``, ``"os"``, ``"kg"``, ...).
-            method: ``"tokenworth"`` (the paper's) or ``"tokenworth+"`` (keyword-only, as all that follow).
+            method: a method :func:`tokenworth_jax.preset` knows, by name (``"tokenworth"``, the paper's, unless
+                told; keyword-only, as all that follow).
             scorer: the scorer, by name or value (None: the method's own).
             dtype: the float dtype of the state and the hyperparameters.
             spec_overrides: :class:`~tokenworth_jax.Spec` fields to change (``dict(capacity=32)``).

@@ -37,12 +37,15 @@ import hashlib
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from tokenworth_agent.core import parameters
+
 MEMORY_FROM = ("completed", "reward")  # which successes write a memory
 MEMORY_FORMATS = ("compact", "transcript", "abstract")  # how a memory is rendered for injection
 
 
-class HarnessError(ValueError):
-    """A harness option names something unusable (a missing file, a bad folder, an unknown value)."""
+# Defined beside Parameter, whose values it refuses (that module imports nothing of the harness); the same
+# class, named here as it always was.
+HarnessError = parameters.HarnessError
 
 
 @dataclasses.dataclass(frozen=True)

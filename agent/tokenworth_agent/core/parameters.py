@@ -22,6 +22,12 @@ TYPES = (str, int, float, bool, Path)  # what a parameter may be (a Path is kept
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
 
+class HarnessError(ValueError):
+    """A harness option names something unusable (a missing file, a bad folder, an unknown value)."""
+
+    __module__ = "tokenworth_agent.core.harness"  # where users import it from, and where it always lived
+
+
 @dataclasses.dataclass(frozen=True)
 class Parameter:
     """One declared parameter: a benchmark's option or a method's hyperparameter (docs/plugins.md, "Parameters").
@@ -90,8 +96,6 @@ class Parameter:
     def convert(self, value: Any, *, where: str | None = None) -> Any:
         """The value as the run keeps it: paths and text as str, numbers and booleans as their type; a bad value is
         one line naming ``where`` (default: the flag), a :class:`~tokenworth_agent.core.harness.HarnessError`."""
-        from tokenworth_agent.core.harness import HarnessError
-
         where = where or self.flag
         if value is None:
             return None
