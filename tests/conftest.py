@@ -81,11 +81,12 @@ def _release_compiled_programs():
 # ----------------------------------------------------------------------------------- the suite's own time
 # docs/performance.md, "The test suite's time", says how the lanes are laid out; these hooks keep them so.
 # DURATIONS: the last measured seconds (set-up and teardown included) of each test file and of each test
-# that took a second or more, written by scripts/test_times.py from a lane's log. Files run longest first,
-# so under pytest-xdist (``-n 2 --dist loadfile``: a file's tests stay on one worker, its module fixtures
-# built once) the long files do not start last and leave a core idle at the end; a file the table lacks
-# counts as long, so a new file runs early. ``--quick`` (make test-quick) also leaves out every test that
-# took over QUICK_S: the inner loop keeps the many fast tests, the gate runs them all.
+# that took a second or more, written by scripts/test_times.py from a lane's log. Under pytest-xdist
+# (``-n 2 --dist loadfile``: a file's tests stay on one worker, its module fixtures built once) the files
+# are handed out longest first, so the long ones do not start last and leave a core idle at the end; a
+# file the table lacks counts as long, so a new file runs early. One process keeps pytest's own order.
+# ``--quick`` (make test-quick) also leaves out every test that took over QUICK_S: the inner loop keeps
+# the many fast tests, the gate runs them all.
 DURATIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "durations.json")
 QUICK_S = 3.0
 TEST_LOG = os.environ.get("TOKENWORTH_TEST_LOG")  # where this lane writes each test's time and marks
@@ -128,9 +129,32 @@ def pytest_collection_modifyitems(config, items) -> None:
         if long:
             config.hook.pytest_deselected(items=long)
             items[:] = [item for item in items if known["tests"].get(_test(item.nodeid), 0.0) <= QUICK_S]
-    if known["files"]:
-        longest = max(known["files"].values())
-        items.sort(key=lambda item: -known["files"].get(_file(item.nodeid), longest))  # stable: a file keeps its order
+
+
+@pytest.hookimpl(optionalhook=True)  # a run without pytest-xdist never calls it
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` as xdist does it, but the files handed out longest first (xdist's own order is by
+    how many tests a file holds, which starts the few long Ray and MLflow files last)."""
+    if config.getoption("dist", None) != "loadfile":
+        return None
+    from collections import OrderedDict
+
+    from xdist.scheduler import LoadFileScheduling
+
+    seconds = _durations()["files"]
+    longest = max(seconds.values(), default=0.0)
+
+    class LongestFileFirst(LoadFileScheduling):
+        _ordered = False
+
+        def _assign_work_unit(self, node) -> None:
+            if not self._ordered:  # the first hand-out: the queue holds every file
+                order = sorted(self.workqueue, key=lambda scope: -seconds.get(_file(scope), longest))
+                self.workqueue = OrderedDict((scope, self.workqueue[scope]) for scope in order)
+                self._ordered = True
+            super()._assign_work_unit(node)
+
+    return LongestFileFirst(config, log)
 
 
 _TIMES: dict[str, dict] = {}
