@@ -307,6 +307,24 @@ def parse_seeds(seed: int | None, seeds: str | None) -> tuple[int, ...]:
         raise  # unreachable
 
 
+def parse_orders(orders: str | None) -> tuple[int, ...]:
+    """``--orders``: None is the benchmark's own order alone (no order axis); else
+    :func:`tokenworth_agent.experiment.orders.parse_orders` (a bad value: one error line)."""
+    from tokenworth_agent.experiment.orders import OrderError, parse_orders as parsed
+
+    if orders is None:
+        return Streams().orders
+    try:
+        return parsed(orders)
+    except OrderError as exc:
+        fail(str(exc))
+        raise  # unreachable
+
+
+ORDERS_HELP = ("Task orders as an axis, like seeds: N runs orders 0..N-1, or a list, e.g. 0,2 (order 0 is the "
+               "benchmark's own, k > 0 a fixed permutation within its phases; docs/running.md).")
+
+
 @app.callback(invoke_without_command=True)
 def main(ctx: typer.Context,
          debug: bool = typer.Option(False, "--debug", help="Show full tracebacks instead of one error line.")) -> None:
@@ -327,6 +345,7 @@ def run(
                                            show_default=str(Streams().seeds[0]))] = None,
     seeds: Annotated[Optional[str], _option(EXPERIMENT, "Several seeds as one experiment, e.g. 0,1,2 (instead of "
                                                         "--seed).")] = None,
+    orders: Annotated[Optional[str], _option(EXPERIMENT, ORDERS_HELP, show_default="0")] = None,
     grid: Annotated[Optional[list[str]], _option(
         EXPERIMENT, "NAME=v1,v2,... (repeatable; the product is run): budget levels o_max, j_max, b_max, k_max, "
                     "l_max, for TokenWorth methods any HParams field, a method's parameter as METHOD.NAME "
@@ -340,16 +359,17 @@ def run(
 ) -> None:
     """Run every (env, method, seed, grid point) stream over its task stream as one lockstep experiment."""
     run_command(flags, env=env, methods=methods, seed=seed, seeds=seeds, grid=grid or [], out=out,
-                summary_dir=summary_dir)
+                summary_dir=summary_dir, orders=orders)
 
 
 @expected_failures
 def run_command(flags: ExperimentFlags, *, env: str = ",".join(Streams().envs),
                 methods: str = ",".join(Streams().methods), seed: int | None = None, seeds: str | None = None,
-                grid: Sequence[str] = (), out: Path | None = None, summary_dir: Path | None = None) -> LaunchResult:
+                grid: Sequence[str] = (), out: Path | None = None, summary_dir: Path | None = None,
+                orders: str | None = None) -> LaunchResult:
     """The body of `tokenworth run` (plain defaults, so the bare `tokenworth` can call it)."""
     what = Streams(envs=parse_list("--env", env), methods=parse_list("--methods", methods),
-                   seeds=parse_seeds(seed, seeds), grid=tuple(grid))
+                   seeds=parse_seeds(seed, seeds), grid=tuple(grid), orders=parse_orders(orders))
     result = launch(flags.config(what, out=out, summary_dir=summary_dir))
     present(result)
     return result
@@ -366,6 +386,7 @@ def sweep(
     method: Annotated[Optional[str], _option(SWEEP, "Sweep this method instead; --grid METHOD.NAME sets its "
                                                     "parameters.", show_default="tokenworth")] = None,
     seed: Annotated[int, _option(SWEEP, "Seed of the backbone and of TokenWorth+'s exploration.")] = Sweep().seed,
+    orders: Annotated[Optional[str], _option(SWEEP, ORDERS_HELP, show_default="0")] = None,
     out: Annotated[Optional[Path], _option(
         OUTPUT, "Sweep folder; one holding the same sweep is resumed.", show_default="runs/sweep-ENV-seedSEED")] \
         = None,
@@ -373,14 +394,15 @@ def sweep(
 ) -> None:
     """A TokenWorth grid (or, with --method, any method's): one lockstep stream per configuration (the same engine
     as `run`)."""
-    sweep_command(flags, env=env, grid=grid or [], table_a3=table_a3, plus=plus, seed=seed, out=out, method=method)
+    sweep_command(flags, env=env, grid=grid or [], table_a3=table_a3, plus=plus, seed=seed, out=out, method=method,
+                  orders=orders)
 
 
 @expected_failures
 def sweep_command(flags: ExperimentFlags, *, env: str, grid: Sequence[str], table_a3: bool, plus: bool, seed: int,
-                  out: Path | None, method: str | None = None) -> LaunchResult:
+                  out: Path | None, method: str | None = None, orders: str | None = None) -> LaunchResult:
     what = Sweep(env=env.strip().lower(), seed=seed, grid=tuple(grid), table_a3=table_a3, plus=plus,
-                 method=None if method is None else method.strip().lower())
+                 method=None if method is None else method.strip().lower(), orders=parse_orders(orders))
     result = launch(flags.config(what, out=out))
     present(result)
     return result

@@ -28,6 +28,9 @@ What each part receives:
   evaluator's version). Each raises :class:`~tokenworth_agent.core.harness.HarnessError` (one line).
 * ``fetch(data_dir, folders, say)`` and ``data_source(data_dir, folders)``: ``tokenworth data fetch`` and
   the ``data_source`` entry of a run's ``config.json``.
+* ``phase(task) -> label``: the phase a task belongs to, for ``--orders``: each run of consecutive tasks with one
+  label stays in place and is shuffled within (:mod:`tokenworth_agent.experiment.orders`); without it the whole
+  stream is permuted.
 """
 
 from __future__ import annotations
@@ -151,6 +154,10 @@ class Benchmark:
         data_note: what a fetch that stopped part-way leaves the benchmark without, for its one line.
         data_source: ``(data_dir, folders) -> {key: text}``: the ``data_source`` entry of a run's ``config.json``.
         commands: ``() -> typer.Typer``: commands of its own, ``tokenworth <name> ...``.
+        phase: ``(task) -> label`` (any hashable value): the phase of a task in the stream, for ``--orders``
+            (:mod:`tokenworth_agent.experiment.orders`): order k > 0 keeps each run of consecutive tasks with one
+            label in place and shuffles the tasks within it (BigCodeBench: Full, then Hard; ALFWorld: its three
+            splits). ``None``: the whole stream is one phase.
         description: one line shown by ``tokenworth plugins``.
     """
 
@@ -173,6 +180,7 @@ class Benchmark:
     data_source: Callable[[Any, Sequence[DataFolder]], Mapping[str, str]] | None = None
     commands: Callable[[], Any] | None = None
     description: str = ""
+    phase: Callable[[Task], Any] | None = None
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -228,6 +236,7 @@ _CALLABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "fetch": (("data_dir", "folders", "say"), ()),
     "data_source": (("data_dir", "folders"), ()),
     "commands": ((), ()),
+    "phase": (("task",), ()),
 }
 _REQUIRED_CALLABLES = ("make_environment", "compact_memory")
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")

@@ -11,7 +11,7 @@ frozen dataclass whose defaults are the CLI's defaults (the flags read them from
     print(result.summary.table)
 
 What the run is comes in one of two shapes: :class:`Streams` (``tokenworth run``: every env ×
-seed × grid point × method) or :class:`Sweep` (``tokenworth sweep``: one TokenWorth method over
+seed × task order × grid point × method) or :class:`Sweep` (``tokenworth sweep``: one TokenWorth method over
 configurations). The other parts say how it runs: the budget accounting, the task data and the
 harness, the backbone (its OpenAI-server connection and its in-process engine), the schedule,
 where the results go, and who runs the streams (the executor: this process, a Ray cluster or a
@@ -54,6 +54,16 @@ def _distinct(flag: str, values: tuple[Any, ...]) -> None:
         raise ConfigError(f"{flag} lists a value twice: {','.join(map(str, values))}")
 
 
+def _orders(orders: tuple[int, ...]) -> None:
+    """Task orders: distinct non-negative integers (:func:`tokenworth_agent.experiment.orders.check_orders`)."""
+    from tokenworth_agent.experiment.orders import OrderError, check_orders
+
+    try:
+        check_orders(orders)
+    except OrderError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def _known(what: str, values: tuple[str, ...], known: tuple[str, ...]) -> None:
     unknown = [v for v in values if v not in known]
     if unknown:
@@ -69,6 +79,8 @@ class Streams:
     methods: tuple[str, ...] = METHOD_NAMES  # the default run; POLICIES knows the opt-in ones too
     seeds: tuple[int, ...] = (DEFAULT_SEED,)
     grid: tuple[str, ...] = ()  # NAME=v1,v2,... items (tokenworth_agent.experiment.streams); the product is run
+    # task orders (tokenworth_agent.experiment.orders): 0 is the benchmark's own; (0,) is a run without an order axis
+    orders: tuple[int, ...] = (0,)
 
     def __post_init__(self) -> None:
         _distinct("--env", self.envs)
@@ -76,6 +88,7 @@ class Streams:
         _distinct("--methods", self.methods)
         _known("method(s)", self.methods, POLICIES.names)
         _distinct("--seeds", self.seeds)
+        _orders(self.orders)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,9 +102,11 @@ class Sweep:
     table_a3: bool = False  # the spec §9 one-at-a-time sensitivity grid instead of ``grid``
     plus: bool = False
     method: str | None = None  # None: tokenworth, or tokenworth+ with ``plus``
+    orders: tuple[int, ...] = (0,)  # task orders, as Streams.orders; each configuration runs once per order
 
     def __post_init__(self) -> None:
         _known("environment", (self.env,), names("benchmark", clashing=True))
+        _orders(self.orders)
         if self.table_a3 and self.grid:
             raise ConfigError("use either --table-a3 or --grid, not both")
         if self.method is not None:

@@ -371,6 +371,20 @@ def serve(backbone: AnyBackbone, requests: Sequence[Request]) -> list[Reply]:
 
 
 # ------------------------------------------------------------------------- the experiment
+def stream_tasks(spec: StreamSpec, tasks: Mapping[str, Sequence[Task]],
+                 data_digests: Mapping[str, str] | None) -> Sequence[Task]:
+    """``spec``'s tasks in its order (:mod:`tokenworth_agent.experiment.orders`): the benchmark's own for order 0;
+    for order k > 0 computed here, wherever the stream runs, from the spec and its env's data digest."""
+    from tokenworth_agent.experiment.orders import ordered
+
+    if spec.task_order == 0:
+        return tasks[spec.env]
+    if data_digests is None or spec.env not in data_digests:
+        raise ValueError(f"stream order{spec.order}: no data digest given for env {spec.env} (the plan's "
+                         "data_digests), so its order cannot be made")
+    return ordered(spec.env, tasks[spec.env], data_digests[spec.env], spec.task_order)
+
+
 def run_experiment(streams: Sequence[StreamSpec], backbone: AnyBackbone, out_dir: str | Path, *,
                    tasks: Mapping[str, Sequence[Task]], schedule: Schedule = "lockstep",
                    harness: HarnessOptions = DEFAULT_HARNESS,
@@ -378,8 +392,12 @@ def run_experiment(streams: Sequence[StreamSpec], backbone: AnyBackbone, out_dir
                    environments: Mapping[str, Environment] | None = None, stop_after: int | None = None,
                    names: Sequence[str] | None = None, checkpoint_every: int = 1,
                    durable_every_s: float = DURABLE_EVERY_S, env_threads: int = ENV_THREADS,
-                   source: StreamSource | None = None) -> ExperimentResult:
+                   source: StreamSource | None = None, data_digests: Mapping[str, str] | None = None
+                   ) -> ExperimentResult:
     """Run (or resume) every stream over its env's ``tasks``; see the module docstring.
+
+    ``tasks`` are each env's in the benchmark's order; a stream with an order k > 0 runs them in that order
+    (:func:`stream_tasks`), keyed by its env's ``data_digests`` entry (the plan's: the whole stream's digest).
 
     ``out_dir`` must be a prepared run folder (:func:`tokenworth_agent.storage.runfolder.prepare`); each stream's
     folder is ``out_dir/<name>`` (``names``, by default :func:`stream_names`) and is locked for
@@ -414,7 +432,7 @@ def run_experiment(streams: Sequence[StreamSpec], backbone: AnyBackbone, out_dir
 
     def make(spec: StreamSpec, name: str) -> _Stream:
         fence = (lambda: source.check_owner(name)) if source is not None else None
-        return _Stream(spec, name, out, tasks[spec.env], backbone_name, harness=harness,
+        return _Stream(spec, name, out, stream_tasks(spec, tasks, data_digests), backbone_name, harness=harness,
                        hook=hooks(name, spec) if hooks else None, stop_after=stop_after,
                        checkpoint_every=checkpoint_every, fence=fence)
 
@@ -663,5 +681,5 @@ def _run_continuous(roster: _Roster, backbone: Submitting, guard: interrupt.Inte
                 future.cancel()
 
 
-__all__ = ["run_experiment", "ExperimentResult", "StreamHook", "HookFactory", "StreamSource", "StreamTakenOver", "serve",
+__all__ = ["run_experiment", "stream_tasks", "ExperimentResult", "StreamHook", "HookFactory", "StreamSource", "StreamTakenOver", "serve",
            "stream_identity", "SCHEDULES"]

@@ -55,7 +55,7 @@ def run_shard(plan: Plan, shard: Shard, backbone: Any, *, hooks: HookFactory | N
     """What a worker does, wherever it runs: the shard's streams of ``plan.out_dir`` through one engine."""
     return run_experiment(shard.streams, backbone, plan.out_dir, tasks=plan.tasks, schedule=plan.schedule,
                           harness=plan.harness, hooks=hooks, on_resume=on_resume,
-                          names=shard.names)
+                          names=shard.names, data_digests=plan.data_digests)
 
 
 class Executor(Protocol):

@@ -93,6 +93,9 @@ class Plan:
     run_files: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # --track: the trackers and where they log (agent/tokenworth_agent/tracking); None without --track
     tracking: Any = None
+    # env -> the digest of its whole stream (before --limit) that its task orders are keyed by
+    # (tokenworth_agent.experiment.orders.data_digest); every node makes a stream's order from it and the spec
+    data_digests: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def envs(self) -> tuple[str, ...]:
@@ -114,9 +117,15 @@ def grid_items(grid: Sequence[str]) -> list[str]:
     return [f"{name}={','.join(map(str, values))}" for name, values in map(parse_grid_item, grid)]
 
 
+def order_part(orders: Sequence[int]) -> str:
+    """``-orders0-1-2`` in a default folder name for a run with an order axis; "" without one (``--orders 0``)."""
+    return "" if tuple(orders) == (0,) else "-orders" + "-".join(map(str, orders))
+
+
 def experiment_folder(envs: Sequence[str], backbone: str, seeds: Sequence[int], grid: Sequence[str],
-                      limit: int | None) -> Path:
-    """``runs/<env>-<backbone>-seed<k>`` for one env and seed, the lists otherwise, then the grid as written.
+                      limit: int | None, orders: Sequence[int] = (0,)) -> Path:
+    """``runs/<env>-<backbone>-seed<k>`` for one env and seed, the lists otherwise, then the task orders
+    (:func:`order_part`), then the grid as written.
 
     The grid part reads as the grid (``db-sim-seeds0-1-2-o_max=64,128``). Only a grid longer than
     :data:`GRID_NAME_MAX` characters is cut, with 8 hex digits of its digest so two long grids never
@@ -124,7 +133,7 @@ def experiment_folder(envs: Sequence[str], backbone: str, seeds: Sequence[int], 
     it exists and the new one does not, is used (and said so), so an old run resumes with the same
     command."""
     seed_part = f"seed{seeds[0]}" if len(seeds) == 1 else "seeds" + "-".join(map(str, seeds))
-    base = f"{'+'.join(envs)}-{backbone}-{seed_part}"
+    base = f"{'+'.join(envs)}-{backbone}-{seed_part}{order_part(orders)}"
     if not grid:
         return default_out(base, limit)
     readable = "-".join(grid_items(grid))
@@ -160,18 +169,32 @@ class _Shape:
 
 def _streams_shape(config: RunConfig, what: Streams) -> _Shape:
     budgets = {e: config.budget.budget(e) for e in what.envs}
-    streams = expand(what.envs, what.methods, what.seeds, budgets, grid_points(what.grid))
+    streams = expand(what.envs, what.methods, what.seeds, budgets, grid_points(what.grid), what.orders)
     backbone = config.backbone.name
-    out_dir = config.output.out or experiment_folder(what.envs, backbone, what.seeds, what.grid, config.data.limit)
+    out_dir = config.output.out or experiment_folder(what.envs, backbone, what.seeds, what.grid, config.data.limit,
+                                                     what.orders)
     settings: dict[str, Any] = {"env": what.envs[0] if len(what.envs) == 1 else ",".join(what.envs),
                                 "backbone": backbone,
                                 "seed": what.seeds[0] if len(what.seeds) == 1 else list(what.seeds),
                                 "limit": config.data.limit}
-    if len(what.envs) > 1 or len(what.seeds) > 1 or what.grid:
+    ordered = has_orders(what.orders)
+    if ordered:
+        settings["orders"] = list(what.orders)
+    if len(what.envs) > 1 or len(what.seeds) > 1 or what.grid or ordered:
         settings["grid"] = grid_setting(out_dir, what.grid)
     title = (f"{'+'.join(e.upper() for e in what.envs)} · backbone {backbone} · "
-             f"seed{'s' if len(what.seeds) > 1 else ''} {','.join(map(str, what.seeds))}")
+             f"seed{'s' if len(what.seeds) > 1 else ''} {','.join(map(str, what.seeds))}" + order_title(what.orders))
     return _Shape(streams, out_dir, settings, title, None)
+
+
+def has_orders(orders: Sequence[int]) -> bool:
+    """Whether a run has an order axis: orders other than just 0. Without one its config.json, folders and records
+    are what they were before orders existed (no ``orders`` entry, no ``order<k>/`` level, no ``order`` field)."""
+    return tuple(orders) != (0,)
+
+
+def order_title(orders: Sequence[int]) -> str:
+    return f" · order{'s' if len(orders) > 1 else ''} {','.join(map(str, orders))}" if has_orders(orders) else ""
 
 
 def _sweep_shape(config: RunConfig, what: Sweep) -> _Shape:
@@ -179,15 +202,22 @@ def _sweep_shape(config: RunConfig, what: Sweep) -> _Shape:
 
     configs = table_a3_configs(what.env) if what.table_a3 else configs_from_grid(what.grid)
     method = what.stream_method
-    streams = sweep_streams(what.env, config.budget.budget(what.env), configs, what.seed, method=method)
+    streams = sweep_streams(what.env, config.budget.budget(what.env), configs, what.seed, method=method,
+                            orders=what.orders)
     controller = method in CONTROLLER_METHODS
     prefix = "sweep" if controller else f"sweep-{method}"  # another method's sweep never shares TokenWorth's folder
-    out_dir = config.output.out or default_out(f"{prefix}-{what.env}-seed{what.seed}", config.data.limit)
+    out_dir = config.output.out or default_out(f"{prefix}-{what.env}-seed{what.seed}{order_part(what.orders)}",
+                                               config.data.limit)
     settings = {"env": what.env, "backbone": config.backbone.name, "seed": what.seed, "limit": config.data.limit,
                 "configs": configs, "plus": what.plus, "kind": "sweep", **({} if controller else {"method": method})}
+    if has_orders(what.orders):
+        settings["orders"] = list(what.orders)
     name = f"TokenWorth{'+' if method == 'tokenworth+' else ''}" if controller else method
-    title = f"{name} sweep · {what.env.upper()} · backbone {config.backbone.name} · seed {what.seed}"
-    return _Shape(streams, out_dir, settings, title, tuple(configs))
+    title = (f"{name} sweep · {what.env.upper()} · backbone {config.backbone.name} · seed {what.seed}"
+             + order_title(what.orders))
+    # one configuration per stream: the orders are the outer loop (expand), each running every configuration
+    per_stream = tuple(configs) * len(what.orders)
+    return _Shape(streams, out_dir, settings, title, per_stream)
 
 
 # ------------------------------------------------------------------------- the checks
@@ -324,7 +354,7 @@ def make_plan(config: RunConfig, *, engine_here: bool = True) -> Plan:
     harness = checked_harness(envs, config)
     out_dir = shape.out_dir
     runfolder.check_run_folder(out_dir)
-    tasks = {e: load_tasks(e, config.data.data_dir, limit=config.data.limit) for e in envs}
+    tasks, data_digests = checked_tasks(envs, shape.streams, config)
     run_files = task_run_files(envs, config.data.data_dir, out_dir)
     controllers = sum(s.method.startswith("tokenworth") for s in shape.streams)  # the GPU split, before JAX starts
     engine = engine_settings(config, env=envs[0], controller_streams=controllers, here=engine_here)
@@ -367,7 +397,29 @@ def make_plan(config: RunConfig, *, engine_here: bool = True) -> Plan:
     return Plan(config=config, out_dir=out_dir, streams=tuple(shape.streams), names=tuple(names), tasks=tasks,
                 harness=harness, backbone_spec=spec, schedule=schedule, settings=settings,
                 replaced=tuple(replaced), title=shape.title, sweep_configs=shape.sweep_configs, backbone=backbone,
-                run_files=run_files, tracking=tracking_settings(config, out_dir, settings))
+                run_files=run_files, tracking=tracking_settings(config, out_dir, settings),
+                data_digests=data_digests)
+
+
+def checked_tasks(envs: Sequence[str], streams: Sequence[StreamSpec], config: RunConfig
+                  ) -> tuple[dict[str, list[Task]], dict[str, str]]:
+    """Each env's tasks (the first ``--limit``, in the benchmark's order) and the digest of its whole stream
+    (:func:`tokenworth_agent.experiment.orders.data_digest`), with the run's task orders checked: orders the
+    shortened stream cannot tell apart are refused (LaunchError, one line)."""
+    from tokenworth_agent.experiment.orders import OrderError, check_distinct, data_digest
+
+    tasks: dict[str, list[Task]] = {}
+    digests: dict[str, str] = {}
+    for env in envs:
+        whole = load_tasks(env, config.data.data_dir)
+        digests[env] = data_digest([t.task_id for t in whole])
+        tasks[env] = whole[:config.data.limit] if config.data.limit is not None else whole
+        orders = sorted({s.task_order for s in streams if s.env == env})
+        try:
+            check_distinct(env, tasks[env], digests[env], orders)
+        except OrderError as exc:
+            raise LaunchError(str(exc)) from None
+    return tasks, digests
 
 
 def tracking_settings(config: RunConfig, out_dir: Path, settings: Mapping[str, Any]) -> Any:

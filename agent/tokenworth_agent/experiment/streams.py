@@ -27,11 +27,15 @@ while some method of the run has no controller, a parameter of a method the run 
 or an option no benchmark of the run has is refused (:class:`GridError`, one line naming what
 the method or benchmark declares) before anything loads.
 
-Folder names: a stream lives in ``<out>/<name>`` with ``name`` = ``[<env>/][seed<k>/]<method>
+Task orders (``--orders``, :mod:`tokenworth_agent.experiment.orders`) are an axis like the seeds: order 0 is the
+benchmark's own order, order k > 0 a permutation of it. A run without ``--orders`` (or with ``--orders 0``) has no
+order axis: its streams' ``order`` is None, and their folders and records are what they were before orders existed.
+
+Folder names: a stream lives in ``<out>/<name>`` with ``name`` = ``[<env>/][seed<k>/][order<k>/]<method>
 [@<grid point>]``: the env part only when the experiment has several envs, the seed part only
-when it has several seeds, the grid point only for grid streams (e.g.
-``db/seed1/rag@o_max=64``, ``recency@recency.k=3``). A plain one-env, one-seed run keeps
-``<out>/<method>``.
+when it has several seeds, the order part only when the run has orders other than just 0, the grid point only for
+grid streams (e.g. ``db/seed1/rag@o_max=64``, ``order2/rag``, ``recency@recency.k=3``). A plain one-env, one-seed
+run keeps ``<out>/<method>``.
 """
 
 from __future__ import annotations
@@ -72,8 +76,14 @@ class StreamSpec:
     hparams: tuple[tuple[str, Any], ...] = ()
     point: tuple[tuple[str, Any], ...] = ()  # the grid point this stream stands for (labels, figures)
     options: tuple[tuple[str, Any], ...] = ()  # sorted (name, value): the benchmark options a grid sets for it
+    # the task order (tokenworth_agent.experiment.orders); None: a run without an order axis (the benchmark's own
+    # order, and folders and records as before orders existed)
+    order: int | None = None
 
     def __post_init__(self) -> None:
+        if self.order is not None and (isinstance(self.order, bool) or not isinstance(self.order, int)
+                                       or self.order < 0):
+            raise GridError(f"stream {self.method}: order must be a non-negative integer, got {self.order!r}")
         if self.budget.env != self.env:
             raise GridError(f"stream {self.method}: budget is for {self.budget.env!r}, stream env is {self.env!r}")
         if self.hparams and self.method not in CONTROLLER_METHODS:
@@ -94,17 +104,27 @@ class StreamSpec:
     def point_label(self) -> str:
         return ",".join(f"{k}={_fmt(v)}" for k, v in self.point)
 
+    @property
+    def task_order(self) -> int:
+        """The order its tasks run in: 0 (the benchmark's) for a run without an order axis."""
+        return self.order or 0
+
     def name(self, *, with_env: bool, with_seed: bool) -> str:
+        """Its folder name (the module docstring); the ``order<k>/`` part whenever the run has an order axis."""
         parts = ([self.env] if with_env else []) + ([f"seed{self.seed}"] if with_seed else [])
+        parts += [f"order{self.order}"] if self.order is not None else []
         return "/".join(parts + [self.method + (f"@{self.point_label}" if self.point else "")])
 
     def describe(self) -> dict[str, Any]:
         """What every record says about its stream (the same whatever runs beside it); ``options`` only for a
-        stream a grid sets benchmark options for (so every other stream's records are as they were)."""
+        stream a grid sets benchmark options for, ``order`` only in a run with an order axis (so every other stream's
+        records are as they were)."""
         described = {"env": self.env, "method": self.method, "seed": self.seed, "budget": self.budget.as_dict(),
                      "hparams": self.overrides, "hparams_digest": digest(self.overrides) if self.hparams else None}
         if self.options:
             described["options"] = self.option_overrides
+        if self.order is not None:
+            described["order"] = self.order
         return described
 
 
@@ -363,35 +383,43 @@ def _check_axes(envs: Sequence[str], methods: Sequence[str], names: Sequence[str
 
 
 def expand(envs: Sequence[str], methods: Sequence[str], seeds: Sequence[int], budgets: Mapping[str, Budget],
-           points: Sequence[Mapping[str, Any]] = ({},)) -> list[StreamSpec]:
-    """Every (env, seed, point, method) stream, in that nesting order (methods innermost).
+           points: Sequence[Mapping[str, Any]] = ({},), orders: Sequence[int] = (0,)) -> list[StreamSpec]:
+    """Every (env, seed, order, point, method) stream, in that nesting order (methods innermost).
 
     A stream's point keeps only the axes that act on it (a method's parameter on that method, a benchmark's
-    option on that benchmark), so a method the grid's method axes leave alone runs once per point of the rest."""
-    if not envs or not methods or not seeds or not points:
-        raise GridError("an experiment needs at least one env, method, seed and grid point")
+    option on that benchmark), so a method the grid's method axes leave alone runs once per point of the rest.
+    ``orders`` (0,), the default, is a run without an order axis: every stream's ``order`` is None."""
+    from tokenworth_agent.experiment.orders import OrderError, check_orders
+
+    if not envs or not methods or not seeds or not points or not orders:
+        raise GridError("an experiment needs at least one env, method, seed, order and grid point")
     for what, values in (("--env", envs), ("--methods", methods), ("--seeds", seeds)):
         if len(set(values)) != len(values):
             raise GridError(f"{what} lists a value twice: {','.join(map(str, values))}")
+    try:
+        axis: Sequence[int | None] = [None] if tuple(check_orders(orders)) == (0,) else orders
+    except OrderError as exc:
+        raise GridError(str(exc)) from None
     _check_axes(envs, methods, list(dict.fromkeys(k for p in points for k in p)))
     streams: list[StreamSpec] = []
     seen: set[tuple[Any, ...]] = set()
     for env in envs:
         for seed in seeds:
-            for point in points:
-                for method in methods:
-                    own = {k: v for k, v in point.items() if acts_on(k, method, env)}
-                    key = (env, seed, method, tuple(own.items()))
-                    if key in seen:
-                        continue
-                    seen.add(key)
-                    changes, settings, options = split_point(own)
-                    try:
-                        budget = budgets[env].replace(**changes) if changes else budgets[env]
-                    except ValueError as exc:
-                        raise GridError(f"--grid: {exc}") from None
-                    streams.append(StreamSpec(env, method, int(seed), budget, tuple(sorted(settings.items())),
-                                              tuple(own.items()), tuple(sorted(options.items()))))
+            for order in axis:
+                for point in points:
+                    for method in methods:
+                        own = {k: v for k, v in point.items() if acts_on(k, method, env)}
+                        key = (env, seed, order, method, tuple(own.items()))
+                        if key in seen:
+                            continue
+                        seen.add(key)
+                        changes, settings, options = split_point(own)
+                        try:
+                            budget = budgets[env].replace(**changes) if changes else budgets[env]
+                        except ValueError as exc:
+                            raise GridError(f"--grid: {exc}") from None
+                        streams.append(StreamSpec(env, method, int(seed), budget, tuple(sorted(settings.items())),
+                                                  tuple(own.items()), tuple(sorted(options.items())), order))
     return streams
 
 
@@ -401,7 +429,7 @@ def stream_names(streams: Sequence[StreamSpec]) -> list[str]:
     with_seed = len({s.seed for s in streams}) > 1
     names = [s.name(with_env=with_env, with_seed=with_seed) for s in streams]
     if len(set(names)) != len(names):
-        raise GridError("two streams of the experiment are the same stream; check --methods/--seeds/--grid")
+        raise GridError("two streams of the experiment are the same stream; check --methods/--seeds/--orders/--grid")
     return names
 
 

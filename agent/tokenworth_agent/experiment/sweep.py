@@ -61,15 +61,15 @@ def label(config: dict[str, Any]) -> str:
 
 
 def sweep_streams(env: str, budget: Budget, configs: Sequence[dict[str, Any]], seed: int, *,
-                  plus: bool = False, method: str | None = None) -> list[StreamSpec]:
+                  plus: bool = False, method: str | None = None, orders: Sequence[int] = (0,)) -> list[StreamSpec]:
     """One stream per configuration (heterogeneous points allowed, as in Table A3) of ``method`` (default:
-    tokenworth, or tokenworth+ with ``plus``)."""
+    tokenworth, or tokenworth+ with ``plus``), per task order (``orders``; (0,): no order axis)."""
     if not configs:
         raise GridError("the sweep has no configurations")
     method = method or ("tokenworth+" if plus else "tokenworth")
     if method == "tokenworth" and any(k.startswith("plus_") for c in configs for k in c):
         raise GridError("plus_* hyperparameters only act on TokenWorth+ controllers: pass --plus")
-    return expand([env], [method], [seed], {env: budget}, configs)
+    return expand([env], [method], [seed], {env: budget}, configs, orders)
 
 
 # ------------------------------------------------------------------------- results
@@ -116,10 +116,15 @@ class SweepResult:
     @classmethod
     def from_experiment(cls, result: ExperimentResult, configs: Sequence[dict[str, Any]], env: str,
                         seed: int) -> "SweepResult":
-        """The sweep's rows from the experiment that ran its streams (one per configuration, in order)."""
+        """The sweep's rows from the experiment that ran its streams (``configs``: each stream's configuration, in
+        order). A sweep over task orders has one row per configuration, its streams' records one after another in
+        the run's order of orders, so two rows' records pair by (order, task)."""
         if len(configs) != len(result.names):
             raise GridError(f"{len(configs)} configurations but {len(result.names)} streams")
-        return cls(env, seed, [StreamResult.from_records(c, result.records[n]) for c, n in zip(configs, result.names)],
+        pooled: dict[str, tuple[dict[str, Any], list[TaskRecord]]] = {}
+        for config, name in zip(configs, result.names):
+            pooled.setdefault(label(config), (dict(config), []))[1].extend(result.records[name])
+        return cls(env, seed, [StreamResult.from_records(c, records) for c, records in pooled.values()],
                    result.seconds, result.batch_sizes, result.streams[0].method if result.streams else "tokenworth")
 
 

@@ -1,6 +1,7 @@
 """What is tracked of a stream, computed from its committed records alone.
 
-* :func:`stream_meta`: the stream's run name, parameters (env, method, seed, budget level, backbone,
+* :func:`stream_meta`: the stream's run name, parameters (env, method, seed, task order (``order``, only in a run
+  with ``--orders``), budget level, backbone,
   model, the method's hyperparameters as it runs them: the controller's traced ones flattened, another
   method's declared parameters at their values, ``hparams.NAME``; the benchmark's harness options,
   ``harness.NAME``; the releases of its method, benchmark and backbone, ``release.KIND``; the run's config
@@ -178,6 +179,8 @@ def stream_meta(name: str, describe: Mapping[str, Any], run: Mapping[str, Any], 
               "backbone": run.get("backbone", ""), "model": run.get("model", "") or "-",
               "config_hash": run.get("config_hash", ""),
               "grid_point": ",".join(f"{k}={v}" for k, v in sorted(point.items())) or "-"}
+    if "order" in describe:  # a run with an order axis (tokenworth_agent.experiment.orders); else no such param
+        params["order"] = str(describe["order"])
     params.update({f"budget.{k}": str(v) for k, v in sorted(budget.items())})
     params.update(method_params(describe["env"], describe["method"], describe.get("hparams") or {}))
     params.update(stream_params(name, describe, settings or {}))

@@ -36,6 +36,11 @@ def _environment(budget: Budget, options: Any, instructions: str | None) -> Any:
     return ALFWorldEnvironment(max_rounds=budget.max_rounds, instructions=instructions)
 
 
+def _phase(task: Any) -> str:
+    """--orders shuffles within train, valid_seen and valid_unseen, which stay in that order."""
+    return task.split
+
+
 BENCHMARK = Benchmark(
     name="alfworld", tasks=SOURCE, instructions=INSTRUCTIONS, make_environment=_environment, compact_memory=compact,
     # App. C: 50 environment steps, 128 tokens per action call (and per repair call), auxiliary calls 512 each
@@ -46,4 +51,5 @@ BENCHMARK = Benchmark(
     sim_reply=reply, sim_p0_range=P0_RANGE,
     setup_check=engine, identity=lambda options: {"alfworld_engine": engine()},
     downloads=_downloads, fetch=fetch, data_source=data_source,
+    phase=_phase,
     description="ALFWorld (App. C): household text games (574 episodes)")

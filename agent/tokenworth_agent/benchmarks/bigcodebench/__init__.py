@@ -67,6 +67,11 @@ def _environment(budget: Budget, options: Mapping[str, Any], instructions: str |
     return BigCodeBenchEnvironment(judge, max_rounds=budget.max_rounds, instructions=instructions)
 
 
+def _phase(task: Any) -> str:
+    """--orders shuffles within the Full-minus-Hard tasks, then within the Hard ones, which stay last."""
+    return "hard" if task.hard else "full"
+
+
 BENCHMARK = Benchmark(
     name="bigcodebench", tasks=SOURCE, instructions=INSTRUCTIONS, make_environment=_environment,
     compact_memory=compact,
@@ -78,4 +83,5 @@ BENCHMARK = Benchmark(
     sim_reply=reply, sim_p0_range=(0.10, 0.78),
     options=OPTIONS, setup_check=setup_check, identity=identity,
     downloads=downloads, fetch=fetch, data_source=data_source,
+    phase=_phase,
     description="BigCodeBench (App. C): Python solutions judged by unit tests (1,140 tasks)")

@@ -221,7 +221,7 @@ def run_worker(plan: Plan, backbone: Any, lease: Lease, *, slots: int, where: Ma
         while True:
             interrupt.check()  # a stop asked while idle (a Slurm preemption) claims nothing more
             result = run_experiment([], backbone, plan.out_dir, tasks=plan.tasks, schedule=plan.schedule,
-                                    harness=plan.harness, names=[], source=source,
+                                    harness=plan.harness, names=[], source=source, data_digests=plan.data_digests,
                                     hooks=source.hooks(tracker.hooks if tracker is not None else None))
             batch_sizes += result.batch_sizes
             if lease.complete():
