@@ -321,8 +321,7 @@ def parse_orders(orders: str | None) -> tuple[int, ...]:
         raise  # unreachable
 
 
-ORDERS_HELP = ("Task orders as an axis, like seeds: N runs orders 0..N-1, or a list, e.g. 0,2 (order 0 is the "
-               "benchmark's own, k > 0 a fixed permutation within its phases; docs/running.md).")
+ORDERS_HELP = "Task orders, like --seeds: N is 0..N-1, or a list, e.g. 0,2."
 
 
 @app.callback(invoke_without_command=True)
@@ -345,7 +344,7 @@ def run(
                                            show_default=str(Streams().seeds[0]))] = None,
     seeds: Annotated[Optional[str], _option(EXPERIMENT, "Several seeds as one experiment, e.g. 0,1,2 (instead of "
                                                         "--seed).")] = None,
-    orders: Annotated[Optional[str], _option(EXPERIMENT, ORDERS_HELP, show_default="0")] = None,
+    orders: Annotated[Optional[str], _option(EXPERIMENT, ORDERS_HELP)] = None,
     grid: Annotated[Optional[list[str]], _option(
         EXPERIMENT, "NAME=v1,v2,... (repeatable; the product is run): budget levels o_max, j_max, b_max, k_max, "
                     "l_max, for TokenWorth methods any HParams field, a method's parameter as METHOD.NAME "
@@ -386,7 +385,7 @@ def sweep(
     method: Annotated[Optional[str], _option(SWEEP, "Sweep this method instead; --grid METHOD.NAME sets its "
                                                     "parameters.", show_default="tokenworth")] = None,
     seed: Annotated[int, _option(SWEEP, "Seed of the backbone and of TokenWorth+'s exploration.")] = Sweep().seed,
-    orders: Annotated[Optional[str], _option(SWEEP, ORDERS_HELP, show_default="0")] = None,
+    orders: Annotated[Optional[str], _option(SWEEP, ORDERS_HELP)] = None,
     out: Annotated[Optional[Path], _option(
         OUTPUT, "Sweep folder; one holding the same sweep is resumed.", show_default="runs/sweep-ENV-seedSEED")] \
         = None,
