@@ -69,15 +69,28 @@ class Matched:
     position: np.ndarray  # its place in the stream
     seed: np.ndarray
     bank_capacity: int | None = None  # B_max of the streams' budget: how far a memory can carry over
+    order: np.ndarray | None = None  # the task order of each pair (None: all the benchmark's own, 0)
 
     @property
     def seeds(self) -> list[int]:
         return sorted({int(s) for s in self.seed})
 
     @property
+    def orders(self) -> list[int]:
+        return [0] if self.order is None else sorted({int(o) for o in self.order})
+
+    @property
     def clusters(self) -> np.ndarray | None:
-        """Task ids when a task appears more than once (several seeds), else None (one pair per task)."""
-        return self.task if len(self.seeds) > 1 else None
+        """Task ids when a task appears more than once (several seeds or orders), else None (one pair per task)."""
+        return self.task if len(self.seeds) > 1 or len(self.orders) > 1 else None
+
+    def of_order(self, order: int) -> Matched:
+        """The pairs of one task order."""
+        if self.order is None:
+            return self
+        keep = self.order == order
+        return Matched(self.method[keep], self.baseline[keep], self.method_tokens[keep], self.baseline_tokens[keep],
+                       self.task[keep], self.position[keep], self.seed[keep], self.bank_capacity, self.order[keep])
 
 
 def _where(stream: Stream) -> str:
@@ -129,12 +142,13 @@ def release_difference(one: Stream, other: Stream) -> str:
 
 
 def match(arm: Sequence[Stream], baseline: Sequence[Stream]) -> Matched | None:
-    """Pair an arm's streams with the baseline's (one per seed), task by task; None when no seed is shared."""
-    by_seed = {s.seed: s for s in baseline}
+    """Pair an arm's streams with the baseline's (one per seed and task order), task by task; None when no seed
+    and order is shared."""
+    by_seed = {(s.seed, s.order): s for s in baseline}
     columns: dict[str, list[Any]] = {k: [] for k in ("method", "baseline", "method_tokens", "baseline_tokens", "task",
-                                                     "position", "seed")}
-    for stream in sorted(arm, key=lambda s: s.seed):
-        other = by_seed.get(stream.seed)
+                                                     "position", "seed", "order")}
+    for stream in sorted(arm, key=lambda s: (s.order, s.seed)):
+        other = by_seed.get((stream.seed, stream.order))
         if other is None:
             continue
         mismatch = (differences(stream.conditions(), other.conditions(), (_where(stream), _where(other)))
@@ -152,15 +166,17 @@ def match(arm: Sequence[Stream], baseline: Sequence[Stream]) -> Matched | None:
             a, b = mine[index], theirs[index]
             for key, value in (("method", a.reward), ("baseline", b.reward), ("method_tokens", a.output_tokens),
                                ("baseline_tokens", b.output_tokens), ("task", a.task_id), ("position", index),
-                               ("seed", stream.seed)):
+                               ("seed", stream.seed), ("order", stream.order)):
                 columns[key].append(value)
     if not columns["task"]:
         return None
     capacity = next((s.budget.get("bank_capacity") for s in arm if s.budget.get("bank_capacity")), None)
+    order = np.asarray(columns["order"])
     return Matched(*(np.asarray(columns[k], dtype=np.float64 if k in ("method", "baseline", "method_tokens",
                                                                          "baseline_tokens") else None)
                      for k in ("method", "baseline", "method_tokens", "baseline_tokens", "task", "position",
-                               "seed")), bank_capacity=int(capacity) if capacity else None)
+                               "seed")), bank_capacity=int(capacity) if capacity else None,
+                   order=order if np.any(order != 0) else None)
 
 
 Cell = tuple[str, tuple[tuple[str, Any], ...]]  # (env, budget point)
@@ -171,9 +187,10 @@ def cells(found: Iterable[Stream]) -> dict[Cell, dict[str, list[Stream]]]:
     grouped: dict[Cell, dict[str, list[Stream]]] = {}
     for stream in found:
         arms = grouped.setdefault((stream.env, stream.budget_point), {})
-        same = [s for s in arms.get(stream.arm, []) if s.seed == stream.seed]
+        same = [s for s in arms.get(stream.arm, []) if (s.seed, s.order) == (stream.seed, stream.order)]
         if same:
-            raise CompareError(f"{stream.arm} ({stream.env}, seed {stream.seed}) is both {_where(same[0])} and "
+            where = f"seed {stream.seed}" + (f", order {stream.order}" if stream.order else "")
+            raise CompareError(f"{stream.arm} ({stream.env}, {where}) is both {_where(same[0])} and "
                                f"{_where(stream)}; pass only one of those run folders")
         arms.setdefault(stream.arm, []).append(stream)
     return grouped
