@@ -235,6 +235,23 @@ class Comparison:
     tokens_p_adjusted: float = math.nan
     family: int = 1  # comparisons in the cell: Holm's m
     hac_lags: int | None = None  # the lags of ``se_hac``
+    per_order: tuple[tuple[int, float], ...] = ()  # (order, ΔSR in that order) for each order run
+    orders: E.OverOrders | None = None  # ΔSR over orders of the benchmark; None with one order
+    orders_p_adjusted: float = math.nan  # the over-orders test, Holm over the cell's comparisons
+
+    @property
+    def favour(self) -> int:
+        """How many orders favour the method (ΔSR > 0 in that order)."""
+        return sum(1 for _, d in self.per_order if d > 0)
+
+    @property
+    def orders_verdict(self) -> str | None:
+        """Whether the difference holds over orders of the benchmark (None for a run of one order)."""
+        if self.orders is None:
+            return None
+        if not self.orders_p_adjusted < ALPHA:
+            return "not shown over orders"
+        return "better over orders" if self.orders.mean > 0 else "worse over orders"
 
     @property
     def mde_alpha(self) -> float:
@@ -280,7 +297,17 @@ class Comparison:
                            "p_adjusted": self.tokens_p_adjusted, "test": self.tokens.test,
                            "verdict": self.tokens_verdict, "disagreement": _disagreement(self.marks(tokens=True))},
                 "gain": _pp_estimate(self.gain), "baseline_gain": _pp_estimate(self.baseline_gain),
-                "gain_vs_baseline": _pp_estimate(self.relative_gain), "gain_status": "exploratory"}
+                "gain_vs_baseline": _pp_estimate(self.relative_gain), "gain_status": "exploratory",
+                "n_orders": len(self.per_order), "orders": [k for k, _ in self.per_order],
+                "per_order": [{"order": k, "difference": pp * d} for k, d in self.per_order],
+                **({"over_orders": self._over_orders_json()} if self.orders is not None else {})}
+
+    def _over_orders_json(self) -> dict[str, Any]:
+        pp, o = 100.0, self.orders
+        assert o is not None
+        return {"claim": "orders of this benchmark", "difference": pp * o.mean, "ci": [pp * o.ci_low, pp * o.ci_high],
+                "se": pp * o.se, "p_value": o.p_value, "p_adjusted": self.orders_p_adjusted,
+                "between_sd": pp * math.sqrt(o.between), "favour": self.favour, "verdict": self.orders_verdict}
 
 
 def _pp_estimate(estimate: E.Estimate) -> dict[str, Any]:
@@ -401,6 +428,20 @@ def serial_se(d: np.ndarray, position: np.ndarray, lags: int | None = None) -> f
     return float(fit.bse[0])
 
 
+def per_order(matched: Matched) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """Each order's paired ΔSR (a fraction) and its sampling variance: :func:`~.estimate.paired` on the order's
+    pairs (clustered by task over its seeds); the inputs of :func:`~.estimate.over_orders` and of the
+    sequential rule (:mod:`~.sequential`). The variance is NaN for an order of one task."""
+    orders = matched.orders
+    diffs, variances = [], []
+    for order in orders:
+        own = matched.of_order(order)
+        d = E.paired(own.method, own.baseline, own.clusters, binary=True)
+        diffs.append(float(d.difference))
+        variances.append(float(d.se) ** 2)
+    return orders, np.asarray(diffs), np.asarray(variances)
+
+
 def compare_arm(env: str, point: str, method: str, baseline: str, matched: Matched, runs: Sequence[str]) -> Comparison:
     clusters = matched.clusters
     sr = E.paired(matched.method, matched.baseline, clusters, binary=True)
@@ -408,7 +449,10 @@ def compare_arm(env: str, point: str, method: str, baseline: str, matched: Match
     parts = power.components(matched.method - matched.baseline, matched.task)
     gain, baseline_gain, relative = lifelong(matched)
     lags = serial_lags(len(np.unique(matched.position)), matched.bank_capacity)
+    orders, diffs, variances = per_order(matched)
+    over = (E.over_orders(diffs, variances) if len(orders) > 1 and np.all(np.isfinite(variances)) else None)
     return Comparison(env=env, point=point, method=method, baseline=baseline, runs=tuple(runs), matched=matched,
+                      per_order=tuple(zip(orders, (float(d) for d in diffs))), orders=over,
                       method_sr=E.rate(matched.method, clusters), baseline_sr=E.rate(matched.baseline, clusters),
                       sr=sr, tokens=tokens, parts=parts, mde=power.mde(parts),
                       se_hac=serial_se(matched.method - matched.baseline, matched.position, lags), gain=gain,
@@ -419,9 +463,12 @@ def holm(p_values: Sequence[float]) -> list[float]:
     """Holm-adjusted p-values (``statsmodels.stats.multitest.multipletests(method="holm")``)."""
     from statsmodels.stats.multitest import multipletests
 
-    if not p_values:
-        return []
-    return [float(p) for p in multipletests(np.asarray(p_values, dtype=np.float64), alpha=ALPHA, method="holm")[1]]
+    p = np.asarray(p_values, dtype=np.float64)
+    out = np.full(p.shape, np.nan)
+    known = np.isfinite(p)  # a comparison without a test (one order: none over orders) is not in the family
+    if known.any():
+        out[known] = multipletests(p[known], alpha=ALPHA, method="holm")[1]
+    return [float(x) for x in out]
 
 
 def compare(found: Sequence[Stream], baseline: str | None = None, *, strict: bool = True) -> list[Comparison]:
@@ -451,10 +498,11 @@ def compare(found: Sequence[Stream], baseline: str | None = None, *, strict: boo
             found_here.append(compare_arm(env, label, arm, base, matched, runs))
         adjusted = holm([c.sr.p_value for c in found_here])
         tokens_adjusted = holm([c.tokens.p_value for c in found_here])
+        orders_adjusted = holm([c.orders.p_value if c.orders is not None else math.nan for c in found_here])
         m = len(found_here)  # the MDE at Holm's first step, the strictest level a verdict here faces
-        out += [dataclasses.replace(c, p_adjusted=p, tokens_p_adjusted=t, family=m,
+        out += [dataclasses.replace(c, p_adjusted=p, tokens_p_adjusted=t, family=m, orders_p_adjusted=o,
                                     mde=power.mde(c.parts, alpha=ALPHA / m))
-                for c, p, t in zip(found_here, adjusted, tokens_adjusted)]
+                for c, p, t, o in zip(found_here, adjusted, tokens_adjusted, orders_adjusted)]
     if strict and not out:
         raise CompareError("no method shares a seed and a task with the baseline; nothing to compare")
     return out
@@ -501,8 +549,11 @@ def markdown(comparisons: Sequence[Comparison], heading: str = "##") -> str:
     for (env, point, base), rows in _groups(comparisons).items():
         seeds = rows[0].matched.seeds
         where = env.upper() + (f" · {point}" if point else "")
+        orders = sorted({k for c in rows for k, _ in c.per_order})
+        several = len(orders) > 1
         lines += [f"{heading} Paired comparison against {base} · {where} · seed{'s' if len(seeds) > 1 else ''} "
-                  f"{','.join(map(str, seeds))}", "",
+                  f"{','.join(map(str, seeds))}"
+                  + (f" · orders {','.join(map(str, orders))} (about these orders)" if several else ""), "",
                   f"| Method | Pairs | SR (%) | ΔSR (pp) | 95 % CI | p | p (Holm) | Verdict | MDE (pp) "
                   f"| ΔOutputTok | 95 % CI | p (Holm) |",
                   "|---|---:|---:|---:|---|---:|---:|---|---:|---:|---|---:|"]
@@ -530,6 +581,8 @@ def markdown(comparisons: Sequence[Comparison], heading: str = "##") -> str:
                              "clustered one; its interval may be too narrow (docs/results.md, \"Dependence along the "
                              "stream\").")
         lines += ["", _table_note(rows)]
+        if several:
+            lines += ["", *orders_table(rows, base, heading)]
         lines += ["", f"{heading}# Gain over the stream (exploratory: SR on the last third of the tasks minus the first "
                   "third)", "",
                   f"| Method | Gain (pp) | 95 % CI | Gain − {base}'s (pp) | 95 % CI |", "|---|---:|---|---:|---|"]
@@ -562,6 +615,34 @@ _MARK_NOTES = {
     "‡": ("The 95 % interval excludes 0 and the unadjusted p is below 0.05, but Holm's adjusted p is not: the interval "
           "is for this comparison alone, the verdict holds the error rate over all the comparisons of the table."),
 }
+
+
+def orders_table(rows: Sequence[Comparison], base: str, heading: str = "##") -> list[str]:
+    """The table of a run of several task orders: each method's ΔSR in each order, how many orders favour it,
+    the spread between orders, and ΔSR over orders of the benchmark with its interval, test and verdict."""
+    orders = sorted({k for c in rows for k, _ in c.per_order})
+    lines = [f"{heading}# Over task orders (about orders of this benchmark: its tasks in any order)", "",
+             "| Method | " + " | ".join(f"ΔSR order {k} (pp)" for k in orders)
+             + " | Favour | Between-order sd (pp) | ΔSR over orders (pp) | 95 % CI | p (Holm) | Verdict |",
+             "|---|" + "---:|" * len(orders) + "---:|---:|---:|---|---:|---|"]
+    for c in rows:
+        own = dict(c.per_order)
+        o = c.orders
+        cells_ = " | ".join(_num(100 * own[k], sign=True) if k in own else "—" for k in orders)
+        if o is None:
+            lines.append(f"| {c.method} | {cells_} | {c.favour}/{len(c.per_order)} | — | — | — | — | — |")
+            continue
+        lines.append(f"| {c.method} | {cells_} | {c.favour}/{len(c.per_order)} | {_num(100 * math.sqrt(o.between))} "
+                     f"| {_num(100 * o.mean, sign=True)} | {_ci(100 * o.ci_low, 100 * o.ci_high)} "
+                     f"| {_p(c.orders_p_adjusted)} | {c.orders_verdict} |")
+    lines += ["", f"The table above pools the orders run (clustered by task over orders and seeds): its verdict is "
+              f"about these {len(orders)} orders. This table is about orders of this benchmark: ΔSR over orders is "
+              "the mean of the per-order differences, its interval the t interval (orders − 1 df) from their spread "
+              "(between-order variance plus each order's sampling variance, never below the latter); p (Holm) over "
+              f"the methods compared with {base}. Favour: orders where the method's ΔSR is above 0. A method whose "
+              "difference flips sign between orders is not shown over orders however clear one order is "
+              "(docs/results.md, \"Which claim a table states\")."]
+    return lines
 
 
 def _table_note(rows: Sequence[Comparison]) -> str:
@@ -632,20 +713,66 @@ def plan_json(comparison: Comparison, delta_pp: float, seeds: Sequence[int] = po
 
 
 def render(runs: Sequence[str | Path], baseline: str | None = None, *, as_json: bool = False,
-           plan: float | None = None) -> str:
-    """What ``tokenworth compare`` prints."""
+           plan: float | None = None, sequential: bool = False, effect: float | None = None,
+           max_orders: int | None = None) -> str:
+    """What ``tokenworth compare`` prints; ``sequential``: also the sequential rule replayed over the runs'
+    orders (:mod:`~.sequential`) at ``effect`` pp and ``max_orders`` looks (its defaults when None)."""
     import json
+
+    from tokenworth_agent.results import sequential as S
 
     if plan is not None and not plan > 0:
         raise CompareError(f"--plan {plan:g}: the difference to plan for must be a positive number of percentage points")
-    comparisons = compare_runs(runs, baseline)
+    effect = S.DEFAULT_EFFECT_PP if effect is None else effect
+    max_orders = S.DEFAULT_MAX_ORDERS if max_orders is None else max_orders
+    try:
+        S.check(effect, max_orders)
+    except ValueError as exc:
+        raise CompareError(str(exc)) from None
+    found: list[Stream] = []
+    for run in runs:
+        found += read_streams(run)
+    comparisons = compare(found, baseline)
+    decided = S.decide_streams(found, baseline=comparisons[0].baseline if baseline is None else baseline,
+                               effect=effect, max_orders=max_orders) if sequential else {}
     if as_json:
-        rows = [dict(c.to_json(), **({"plan": plan_json(c, plan)} if plan is not None else {})) for c in comparisons]
+        rows = [dict(c.to_json(), **({"plan": plan_json(c, plan)} if plan is not None else {}),
+                     **(_decision_json(decided.get(S.key(c.env, c.method, c.point))) if sequential else {}))
+                for c in comparisons]
         return json.dumps(plain(rows), indent=2) + "\n"
     text = markdown(comparisons)
     if plan is not None:
         text += "\n" + plan_markdown(comparisons, plan)
+    if sequential:
+        text += "\n" + sequential_markdown(decided, effect, max_orders)
     return text
+
+
+def _decision_json(decision: Any) -> dict[str, Any]:
+    if decision is None:  # no finished order of this comparison
+        return {"decision": "undecided", "orders_used": 0, "sequential_interval": None}
+    return {"decision": decision.decision, "orders_used": decision.orders_used,
+            "sequential_interval": list(decision.interval), "sequential_difference": decision.difference}
+
+
+def sequential_markdown(decided: Mapping[str, Any], effect: float, max_orders: int) -> str:
+    """The sequential rule's table: per comparison the decision, after how many orders, the interval then."""
+    from tokenworth_agent.results import sequential as S
+
+    lines = [f"## Sequential decision over task orders (about orders of this benchmark; effect ±{effect:g} pp, at most "
+             f"{max_orders} orders, family-wise α {S.ALPHA:g} over {len(decided)} comparison"
+             f"{'s' if len(decided) != 1 else ''})", "",
+             "| Comparison | Decision | Orders used | ΔSR at stopping (pp) | Interval at stopping (pp) |",
+             "|---|---|---:|---:|---|"]
+    for name, d in decided.items():
+        lines.append(f"| {name} | {d.decision} | {d.orders_used} | {_num(d.difference, sign=True)} "
+                     f"| {_ci(*d.interval)} |")
+    lines += ["", f"Orders replayed in the order they ran (0, 1, 2, ...), one look per finished order; no decision "
+              f"before {S.first_look(max_orders)} orders. Better/worse: ΔSR over orders beyond a group-sequential "
+              "boundary (O'Brien–Fleming-type alpha spending over the planned orders, calibrated for the t statistic, "
+              "Holm over the comparisons); smaller than the effect: the interval at stopping lies inside "
+              f"(−{effect:g}, {effect:g}) pp; undecided: neither yet. docs/results.md, \"Deciding over task orders\"."]
+    return "\n".join(lines) + "\n"
 
 
 def plain(value: Any) -> Any:
@@ -660,4 +787,4 @@ def plain(value: Any) -> Any:
 
 
 __all__ = ["CompareError", "RunError", "Matched", "Comparison", "match", "cells", "compare", "compare_runs", "holm",
-           "lifelong", "thirds", "serial_lags", "serial_threshold", "serial_se", "release_difference", "along_stream", "window_along_stream", "markdown", "plan_markdown", "plan_json", "render", "differences", "plain"]
+           "lifelong", "thirds", "serial_lags", "serial_threshold", "serial_se", "release_difference", "along_stream", "window_along_stream", "markdown", "plan_markdown", "plan_json", "render", "sequential_markdown", "per_order", "orders_table", "differences", "plain"]

@@ -53,6 +53,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from tokenworth_agent.results import estimate as E
+
 ALPHA = 0.05
 DEFAULT_EFFECT_PP = 3.0  # the smallest difference worth finding, in percentage points (futility below it)
 DEFAULT_MAX_ORDERS = 10  # looks planned: orders at most
@@ -111,6 +113,19 @@ def spent(alpha: float, fraction: float) -> float:
     return float(2.0 - 2.0 * stats.norm.cdf(stats.norm.isf(alpha / 2.0) / math.sqrt(fraction)))
 
 
+@functools.lru_cache(maxsize=8)
+def _null_statistics(max_orders: int) -> np.ndarray:
+    """``|T_k|`` of :data:`CALIBRATION_PATHS` null experiments (iid standard normal per-order differences),
+    shape ``(max_orders, paths)``; row ``k - 1`` is look ``k`` (NaN at look 1: no spread yet)."""
+    z = np.random.default_rng(CALIBRATION_SEED).standard_normal((max_orders, CALIBRATION_PATHS))
+    k = np.arange(1, max_orders + 1)[:, None]
+    total, squares = np.cumsum(z, axis=0), np.cumsum(z * z, axis=0)
+    mean = total / k
+    with np.errstate(divide="ignore", invalid="ignore"):
+        variance = np.maximum(squares - k * mean * mean, 0.0) / (k - 1)
+        return np.abs(mean) / np.sqrt(variance / k)
+
+
 @functools.lru_cache(maxsize=64)
 def boundaries(alpha: float, max_orders: int) -> np.ndarray:
     """The boundaries ``c_1 .. c_M`` for ``|T|`` (``inf`` where no decision is allowed), two-sided ``alpha``.
@@ -121,30 +136,22 @@ def boundaries(alpha: float, max_orders: int) -> np.ndarray:
     increment, which crosses at most as often (conservative)."""
     from scipy import stats
 
-    rng = np.random.default_rng(CALIBRATION_SEED)
-    n, start = CALIBRATION_PATHS, first_look(max_orders)
+    t = _null_statistics(max_orders)
+    n, start = t.shape[1], first_look(max_orders)
     out = np.full(max_orders, np.inf)
-    total, squares = np.zeros(n), np.zeros(n)
     alive = np.ones(n, dtype=bool)
     before = 0.0
-    for k in range(1, max_orders + 1):
-        z = rng.standard_normal(n)
-        total += z
-        squares += z * z
-        if k < start:
-            continue
+    for k in range(start, max_orders + 1):
         now = spent(alpha, k / max_orders)
-        increment = now - before
-        before = now
-        mean = total / k
-        t = np.abs(mean) / np.sqrt(np.maximum(squares - k * mean * mean, 1e-300) / (k - 1) / k)
-        if increment * n >= _MONTE_CARLO_HITS:
-            ranked = np.sort(t[alive])[::-1]
-            c = float(ranked[int(round(increment * n))])
+        increment, before = now - before, now
+        hits = int(round(increment * n))
+        if hits >= _MONTE_CARLO_HITS:
+            left = t[k - 1][alive]
+            c = float(np.partition(left, len(left) - hits - 1)[len(left) - hits - 1])  # ``hits`` lie above it
         else:
             c = float(stats.t.isf(increment / 2.0, k - 1))
         out[k - 1] = c
-        alive &= t <= c
+        alive &= t[k - 1] <= c
     return out
 
 
@@ -179,10 +186,8 @@ def sequential(differences: Any, variances: Any, *, effect: float = DEFAULT_EFFE
     used = np.zeros(shape, dtype=np.int64)
     low, high, centre = np.full(shape, -np.inf), np.full(shape, np.inf), np.full(shape, np.nan)
     for k in range(1, looks + 1):
-        x = d[..., :k]
-        mean = x.mean(axis=-1)
-        s2 = x.var(axis=-1, ddof=1) if k > 1 else np.full(shape, np.nan)
-        se = np.sqrt(np.fmax(s2, v[..., :k].mean(axis=-1)) / k)
+        mean = d[..., :k].mean(axis=-1)
+        se = E.order_se(d[..., :k], v[..., :k])  # the estimator of a difference over orders, one copy
         with np.errstate(divide="ignore", invalid="ignore"):
             t = np.abs(mean) / se
         open_ = (code == 0) & np.isfinite(mean)  # NaN: this comparison's orders have run out (see _pad)
@@ -209,32 +214,17 @@ def _record(where: np.ndarray, k: int, mean: np.ndarray, half: np.ndarray, *stat
 
 
 # ------------------------------------------------------------------------- on a run folder
-def per_order(matched: Any) -> tuple[list[int], np.ndarray, np.ndarray]:
-    """A comparison's orders, its per-order paired SR difference (pp) and that difference's sampling variance
-    (pp^2): :func:`~.estimate.paired` on each order's pairs, clustered by task over its seeds."""
-    from tokenworth_agent.results import estimate as E
-
-    orders = matched.orders
-    diffs, variances = [], []
-    for order in orders:
-        own = matched.of_order(order)
-        d = E.paired(own.method, own.baseline, own.clusters, binary=True)
-        diffs.append(100.0 * float(d.difference))
-        variances.append((100.0 * float(d.se)) ** 2 if np.isfinite(d.se) else np.nan)
-    return orders, np.asarray(diffs), np.asarray(variances)
-
-
-def comparisons_of_run(run_dir: str | Path, baseline: str | None = "standard") -> dict[str, Any]:
-    """Every arm against the baseline, cell by cell, as ``Matched`` pairs of finished streams; keyed
-    ``env/method`` (``env/method@point`` for a budget point of a grid)."""
+def comparisons_of_streams(found: Sequence[Any], baseline: str | None = "standard") -> dict[str, Any]:
+    """Every arm against the baseline, cell by cell, as ``Matched`` pairs of the finished streams among
+    ``found`` (a partial order is not a look yet); keyed ``env/method`` (``env/method@point`` at a budget point
+    of a grid)."""
     from tokenworth_agent.results import compare as C
-    from tokenworth_agent.results.runs import streams
 
-    found = streams(run_dir, finished_only=True)
-    if not found:
-        raise C.CompareError(f"{run_dir}: no finished stream yet; nothing to decide")
+    finished = [s for s in found if s.finished]
+    if not finished:
+        raise C.CompareError("no finished stream yet; nothing to decide")
     out: dict[str, Any] = {}
-    for (env, point), arms in C.cells(found).items():
+    for (env, point), arms in C.cells(finished).items():
         label = ",".join(f"{k}={v}" for k, v in point)
         base = C.pick_baseline(arms, baseline, env + (f" at {label}" if label else ""))
         for arm, members in arms.items():
@@ -242,8 +232,13 @@ def comparisons_of_run(run_dir: str | Path, baseline: str | None = "standard") -
                 continue
             matched = C.match(members, arms[base])
             if matched is not None:
-                out[f"{env}/{arm}" + (f"@{label}" if label else "")] = matched
+                out[key(env, arm, label)] = matched
     return out
+
+
+def key(env: str, arm: str, point: str = "") -> str:
+    """A comparison's name in :func:`decide_run`'s answer: ``db/tokenworth``, ``db/tokenworth@o_max=64``."""
+    return f"{env}/{arm}" + (f"@{point}" if point else "")
 
 
 def decide(per_order_data: Mapping[str, tuple[Sequence[int], np.ndarray, np.ndarray]], *,
@@ -264,15 +259,15 @@ def decide(per_order_data: Mapping[str, tuple[Sequence[int], np.ndarray, np.ndar
                          max_orders=max_orders, alpha=alpha)
     decisions = outcome.decisions()
     out = {}
-    for key, decision in zip(keys, decisions):
-        have = min(len(per_order_data[key][1]), looks)
-        out[key] = dataclasses.replace(decision, orders_used=min(decision.orders_used, have))
+    for name, decision in zip(keys, decisions):
+        have = min(len(per_order_data[name][1]), looks)
+        out[name] = dataclasses.replace(decision, orders_used=min(decision.orders_used, have))
     return out
 
 
 def _pad(d: np.ndarray, v: np.ndarray, looks: int) -> tuple[np.ndarray, np.ndarray]:
     """A comparison with fewer orders than its family: NaN looks, which never cross a boundary (NaN > c is
-    False) and so keep it undecided where its data end. Its interval past that is NaN."""
+    False) and so keep it undecided where its data end, with the estimate of its last look."""
     d, v = np.asarray(d, dtype=np.float64), np.asarray(v, dtype=np.float64)
     missing = looks - len(d)
     return np.r_[d, np.full(missing, np.nan)], np.r_[v, np.full(missing, np.nan)]
@@ -293,11 +288,26 @@ def decide_run(run_dir: str | Path, *, baseline: str = "standard", effect: float
     Returns:
         A :class:`Decision` per comparison, keyed ``"<env>/<method>"`` (``"db/tokenworth"``).
     """
+    from tokenworth_agent.results.runs import streams
+
     check(effect, max_orders)
-    data = {key: per_order(matched) for key, matched in comparisons_of_run(run_dir, baseline).items()}
+    return decide_streams(streams(run_dir, finished_only=True), baseline=baseline, effect=effect,
+                          max_orders=max_orders, alpha=alpha)
+
+
+def decide_streams(found: Sequence[Any], *, baseline: str | None = "standard", effect: float = DEFAULT_EFFECT_PP,
+                   max_orders: int = DEFAULT_MAX_ORDERS, alpha: float = ALPHA) -> dict[str, Decision]:
+    """:func:`decide_run` on streams already read (``tokenworth compare --sequential`` over several runs)."""
+    from tokenworth_agent.results.compare import per_order
+
+    check(effect, max_orders)
+    data = {}
+    for name, matched in comparisons_of_streams(found, baseline).items():
+        orders, diffs, variances = per_order(matched)
+        data[name] = (orders, 100.0 * diffs, 1e4 * variances)  # percentage points
     return decide(data, effect=effect, max_orders=max_orders, alpha=alpha)
 
 
 __all__ = ["ALPHA", "DEFAULT_EFFECT_PP", "DEFAULT_MAX_ORDERS", "MIN_ORDERS", "BETTER", "WORSE", "SMALLER", "UNDECIDED",
-           "Decision", "Outcome", "check", "boundaries", "spent", "first_look", "sequential", "per_order",
-           "comparisons_of_run", "decide", "decide_run"]
+           "Decision", "Outcome", "check", "boundaries", "spent", "first_look", "sequential", "comparisons_of_streams",
+           "key", "decide", "decide_run", "decide_streams"]
