@@ -460,14 +460,16 @@ def compare_arm(env: str, point: str, method: str, baseline: str, matched: Match
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm-adjusted p-values (``statsmodels.stats.multitest.multipletests(method="holm")``)."""
-    from statsmodels.stats.multitest import multipletests
-
+    """Holm-adjusted p-values (as ``statsmodels.stats.multitest.multipletests(method="holm")``, which the tests
+    check; computed here, as that function collects garbage on every call, a quarter second). A NaN p-value (no
+    test: one order has none over orders) stays NaN and is not in the family."""
     p = np.asarray(p_values, dtype=np.float64)
     out = np.full(p.shape, np.nan)
-    known = np.isfinite(p)  # a comparison without a test (one order: none over orders) is not in the family
-    if known.any():
-        out[known] = multipletests(p[known], alpha=ALPHA, method="holm")[1]
+    known = np.flatnonzero(np.isfinite(p))
+    order = known[np.argsort(p[known], kind="stable")]
+    m = len(order)
+    steps = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    out[order] = np.maximum.accumulate(steps) if m else steps
     return [float(x) for x in out]
 
 
@@ -769,7 +771,7 @@ def sequential_markdown(decided: Mapping[str, Any], effect: float, max_orders: i
                      f"| {_ci(*d.interval)} |")
     lines += ["", f"Orders replayed in the order they ran (0, 1, 2, ...), one look per finished order; no decision "
               f"before {S.first_look(max_orders)} orders. Better/worse: ΔSR over orders beyond a group-sequential "
-              "boundary (O'Brien–Fleming-type alpha spending over the planned orders, calibrated for the t statistic, "
+              "boundary (alpha spent as α t⁴ over the planned orders, calibrated for the t statistic, "
               "Holm over the comparisons); smaller than the effect: the interval at stopping lies inside "
               f"(−{effect:g}, {effect:g}) pp; undecided: neither yet. docs/results.md, \"Deciding over task orders\"."]
     return "\n".join(lines) + "\n"

@@ -17,9 +17,11 @@ the difference over orders.
   accidental near-tie of two or three orders from looking precise. The floor only makes ``|T|`` smaller, so
   the error rate below holds with it;
 * ``T = mean / se`` is compared with a boundary ``c_k`` from a group-sequential design with **alpha
-  spending** (Lan-DeMets, O'Brien-Fleming type: ``alpha(t) = 2 - 2 Phi(z_{1-alpha/2} / sqrt(t))``,
-  ``t = k / max_orders``): almost nothing is spent at the first looks, nearly the fixed design's level at
-  the last. Because ``s^2`` has only ``k - 1`` degrees of freedom, the boundaries are not the normal ones:
+  spending** over the planned looks (Lan & DeMets), the power family ``alpha(t) = alpha t^4`` of Kim & DeMets
+  (1987), ``t = k / max_orders``: like O'Brien-Fleming's, it spends almost nothing at the first looks and
+  keeps the last boundary near the fixed design's. Among the usual choices (Lan-DeMets O'Brien-Fleming
+  type, ``t^2``, ``t^3``, ``t^4``, Hwang-Shih-DeCani -4), all of which hold the error rate, the planning
+  simulation found it deciding most often within ten orders (docs/results.md). Because ``s^2`` has only ``k - 1`` degrees of freedom, the boundaries are not the normal ones:
   they are **calibrated by simulation** (:func:`boundaries`) for the studentised statistic of normal
   per-order differences, whose joint law over the looks does not depend on the unknown variance (it is
   pivotal), so one table serves every run. No decision before :data:`MIN_ORDERS` orders (a variance from
@@ -59,6 +61,7 @@ ALPHA = 0.05
 DEFAULT_EFFECT_PP = 3.0  # the smallest difference worth finding, in percentage points (futility below it)
 DEFAULT_MAX_ORDERS = 10  # looks planned: orders at most
 MIN_ORDERS = 3  # no decision before this many orders (the variance between orders needs them)
+SPENDING_POWER = 4  # alpha t^4: O'Brien-Fleming-like, little spent early (module docstring, docs/results.md)
 CALIBRATION_PATHS = 200_000  # simulated null experiments per boundary table
 CALIBRATION_SEED = 20_240_917  # fixed: the boundaries are the same in every process
 _MONTE_CARLO_HITS = 100  # a look whose spending gives fewer crossings than this uses the conservative t bound
@@ -107,10 +110,9 @@ def first_look(max_orders: int) -> int:
 
 
 def spent(alpha: float, fraction: float) -> float:
-    """Lan-DeMets O'Brien-Fleming-type spending: the error allowed by information fraction ``fraction``."""
-    from scipy import stats
-
-    return float(2.0 - 2.0 * stats.norm.cdf(stats.norm.isf(alpha / 2.0) / math.sqrt(fraction)))
+    """The error allowed by information fraction ``fraction``: Kim and DeMets' power family ``alpha t^rho``
+    at :data:`SPENDING_POWER` (module docstring)."""
+    return float(alpha * fraction ** SPENDING_POWER)
 
 
 @functools.lru_cache(maxsize=8)
