@@ -56,7 +56,7 @@ def test_with_no_difference_the_family_declares_one_at_most_5_percent_of_the_tim
     outcome = _run(1, effects)
     family = np.mean(np.any(np.abs(outcome.code) == 1, axis=-1))
     assert family <= 0.05, family
-    assert family >= 0.015, family  # and not blind (below the level: the floor on the variance, docs/results.md)
+    assert family >= 0.03, family  # and not blind: near the level
     # stopping at the first fixed 95 % interval that excludes 0 does not hold that rate, by far
     naive = np.mean(np.any(_naive(*_draw(1, effects)), axis=-1))
     assert naive > 0.25, naive
@@ -180,4 +180,4 @@ def test_compare_sequential_prints_each_decision_and_json_carries_it(orders_run)
     rows = json.loads(CliRunner().invoke(_app(), ["compare", str(run), "--json", "--sequential", "--effect",
                                                   "2.5"]).output)
     assert [(r["method"], r["decision"], r["orders_used"]) for r in rows] == [("rag", "undecided", 5),
-                                                                            ("memp", "better", 5)]
+                                                                            ("memp", "better", 4)]

@@ -639,8 +639,8 @@ def orders_table(rows: Sequence[Comparison], base: str, heading: str = "##") -> 
                      f"| {_p(c.orders_p_adjusted)} | {c.orders_verdict} |")
     lines += ["", f"The table above pools the orders run (clustered by task over orders and seeds): its verdict is "
               f"about these {len(orders)} orders. This table is about orders of this benchmark: ΔSR over orders is "
-              "the mean of the per-order differences, its interval the t interval (orders − 1 df) from their spread "
-              "(between-order variance plus each order's sampling variance, never below the latter); p (Holm) over "
+              "the mean of the per-order differences, its interval the t interval (orders − 1 df) from their observed "
+              "spread (the between-order variance and each order's sampling noise together); p (Holm) over "
               f"the methods compared with {base}. Favour: orders where the method's ΔSR is above 0. A method whose "
               "difference flips sign between orders is not shown over orders however clear one order is "
               "(docs/results.md, \"Which claim a table states\")."]

@@ -11,11 +11,10 @@ the difference over orders.
 **The rule** (:func:`sequential`, the pure core; :func:`decide_run` on a run folder). After ``k`` orders
 (a *look*; looks ``1 .. max_orders``):
 
-* the estimate is the mean of the ``d_r``; its variance ``max(s^2, mean(v_r)) / k``, ``s^2`` the sample
-  variance of the ``d_r`` (it estimates ``tau^2 + v``: the between-order component plus the within-order
-  one). The floor: the per-order differences cannot vary less than their own sampling noise, which keeps an
-  accidental near-tie of two or three orders from looking precise. The floor only makes ``|T|`` smaller, so
-  the error rate below holds with it;
+* the estimate is the mean of the ``d_r``, its variance ``s^2 / k``, ``s^2`` the sample variance of the
+  ``d_r``: the observed variance, the between-order component and the within-order noise together
+  (:func:`~.estimate.over_orders`, the same estimator ``tokenworth compare`` shows over orders); the
+  between-order component ``max(0, s^2 - mean(v))`` is reported with it;
 * ``T = mean / se`` is compared with a boundary ``c_k`` from a group-sequential design with **alpha
   spending** over the planned looks (Lan & DeMets), the power family ``alpha(t) = alpha t^4`` of Kim & DeMets
   (1987), ``t = k / max_orders``: like O'Brien-Fleming's, it spends almost nothing at the first looks and
@@ -78,6 +77,7 @@ class Decision:
     orders_used: int
     interval: tuple[float, float]  # the repeated confidence interval at stopping (±inf before MIN_ORDERS)
     difference: float  # the mean of the per-order differences at stopping
+    between_sd: float = math.nan  # the spread between orders at stopping (sd, the difference's units)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,11 +89,13 @@ class Outcome:
     low: np.ndarray
     high: np.ndarray
     difference: np.ndarray
+    between: np.ndarray  # the between-order variance component at stopping
 
     def decisions(self) -> list[Decision]:
         """One family's outcome (one-dimensional arrays) as :class:`Decision` objects."""
-        return [Decision(_CODES[int(c)], int(k), (float(lo), float(hi)), float(d))
-                for c, k, lo, hi, d in zip(self.code, self.orders_used, self.low, self.high, self.difference)]
+        return [Decision(_CODES[int(c)], int(k), (float(lo), float(hi)), float(d), math.sqrt(float(b)))
+                for c, k, lo, hi, d, b in zip(self.code, self.orders_used, self.low, self.high, self.difference,
+                                              self.between)]
 
 
 def check(effect: float, max_orders: int) -> None:
@@ -187,9 +189,10 @@ def sequential(differences: Any, variances: Any, *, effect: float = DEFAULT_EFFE
     code = np.zeros(shape, dtype=np.int64)
     used = np.zeros(shape, dtype=np.int64)
     low, high, centre = np.full(shape, -np.inf), np.full(shape, np.inf), np.full(shape, np.nan)
+    between = np.full(shape, np.nan)
     for k in range(1, looks + 1):
         mean = d[..., :k].mean(axis=-1)
-        se = E.order_se(d[..., :k], v[..., :k])  # the estimator of a difference over orders, one copy
+        se, spread = E.order_spread(d[..., :k], v[..., :k])  # the estimator of a difference over orders, one copy
         with np.errstate(divide="ignore", invalid="ignore"):
             t = np.abs(mean) / se
         open_ = (code == 0) & np.isfinite(mean)  # NaN: this comparison's orders have run out (see _pad)
@@ -200,19 +203,22 @@ def sequential(differences: Any, variances: Any, *, effect: float = DEFAULT_EFFE
             if not reject.any():
                 break
             code = np.where(reject, np.where(mean > 0, 1, -1), code)
-            used, low, high, centre = _record(reject, k, mean, c * se, used, low, high, centre)
+            used, low, high, centre, between = _record(reject, k, mean, c * se, spread, used, low, high, centre,
+                                                       between)
             open_ &= ~reject
         futile = open_ & (mean - c * se > -effect) & (mean + c * se < effect)
         code = np.where(futile, 2, code)
-        used, low, high, centre = _record(open_, k, mean, c * se, used, low, high, centre)
-    return Outcome(code, used, low, high, centre)
+        used, low, high, centre, between = _record(open_, k, mean, c * se, spread, used, low, high, centre, between)
+    return Outcome(code, used, low, high, centre, between)
 
 
-def _record(where: np.ndarray, k: int, mean: np.ndarray, half: np.ndarray, *state: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The look ``k``'s estimate and interval written where ``where`` (stopped now, or still open)."""
-    used, low, high, centre = state
+def _record(where: np.ndarray, k: int, mean: np.ndarray, half: np.ndarray, spread: np.ndarray,
+            *state: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The look ``k``'s estimate, interval and between-order component written where ``where`` (stopped
+    now, or still open)."""
+    used, low, high, centre, between = state
     return (np.where(where, k, used), np.where(where, mean - half, low), np.where(where, mean + half, high),
-            np.where(where, mean, centre))
+            np.where(where, mean, centre), np.where(where, spread, between))
 
 
 # ------------------------------------------------------------------------- on a run folder
