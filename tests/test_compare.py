@@ -509,3 +509,26 @@ def test_compare_of_several_orders_labels_its_claims_and_json_has_each_order(ord
     [first, _] = json.loads(runner.invoke(_app(), ["compare", str(one_seed), "--json"]).output)
     assert first["n_orders"] == 1 and first["per_order"] == [{"order": 0, "difference": first["difference"]}]
     assert "over_orders" not in first
+
+
+def test_the_plan_counts_the_orders_a_conclusion_about_orders_needs(orders_run, one_seed) -> None:
+    from statsmodels.stats.power import TTestPower
+
+    from tokenworth_agent.results import power
+    from tokenworth_agent.results.compare import ONE_ORDER, compare_runs, plan_json, plan_markdown
+
+    # the t test over orders: the first order count with 80 % power, as statsmodels computes power
+    needed = power.orders_needed(3.0, 2.0 ** 2, 1.5 ** 2, alpha=0.05)
+    effect = 3.0 / np.hypot(2.0, 1.5)
+    assert TTestPower().power(effect, needed, 0.05) >= 0.8 > TTestPower().power(effect, needed - 1, 0.05)
+    assert power.orders_needed(3.0, 4.0, 0.0, alpha=0.05) < needed  # more tasks shrink only the within part
+    rag, memp = compare_runs([orders_run])
+    made = plan_json(memp, 3.0)["orders_needed"]
+    first = memp.matched.of_order(0)
+    within = float(np.mean((first.method - first.baseline) ** 2)) / 200  # one seed: the discordance per task
+    assert made["1"][0] == power.orders_needed(0.03, float(memp.orders.between), within, alpha=0.025)
+    assert made["unlimited"][0] <= made["10"][0] <= made["1"][0]
+    text = plan_markdown([rag, memp], 3.0)
+    assert "### Orders needed for a conclusion about orders (3 pp" in text and "200 tasks × 1 seed × 4 orders" in text
+    single = compare_runs([one_seed])
+    assert plan_json(single[0], 3.0)["orders_needed"] is None and ONE_ORDER in plan_markdown(single, 3.0)

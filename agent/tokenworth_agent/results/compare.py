@@ -690,6 +690,9 @@ def plan_markdown(comparisons: Sequence[Comparison], delta_pp: float, seeds: Seq
         if made.unknown is not None:
             unknown.append(f"{c.method} vs {c.baseline}: unknown, {made.unknown}.")
         pilot = f"{c.parts.tasks} tasks × {c.parts.seeds} seed{'s' if c.parts.seeds > 1 else ''}"
+        if len(c.matched.orders) > 1:  # orders repeat a task like seeds do: this plan is about these orders
+            pilot = (f"{c.parts.tasks} tasks × {len(c.matched.seeds)} seed{'s' if len(c.matched.seeds) > 1 else ''}"
+                     f" × {len(c.matched.orders)} orders (each a repeat)")
         lines.append(f"| {c.env}{' · ' + c.point if c.point else ''} | {c.method} vs {c.baseline} | {pilot} "
                      f"| {100 * c.parts.total:.1f} % | {c.mde_alpha:.4g} | "
                      + " | ".join(_plan_cell(best, worst) for _, best, worst in made.rows) + " |")
@@ -703,14 +706,75 @@ def plan_markdown(comparisons: Sequence[Comparison], delta_pp: float, seeds: Seq
                      "its estimate (a negative one set to 0, the most optimistic) to its one-sided 95 % upper bound. ")
     lines += unknown
     lines.append("From the pilot's paired differences (statsmodels TTestPower; docs/results.md, \"Planning a run\").")
+    lines += ["", *orders_plan_markdown(comparisons, delta_pp, seeds)]
     return "\n".join(lines) + "\n"
+
+
+ONE_ORDER = ("a pilot of one task order cannot estimate the spread between orders: its plan is about this order; "
+             "run three orders or more (tokenworth run --orders 0,1,2) to plan a conclusion about orders")
+
+
+def orders_plan(comparison: Comparison, delta_pp: float, seeds: Sequence[int] = power.SEEDS
+                ) -> dict[int, tuple[float, float]] | None:
+    """Orders needed for a conclusion **about orders** (:func:`~.power.orders_needed`) at the pilot's tasks,
+    per seed count: (best, worst) as the within-order variance's range (:meth:`~.power.Components.per_task`
+    of the first order's pairs), plus the spread between orders; key 0: unlimited tasks and seeds (the
+    spread alone). None for a one-order pilot (:data:`ONE_ORDER`)."""
+    c = comparison
+    if c.orders is None:
+        return None
+    first = c.matched.of_order(c.matched.orders[0])
+    parts = power.components(first.method - first.baseline, first.task if len(first.seeds) > 1 else None)
+    tasks, between = parts.tasks, float(c.orders.between)
+    # unlimited tasks: the spread alone; none seen (the estimate errs low): the t test's least, two orders
+    alone = power.orders_needed(delta_pp / 100, between, 0.0, alpha=c.mde_alpha) if between > 0 else 2.0
+    out = {0: (alone, alone)}
+    for s in seeds:
+        best, worst = parts.per_task(s)
+        out[s] = (power.orders_needed(delta_pp / 100, between, best / tasks, alpha=c.mde_alpha),
+                  power.orders_needed(delta_pp / 100, between, worst / tasks, alpha=c.mde_alpha))
+    return out
+
+
+def orders_plan_markdown(comparisons: Sequence[Comparison], delta_pp: float,
+                         seeds: Sequence[int] = power.SEEDS) -> list[str]:
+    """The plan in orders: how many task orders a conclusion about orders needs (tasks × seeds × orders)."""
+    lines = [f"### Orders needed for a conclusion about orders ({delta_pp:g} pp, 80 % power, at Holm's first step)",
+             "", "| Env | Method vs baseline | Pilot | Between-order sd (pp) | " + " | ".join(
+                 f"{s} seed{'s' if s > 1 else ''}" for s in seeds) + " | unlimited tasks |",
+             "|---|---|---|---:|" + "---:|" * (len(seeds) + 1)]
+    single = []
+    for c in comparisons:
+        made = orders_plan(c, delta_pp, seeds)
+        if made is None:
+            single.append(c)
+            continue
+        assert c.orders is not None
+        seeds_run = len(c.matched.seeds)
+        pilot = f"{c.parts.tasks} tasks × {seeds_run} seed{'s' if seeds_run > 1 else ''} × {c.orders.orders} orders"
+        lines.append(f"| {c.env}{' · ' + c.point if c.point else ''} | {c.method} vs {c.baseline} | {pilot} "
+                     f"| {_num(100 * math.sqrt(c.orders.between))} | "
+                     + " | ".join(_plan_cell(*made[s]) for s in seeds) + f" | {_plan_cell(*made[0])} |")
+    if len(single) == len(comparisons):
+        return [f"Orders: {ONE_ORDER}."]
+    lines += ["", "At the pilot's tasks per order: a conclusion about orders is tested on the per-order differences "
+              "(t, orders − 1 df), whose variance is the spread between orders plus one order's sampling variance; "
+              "more tasks or seeds shrink only the second, so the orders needed never fall below the last column "
+              "(the spread alone). The range: the within-order variance as for the tasks above. The sequential rule "
+              "(--sequential) decides, on average, before this fixed plan (docs/results.md, \"Deciding over task "
+              "orders\")."]
+    return lines
 
 
 def plan_json(comparison: Comparison, delta_pp: float, seeds: Sequence[int] = power.SEEDS) -> dict[str, Any]:
     """The plan of one comparison as ``--json`` prints it (``tasks_needed``: null, and ``unknown`` says why, when the
     pilot shows no variance)."""
     made = power.plan(delta_pp / 100.0, comparison.parts, seeds, alpha=comparison.mde_alpha)
+    by_orders = orders_plan(comparison, delta_pp, seeds)
     return {"delta": delta_pp, "alpha": comparison.mde_alpha, "power": power.POWER, "known": made.known,
+            "orders_needed": None if by_orders is None else {
+                ("unlimited" if s == 0 else str(s)): list(v) for s, v in by_orders.items()},
+            "orders_unknown": ONE_ORDER if by_orders is None else None,
             "unknown": made.unknown, "tasks_needed": {str(s): [best, worst] for s, best, worst in made.rows}}
 
 
