@@ -253,7 +253,8 @@ def stream_log(stream: "Stream", created: float, completed: float | None = None,
     planned = planned_tasks(config)
     source = (config.get("data_source") or {}).get(stream.env) or {}
     version = harness_version()
-    # the order only in a run of several orders: a one-order run's logs stay as they were
+    # the order in task_args and tags only when not 0 (absent means 0, as in the records), so a one-order run's
+    # logs stay as they were; the metadata always names it
     identity = {"method": stream.method, "seed": stream.seed, **({"order": stream.order} if stream.order else {}),
                 **point}
     spec = EvalSpec(
