@@ -26,8 +26,9 @@ def config(**changes: Any) -> dict[str, Any]:
 def write_stream(run: Path, name: str, rewards: Sequence[int], *, method: str | None = None, seed: int = 0,
                  tokens: Sequence[int] | None = None, finished: bool = True, budget: Mapping[str, Any] = BUDGET,
                  task_ids: Sequence[str] | None = None, hparams: Mapping[str, Any] | None = None,
-                 skills: Sequence[Sequence[str]] | None = None) -> None:
-    """One stream folder: a record per reward (task i is ``db-i`` unless ``task_ids``) and its checkpoint."""
+                 skills: Sequence[Sequence[str]] | None = None, order: int | None = None) -> None:
+    """One stream folder: a record per reward (task i is ``db-i`` unless ``task_ids``) and its checkpoint;
+    ``order``: the task order its records name (a run of several orders), None for none named."""
     from tokenworth_agent.storage.checkpoint import save_checkpoint
 
     folder = run / name
@@ -36,7 +37,7 @@ def write_stream(run: Path, name: str, rewards: Sequence[int], *, method: str | 
     lines = []
     for i, reward in enumerate(rewards):
         stream = {"env": "db", "method": method, "seed": seed, "budget": dict(budget), "hparams": dict(hparams or {}),
-                  "hparams_digest": None}
+                  "hparams_digest": None, **({"order": order} if order is not None else {})}
         record = task_record(i, int(reward), method=method, task_id=task_ids[i] if task_ids else f"db-{i}",
                              output_tokens=int(tokens[i]) if tokens is not None else 10,
                              execution_tokens=int(tokens[i]) if tokens is not None else 10,

@@ -427,3 +427,108 @@ def test_a_two_seed_plan_runs_to_the_upper_bound_of_the_between_task_variance() 
     high = parts.between_high + parts.within / 10
     expected = ((stats.norm.ppf(0.975) + stats.norm.ppf(0.8)) / 0.02) ** 2 * high
     assert ten[1] == pytest.approx(expected, rel=0.02)
+
+
+# ------------------------------------------------------------------------- task orders
+ORDER_SHIFTS = {"rag": [(18, 6), (6, 18), (18, 6), (7, 17)],  # (tasks gained, lost) per order: +6, -6, +6, -5 pp
+                "memp": [(18, 2), (16, 2), (20, 2), (17, 1)]}  # +8, +7, +9, +8 pp: every order agrees
+
+
+def _order_streams(k: int, tasks: int = 200) -> tuple[list[str], dict[str, list[int]]]:
+    """Order ``k`` of a synthetic run: the task ids in that order and each method's rewards."""
+    rng = np.random.default_rng(100 + k)
+    ids = [f"db-{i}" for i in (rng.permutation(tasks) if k else range(tasks))]
+    standard = (rng.random(tasks) < 0.4).astype(int)
+    out = {"standard": standard.tolist()}
+    for method, shifts in ORDER_SHIFTS.items():
+        up, down = shifts[k]
+        own = standard.copy()
+        own[np.flatnonzero(standard == 0)[:up]] = 1
+        own[np.flatnonzero(standard == 1)[:down]] = 0
+        out[method] = own.tolist()
+    return ids, out
+
+
+@pytest.fixture(scope="module")
+def orders_run(tmp_path_factory):
+    """Four task orders of 200 tasks: rag's difference flips sign between orders, memp's holds."""
+    run = tmp_path_factory.mktemp("orders") / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(config(orders=[0, 1, 2, 3])))
+    for k in range(4):
+        ids, rewards = _order_streams(k)
+        for method, values in rewards.items():
+            write_stream(run, f"order{k}/{method}", values, task_ids=ids, order=k)
+    return run
+
+
+def test_several_orders_give_each_orders_difference_the_spread_and_a_verdict_over_orders(orders_run) -> None:
+    import statsmodels.api as sm
+
+    from tokenworth_agent.results.compare import compare_runs
+
+    rag, memp = compare_runs([orders_run])
+    assert [k for k, _ in rag.per_order] == [0, 1, 2, 3] and rag.matched.orders == [0, 1, 2, 3]
+    assert [round(100 * d, 6) for _, d in rag.per_order] == [6, -6, 6, -5] and rag.favour == 2
+    assert [round(100 * d, 6) for _, d in memp.per_order] == [8, 7, 9, 8] and memp.favour == 4
+    # pooled over orders, clustered by task (the same ids in every order): statsmodels on the same pairs
+    d = rag.matched.method - rag.matched.baseline
+    fit = sm.OLS(d, np.ones_like(d)).fit(cov_type="cluster", cov_kwds={"groups": rag.matched.task}, use_t=True)
+    assert rag.sr.n == 800 and rag.sr.n_clusters == 200 and rag.sr.se == pytest.approx(fit.bse[0], rel=1e-12)
+    # over orders: the mean of the per-order differences, t with 3 df from their observed spread, the
+    # between-order component by the method of moments
+    per = np.array([d for _, d in rag.per_order])
+    within = np.mean([(rag.matched.of_order(k).method - rag.matched.of_order(k).baseline).std(ddof=1) ** 2 / 200
+                      for k in range(4)])
+    assert rag.orders.mean == pytest.approx(per.mean())
+    assert rag.orders.se == pytest.approx(np.sqrt(per.var(ddof=1) / 4))
+    assert rag.orders.between == pytest.approx(max(0.0, per.var(ddof=1) - within))
+    assert rag.orders.ci_high - rag.orders.mean == pytest.approx(stats.t.ppf(0.975, 3) * rag.orders.se)
+    assert rag.orders_verdict == "not shown over orders" and memp.orders_verdict == "better over orders"
+    from statsmodels.stats.multitest import multipletests
+
+    holm = multipletests([rag.orders.p_value, memp.orders.p_value], method="holm")[1]
+    assert [rag.orders_p_adjusted, memp.orders_p_adjusted] == pytest.approx(list(holm))
+
+
+def test_compare_of_several_orders_labels_its_claims_and_json_has_each_order(orders_run, one_seed) -> None:
+    result = runner.invoke(_app(), ["compare", str(orders_run)])
+    assert result.exit_code == 0, result.output
+    text = result.output
+    assert "· orders 0,1,2,3 (about these orders)" in text
+    assert "### Over task orders (about orders of this benchmark" in text
+    assert "| rag | +6.0 | −6.0 | +6.0 | −5.0 | 2/4 |" in text and "not shown over orders" in text
+    assert "| memp | +8.0 | +7.0 | +9.0 | +8.0 | 4/4 |" in text and "better over orders" in text
+    rows = json.loads(runner.invoke(_app(), ["compare", str(orders_run), "--json"]).output)
+    assert rows[0]["n_orders"] == 4 and [r["order"] for r in rows[0]["per_order"]] == [0, 1, 2, 3]
+    assert [round(r["difference"], 6) for r in rows[1]["per_order"]] == [8, 7, 9, 8]
+    assert rows[1]["over_orders"]["claim"] == "orders of this benchmark" and rows[1]["over_orders"]["favour"] == 4
+    # one order: the tables as before, the JSON with the two new keys only
+    one = runner.invoke(_app(), ["compare", str(one_seed)]).output
+    assert "orders" not in one and "about these" not in one
+    [first, _] = json.loads(runner.invoke(_app(), ["compare", str(one_seed), "--json"]).output)
+    assert first["n_orders"] == 1 and first["per_order"] == [{"order": 0, "difference": first["difference"]}]
+    assert "over_orders" not in first
+
+
+def test_the_plan_counts_the_orders_a_conclusion_about_orders_needs(orders_run, one_seed) -> None:
+    from statsmodels.stats.power import TTestPower
+
+    from tokenworth_agent.results import power
+    from tokenworth_agent.results.compare import ONE_ORDER, compare_runs, plan_json, plan_markdown
+
+    # the t test over orders: the first order count with 80 % power, as statsmodels computes power
+    needed = power.orders_needed(3.0, 2.0 ** 2, 1.5 ** 2, alpha=0.05)
+    effect = 3.0 / np.hypot(2.0, 1.5)
+    assert TTestPower().power(effect, needed, 0.05) >= 0.8 > TTestPower().power(effect, needed - 1, 0.05)
+    assert power.orders_needed(3.0, 4.0, 0.0, alpha=0.05) < needed  # more tasks shrink only the within part
+    rag, memp = compare_runs([orders_run])
+    made = plan_json(memp, 3.0)["orders_needed"]
+    first = memp.matched.of_order(0)
+    within = float(np.mean((first.method - first.baseline) ** 2)) / 200  # one seed: the discordance per task
+    assert made["1"][0] == power.orders_needed(0.03, float(memp.orders.between), within, alpha=0.025)
+    assert made["unlimited"][0] <= made["10"][0] <= made["1"][0]
+    text = plan_markdown([rag, memp], 3.0)
+    assert "### Orders needed for a conclusion about orders (3 pp" in text and "200 tasks × 1 seed × 4 orders" in text
+    single = compare_runs([one_seed])
+    assert plan_json(single[0], 3.0)["orders_needed"] is None and ONE_ORDER in plan_markdown(single, 3.0)

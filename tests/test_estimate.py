@@ -285,3 +285,50 @@ def test_intervals_that_ignore_the_clustering_fail_the_same_test() -> None:
     assert three["rate, clustering ignored (naive)"] < 0.93, three
     assert varying["paired, clustering ignored (naive)"] < 0.93, varying
     assert 0.93 <= varying["paired"] <= 0.97 and 0.93 <= three["rate baseline"] <= 0.97
+
+
+# ------------------------------------------------------------------------- task orders as a random effect
+_ORDER_NODES, _ORDER_WEIGHTS = np.polynomial.hermite_e.hermegauss(20)
+_ORDER_WEIGHTS = _ORDER_WEIGHTS / _ORDER_WEIGHTS.sum()
+
+# name: tasks, orders, the sd of an order's own effect on the method's logit (0.1: about 2 points, like DB's)
+ORDER_SCENARIOS = {"5 orders of 300 tasks, DB-like spread": (300, 5, 0.1),
+                   "4 orders of 500 tasks, wide spread": (500, 4, 0.2)}
+
+
+@functools.lru_cache(maxsize=None)
+def run_orders(name: str) -> dict[str, float]:
+    """``RUNS`` experiments of one benchmark's tasks (drawn once per experiment) run in several orders, each
+    order shifting the method's logit by its own effect (a random effect: which order helps the method).
+    The truth over orders of the benchmark: the mean over its tasks of the method's rate averaged over the
+    order effect (Gauss-Hermite) less the baseline's."""
+    tasks, orders, order_sd = ORDER_SCENARIOS[name]
+    base, effect, spread = -0.2, 0.15, 0.5
+    rng = np.random.default_rng(50 + sorted(ORDER_SCENARIOS).index(name))
+    z, w = rng.standard_normal((RUNS, 1, tasks)), rng.standard_normal((RUNS, 1, tasks))
+    shift = order_sd * rng.standard_normal((RUNS, orders, 1))
+    u = rng.random((RUNS, orders, tasks))
+    v = np.where(rng.random((RUNS, orders, tasks)) < 0.7, u, rng.random((RUNS, orders, tasks)))
+    baseline = (u < expit(base + z)).astype(float)
+    method = (v < expit(base + effect + z + spread * w + shift)).astype(float)
+    truth = (sum(weight * expit(base + effect + z + spread * w + order_sd * node)
+                 for node, weight in zip(_ORDER_NODES, _ORDER_WEIGHTS)) - expit(base + z)).mean(axis=(-2, -1))
+    per_order = E.paired(method, baseline)  # (runs, orders)
+    over = E.over_orders(per_order.difference, per_order.se ** 2)
+    pooled = E.paired(method.reshape(RUNS, -1), baseline.reshape(RUNS, -1), np.tile(np.arange(tasks), orders))
+
+    def covers(low: np.ndarray, high: np.ndarray) -> float:
+        return float(np.mean((low <= truth) & (truth <= high)))
+
+    return {"over orders": covers(over.ci_low, over.ci_high),
+            "one order (naive)": covers(per_order.ci_low[:, 0], per_order.ci_high[:, 0]),
+            "pooled over orders (naive)": covers(pooled.ci_low, pooled.ci_high)}
+
+
+@pytest.mark.parametrize("name", list(ORDER_SCENARIOS))
+def test_the_interval_over_orders_covers_the_over_orders_difference_and_one_order_does_not(name: str) -> None:
+    result = run_orders(name)
+    assert 0.93 <= result["over orders"] <= 0.97, (name, result)
+    # one order's interval is about that order; pooling the orders as if they were seeds ignores that an
+    # order shifts every task alike: both miss the difference over orders too often
+    assert result["one order (naive)"] < 0.93 and result["pooled over orders (naive)"] < 0.93, (name, result)

@@ -295,3 +295,22 @@ def test_the_export_benchmark_measures_a_run(run, tmp_path) -> None:
     assert measured["written"] == 2 and measured["rewritten_when_current"] == 0 and report["kept_whole"]
     assert set(report["log_bytes"]) == {"standard.eval", "rag.eval"} and all(v > 0 for v in report["log_bytes"].values())
     assert (tmp_path / "inspect_export.md").read_text().startswith("# inspect_export")
+
+
+def test_a_run_of_several_task_orders_exports_each_orders_logs_with_the_order(tmp_path) -> None:
+    from tests.runfolders import write_stream
+
+    folder = write_run(tmp_path / "orders", {})
+    for k, (standard, rag) in enumerate([([1, 0, 1], [1, 1, 1]), ([0, 0, 1], [1, 0, 0])]):
+        ids = ["db-0", "db-1", "db-2"] if k == 0 else ["db-2", "db-0", "db-1"]
+        write_stream(folder, f"order{k}/standard", standard, task_ids=ids, order=k)
+        write_stream(folder, f"order{k}/rag", rag, task_ids=ids, order=k)
+    tokenworth("export", "inspect", str(folder))
+    log = read_eval_log(str(folder / "inspect" / "order1" / "rag.eval"))
+    meta = log.eval.metadata
+    assert (meta["method"], meta["order"], meta["stream"]) == ("rag", 1, "order1/rag")
+    assert log.eval.task_args == {"method": "rag", "seed": 0, "order": 1} and "order1" in log.eval.tags
+    # the other methods' rewards are those of the same order
+    assert [s.metadata["method_rewards"]["standard"] for s in log.samples] == [0, 0, 1]
+    first = read_eval_log(str(folder / "inspect" / "order0" / "rag.eval"))
+    assert first.eval.metadata["order"] == 0 and first.eval.task_args == {"method": "rag", "seed": 0}

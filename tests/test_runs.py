@@ -78,3 +78,23 @@ def test_a_folder_that_is_no_run_is_refused_in_one_line(tmp_path) -> None:
     run = write_run(tmp_path / "run", {"standard": [1]})
     with pytest.raises(RunError, match="has no stream rag; it has: standard"):
         streams(run, names=["rag"])
+
+
+def test_task_orders_are_read_from_records_and_folder_names(tmp_path) -> None:
+    from tokenworth_agent.results import load_run
+    from tokenworth_agent.results.runs import parse_name, streams
+
+    assert parse_name("db/seed1/order2/rag@o_max=64") == ("db", 1, "rag", (("o_max", 64),), 2)
+    assert parse_name("order10/standard") == (None, None, "standard", (), 10)
+    assert parse_name("seed0/standard")[4] is None  # no order folder: the benchmark's own order
+    run = write_run(tmp_path / "run", {})
+    for k in (0, 2, 10):
+        write_stream(run, f"order{k}/standard", [1, 0], order=k)
+    write_stream(run, "order1/standard", [0, 0])  # an older record without "order": the folder says
+    found = streams(run)
+    assert [(s.name, s.order) for s in found] == [("order0/standard", 0), ("order1/standard", 1),
+                                                  ("order2/standard", 2), ("order10/standard", 10)]
+    frame = load_run(run)
+    assert frame["order"].tolist() == [0, 0, 1, 1, 2, 2, 10, 10] and str(frame["order"].dtype) == "int64"
+    plain = load_run(write_run(tmp_path / "one", {"standard": [1]}))
+    assert plain["order"].tolist() == [0]  # a run of one order: every row order 0

@@ -162,3 +162,14 @@ def test_resumed_records_are_counted_as_done_not_as_new_work(tmp_path):
     bar.resumed([task_record(i, 1) for i in range(3)])
     bar(task_record(3, 0, output_tokens=20))
     assert (bar.bar.initial, bar.bar.n, bar.n, bar.successes) == (3, 4, 4, 3)
+
+
+def test_show_finds_a_stream_of_a_task_order_and_names_the_order(tmp_path):
+    from tests.runfolders import write_run, write_stream
+
+    run = write_run(tmp_path / "run", {})
+    write_stream(run, "db/seed0/order2/standard", [1, 0], order=2)  # four folders deep
+    text = render(run, "db/seed0/order2/standard", 1)
+    assert text.splitlines()[0].startswith("standard · task 1 (db-1) · order 2 · env db")
+    write_stream(run, "plain", [1], method="standard")  # no order named: the header as before
+    assert " · order" not in render(run, "plain", 0)

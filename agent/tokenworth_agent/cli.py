@@ -433,13 +433,21 @@ def compare(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list, one object per method compared."),
     plan: Optional[float] = typer.Option(None, "--plan", metavar="PP", help="Also say how many tasks and seeds "
                                          "detect a difference of PP percentage points with 80 % power."),
+    sequential: bool = typer.Option(False, "--sequential", help="Also replay the sequential rule over the runs' "
+                                    "task orders: per comparison the decision, after how many orders, the interval."),
+    effect: Optional[float] = typer.Option(None, "--effect", metavar="PP", help="The sequential rule's smallest "
+                                           "difference worth finding (futility below it).", show_default="3"),
+    max_orders: Optional[int] = typer.Option(None, "--max-orders", metavar="M", help="The sequential rule's "
+                                             "planned orders at most.", show_default="10"),
 ) -> None:
     """Paired comparison of each method with the baseline: ΔSR and ΔOutputTok with 95 % intervals, p-values
-    (Holm-adjusted), a verdict, the minimum detectable effect and the gain over the stream (docs/results.md)."""
+    (Holm-adjusted), a verdict, the minimum detectable effect and the gain over the stream; with several task
+    orders, the difference in each order and over orders (docs/results.md)."""
     from tokenworth_agent.results.compare import CompareError, RunError, render
 
     try:
-        typer.echo(render(runs, baseline, as_json=as_json, plan=plan), nl=False)
+        typer.echo(render(runs, baseline, as_json=as_json, plan=plan, sequential=sequential, effect=effect,
+                          max_orders=max_orders), nl=False)
     except (CompareError, RunError) as exc:
         fail(str(exc))
 

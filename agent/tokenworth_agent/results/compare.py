@@ -69,15 +69,28 @@ class Matched:
     position: np.ndarray  # its place in the stream
     seed: np.ndarray
     bank_capacity: int | None = None  # B_max of the streams' budget: how far a memory can carry over
+    order: np.ndarray | None = None  # the task order of each pair (None: all the benchmark's own, 0)
 
     @property
     def seeds(self) -> list[int]:
         return sorted({int(s) for s in self.seed})
 
     @property
+    def orders(self) -> list[int]:
+        return [0] if self.order is None else sorted({int(o) for o in self.order})
+
+    @property
     def clusters(self) -> np.ndarray | None:
-        """Task ids when a task appears more than once (several seeds), else None (one pair per task)."""
-        return self.task if len(self.seeds) > 1 else None
+        """Task ids when a task appears more than once (several seeds or orders), else None (one pair per task)."""
+        return self.task if len(self.seeds) > 1 or len(self.orders) > 1 else None
+
+    def of_order(self, order: int) -> Matched:
+        """The pairs of one task order."""
+        if self.order is None:
+            return self
+        keep = self.order == order
+        return Matched(self.method[keep], self.baseline[keep], self.method_tokens[keep], self.baseline_tokens[keep],
+                       self.task[keep], self.position[keep], self.seed[keep], self.bank_capacity, self.order[keep])
 
 
 def _where(stream: Stream) -> str:
@@ -129,12 +142,13 @@ def release_difference(one: Stream, other: Stream) -> str:
 
 
 def match(arm: Sequence[Stream], baseline: Sequence[Stream]) -> Matched | None:
-    """Pair an arm's streams with the baseline's (one per seed), task by task; None when no seed is shared."""
-    by_seed = {s.seed: s for s in baseline}
+    """Pair an arm's streams with the baseline's (one per seed and task order), task by task; None when no seed
+    and order is shared."""
+    by_seed = {(s.seed, s.order): s for s in baseline}
     columns: dict[str, list[Any]] = {k: [] for k in ("method", "baseline", "method_tokens", "baseline_tokens", "task",
-                                                     "position", "seed")}
-    for stream in sorted(arm, key=lambda s: s.seed):
-        other = by_seed.get(stream.seed)
+                                                     "position", "seed", "order")}
+    for stream in sorted(arm, key=lambda s: (s.order, s.seed)):
+        other = by_seed.get((stream.seed, stream.order))
         if other is None:
             continue
         mismatch = (differences(stream.conditions(), other.conditions(), (_where(stream), _where(other)))
@@ -152,15 +166,17 @@ def match(arm: Sequence[Stream], baseline: Sequence[Stream]) -> Matched | None:
             a, b = mine[index], theirs[index]
             for key, value in (("method", a.reward), ("baseline", b.reward), ("method_tokens", a.output_tokens),
                                ("baseline_tokens", b.output_tokens), ("task", a.task_id), ("position", index),
-                               ("seed", stream.seed)):
+                               ("seed", stream.seed), ("order", stream.order)):
                 columns[key].append(value)
     if not columns["task"]:
         return None
     capacity = next((s.budget.get("bank_capacity") for s in arm if s.budget.get("bank_capacity")), None)
+    order = np.asarray(columns["order"])
     return Matched(*(np.asarray(columns[k], dtype=np.float64 if k in ("method", "baseline", "method_tokens",
                                                                          "baseline_tokens") else None)
                      for k in ("method", "baseline", "method_tokens", "baseline_tokens", "task", "position",
-                               "seed")), bank_capacity=int(capacity) if capacity else None)
+                               "seed")), bank_capacity=int(capacity) if capacity else None,
+                   order=order if np.any(order != 0) else None)
 
 
 Cell = tuple[str, tuple[tuple[str, Any], ...]]  # (env, budget point)
@@ -171,9 +187,10 @@ def cells(found: Iterable[Stream]) -> dict[Cell, dict[str, list[Stream]]]:
     grouped: dict[Cell, dict[str, list[Stream]]] = {}
     for stream in found:
         arms = grouped.setdefault((stream.env, stream.budget_point), {})
-        same = [s for s in arms.get(stream.arm, []) if s.seed == stream.seed]
+        same = [s for s in arms.get(stream.arm, []) if (s.seed, s.order) == (stream.seed, stream.order)]
         if same:
-            raise CompareError(f"{stream.arm} ({stream.env}, seed {stream.seed}) is both {_where(same[0])} and "
+            where = f"seed {stream.seed}" + (f", order {stream.order}" if stream.order else "")
+            raise CompareError(f"{stream.arm} ({stream.env}, {where}) is both {_where(same[0])} and "
                                f"{_where(stream)}; pass only one of those run folders")
         arms.setdefault(stream.arm, []).append(stream)
     return grouped
@@ -218,6 +235,23 @@ class Comparison:
     tokens_p_adjusted: float = math.nan
     family: int = 1  # comparisons in the cell: Holm's m
     hac_lags: int | None = None  # the lags of ``se_hac``
+    per_order: tuple[tuple[int, float], ...] = ()  # (order, ΔSR in that order) for each order run
+    orders: E.OverOrders | None = None  # ΔSR over orders of the benchmark; None with one order
+    orders_p_adjusted: float = math.nan  # the over-orders test, Holm over the cell's comparisons
+
+    @property
+    def favour(self) -> int:
+        """How many orders favour the method (ΔSR > 0 in that order)."""
+        return sum(1 for _, d in self.per_order if d > 0)
+
+    @property
+    def orders_verdict(self) -> str | None:
+        """Whether the difference holds over orders of the benchmark (None for a run of one order)."""
+        if self.orders is None:
+            return None
+        if not self.orders_p_adjusted < ALPHA:
+            return "not shown over orders"
+        return "better over orders" if self.orders.mean > 0 else "worse over orders"
 
     @property
     def mde_alpha(self) -> float:
@@ -263,7 +297,17 @@ class Comparison:
                            "p_adjusted": self.tokens_p_adjusted, "test": self.tokens.test,
                            "verdict": self.tokens_verdict, "disagreement": _disagreement(self.marks(tokens=True))},
                 "gain": _pp_estimate(self.gain), "baseline_gain": _pp_estimate(self.baseline_gain),
-                "gain_vs_baseline": _pp_estimate(self.relative_gain), "gain_status": "exploratory"}
+                "gain_vs_baseline": _pp_estimate(self.relative_gain), "gain_status": "exploratory",
+                "n_orders": len(self.per_order), "orders": [k for k, _ in self.per_order],
+                "per_order": [{"order": k, "difference": pp * d} for k, d in self.per_order],
+                **({"over_orders": self._over_orders_json()} if self.orders is not None else {})}
+
+    def _over_orders_json(self) -> dict[str, Any]:
+        pp, o = 100.0, self.orders
+        assert o is not None
+        return {"claim": "orders of this benchmark", "difference": pp * o.mean, "ci": [pp * o.ci_low, pp * o.ci_high],
+                "se": pp * o.se, "p_value": o.p_value, "p_adjusted": self.orders_p_adjusted,
+                "between_sd": pp * math.sqrt(o.between), "favour": self.favour, "verdict": self.orders_verdict}
 
 
 def _pp_estimate(estimate: E.Estimate) -> dict[str, Any]:
@@ -384,6 +428,20 @@ def serial_se(d: np.ndarray, position: np.ndarray, lags: int | None = None) -> f
     return float(fit.bse[0])
 
 
+def per_order(matched: Matched) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """Each order's paired ΔSR (a fraction) and its sampling variance: :func:`~.estimate.paired` on the order's
+    pairs (clustered by task over its seeds); the inputs of :func:`~.estimate.over_orders` and of the
+    sequential rule (:mod:`~.sequential`). The variance is NaN for an order of one task."""
+    orders = matched.orders
+    diffs, variances = [], []
+    for order in orders:
+        own = matched.of_order(order)
+        d = E.paired(own.method, own.baseline, own.clusters, binary=True)
+        diffs.append(float(d.difference))
+        variances.append(float(d.se) ** 2)
+    return orders, np.asarray(diffs), np.asarray(variances)
+
+
 def compare_arm(env: str, point: str, method: str, baseline: str, matched: Matched, runs: Sequence[str]) -> Comparison:
     clusters = matched.clusters
     sr = E.paired(matched.method, matched.baseline, clusters, binary=True)
@@ -391,7 +449,10 @@ def compare_arm(env: str, point: str, method: str, baseline: str, matched: Match
     parts = power.components(matched.method - matched.baseline, matched.task)
     gain, baseline_gain, relative = lifelong(matched)
     lags = serial_lags(len(np.unique(matched.position)), matched.bank_capacity)
+    orders, diffs, variances = per_order(matched)
+    over = (E.over_orders(diffs, variances) if len(orders) > 1 and np.all(np.isfinite(variances)) else None)
     return Comparison(env=env, point=point, method=method, baseline=baseline, runs=tuple(runs), matched=matched,
+                      per_order=tuple(zip(orders, (float(d) for d in diffs))), orders=over,
                       method_sr=E.rate(matched.method, clusters), baseline_sr=E.rate(matched.baseline, clusters),
                       sr=sr, tokens=tokens, parts=parts, mde=power.mde(parts),
                       se_hac=serial_se(matched.method - matched.baseline, matched.position, lags), gain=gain,
@@ -399,12 +460,17 @@ def compare_arm(env: str, point: str, method: str, baseline: str, matched: Match
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm-adjusted p-values (``statsmodels.stats.multitest.multipletests(method="holm")``)."""
-    from statsmodels.stats.multitest import multipletests
-
-    if not p_values:
-        return []
-    return [float(p) for p in multipletests(np.asarray(p_values, dtype=np.float64), alpha=ALPHA, method="holm")[1]]
+    """Holm-adjusted p-values (as ``statsmodels.stats.multitest.multipletests(method="holm")``, which the tests
+    check; computed here, as that function collects garbage on every call, a quarter second). A NaN p-value (no
+    test: one order has none over orders) stays NaN and is not in the family."""
+    p = np.asarray(p_values, dtype=np.float64)
+    out = np.full(p.shape, np.nan)
+    known = np.flatnonzero(np.isfinite(p))
+    order = known[np.argsort(p[known], kind="stable")]
+    m = len(order)
+    steps = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    out[order] = np.maximum.accumulate(steps) if m else steps
+    return [float(x) for x in out]
 
 
 def compare(found: Sequence[Stream], baseline: str | None = None, *, strict: bool = True) -> list[Comparison]:
@@ -434,10 +500,11 @@ def compare(found: Sequence[Stream], baseline: str | None = None, *, strict: boo
             found_here.append(compare_arm(env, label, arm, base, matched, runs))
         adjusted = holm([c.sr.p_value for c in found_here])
         tokens_adjusted = holm([c.tokens.p_value for c in found_here])
+        orders_adjusted = holm([c.orders.p_value if c.orders is not None else math.nan for c in found_here])
         m = len(found_here)  # the MDE at Holm's first step, the strictest level a verdict here faces
-        out += [dataclasses.replace(c, p_adjusted=p, tokens_p_adjusted=t, family=m,
+        out += [dataclasses.replace(c, p_adjusted=p, tokens_p_adjusted=t, family=m, orders_p_adjusted=o,
                                     mde=power.mde(c.parts, alpha=ALPHA / m))
-                for c, p, t in zip(found_here, adjusted, tokens_adjusted)]
+                for c, p, t, o in zip(found_here, adjusted, tokens_adjusted, orders_adjusted)]
     if strict and not out:
         raise CompareError("no method shares a seed and a task with the baseline; nothing to compare")
     return out
@@ -484,8 +551,11 @@ def markdown(comparisons: Sequence[Comparison], heading: str = "##") -> str:
     for (env, point, base), rows in _groups(comparisons).items():
         seeds = rows[0].matched.seeds
         where = env.upper() + (f" · {point}" if point else "")
+        orders = sorted({k for c in rows for k, _ in c.per_order})
+        several = len(orders) > 1
         lines += [f"{heading} Paired comparison against {base} · {where} · seed{'s' if len(seeds) > 1 else ''} "
-                  f"{','.join(map(str, seeds))}", "",
+                  f"{','.join(map(str, seeds))}"
+                  + (f" · orders {','.join(map(str, orders))} (about these orders)" if several else ""), "",
                   f"| Method | Pairs | SR (%) | ΔSR (pp) | 95 % CI | p | p (Holm) | Verdict | MDE (pp) "
                   f"| ΔOutputTok | 95 % CI | p (Holm) |",
                   "|---|---:|---:|---:|---|---:|---:|---|---:|---:|---|---:|"]
@@ -513,6 +583,8 @@ def markdown(comparisons: Sequence[Comparison], heading: str = "##") -> str:
                              "clustered one; its interval may be too narrow (docs/results.md, \"Dependence along the "
                              "stream\").")
         lines += ["", _table_note(rows)]
+        if several:
+            lines += ["", *orders_table(rows, base, heading)]
         lines += ["", f"{heading}# Gain over the stream (exploratory: SR on the last third of the tasks minus the first "
                   "third)", "",
                   f"| Method | Gain (pp) | 95 % CI | Gain − {base}'s (pp) | 95 % CI |", "|---|---:|---|---:|---|"]
@@ -545,6 +617,34 @@ _MARK_NOTES = {
     "‡": ("The 95 % interval excludes 0 and the unadjusted p is below 0.05, but Holm's adjusted p is not: the interval "
           "is for this comparison alone, the verdict holds the error rate over all the comparisons of the table."),
 }
+
+
+def orders_table(rows: Sequence[Comparison], base: str, heading: str = "##") -> list[str]:
+    """The table of a run of several task orders: each method's ΔSR in each order, how many orders favour it,
+    the spread between orders, and ΔSR over orders of the benchmark with its interval, test and verdict."""
+    orders = sorted({k for c in rows for k, _ in c.per_order})
+    lines = [f"{heading}# Over task orders (about orders of this benchmark: its tasks in any order)", "",
+             "| Method | " + " | ".join(f"ΔSR order {k} (pp)" for k in orders)
+             + " | Favour | Between-order sd (pp) | ΔSR over orders (pp) | 95 % CI | p (Holm) | Verdict |",
+             "|---|" + "---:|" * len(orders) + "---:|---:|---:|---|---:|---|"]
+    for c in rows:
+        own = dict(c.per_order)
+        o = c.orders
+        cells_ = " | ".join(_num(100 * own[k], sign=True) if k in own else "—" for k in orders)
+        if o is None:
+            lines.append(f"| {c.method} | {cells_} | {c.favour}/{len(c.per_order)} | — | — | — | — | — |")
+            continue
+        lines.append(f"| {c.method} | {cells_} | {c.favour}/{len(c.per_order)} | {_num(100 * math.sqrt(o.between))} "
+                     f"| {_num(100 * o.mean, sign=True)} | {_ci(100 * o.ci_low, 100 * o.ci_high)} "
+                     f"| {_p(c.orders_p_adjusted)} | {c.orders_verdict} |")
+    lines += ["", f"The table above pools the orders run (clustered by task over orders and seeds): its verdict is "
+              f"about these {len(orders)} orders. This table is about orders of this benchmark: ΔSR over orders is "
+              "the mean of the per-order differences, its interval the t interval (orders − 1 df) from their observed "
+              "spread (the between-order variance and each order's sampling noise together); p (Holm) over "
+              f"the methods compared with {base}. Favour: orders where the method's ΔSR is above 0. A method whose "
+              "difference flips sign between orders is not shown over orders however clear one order is "
+              "(docs/results.md, \"Which claim a table states\")."]
+    return lines
 
 
 def _table_note(rows: Sequence[Comparison]) -> str:
@@ -590,6 +690,9 @@ def plan_markdown(comparisons: Sequence[Comparison], delta_pp: float, seeds: Seq
         if made.unknown is not None:
             unknown.append(f"{c.method} vs {c.baseline}: unknown, {made.unknown}.")
         pilot = f"{c.parts.tasks} tasks × {c.parts.seeds} seed{'s' if c.parts.seeds > 1 else ''}"
+        if len(c.matched.orders) > 1:  # orders repeat a task like seeds do: this plan is about these orders
+            pilot = (f"{c.parts.tasks} tasks × {len(c.matched.seeds)} seed{'s' if len(c.matched.seeds) > 1 else ''}"
+                     f" × {len(c.matched.orders)} orders (each a repeat)")
         lines.append(f"| {c.env}{' · ' + c.point if c.point else ''} | {c.method} vs {c.baseline} | {pilot} "
                      f"| {100 * c.parts.total:.1f} % | {c.mde_alpha:.4g} | "
                      + " | ".join(_plan_cell(best, worst) for _, best, worst in made.rows) + " |")
@@ -603,32 +706,139 @@ def plan_markdown(comparisons: Sequence[Comparison], delta_pp: float, seeds: Seq
                      "its estimate (a negative one set to 0, the most optimistic) to its one-sided 95 % upper bound. ")
     lines += unknown
     lines.append("From the pilot's paired differences (statsmodels TTestPower; docs/results.md, \"Planning a run\").")
+    lines += ["", *orders_plan_markdown(comparisons, delta_pp, seeds)]
     return "\n".join(lines) + "\n"
+
+
+ONE_ORDER = ("a pilot of one task order cannot estimate the spread between orders: its plan is about this order; "
+             "run three orders or more (tokenworth run --orders 0,1,2) to plan a conclusion about orders")
+
+
+def orders_plan(comparison: Comparison, delta_pp: float, seeds: Sequence[int] = power.SEEDS
+                ) -> dict[int, tuple[float, float]] | None:
+    """Orders needed for a conclusion **about orders** (:func:`~.power.orders_needed`) at the pilot's tasks,
+    per seed count: (best, worst) as the within-order variance's range (:meth:`~.power.Components.per_task`
+    of the first order's pairs), plus the spread between orders; key 0: unlimited tasks and seeds (the
+    spread alone). None for a one-order pilot (:data:`ONE_ORDER`)."""
+    c = comparison
+    if c.orders is None:
+        return None
+    first = c.matched.of_order(c.matched.orders[0])
+    parts = power.components(first.method - first.baseline, first.task if len(first.seeds) > 1 else None)
+    tasks, between = parts.tasks, float(c.orders.between)
+    # unlimited tasks: the spread alone; none seen (the estimate errs low): the t test's least, two orders
+    alone = power.orders_needed(delta_pp / 100, between, 0.0, alpha=c.mde_alpha) if between > 0 else 2.0
+    out = {0: (alone, alone)}
+    for s in seeds:
+        best, worst = parts.per_task(s)
+        out[s] = (power.orders_needed(delta_pp / 100, between, best / tasks, alpha=c.mde_alpha),
+                  power.orders_needed(delta_pp / 100, between, worst / tasks, alpha=c.mde_alpha))
+    return out
+
+
+def orders_plan_markdown(comparisons: Sequence[Comparison], delta_pp: float,
+                         seeds: Sequence[int] = power.SEEDS) -> list[str]:
+    """The plan in orders: how many task orders a conclusion about orders needs (tasks × seeds × orders)."""
+    lines = [f"### Orders needed for a conclusion about orders ({delta_pp:g} pp, 80 % power, at Holm's first step)",
+             "", "| Env | Method vs baseline | Pilot | Between-order sd (pp) | " + " | ".join(
+                 f"{s} seed{'s' if s > 1 else ''}" for s in seeds) + " | unlimited tasks |",
+             "|---|---|---|---:|" + "---:|" * (len(seeds) + 1)]
+    single = []
+    for c in comparisons:
+        made = orders_plan(c, delta_pp, seeds)
+        if made is None:
+            single.append(c)
+            continue
+        assert c.orders is not None
+        seeds_run = len(c.matched.seeds)
+        pilot = f"{c.parts.tasks} tasks × {seeds_run} seed{'s' if seeds_run > 1 else ''} × {c.orders.orders} orders"
+        lines.append(f"| {c.env}{' · ' + c.point if c.point else ''} | {c.method} vs {c.baseline} | {pilot} "
+                     f"| {_num(100 * math.sqrt(c.orders.between))} | "
+                     + " | ".join(_plan_cell(*made[s]) for s in seeds) + f" | {_plan_cell(*made[0])} |")
+    if len(single) == len(comparisons):
+        return [f"Orders: {ONE_ORDER}."]
+    lines += ["", "At the pilot's tasks per order: a conclusion about orders is tested on the per-order differences "
+              "(t, orders − 1 df), whose variance is the spread between orders plus one order's sampling variance; "
+              "more tasks or seeds shrink only the second, so the orders needed never fall below the last column "
+              "(the spread alone). The range: the within-order variance as for the tasks above. The sequential rule "
+              "(--sequential) decides, on average, before this fixed plan (docs/results.md, \"Deciding over task "
+              "orders\")."]
+    return lines
 
 
 def plan_json(comparison: Comparison, delta_pp: float, seeds: Sequence[int] = power.SEEDS) -> dict[str, Any]:
     """The plan of one comparison as ``--json`` prints it (``tasks_needed``: null, and ``unknown`` says why, when the
     pilot shows no variance)."""
     made = power.plan(delta_pp / 100.0, comparison.parts, seeds, alpha=comparison.mde_alpha)
+    by_orders = orders_plan(comparison, delta_pp, seeds)
     return {"delta": delta_pp, "alpha": comparison.mde_alpha, "power": power.POWER, "known": made.known,
+            "orders_needed": None if by_orders is None else {
+                ("unlimited" if s == 0 else str(s)): list(v) for s, v in by_orders.items()},
+            "orders_unknown": ONE_ORDER if by_orders is None else None,
             "unknown": made.unknown, "tasks_needed": {str(s): [best, worst] for s, best, worst in made.rows}}
 
 
 def render(runs: Sequence[str | Path], baseline: str | None = None, *, as_json: bool = False,
-           plan: float | None = None) -> str:
-    """What ``tokenworth compare`` prints."""
+           plan: float | None = None, sequential: bool = False, effect: float | None = None,
+           max_orders: int | None = None) -> str:
+    """What ``tokenworth compare`` prints; ``sequential``: also the sequential rule replayed over the runs'
+    orders (:mod:`~.sequential`) at ``effect`` pp and ``max_orders`` looks (its defaults when None)."""
     import json
+
+    from tokenworth_agent.results import sequential as S
 
     if plan is not None and not plan > 0:
         raise CompareError(f"--plan {plan:g}: the difference to plan for must be a positive number of percentage points")
-    comparisons = compare_runs(runs, baseline)
+    effect = S.DEFAULT_EFFECT_PP if effect is None else effect
+    max_orders = S.DEFAULT_MAX_ORDERS if max_orders is None else max_orders
+    try:
+        S.check(effect, max_orders)
+    except ValueError as exc:
+        raise CompareError(str(exc)) from None
+    found: list[Stream] = []
+    for run in runs:
+        found += read_streams(run)
+    comparisons = compare(found, baseline)
+    decided = S.decide_streams(found, baseline=comparisons[0].baseline if baseline is None else baseline,
+                               effect=effect, max_orders=max_orders) if sequential else {}
     if as_json:
-        rows = [dict(c.to_json(), **({"plan": plan_json(c, plan)} if plan is not None else {})) for c in comparisons]
+        rows = [dict(c.to_json(), **({"plan": plan_json(c, plan)} if plan is not None else {}),
+                     **(_decision_json(decided.get(S.key(c.env, c.method, c.point))) if sequential else {}))
+                for c in comparisons]
         return json.dumps(plain(rows), indent=2) + "\n"
     text = markdown(comparisons)
     if plan is not None:
         text += "\n" + plan_markdown(comparisons, plan)
+    if sequential:
+        text += "\n" + sequential_markdown(decided, effect, max_orders)
     return text
+
+
+def _decision_json(decision: Any) -> dict[str, Any]:
+    if decision is None:  # no finished order of this comparison
+        return {"decision": "undecided", "orders_used": 0, "sequential_interval": None}
+    return {"decision": decision.decision, "orders_used": decision.orders_used,
+            "sequential_interval": list(decision.interval), "sequential_difference": decision.difference}
+
+
+def sequential_markdown(decided: Mapping[str, Any], effect: float, max_orders: int) -> str:
+    """The sequential rule's table: per comparison the decision, after how many orders, the interval then."""
+    from tokenworth_agent.results import sequential as S
+
+    lines = [f"## Sequential decision over task orders (about orders of this benchmark; effect ±{effect:g} pp, at most "
+             f"{max_orders} orders, family-wise α {S.ALPHA:g} over {len(decided)} comparison"
+             f"{'s' if len(decided) != 1 else ''})", "",
+             "| Comparison | Decision | Orders used | ΔSR at stopping (pp) | Interval at stopping (pp) |",
+             "|---|---|---:|---:|---|"]
+    for name, d in decided.items():
+        lines.append(f"| {name} | {d.decision} | {d.orders_used} | {_num(d.difference, sign=True)} "
+                     f"| {_ci(*d.interval)} |")
+    lines += ["", f"Orders replayed in the order they ran (0, 1, 2, ...), one look per finished order; no decision "
+              f"before {S.first_look(max_orders)} orders. Better/worse: ΔSR over orders beyond a group-sequential "
+              "boundary (alpha spent as α t⁴ over the planned orders, calibrated for the t statistic, "
+              "Holm over the comparisons); smaller than the effect: the interval at stopping lies inside "
+              f"(−{effect:g}, {effect:g}) pp; undecided: neither yet. docs/results.md, \"Deciding over task orders\"."]
+    return "\n".join(lines) + "\n"
 
 
 def plain(value: Any) -> Any:
@@ -643,4 +853,4 @@ def plain(value: Any) -> Any:
 
 
 __all__ = ["CompareError", "RunError", "Matched", "Comparison", "match", "cells", "compare", "compare_runs", "holm",
-           "lifelong", "thirds", "serial_lags", "serial_threshold", "serial_se", "release_difference", "along_stream", "window_along_stream", "markdown", "plan_markdown", "plan_json", "render", "differences", "plain"]
+           "lifelong", "thirds", "serial_lags", "serial_threshold", "serial_se", "release_difference", "along_stream", "window_along_stream", "markdown", "plan_markdown", "plan_json", "render", "sequential_markdown", "per_order", "orders_table", "differences", "plain"]

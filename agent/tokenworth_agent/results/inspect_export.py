@@ -253,18 +253,23 @@ def stream_log(stream: "Stream", created: float, completed: float | None = None,
     planned = planned_tasks(config)
     source = (config.get("data_source") or {}).get(stream.env) or {}
     version = harness_version()
-    identity = {"method": stream.method, "seed": stream.seed, **point}
+    # the order in task_args and tags only when not 0 (absent means 0, as in the records), so a one-order run's
+    # logs stay as they were; the metadata always names it
+    identity = {"method": stream.method, "seed": stream.seed, **({"order": stream.order} if stream.order else {}),
+                **point}
     spec = EvalSpec(
         eval_id=eval_id, run_id=_digest("run", config, created), created=_iso(created), task=stream.env,
         task_id=_digest("task", stream.env, stream.budget), task_version=0, task_args=identity,
         solver=stream.method, solver_args=dict(stream.hparams) or None,
-        tags=[stream.method, f"seed{stream.seed}", *(f"{k}={v}" for k, v in point.items())],
+        tags=[stream.method, f"seed{stream.seed}", *([f"order{stream.order}"] if stream.order else []),
+              *(f"{k}={v}" for k, v in point.items())],
         dataset=EvalDataset(name=stream.env, location=source.get("source") or config.get("data_dir"),
                             samples=planned, shuffled=False),
         model=model, model_args=dict(config.get("backbone_options") or {}),
         config=EvalConfig(limit=config.get("limit"), epochs=1),
         packages={"tokenworth-agent": version, "inspect_ai": inspect_ai.__version__},
-        metadata={"env": stream.env, "method": stream.method, "seed": stream.seed, "grid_point": point,
+        metadata={"env": stream.env, "method": stream.method, "seed": stream.seed, "order": stream.order,
+                  "grid_point": point,
                   "stream": stream.name, "budget": dict(stream.budget), "hparams": dict(stream.hparams),
                   "finished": stream.finished, "records": len(stream.records), "planned_tasks": planned,
                   "run_config": config, "harness_version": version},
@@ -299,13 +304,14 @@ def _records_mtime(stream: "Stream") -> float | None:
 
 
 def _method_rewards(streams: Sequence["Stream"]) -> dict[str, dict[int, dict[str, int]]]:
-    """Per stream: task index → {method: reward} over the streams of the same env, seed and grid point."""
+    """Per stream: task index → {method: reward} over the streams of the same env, seed, task order and grid
+    point."""
     groups: dict[str, dict[int, dict[str, int]]] = {}
     for s in streams:
-        group = groups.setdefault(_digest(s.env, s.seed, s.point), {})
+        group = groups.setdefault(_digest(s.env, s.seed, s.order, s.point), {})
         for r in s.records:
             group.setdefault(r.index, {})[s.method] = r.reward
-    return {s.name: groups[_digest(s.env, s.seed, s.point)] for s in streams}
+    return {s.name: groups[_digest(s.env, s.seed, s.order, s.point)] for s in streams}
 
 
 def _fingerprint(stream: "Stream", created: float, completed: float | None,

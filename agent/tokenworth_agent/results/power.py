@@ -24,6 +24,11 @@ estimate to the one-sided 95 % upper bound of ``between`` (``between_high``: the
 the task means' second moment less the chi-square lower bound of ``within / S``; normal-theory, so a guide,
 not a guarantee, for 0/1 differences).
 
+**Orders.** A claim about orders of the benchmark (its tasks in other orders) is tested on the per-order
+differences (:func:`orders_needed`): their variance is the spread between orders plus one order's sampling
+variance (``per_task / tasks``). More tasks or seeds shrink only the second part, so when orders differ no
+number of tasks makes one order enough; the orders needed have a floor set by the spread alone.
+
 **Nothing to plan from.** A pilot whose paired differences are all 0 (two methods that agree on every task:
 both at 0 %) shows no variance: the MDE and the tasks needed are *unknown* (NaN; :func:`unknown`
 says why), not 0 and not 2 tasks.
@@ -159,4 +164,26 @@ def plan(delta: float, parts: Components, seeds: Sequence[int] = SEEDS, *, alpha
     return Plan(delta, rows, parts.between is not None, unknown(parts))
 
 
-__all__ = ["ALPHA", "POWER", "SEEDS", "Components", "components", "unknown", "mde", "tasks_needed", "Plan", "plan"]
+def orders_needed(delta: float, between: float, within: float, *, alpha: float = ALPHA, power: float = POWER,
+                  most: int = 1000) -> float:
+    """Task orders that detect a true difference ``delta`` **over orders** with ``power`` at two-sided
+    ``alpha``: the one-sample t test on the per-order differences (df: orders - 1), whose variance is
+    ``between`` (the spread between orders) plus ``within`` (one order's sampling variance at the planned
+    tasks and seeds). At least 2 (one order has no spread to test against); NaN for no variance at all,
+    ``inf`` beyond ``most``."""
+    if delta <= 0:
+        raise ValueError(f"--plan: the difference to detect must be positive, got {delta}")
+    variance = between + within
+    if not variance > 0 or not math.isfinite(variance):
+        return math.nan
+    from scipy import stats
+
+    # TTestPower's two-sided power at every order count at once; the first with enough (a search: solve_power
+    # is unreliable at 1-3 df)
+    k = np.arange(2, most + 1)
+    critical, ncp = stats.t.isf(alpha / 2, k - 1), delta / math.sqrt(variance) * np.sqrt(k)
+    reached = stats.nct.sf(critical, k - 1, ncp) + stats.nct.cdf(-critical, k - 1, ncp) >= power
+    return float(k[np.argmax(reached)]) if reached.any() else math.inf
+
+
+__all__ = ["ALPHA", "POWER", "SEEDS", "orders_needed", "Components", "components", "unknown", "mde", "tasks_needed", "Plan", "plan"]

@@ -171,7 +171,7 @@ def upgrade_run(run: Path) -> dict[str, int]:
     if runfolder.read_config(run) is None:
         raise RecordError(f"{run} is not a run folder (no {runfolder.CONFIG})")
     done = {}
-    for name in runfolder.streams_in(run):
+    for name in runfolder.streams_in(run, depth=4):
         with runfolder.locked(*runfolder.method_lock(run, name)):
             done[name] = upgrade_stream(run / name)
     return done

@@ -11,8 +11,9 @@ through it.
   records on disk, a half-written last line (a process killed mid-write) left out.
 * :func:`load_run` — a :class:`pandas.DataFrame`, one row per record (:data:`COLUMNS`).
 
-Identity: each record names its stream (``record.stream``: env, method, seed, budget, hparams), so that is
-read first; the folder name (``[<env>/][seed<k>/]<method>[@<grid point>]``,
+Identity: each record names its stream (``record.stream``: env, method, seed, budget, hparams, and ``order``
+in a run of several task orders, absent meaning 0), so that is read first; the folder name
+(``[<env>/][seed<k>/][order<k>/]<method>[@<grid point>]``,
 :mod:`tokenworth_agent.experiment.streams`) and ``config.json`` fill in what a stream without records or of an
 older release lacks. The grid point (``o_max=64``, ``eta_max=0.1``) is only in the folder name.
 
@@ -36,14 +37,16 @@ from tokenworth_agent.storage import runfolder
 from tokenworth_agent.storage.checkpoint import CheckpointError, load_checkpoint
 
 # The columns of load_run's table, in order (see load_run's docstring for their meaning).
-COLUMNS = ("run", "stream", "env", "method", "seed", "point", "finished", "index", "task_id", "reward", "status",
+COLUMNS = ("run", "stream", "env", "method", "seed", "order", "point", "finished", "index", "task_id", "reward", "status",
            "output_tokens", "execution_tokens", "auxiliary_tokens", "rounds", "skills", "injected_memory_ids",
            "bank_size", "error", "time_s")
 
 # config.json entries that do not change what a task's outcome means: where things are, how many tasks, and
 # the run's axes (each stream's own env, seed and budget are compared on the stream itself).
 _NOT_CONDITIONS = frozenset({"connection", "data_dir", "limit", "tasks", "env", "seed", "grid", "configs", "plus",
-                             "kind", "budget", "releases"})
+                             "kind", "budget", "releases", "orders", "order"})
+# How deep a stream folder can lie: <env>/seed<k>/order<k>/<method>.
+STREAM_DEPTH = 4
 
 
 class RunError(ValueError):
@@ -65,6 +68,7 @@ class Stream:
     config: Mapping[str, Any]  # the run's config.json
     finished: bool  # its checkpoint says every task ran
     records: tuple[TaskRecord, ...]
+    order: int = 0  # the task order (0: the benchmark's own; k > 0 a fixed permutation of the same tasks)
 
     @property
     def point_label(self) -> str:
@@ -124,19 +128,22 @@ def _number(text: str) -> float | int | str:
     return text
 
 
-def parse_name(name: str) -> tuple[str | None, int | None, str, tuple[tuple[str, float | int], ...]]:
-    """``[<env>/][seed<k>/]<method>[@k=v,...]`` → (env or None, seed or None, method, grid point)."""
+def parse_name(name: str) -> tuple[str | None, int | None, str, tuple[tuple[str, float | int], ...], int | None]:
+    """``[<env>/][seed<k>/][order<k>/]<method>[@k=v,...]`` → (env or None, seed or None, method, grid point,
+    order or None)."""
     parts = name.split("/")
-    leaf, env, seed = parts[-1], None, None
+    leaf, env, seed, order = parts[-1], None, None, None
     for part in parts[:-1]:
         if part.startswith("seed") and part[4:].lstrip("-").isdigit():
             seed = int(part[4:])
+        elif part.startswith("order") and part[5:].isdigit():
+            order = int(part[5:])
         else:
             env = part
     method, _, label = leaf.partition("@")
     point = tuple((k, _number(v)) for k, _, v in (item.partition("=") for item in label.split(",") if item)) \
         if label else ()
-    return env, seed, method, point  # type: ignore[return-value]
+    return env, seed, method, point, order  # type: ignore[return-value]
 
 
 def read_stream_records(path: Path) -> list[TaskRecord]:
@@ -191,8 +198,10 @@ def _in_order(names: Sequence[str]) -> list[str]:
 
     def key(name: str) -> tuple[Any, ...]:
         folders = name.split("/")[:-1]
-        _, _, method, point = parse_name(name)
-        return (len(folders), folders, point, order.get(method, len(order)), method)
+        _, seed, method, point, number = parse_name(name)
+        # seed and order folders by number (order10 after order2), not as text
+        named = [f for f in folders if not (f.startswith(("seed", "order")) and f.lstrip("seedorder-").isdigit())]
+        return (len(folders), named, seed or 0, number or 0, point, order.get(method, len(order)), method)
 
     return sorted(names, key=key)
 
@@ -201,7 +210,7 @@ def stream_names(run: str | Path) -> list[str]:
     """The names of the run's streams that hold results: by env and seed folder, then in the methods' order."""
     run = Path(run)
     _config(run)
-    return _in_order(runfolder.streams_in(run))
+    return _in_order(runfolder.streams_in(run, depth=STREAM_DEPTH))
 
 
 def streams(run: str | Path, *, finished_only: bool = False, names: Sequence[str] | None = None) -> list[Stream]:
@@ -211,7 +220,7 @@ def streams(run: str | Path, *, finished_only: bool = False, names: Sequence[str
     (a name the run lacks is a :class:`RunError` listing those it has)."""
     run = Path(run)
     config = _config(run)
-    present = _in_order(runfolder.streams_in(run))
+    present = _in_order(runfolder.streams_in(run, depth=STREAM_DEPTH))
     if names is not None:
         missing = [n for n in names if n not in present]
         if missing:
@@ -229,7 +238,7 @@ def read_stream(run: Path, name: str, config: Mapping[str, Any] | None = None) -
     """One stream of ``run`` by its folder name."""
     config = _config(run) if config is None else config
     records = read_stream_records(run / name / runfolder.RECORDS)
-    env, seed, method, point = parse_name(name)
+    env, seed, method, point, order = parse_name(name)
     described = next((r.stream for r in records if r.stream), None) or {}
     env = described.get("env") or (records[0].env if records else None) or env or str(config["env"]).split(",")[0]
     method = described.get("method") or (records[0].method if records else None) or method
@@ -237,17 +246,18 @@ def read_stream(run: Path, name: str, config: Mapping[str, Any] | None = None) -
         seed = int(described["seed"])
     elif seed is None:
         seed = int(config["seed"] if not isinstance(config["seed"], list) else config["seed"][0])
+    order = int(described["order"]) if "order" in described else (order or 0)  # absent: the benchmark's own
     budget = described.get("budget") or _for_env(config.get("budget") or {}, env)
     return Stream(run=run, name=name, env=str(env), method=str(method), seed=int(seed), point=point,
                   budget=dict(budget), hparams=dict(described.get("hparams") or {}), config=dict(config),
-                  finished=_finished(run / name), records=tuple(records))
+                  finished=_finished(run / name), records=tuple(records), order=order)
 
 
 def iter_rows(stream: Stream) -> Iterator[dict[str, Any]]:
     """One :func:`load_run` row per record of ``stream``."""
     for r in stream.records:
         yield {"run": str(stream.run), "stream": stream.name, "env": stream.env, "method": stream.method,
-               "seed": stream.seed, "point": stream.point_label, "finished": stream.finished, "index": r.index,
+               "seed": stream.seed, "order": stream.order, "point": stream.point_label, "finished": stream.finished, "index": r.index,
                "task_id": r.task_id, "reward": r.reward, "status": r.status, "output_tokens": r.output_tokens,
                "execution_tokens": r.execution_tokens, "auxiliary_tokens": r.auxiliary_tokens, "rounds": r.rounds,
                "skills": list(r.skill_list), "injected_memory_ids": list(r.injected_memory_ids)
@@ -263,7 +273,8 @@ def load_run(run: str | Path, *, finished_only: bool = False) -> Any:
     * ``run``: the run folder, as given; ``stream``: the stream's folder under it (``rag``,
       ``db/seed1/rag@o_max=64``);
     * ``env``, ``method``, ``seed``: the stream's environment, method (policy) and seed (of the backbone
-      and of seeded policies); ``point``: its grid point as the folder names it (``o_max=64``), ``""`` for
+      and of seeded policies); ``order``: its task order (0 the benchmark's own, k > 0 a fixed permutation
+      of the same task ids); ``point``: its grid point as the folder names it (``o_max=64``), ``""`` for
       none; ``finished``: whether its checkpoint says it finished (False: a partial stream);
     * ``index``, ``task_id``: the task's place in the stream (0..N-1) and its id (``db-17``);
     * ``reward``: 0 or 1, the environment's verdict; ``status``: how the episode ended (``completed``,
@@ -282,7 +293,7 @@ def load_run(run: str | Path, *, finished_only: bool = False) -> Any:
 
     rows = [row for stream in streams(run, finished_only=finished_only) for row in iter_rows(stream)]
     frame = pd.DataFrame(rows, columns=list(COLUMNS))
-    return frame.astype({"seed": "int64", "index": "int64", "reward": "int64", "output_tokens": "int64",
+    return frame.astype({"seed": "int64", "order": "int64", "index": "int64", "reward": "int64", "output_tokens": "int64",
                          "execution_tokens": "int64", "auxiliary_tokens": "int64", "rounds": "int64",
                          "bank_size": "int64", "finished": "bool", "time_s": "float64"})
 

@@ -41,10 +41,11 @@ def env_instructions(env: str) -> str:
 
 
 def _methods(run: Path) -> list[str]:
-    """The streams of the run folder with records: ``<method>``, or nested ``<env>/seed<k>/<method>@<point>``."""
+    """The streams of the run folder with records: ``<method>``, or nested
+    ``<env>/seed<k>/order<k>/<method>@<point>``."""
     from tokenworth_agent.policies.registry import POLICIES
 
-    present = [p.parent.relative_to(run).as_posix() for depth in ("*", "*/*", "*/*/*")
+    present = [p.parent.relative_to(run).as_posix() for depth in ("*", "*/*", "*/*/*", "*/*/*/*")
                for p in run.glob(f"{depth}/records.jsonl")]
     order = {m: i for i, m in enumerate(POLICIES.names)}
     return sorted(present, key=lambda m: (m.count("/"), order.get(m.rsplit("/", 1)[-1].split("@")[0], len(order)), m))
@@ -185,7 +186,9 @@ def stream_line(rewards: Sequence[int]) -> str:
 def conversation_lines(record: TaskRecord, stream_rewards: Sequence[int] | None = None) -> list[str]:
     """The record rendered as the conversation the model saw, then the verdict; ``stream_rewards`` (the
     stream's recorded rewards) adds the stream's SR with its interval to the header."""
-    lines = [f"{record.method} · task {record.index} ({record.task_id}) · env {record.env}"
+    order = (record.stream or {}).get("order")  # named only in a run of several task orders
+    lines = [f"{record.method} · task {record.index} ({record.task_id})"
+             + (f" · order {order}" if order is not None else "") + f" · env {record.env}"
              f" · accounting {record.accounting or '?'} · status {record.status}"
              f" · {record.output_tokens} output tokens in {record.rounds} rounds"]
     if stream_rewards:
