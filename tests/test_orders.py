@@ -297,3 +297,132 @@ def test_a_sweep_runs_every_configuration_in_every_order(tmp_path, data_dir) -> 
     table = json.loads((out / "sweep.json").read_text())
     assert [s["tasks"] for s in table["streams"]] == [6, 6]  # each configuration over both orders
     assert json.loads((out / "config.json").read_text())["orders"] == [0, 1]
+
+
+# ------------------------------------------------------------------------- --until-decided
+def until_config(out: Path, data_dir: str, methods=("standard", "rag", "memrl"), max_orders: int = 4,
+                 effect: float = 3.0, limit: int = 5) -> RunConfig:
+    from tokenworth_agent.experiment.config import UntilDecided
+
+    return RunConfig(Streams(methods=methods, until_decided=UntilDecided(effect=effect, max_orders=max_orders)),
+                     data=DataConfig(data_dir=Path(data_dir), limit=limit),
+                     output=OutputConfig(out=out, progress=False))
+
+
+def scripted(seen: list) -> object:
+    """The rule's answer scripted (the rule itself is results/sequential.py's): rag is decided once three of its
+    orders are finished, memrl never; what each call saw goes to ``seen``."""
+    import tokenworth_agent.results.sequential as sequential
+
+    def decide(found, *, baseline, effect, max_orders, alpha=0.05):
+        seen.append(sorted((s.order, s.method) for s in found))
+        rag = sum(s.method == "rag" for s in found)
+        return {"db/rag": sequential.Decision("better" if rag >= 3 else "undecided", rag, (1.0, 9.0), 5.0),
+                "db/memrl": sequential.Decision("undecided", rag, (-9.0, 9.0), 0.0)}
+
+    return decide
+
+
+UNTIL_METHODS = ("standard", "rag", "memrl")
+
+
+@pytest.fixture
+def scripted_rule(monkeypatch):
+    import tokenworth_agent.results.sequential as sequential
+
+    seen: list = []
+    monkeypatch.setattr(sequential, "decide_streams", scripted(seen))
+    return seen
+
+
+@pytest.fixture(scope="module")
+def until_run(tmp_path_factory, data_dir):
+    import tokenworth_agent.results.sequential as sequential
+
+    seen: list = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sequential, "decide_streams", scripted(seen))
+        return launch(until_config(tmp_path_factory.mktemp("until") / "run", data_dir)), seen
+
+
+def folders(out: Path) -> list[str]:
+    return sorted(str(p.parent.relative_to(out)) for p in out.rglob("records.jsonl"))
+
+
+def test_until_decided_runs_orders_in_rounds_and_stops_a_decided_method(until_run) -> None:
+    result, seen = until_run
+    out = result.plan.out_dir
+    # orders 0-2 together (no decision is possible before the rule's first look), then one order a round
+    assert folders(out) == sorted([f"order{k}/{m}" for k in range(3) for m in UNTIL_METHODS]
+                                  + [f"order3/{m}" for m in ("standard", "memrl")])
+    # before order 3's round the rule saw orders 0-2, at the end all of them
+    assert [max(o for o, _ in call) for call in seen] == [2, 3]
+    assert sorted(result.plan.names) == folders(out) and set(result.result.records) == set(folders(out))
+    config = json.loads((out / "config.json").read_text())
+    assert config["orders"] == [0, 1, 2, 3] and config["until_decided"] == {"baseline": "standard",
+                                                                             "effect": 3.0, "max_orders": 4}
+
+
+class StopsInRound:
+    """The local executor, stopped part-way: in round ``at`` it runs two tasks of each stream, then fails."""
+
+    name, in_process = "stops", True
+
+    def __init__(self, at: int) -> None:
+        self.at, self.calls = at, 0
+
+    def check(self, plan) -> None:
+        pass
+
+    def run(self, plan, *, hooks, on_resume):
+        self.calls += 1
+        stop = 2 if self.calls == self.at else None
+        result = run_experiment(plan.streams, plan.backbone, plan.out_dir, tasks=plan.tasks, names=plan.names,
+                                stop_after=stop, data_digests=plan.data_digests, hooks=hooks)
+        if stop is not None:
+            raise RuntimeError("stopped")
+        return [result]
+
+
+def test_an_interrupted_until_decided_run_resumes_its_rounds_exactly(until_run, scripted_rule, tmp_path,
+                                                                    data_dir) -> None:
+    whole = until_run[0].plan.out_dir
+    with pytest.raises(RuntimeError, match="stopped"):
+        launch(until_config(tmp_path / "run", data_dir), executor=StopsInRound(at=2))  # in order 3's round
+    assert [len(read_records(tmp_path / "run" / f"order3/{m}" / "records.jsonl")) for m in ("standard", "memrl")] \
+        == [2, 2]
+    launch(until_config(tmp_path / "run", data_dir))
+    assert folders(tmp_path / "run") == folders(whole)
+    for name in folders(whole):
+        assert comparable(read_records(tmp_path / "run" / name / "records.jsonl")) == \
+            comparable(read_records(whole / name / "records.jsonl")), name
+
+
+def test_until_decided_with_the_rule_ends_as_the_rule_decides_on_the_folder(tmp_path, data_dir, capsys) -> None:
+    from tokenworth_agent.results.sequential import decide_run
+
+    out = tmp_path / "run"
+    launch(until_config(out, data_dir, methods=("standard", "rag"), max_orders=3, effect=50.0))
+    [decision] = decide_run(out, baseline="standard", effect=50.0, max_orders=3).values()
+    assert f"db/rag {decision.decision} after {decision.orders_used} order(s)" in capsys.readouterr().err
+    assert folders(out) == sorted(f"order{k}/{m}" for k in range(3) for m in ("standard", "rag"))
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--methods", "rag,memp", "--until-decided"], "not in --methods"),
+    (["--until-decided", "--effect", "0"], "--effect 0"),
+    (["--until-decided", "--effect", "-2"], "--effect -2"),
+    (["--until-decided", "--max-orders", "1"], "--max-orders 1"),
+    (["--effect", "2"], "only with --until-decided"),
+    (["--max-orders", "4"], "only with --until-decided"),
+    (["--until-decided", "--orders", "3"], "leave out --orders"),
+    (["--until-decided", "--grid", "o_max=64,128"], "no --grid"),
+])
+def test_bad_until_decided_input_is_one_line_and_writes_nothing(args, named, tmp_path, data_dir, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    methods = [] if "--methods" in args else ["--methods", "standard,rag"]
+    result = runner.invoke(app, ["run", "--env", "db", *methods, "--limit", "3", *args, "--data-dir", data_dir])
+    assert result.exit_code == 2, result.output
+    [line] = errors(result.output)
+    assert named in line, line
+    assert list(tmp_path.iterdir()) == []

@@ -27,10 +27,10 @@ from typing import Annotated, Any, Callable, Optional, Sequence, TypeVar, get_ty
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from tokenworth_agent.experiment.config import ConfigError, Streams, Sweep
+from tokenworth_agent.experiment.config import ConfigError, Streams, Sweep, UntilDecided
 from tokenworth_agent.experiment.failures import INTERRUPTED, describe_failure
 from tokenworth_agent.experiment.flags import (BACKBONE, BUDGET, EXECUTOR, EXPERIMENT, HARNESS, OPENAI, OUTPUT, PANELS,
-                                               SWEEP, VLLM, ExperimentFlags, _option, benchmark_flags,
+                                               SWEEP, UNTIL, VLLM, ExperimentFlags, _option, benchmark_flags,
                                                flag_fields, parse_list)
 from tokenworth_agent.experiment.launch import LaunchResult, launch
 from tokenworth_agent.envs.registry import env_names
@@ -321,6 +321,21 @@ def parse_orders(orders: str | None) -> tuple[int, ...]:
         raise  # unreachable
 
 
+def parse_until(on: bool, *, max_orders: int | None, effect: float | None) -> UntilDecided | None:
+    """``--until-decided [--max-orders M] [--effect PP]`` (the two only with it; a bad value: one error line)."""
+    if not on:
+        given = [flag for flag, value in (("--max-orders", max_orders), ("--effect", effect)) if value is not None]
+        if given:
+            fail(f"{' and '.join(given)}: only with --until-decided (the rounds of orders they set)")
+        return None
+    given = {k: v for k, v in (("effect", effect), ("max_orders", max_orders)) if v is not None}
+    try:
+        return UntilDecided(**given)
+    except ConfigError as exc:
+        fail(str(exc))
+        raise  # unreachable
+
+
 ORDERS_HELP = "Task orders, like --seeds: N is 0..N-1, or a list, e.g. 0,2."
 
 
@@ -345,6 +360,10 @@ def run(
     seeds: Annotated[Optional[str], _option(EXPERIMENT, "Several seeds as one experiment, e.g. 0,1,2 (instead of "
                                                         "--seed).")] = None,
     orders: Annotated[Optional[str], _option(EXPERIMENT, ORDERS_HELP)] = None,
+    until_decided: Annotated[bool, _option(UNTIL, "Add orders until each method is decided.",
+                                           "--until-decided")] = False,
+    max_orders: Annotated[Optional[int], _option(UNTIL, "At most M orders (default 10).")] = None,
+    effect: Annotated[Optional[float], _option(UNTIL, "Effect to find, in pp (default 3).")] = None,
     grid: Annotated[Optional[list[str]], _option(
         EXPERIMENT, "NAME=v1,v2,... (repeatable; the product is run): budget levels o_max, j_max, b_max, k_max, "
                     "l_max, for TokenWorth methods any HParams field, a method's parameter as METHOD.NAME "
@@ -358,17 +377,19 @@ def run(
 ) -> None:
     """Run every (env, method, seed, grid point) stream over its task stream as one lockstep experiment."""
     run_command(flags, env=env, methods=methods, seed=seed, seeds=seeds, grid=grid or [], out=out,
-                summary_dir=summary_dir, orders=orders)
+                summary_dir=summary_dir, orders=orders,
+                until=parse_until(until_decided, max_orders=max_orders, effect=effect))
 
 
 @expected_failures
 def run_command(flags: ExperimentFlags, *, env: str = ",".join(Streams().envs),
                 methods: str = ",".join(Streams().methods), seed: int | None = None, seeds: str | None = None,
                 grid: Sequence[str] = (), out: Path | None = None, summary_dir: Path | None = None,
-                orders: str | None = None) -> LaunchResult:
+                orders: str | None = None, until: UntilDecided | None = None) -> LaunchResult:
     """The body of `tokenworth run` (plain defaults, so the bare `tokenworth` can call it)."""
     what = Streams(envs=parse_list("--env", env), methods=parse_list("--methods", methods),
-                   seeds=parse_seeds(seed, seeds), grid=tuple(grid), orders=parse_orders(orders))
+                   seeds=parse_seeds(seed, seeds), grid=tuple(grid), orders=parse_orders(orders),
+                   until_decided=until)
     result = launch(flags.config(what, out=out, summary_dir=summary_dir))
     present(result)
     return result

@@ -36,6 +36,7 @@ from tokenworth_agent.core.plugins import names
 from tokenworth_agent.backbones.registry import BACKBONE_NAMES
 from tokenworth_agent.experiment.engine import SCHEDULES
 from tokenworth_agent.policies.registry import METHOD_NAMES, POLICIES
+from tokenworth_agent.results.sequential import DEFAULT_EFFECT_PP, DEFAULT_MAX_ORDERS
 
 
 DEFAULT_ENV = "db"  # the paper's main stream
@@ -72,6 +73,27 @@ def _known(what: str, values: tuple[str, ...], known: tuple[str, ...]) -> None:
 
 # ------------------------------------------------------------------------- what runs
 @dataclasses.dataclass(frozen=True)
+class UntilDecided:
+    """``--until-decided``: task orders in rounds until every comparison with the baseline is decided
+    (:mod:`tokenworth_agent.experiment.rounds`; the rule: :mod:`tokenworth_agent.results.sequential`)."""
+
+    effect: float = DEFAULT_EFFECT_PP  # --effect PP: the smallest difference worth finding
+    max_orders: int = DEFAULT_MAX_ORDERS  # --max-orders M: orders 0..M-1 at most
+    baseline: str = "standard"  # what every other method of the run is compared with
+
+    def __post_init__(self) -> None:
+        from tokenworth_agent.results.sequential import check, first_look
+
+        try:
+            check(self.effect, self.max_orders)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(str(exc)) from None
+        if self.max_orders < first_look(self.max_orders):
+            raise ConfigError(f"--max-orders {self.max_orders}: the rule decides nothing before "
+                              f"{first_look(self.max_orders)} orders; ask for at least that many")
+
+
+@dataclasses.dataclass(frozen=True)
 class Streams:
     """``tokenworth run``: one stream per (env, seed, grid point, method), as one experiment."""
 
@@ -81,6 +103,7 @@ class Streams:
     grid: tuple[str, ...] = ()  # NAME=v1,v2,... items (tokenworth_agent.experiment.streams); the product is run
     # task orders (tokenworth_agent.experiment.orders): 0 is the benchmark's own; (0,) is a run without an order axis
     orders: tuple[int, ...] = (0,)
+    until_decided: UntilDecided | None = None  # orders in rounds until decided; then ``orders`` is left at (0,)
 
     def __post_init__(self) -> None:
         _distinct("--env", self.envs)
@@ -89,6 +112,25 @@ class Streams:
         _known("method(s)", self.methods, POLICIES.names)
         _distinct("--seeds", self.seeds)
         _orders(self.orders)
+        if self.until_decided is not None:
+            self._check_until_decided(self.until_decided)
+
+    def _check_until_decided(self, until: UntilDecided) -> None:
+        if until.baseline not in self.methods:
+            raise ConfigError(f"--until-decided compares every method with {until.baseline}, which is not in "
+                              f"--methods ({','.join(self.methods)}); add it")
+        if len(self.methods) < 2:
+            raise ConfigError(f"--until-decided needs a method to compare with {until.baseline}; add one to --methods")
+        if self.orders != (0,):
+            raise ConfigError("--until-decided chooses the orders itself (0, 1, ... up to --max-orders); "
+                              "leave out --orders")
+        if self.grid:
+            raise ConfigError("--until-decided decides each method against the baseline per env; it takes no --grid")
+
+    @property
+    def run_orders(self) -> tuple[int, ...]:
+        """The orders the run may hold: ``orders``, or 0..max_orders-1 with ``until_decided``."""
+        return tuple(range(self.until_decided.max_orders)) if self.until_decided is not None else self.orders
 
 
 @dataclasses.dataclass(frozen=True)
@@ -340,6 +382,6 @@ class RunConfig:
         return self.what.seeds[0] if isinstance(self.what, Streams) else self.what.seed
 
 
-__all__ = ["RunConfig", "Streams", "Sweep", "BudgetConfig", "DataConfig", "HarnessConfig", "ConnectionConfig",
+__all__ = ["RunConfig", "Streams", "UntilDecided", "Sweep", "BudgetConfig", "DataConfig", "HarnessConfig", "ConnectionConfig",
            "EngineConfig", "BackboneConfig", "OutputConfig", "ExecutorConfig", "SlurmConfig", "ConfigError",
            "EXECUTOR_NAMES"]

@@ -33,7 +33,8 @@ OPENAI = "OpenAI-compatible server (--backbone openai)"
 VLLM = "In-process vLLM and the GPU split (--backbone vllm)"
 OUTPUT = "Output"
 EXECUTOR = "Executor: local, ray or slurm (docs/distributed.md)"
-PANELS = (SWEEP, EXPERIMENT, BUDGET, HARNESS, BACKBONE, OPENAI, VLLM, OUTPUT, EXECUTOR)
+UNTIL = "Task orders until decided (docs/running.md)"
+PANELS = (SWEEP, EXPERIMENT, UNTIL, BUDGET, HARNESS, BACKBONE, OPENAI, VLLM, OUTPUT, EXECUTOR)
 
 
 def _option(panel: str, help: str, *names: str, **extra: Any) -> Any:

@@ -12,6 +12,8 @@ Three steps:
    streams. An executor that runs them elsewhere checks its cluster before step 2 (nothing
    written yet) and the GPU split is then each worker's (:func:`~tokenworth_agent.experiment.plan.make_plan`'s
    ``engine_here``).
+   With ``--until-decided`` the executor runs the streams in rounds of task orders
+   (:mod:`tokenworth_agent.experiment.rounds`), each round the streams of comparisons still undecided.
 3. **Summarise**: the driver writes ``summary.md`` / ``summary.json`` and the figures (and a
    sweep's ``sweep.md``) from every finished stream in the folder.
 
@@ -23,17 +25,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
+from typing import Sequence
 
 import numpy as np
 
-from tokenworth_agent.experiment.config import RunConfig, Sweep
-from tokenworth_agent.experiment import tracked
+from tokenworth_agent.experiment.config import RunConfig, Streams, Sweep
+from tokenworth_agent.experiment import rounds, tracked
 from tokenworth_agent.experiment.engine import ExperimentResult, HookFactory
 from tokenworth_agent.experiment.executor import Executor, make_executor
 from tokenworth_agent.experiment.plan import Plan, make_plan, note
 from tokenworth_agent.experiment.progress import ProgressBars
 from tokenworth_agent.experiment.summary import Summary, write_summary, write_sweep_table
 from tokenworth_agent.policies.registry import POLICIES
+from tokenworth_agent.results.record import read_records
 from tokenworth_agent.storage import runfolder
 from tokenworth_agent.storage.checkpoint import atomic_write_text
 
@@ -64,21 +68,31 @@ def launch(config: RunConfig, *, executor: Executor | None = None, hooks: HookFa
         prepare(plan, held)
         if not executor.in_process:
             held.close()  # each worker locks its own streams
-        note(f"{', '.join(plan.envs)}: {len(plan.streams)} streams, {plan.stream_tasks} stream-tasks, backbone "
+        until = config.what.until_decided if isinstance(config.what, Streams) else None
+        note(f"{', '.join(plan.envs)}: {'up to ' if until else ''}{len(plan.streams)} streams, {plan.stream_tasks} stream-tasks, backbone "
              f"{config.backbone.name}, schedule {plan.schedule} -> {plan.out_dir}")
         started = time.perf_counter()
-        bars = None if hooks is not None else ProgressBars(config.output.progress, plan.streams, plan.tasks)
         tracker = tracked.open_tracker(plan)  # None without --track; in workers, each worker tracks its own streams
-        front = hooks or bars
+
+        def run(part: Plan) -> Sequence[ExperimentResult]:
+            bars = None if hooks is not None else ProgressBars(config.output.progress, part.streams, part.tasks)
+            front = hooks or bars
+            try:
+                return executor.run(part, hooks=tracked.combined(front, tracker) if executor.in_process else front,
+                                    on_resume=bars.resuming if bars else None)
+            finally:
+                if bars is not None:
+                    bars.close()
+
         try:
-            results = executor.run(plan, hooks=tracked.combined(front, tracker) if executor.in_process else front,
-                                   on_resume=bars.resuming if bars else None)
+            if until is None:
+                results = run(plan)
+            else:  # --until-decided: order after order while some comparison is open (experiment/rounds.py)
+                results = [r for part in rounds.run_rounds(plan, until, run) for r in part]
+                plan = rounds.ran(plan)
         except BaseException:
             tracked.close(tracker)  # what was committed still gets sent, or written down for a replay
             raise
-        finally:
-            if bars is not None:
-                bars.close()
         result = merged(plan, results, time.perf_counter() - started)
         if result.batch_sizes:
             note(f"{len(result.batch_sizes)} model calls, mean batch {np.mean(result.batch_sizes):.1f}, "
@@ -109,6 +123,9 @@ def merged(plan: Plan, results: list[ExperimentResult] | tuple[ExperimentResult,
            ) -> ExperimentResult:
     """The shards' results as one, in the plan's stream order."""
     records = {name: records for r in results for name, records in r.records.items()}
+    for name in plan.names:  # --until-decided: a stream of an earlier round that this call had no need to run
+        if name not in records:
+            records[name] = read_records(plan.out_dir / name / runfolder.RECORDS)
     return ExperimentResult(list(plan.streams), list(plan.names), {n: records[n] for n in plan.names},
                             [size for r in results for size in r.batch_sizes], seconds)
 

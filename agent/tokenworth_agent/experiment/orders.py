@@ -135,7 +135,7 @@ def check_distinct(env: str, tasks: Sequence[Any], digest: str, orders: Sequence
         if made in seen:
             raise OrderError(f"--orders: on {env}'s {len(ids)} tasks order {order} is the same permutation as order "
                              f"{seen[made]}; {env} cannot make {len(orders)} distinct orders of this stream (ask for "
-                             "fewer orders, or more tasks with --limit)")
+                             "fewer orders with --orders or --max-orders, or more tasks with --limit)")
         seen[made] = order
 
 

@@ -123,9 +123,9 @@ def order_part(orders: Sequence[int]) -> str:
 
 
 def experiment_folder(envs: Sequence[str], backbone: str, seeds: Sequence[int], grid: Sequence[str],
-                      limit: int | None, orders: Sequence[int] = (0,)) -> Path:
+                      limit: int | None, orders: Sequence[int] = (0,), until: str = "") -> Path:
     """``runs/<env>-<backbone>-seed<k>`` for one env and seed, the lists otherwise, then the task orders
-    (:func:`order_part`), then the grid as written.
+    (:func:`order_part`; ``until``, ``--until-decided``'s part, instead), then the grid as written.
 
     The grid part reads as the grid (``db-sim-seeds0-1-2-o_max=64,128``). Only a grid longer than
     :data:`GRID_NAME_MAX` characters is cut, with 8 hex digits of its digest so two long grids never
@@ -133,7 +133,7 @@ def experiment_folder(envs: Sequence[str], backbone: str, seeds: Sequence[int], 
     it exists and the new one does not, is used (and said so), so an old run resumes with the same
     command."""
     seed_part = f"seed{seeds[0]}" if len(seeds) == 1 else "seeds" + "-".join(map(str, seeds))
-    base = f"{'+'.join(envs)}-{backbone}-{seed_part}{order_part(orders)}"
+    base = f"{'+'.join(envs)}-{backbone}-{seed_part}{order_part(orders) if orders else ''}{until}"
     if not grid:
         return default_out(base, limit)
     readable = "-".join(grid_items(grid))
@@ -169,21 +169,27 @@ class _Shape:
 
 def _streams_shape(config: RunConfig, what: Streams) -> _Shape:
     budgets = {e: config.budget.budget(e) for e in what.envs}
-    streams = expand(what.envs, what.methods, what.seeds, budgets, grid_points(what.grid), what.orders)
+    orders = what.run_orders
+    streams = expand(what.envs, what.methods, what.seeds, budgets, grid_points(what.grid), orders)
     backbone = config.backbone.name
-    out_dir = config.output.out or experiment_folder(what.envs, backbone, what.seeds, what.grid, config.data.limit,
-                                                     what.orders)
+    until = what.until_decided
+    out_dir = config.output.out or experiment_folder(
+        what.envs, backbone, what.seeds, what.grid, config.data.limit,
+        orders if until is None else (), "" if until is None else f"-until-decided-{until.effect:g}pp-max{until.max_orders}")
     settings: dict[str, Any] = {"env": what.envs[0] if len(what.envs) == 1 else ",".join(what.envs),
                                 "backbone": backbone,
                                 "seed": what.seeds[0] if len(what.seeds) == 1 else list(what.seeds),
                                 "limit": config.data.limit}
-    ordered = has_orders(what.orders)
+    ordered = has_orders(orders)
     if ordered:
-        settings["orders"] = list(what.orders)
+        settings["orders"] = list(orders)
+    if until is not None:  # its rounds are the folder's state: the same command resumes them (experiment/rounds.py)
+        settings["until_decided"] = dataclasses.asdict(until)
     if len(what.envs) > 1 or len(what.seeds) > 1 or what.grid or ordered:
         settings["grid"] = grid_setting(out_dir, what.grid)
     title = (f"{'+'.join(e.upper() for e in what.envs)} · backbone {backbone} · "
-             f"seed{'s' if len(what.seeds) > 1 else ''} {','.join(map(str, what.seeds))}" + order_title(what.orders))
+             f"seed{'s' if len(what.seeds) > 1 else ''} {','.join(map(str, what.seeds))}" + order_title(orders)
+             + ("" if until is None else f" · until decided (effect {until.effect:g} pp)"))
     return _Shape(streams, out_dir, settings, title, None)
 
 
