@@ -190,25 +190,28 @@ def sequential(differences: Any, variances: Any, *, effect: float = DEFAULT_EFFE
     used = np.zeros(shape, dtype=np.int64)
     low, high, centre = np.full(shape, -np.inf), np.full(shape, np.inf), np.full(shape, np.nan)
     between = np.full(shape, np.nan)
-    for k in range(1, looks + 1):
-        mean = d[..., :k].mean(axis=-1)
-        se, spread = E.order_spread(d[..., :k], v[..., :k])  # the estimator of a difference over orders, one copy
-        with np.errstate(divide="ignore", invalid="ignore"):
+    # Before the first look the boundary is infinite and an order's spread can be 0: c * se is inf * 0 = NaN,
+    # which compares false (nothing stops there), not a warning.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for k in range(1, looks + 1):
+            mean = d[..., :k].mean(axis=-1)
+            se, spread = E.order_spread(d[..., :k], v[..., :k])  # the one estimator of a difference over orders
             t = np.abs(mean) / se
-        open_ = (code == 0) & np.isfinite(mean)  # NaN: this comparison's orders have run out (see _pad)
-        while True:  # Holm within the look: each rejection raises the others' share
-            remaining = m - np.sum(np.abs(code) == 1, axis=-1, keepdims=True)
-            c = table[np.maximum(remaining, 1) - 1, k - 1]
-            reject = open_ & (t > c)
-            if not reject.any():
-                break
-            code = np.where(reject, np.where(mean > 0, 1, -1), code)
-            used, low, high, centre, between = _record(reject, k, mean, c * se, spread, used, low, high, centre,
+            open_ = (code == 0) & np.isfinite(mean)  # NaN: this comparison's orders have run out (see _pad)
+            while True:  # Holm within the look: each rejection raises the others' share
+                remaining = m - np.sum(np.abs(code) == 1, axis=-1, keepdims=True)
+                c = table[np.maximum(remaining, 1) - 1, k - 1]
+                reject = open_ & (t > c)
+                if not reject.any():
+                    break
+                code = np.where(reject, np.where(mean > 0, 1, -1), code)
+                used, low, high, centre, between = _record(reject, k, mean, c * se, spread, used, low, high, centre,
+                                                           between)
+                open_ &= ~reject
+            futile = open_ & (mean - c * se > -effect) & (mean + c * se < effect)
+            code = np.where(futile, 2, code)
+            used, low, high, centre, between = _record(open_, k, mean, c * se, spread, used, low, high, centre,
                                                        between)
-            open_ &= ~reject
-        futile = open_ & (mean - c * se > -effect) & (mean + c * se < effect)
-        code = np.where(futile, 2, code)
-        used, low, high, centre, between = _record(open_, k, mean, c * se, spread, used, low, high, centre, between)
     return Outcome(code, used, low, high, centre, between)
 
 
