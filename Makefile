@@ -139,8 +139,9 @@ test-envs: setup vllm-setup bcb-ci-setup alfworld-setup docs-setup
 
 # make test, the gate (CI runs it: .ci/run), as measured in docs/performance.md ("The test suite's time").
 # After the set-up (every venv, built side by side), two lanes:
-#   main    the main suite in .venv, one process (the layout CI has passed; the suite on two pytest-xdist
-#           workers with the lanes beside it failed three timing-bound tests, docs/performance.md says which)
+#   main    the main suite in .venv on $(TEST_WORKERS) pytest-xdist workers, each test file whole on one worker, the
+#           longest first (tests/conftest.py; the two files that start two-node Ray clusters run on one worker,
+#           one after the other)
 #   beside  the real-engine suite in .venv-vllm (vLLM's CPU engine binds one core), then the wheels built
 #           and checked (the library's wheel at both ends of its jax range, the harness's)
 # Both must pass. Each test's time goes to $(TEST_LOGS)/*-times.json (scripts/test_times.py reads it); make
@@ -158,7 +159,8 @@ REAL_LOG     := $(TEST_LOGS)/real-engines.log
 MAIN_ENV := TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_BCB_VENV=$(abspath $(BCB_CI_VENV)) \
 	TOKENWORTH_ALFWORLD_VENV=$(abspath $(ALFWORLD_VENV)) TOKENWORTH_DOCS_PYTHON=$(abspath $(DOCS_PY)) \
 	TOKENWORTH_BROWSER=required $(FAST_XLA)
-MAIN_TESTS := $(MAIN_ENV) TOKENWORTH_TEST_LOG=$(abspath $(TEST_LOGS)/main-times.json) $(PY) -m pytest -q --durations=25
+MAIN_TESTS := $(MAIN_ENV) TOKENWORTH_TEST_LOG=$(abspath $(TEST_LOGS)/main-times.json) $(PY) -m pytest -q \
+	-n $(TEST_WORKERS) --dist loadfile --durations=25
 REAL_TESTS := TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_VLLM_MODEL=$(abspath $(VLLM_MODEL)) TOKENWORTH_REAL_VLLM=required \
 	TOKENWORTH_BCB_VENV=$(abspath $(BCB_CI_VENV)) TOKENWORTH_ALFWORLD_VENV=$(abspath $(ALFWORLD_VENV)) \
 	TOKENWORTH_TEST_LOG=$(abspath $(TEST_LOGS)/real-times.json) \
@@ -209,9 +211,12 @@ wheel-checks: wheels
 
 # The three wheel checks on wheels already built.
 wheel-lanes:
-	bash scripts/wheels.sh library $(DIST) .venv-lib $(PYTHON_NEW)
-	$(FAST_XLA) bash scripts/wheels.sh library $(DIST) .venv-lib-lower $(PYTHON) $(LOWER_PINS)
-	bash scripts/wheels.sh harness $(DIST) .venv-wheel $(PYTHON) $(DATA)
+	@$(SINCE); t=$$(date +%s); bash scripts/wheels.sh library $(DIST) .venv-lib $(PYTHON_NEW) && \
+	  echo "wheel lane, library at the newest jax: $$(elapsed $$t) s"
+	@$(SINCE); t=$$(date +%s); $(FAST_XLA) bash scripts/wheels.sh library $(DIST) .venv-lib-lower $(PYTHON) $(LOWER_PINS) && \
+	  echo "wheel lane, library at the lower bound: $$(elapsed $$t) s"
+	@$(SINCE); t=$$(date +%s); bash scripts/wheels.sh harness $(DIST) .venv-wheel $(PYTHON) $(DATA) && \
+	  echo "wheel lane, harness: $$(elapsed $$t) s"
 
 bench: setup
 	TOKENWORTH_DATA_DIR=$(DATA) $(PY) -m tokenworth_bench controller

@@ -287,14 +287,19 @@ def test_walkthrough_never_reaches_a_prompt_or_memory(tasks: list, tmp_path: Pat
 
 
 @needs_engine
-def test_a_dead_worker_fails_the_game_in_play_and_the_next_game_plays(tasks: list) -> None:
+def test_a_dead_worker_fails_the_game_in_play_and_the_next_game_plays(tasks: list, monkeypatch) -> None:
     from tokenworth_agent.benchmarks.alfworld.env import ALFWorldEnvironment, EngineError, EnginePool, pool
 
     own = EnginePool(1, cache_games=0)  # every call reaches the worker (the shared pool may answer from its cache)
     try:
         env = ALFWorldEnvironment(engine=own.engine())
         env.reset(tasks[0])
-        env.engine.worker.proc.kill()
+        proc = env.engine.worker.proc
+        proc.kill()
+        proc.wait(timeout=60)
+        # The window this test is about: the worker is dead and nothing has noticed when the step is sent. Without
+        # this the test raced: a death seen before the call is caught up on a new worker instead (_catch_up).
+        monkeypatch.setattr(proc, "poll", lambda: None)
         with pytest.raises(EngineError, match="died"):
             env.step(f"Action: {tasks[0].walkthrough[0]}")
         assert env.reset(tasks[0]).startswith("You are in the middle of a room")

@@ -376,7 +376,7 @@ def test_send_after_the_fact_is_idempotent(server, data_dir, tmp_path) -> None:
 # ------------------------------------------------------------------------- workers: Ray and Slurm
 DISTRIBUTED = ["--methods", "standard,rag,memrl", "--seeds", "0,1"]
 # long enough that a worker is caught after its tracker made the stream's run and before the stream ends
-TAKEOVER = [*DISTRIBUTED, "--limit", "400"]
+TAKEOVER = [*DISTRIBUTED, "--limit", "200"]
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray comes with the [ray] extra")
 
 

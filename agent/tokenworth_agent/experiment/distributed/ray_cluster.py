@@ -45,7 +45,22 @@ PROBE_TIMEOUT_S = 5.0
 # ray.init's GCS connection, bounded: one try of a few seconds instead of minutes (set around the call only).
 FAIL_FAST_ENV = {"RAY_gcs_server_port_wait_time_s": "5", "RAY_py_gcs_connect_timeout_s": "5",
                  "RAY_gcs_rpc_server_connect_timeout_s": "5"}
-SURVEY_TIMEOUT_S = 60.0
+SURVEY_TIMEOUT_S = 60.0  # a node's survey task answers in ~2 s; a new worker on a loaded node can take far longer
+SURVEY_ENV = "TOKENWORTH_RAY_SURVEY_S"  # another limit, e.g. for nodes busy with other work (the tests set one)
+
+
+def survey_timeout_s() -> float:
+    """How long a node's survey task may take: ``$TOKENWORTH_RAY_SURVEY_S`` seconds, else SURVEY_TIMEOUT_S."""
+    raw = os.environ.get(SURVEY_ENV)
+    if raw is None:
+        return SURVEY_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and value < float("inf")):
+        raise ClusterRefused(f"{SURVEY_ENV}={raw!r}: expected a number of seconds above 0")
+    return value
 HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # + an empty SETTINGS
 HINT = "start one with `ray start --head`, or fix --ray-address / RAY_ADDRESS"
 
@@ -203,11 +218,11 @@ def pinned(node_id: str) -> NodeAffinitySchedulingStrategy:
     return NodeAffinitySchedulingStrategy(node_id, soft=False)
 
 
-def survey(timeout_s: float = SURVEY_TIMEOUT_S) -> list[Node]:
+def survey(timeout_s: float | None = None) -> list[Node]:
     """Every alive node, with one tiny task pinned to each (versions, code, the vLLM build)."""
     alive = [n for n in ray.nodes() if n.get("Alive")]
     refs = [_node_facts.options(scheduling_strategy=pinned(n["NodeID"])).remote() for n in alive]
-    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=survey_timeout_s() if timeout_s is None else timeout_s)
     nodes = []
     for raw, ref in zip(alive, refs):
         resources = raw.get("Resources", {})
@@ -222,7 +237,7 @@ def check_nodes(nodes: Sequence[Node]) -> None:
         raise ClusterRefused("the Ray cluster has no alive node")
     silent = [n for n in nodes if n.facts is None]
     if silent:
-        raise ClusterRefused(f"node {silent[0].label()} did not answer a survey task within {SURVEY_TIMEOUT_S:g} s; "
+        raise ClusterRefused(f"node {silent[0].label()} did not answer a survey task within {survey_timeout_s():g} s; "
                              "check it with `ray status`, or remove it from the cluster")
     here = {"ray": ray.__version__, "python": platform.python_version(), "code": code_digest()}
     for node in nodes:
@@ -298,7 +313,7 @@ def check_storage(out: Path, lock: Path, nodes: Sequence[Node]) -> None:
     """Every node sees the run folder and its locks as this driver does (the driver holds ``lock``)."""
     digest = hashlib.sha256((out / "config.json").read_bytes()).hexdigest()
     refs = [_probe.options(scheduling_strategy=pinned(n.node_id)).remote(str(out), digest, str(lock)) for n in nodes]
-    for node, why in zip(nodes, ray.get(refs, timeout=SURVEY_TIMEOUT_S)):
+    for node, why in zip(nodes, ray.get(refs, timeout=survey_timeout_s())):
         if why is not None:
             raise ClusterRefused(f"node {node.label()} {why}; the run folder must be on storage every node mounts at "
                                  "the same path, with file locks shared between nodes (NFSv4, CephFS, GPFS, Lustre "
