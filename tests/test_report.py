@@ -134,3 +134,32 @@ def test_the_sweep_table_pairs_each_configuration_with_the_preset() -> None:
     assert [first["p_adjusted"], second["p_adjusted"]] == pytest.approx(list(adjusted))
     text = markdown(result)
     assert f"| eta_max=0.1 | {100 * np.mean(better):.1f} |" in text and f"{first['difference']:+.1f}" in text
+
+
+def test_the_orders_forest_draws_each_order_and_the_interval_over_orders(tmp_path) -> None:
+    """One row per method of a run of several orders: a point per order at its difference, the diamond and bar at
+    the difference over orders and its interval; a run of one order draws nothing."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from tokenworth_agent.results.report import orders_forest, plot_orders_forest
+
+    def row(method, per_order, over):
+        return {"method": method, "baseline": "standard", "per_order": [{"order": k, "difference": d}
+                                                                        for k, d in enumerate(per_order)],
+                "over_orders": over and {"difference": over[0], "ci": over[1:], "favour": 2,
+                                         "verdict": "not shown over orders"}}
+
+    rows = [row("rag", [1.0, -2.0, 3.0], (0.67, -5.0, 6.3)), row("memp", [2.0, 2.5, 1.5], (2.0, 0.8, 3.2)),
+            row("one-order", [4.0], None)]
+    fig = orders_forest(rows)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["memp − standard", "rag − standard"]
+    points = {(round(x, 2), round(y)) for line in ax.get_lines() for x, y in zip(line.get_xdata(), line.get_ydata())
+              if line.get_marker() == "o"}
+    assert points == {(1.0, 1), (-2.0, 1), (3.0, 1), (2.0, 0), (2.5, 0), (1.5, 0)}  # rag on top, memp below
+    bars = sorted(tuple(line.get_xdata()) for line in ax.get_lines() if line.get_marker() in ("None", ""))
+    assert (0.8, 3.2) in bars and (-5.0, 6.3) in bars
+    assert plot_orders_forest(rows, tmp_path / "forest.png").stat().st_size > 0
+    assert orders_forest([rows[-1]]) is None and plot_orders_forest([rows[-1]], tmp_path / "none.png") is None
+    assert not (tmp_path / "none.png").exists()

@@ -560,3 +560,70 @@ def plot_difference_along_stream(comparisons: Sequence[Any], path: str | Path, t
                 axes[row, col].set_visible(False)
     _put_caption(fig, caption, height)
     return save_figure(fig, path, rect=(0, 0, 1, 1 - room / height))
+
+
+def orders_forest(comparisons: Sequence[Mapping[str, Any]], title: str = "", dpi: float | None = None) -> Any:
+    """A forest plot of the differences over task orders, drawn on the current backend (a notebook's inline one).
+
+    Args:
+        comparisons: ``tokenworth compare --json`` rows of a run of several orders (``per_order`` and
+            ``over_orders``); rows without ``over_orders`` (a run of one order) are left out.
+        title: a line above the panel.
+        dpi: the figure's resolution; None: matplotlib's default (a notebook's rc file sets 72).
+
+    Returns:
+        The matplotlib figure, or None when no row has a difference over orders. One row per method: a
+        point per order (one colour per order, the same in every row, so an order that shifts every
+        method alike shows), and below them the difference over orders with its 95 % t interval (a
+        diamond on a bar), its verdict written at the right.
+    """
+    rows = [c for c in comparisons if c.get("over_orders")]
+    if not rows:
+        return None
+    import matplotlib.pyplot as plt
+
+    orders = sorted({p["order"] for c in rows for p in c["per_order"]})
+    palette = plt.get_cmap("tab10" if len(orders) <= 10 else "tab20")
+    fig, ax = plt.subplots(figsize=(9.5, 0.8 * len(rows) + 1.6), dpi=dpi)
+    for i, c in enumerate(rows):
+        y = len(rows) - 1 - i  # the table's first row on top
+        for p in c["per_order"]:
+            k = orders.index(p["order"])
+            ax.plot(p["difference"], y + 0.12 + 0.04 * (k - (len(orders) - 1) / 2), "o", ms=5, mfc="none",
+                    color=palette(k % 20), label=(f"order {p['order']}" + (" (the benchmark's)" if p["order"] == 0 else "")) if i == 0 else None)
+        over = c["over_orders"]
+        ax.plot(over["ci"], [y - 0.18] * 2, color="black", lw=1.6)
+        ax.plot(over["difference"], y - 0.18, "D", color="black", ms=6, label="over orders, 95 % CI" if i == 0 else None)
+        text = (f"{over['difference']:+.1f} [{over['ci'][0]:+.1f}, {over['ci'][1]:+.1f}] pp\n"
+                f"{over['favour']}/{len(c['per_order'])} orders favour; {over['verdict']}")
+        ax.annotate(text.replace("-", "\u2212"), (1.02, y), va="center", xycoords=("axes fraction", "data"),
+                    fontsize=8)
+    ax.axvline(0.0, color="grey", lw=0.8)
+    ax.set_yticks(range(len(rows)), [f"{c['method']} − {c['baseline']}" for c in reversed(rows)])
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.set_xlabel("paired ΔSR (pp)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12 * 6.0 / (0.8 * len(rows) + 1.6)),
+              ncol=len(orders) + 1, frameon=False, handletextpad=0.2, columnspacing=1.0)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_orders_forest(comparisons: Sequence[Mapping[str, Any]], path: str | Path, title: str = "") -> Path | None:
+    """:func:`orders_forest` written to ``path`` as a PNG (Agg backend).
+
+    Args:
+        comparisons: ``tokenworth compare --json`` rows of a run of several orders.
+        path: the PNG to write (atomically).
+        title: a line above the panel.
+
+    Returns:
+        ``path``, or None (nothing written) when no row has a difference over orders.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    fig = orders_forest(comparisons, title, dpi=120)  # as the run's other figures
+    return None if fig is None else save_figure(fig, path)
