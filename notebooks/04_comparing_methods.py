@@ -21,7 +21,9 @@
 # task when several seeds repeat the same tasks), and the paired difference of two methods on the
 # same tasks. This notebook runs a small experiment, reads it back, compares the methods with
 # Standard (what `tokenworth compare RUN` prints) and plots each rate and each paired difference
-# along the stream with its band. How each number is estimated: `docs/results.md`.
+# along the stream with its band; last, from a committed run of five task orders, it draws what holds
+# over orders of the benchmark and not only in its own order. How each number is estimated:
+# `docs/results.md`.
 #
 # **The backbone is simulated** (`docs/backbones.md`): the rates are not the paper's. The default
 # size is 3 methods x 2 seeds x the first 120 DB tasks (about a minute on a 2-core CPU);
@@ -150,6 +152,34 @@ print(gains.to_string(index=False))
 print()
 print(plan_markdown(comparisons, 2.0))
 
+# %% [markdown]
+# ## Over task orders: what one order cannot say
+#
+# Everything above is about **this order**: the tasks came in the benchmark's order, and in a lifelong
+# stream the order decides which memories exist when each task arrives. `tokenworth run --orders 5` runs
+# the same tasks in five orders; `tokenworth compare` then gives each order's paired difference and the
+# difference **over orders of the benchmark** (the mean of the per-order differences, a t interval with
+# orders − 1 degrees of freedom from their spread). Running it takes minutes, so this cell reads the
+# committed comparison of such a run (`bench/results/stats/db_orders5/compare.json`: 500 DB tasks, seed 0,
+# orders 0–4) instead. A forest plot: a point per order, one colour per order in every row, and the
+# difference over orders with its 95 % interval. A method whose orders disagree in sign is not shown over
+# orders, however clear one order is.
+
+# %%
+from tokenworth_agent.results.report import orders_forest
+
+ROOT = Path.cwd() if (Path.cwd() / "tokenworth_jax").exists() else Path.cwd().parent
+ORDERS = ROOT / "bench" / "results" / "stats" / "db_orders5" / "compare.json"
+over_orders = json.loads(ORDERS.read_text()) if ORDERS.exists() else []
+if over_orders:
+    orders_forest(over_orders, "DB, simulated backbone, seed 0, orders 0–4: each method against standard")
+    print(pd.DataFrame([{"method": c["method"], **{f"order {p['order']}": p["difference"] for p in c["per_order"]},
+                         "over orders": round(c["over_orders"]["difference"], 1),
+                         "95 % CI": "[{:+.1f}, {:+.1f}]".format(*c["over_orders"]["ci"]),
+                         "verdict": c["over_orders"]["verdict"]} for c in over_orders]).to_string(index=False))
+else:
+    print(f"{ORDERS} is absent (not a checkout of the repository?): no forest plot")
+
 # %%
 key = {"rows": int(len(frame)), "methods": sorted(frame["method"].unique().tolist()),
        "seeds": sorted(int(s) for s in frame["seed"].unique()),
@@ -161,5 +191,8 @@ key = {"rows": int(len(frame)), "methods": sorted(frame["method"].unique().tolis
        "compared": [c.method for c in comparisons], "tests": sorted({c.sr.test for c in comparisons}),
        "differences": [100 * c.sr.difference for c in comparisons],
        "covers": [bool(c.sr.ci_low <= c.sr.difference <= c.sr.ci_high) for c in comparisons],
-       "mde": [100 * c.mde for c in comparisons]}
+       "mde": [100 * c.mde for c in comparisons],
+       "orders_methods": [c["method"] for c in over_orders],
+       "orders_mean_of_orders": [bool(abs(np.mean([p["difference"] for p in c["per_order"]]) - c["over_orders"]["difference"])
+                                      < 1e-9) for c in over_orders]}
 print("KEY_OUTPUTS " + json.dumps(key))

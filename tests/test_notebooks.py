@@ -96,7 +96,10 @@ def test_comparing_methods(monkeypatch):
     assert all(out["ci_width"][m] > out["naive_width"][m] for m in out["methods"])
     assert out["compared"] == ["rag", "memp"] and out["tests"] == ["cluster-t"]
     assert all(out["covers"]) and all(0 < m < 30 for m in out["mde"])
-    assert out["_images"] >= 1
+    # the forest plot over task orders, from the committed five-order comparison
+    assert out["orders_methods"] == ["rag", "memrl", "memp", "tokenworth", "tokenworth+"]
+    assert all(out["orders_mean_of_orders"])  # the difference over orders is the mean of the orders'
+    assert out["_images"] >= 2
 
 
 def test_every_script_has_a_rendered_copy_and_the_docs_list_it():
