@@ -20,6 +20,15 @@ with its interval: exploratory, untested); and a check of the serial dependence 
 Driscoll-Kraay/Newey-West standard error, statsmodels' ``cov_type="hac-groupsum"``, at as many lags as the
 memory bank holds memories, against the clustered one).
 
+**Task orders.** A run of several orders (``tokenworth run --orders``) pairs within each order (the same task ids
+in every order) and pools the orders in the main table, clustered by task over orders and seeds: a claim
+about *these orders*. Per arm it adds each order's ΔSR (:func:`per_order`), how many orders favour the arm,
+and ΔSR over orders of the benchmark (:func:`~.estimate.over_orders`: the per-order differences' mean, t
+interval and test, the between-order variance component), Holm-adjusted, with its verdict
+(:attr:`Comparison.orders_verdict`); :func:`orders_table` prints it, labelled as a claim about *orders of
+this benchmark*. A one-order run's tables are as before. ``--sequential`` replays the sequential rule
+(:mod:`~.sequential`) over the orders.
+
 **Interval and verdict.** The interval (Bonett-Price adjusted Wald, per comparison) and the test (McNemar's
 exact or the cluster t test, Holm-adjusted for the verdict) are different procedures and can disagree at the
 edge; a row where they do is marked (:meth:`Comparison.marks`: ``†`` the interval and the unadjusted test
