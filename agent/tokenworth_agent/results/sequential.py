@@ -294,7 +294,13 @@ def decide_run(run_dir: str | Path, *, baseline: str = "standard", effect: float
         alpha: the family-wise error rate.
 
     Returns:
-        A :class:`Decision` per comparison, keyed ``"<env>/<method>"`` (``"db/tokenworth"``).
+        A :class:`Decision` per comparison, keyed ``"<env>/<method>"`` (``"db/tokenworth"``); a comparison
+        whose finished orders are fewer than :data:`MIN_ORDERS` is ``undecided`` (orders_used: those it has).
+
+    Raises:
+        ValueError: ``effect`` not positive or ``max_orders`` below 1 (one line naming it).
+        tokenworth_agent.results.compare.CompareError: no finished stream, or an env without ``baseline``.
+        tokenworth_agent.results.runs.RunError: not a run folder, or a stream that cannot be read.
     """
     from tokenworth_agent.results.runs import streams
 
