@@ -94,6 +94,9 @@ def test_bad_effect_or_max_orders_is_one_error_line(tmp_path) -> None:
         result = CliRunner().invoke(_app(), ["compare", str(tmp_path), "--sequential", *args])  # checked first
         assert result.exit_code == 2 and result.output.strip().startswith(named)
         assert len(result.output.strip().splitlines()) == 1
+    alone = CliRunner().invoke(_app(), ["compare", str(tmp_path), "--effect", "2"])
+    assert alone.exit_code == 2 and alone.output.strip() == ("error: --effect and --max-orders set the sequential "
+                                                             "rule; add --sequential")
 
 
 # ------------------------------------------------------------------------- on a run folder
