@@ -1,9 +1,10 @@
 """The sequential rule over task orders (tokenworth_agent.results.sequential) and `tokenworth compare --sequential`.
 
-The simulation draws whole sequential experiments, vectorised: per-order paired differences
-``d = mu + u + e`` (``u`` the order's own effect, sd TAU; ``e`` the order's sampling noise, sd SE_WITHIN, with a
-part shared by the family's comparisons through their common baseline), a family of comparisons like
-``make run``'s, orders added one at a time up to ten.
+The simulation (tokenworth_bench.sequential_orders, whose full run is bench/results/stats/sequential_orders.md)
+draws whole sequential experiments, vectorised: per-order paired differences ``d = mu + u + e`` (``u`` the
+order's own effect, sd TAU; ``e`` the order's sampling noise, sd SE_WITHIN, half of it shared by the family's
+comparisons through their common baseline), a family of comparisons like ``make run``'s, orders added one at a
+time up to ten.
 """
 
 from __future__ import annotations
@@ -16,20 +17,13 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.runfolders import config, write_stream
+from tokenworth_bench.sequential_orders import MAX_ORDERS, SE_WITHIN, TAU, draw, naive
 
-TAU, SE_WITHIN = 2.0, 1.5  # DB, 500 tasks, simulated backbone: the spread between orders, one order's SE (pp)
-RUNS, MAX_ORDERS = 2000, 10
+RUNS = 2000
 
 
-def _draw(seed: int, effects: tuple[float, ...], *, tau: float = TAU, runs: int = RUNS) -> tuple[np.ndarray, np.ndarray]:
-    """``runs`` families: per-order differences (runs, comparisons, orders) and their within-order variances."""
-    rng = np.random.default_rng(seed)
-    m = len(effects)
-    shared = rng.standard_normal((runs, 1, MAX_ORDERS))  # the baseline's own noise, common to the family
-    own = rng.standard_normal((runs, m, MAX_ORDERS))
-    noise = SE_WITHIN * (np.sqrt(0.5) * shared + np.sqrt(0.5) * own)
-    d = np.asarray(effects)[None, :, None] + tau * rng.standard_normal((runs, m, MAX_ORDERS)) + noise
-    return d, np.full(d.shape, SE_WITHIN ** 2)
+def _draw(seed: int, effects: tuple[float, ...], *, tau: float = TAU) -> tuple[np.ndarray, np.ndarray]:
+    return draw(seed, effects, tau=tau, runs=RUNS)
 
 
 @functools.lru_cache(maxsize=None)
@@ -40,17 +34,6 @@ def _run(seed: int, effects: tuple[float, ...], tau: float = TAU):
     return sequential(d, v, effect=3.0, max_orders=MAX_ORDERS)
 
 
-def _naive(d: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Stop a comparison the first time its fixed 95 % interval over orders (t, orders - 1 df) excludes 0."""
-    from tokenworth_agent.results import estimate as E
-
-    found = np.zeros(d.shape[:-1], dtype=bool)
-    for k in range(2, d.shape[-1] + 1):
-        o = E.over_orders(d[..., :k], v[..., :k])
-        found |= (o.ci_low > 0) | (o.ci_high < 0)
-    return found
-
-
 @pytest.mark.parametrize("effects", [(0.0,) * 5, (0.0,) * 4])
 def test_with_no_difference_the_family_declares_one_at_most_5_percent_of_the_time(effects) -> None:
     outcome = _run(1, effects)
@@ -58,8 +41,8 @@ def test_with_no_difference_the_family_declares_one_at_most_5_percent_of_the_tim
     assert family <= 0.05, family
     assert family >= 0.03, family  # and not blind: near the level
     # stopping at the first fixed 95 % interval that excludes 0 does not hold that rate, by far
-    naive = np.mean(np.any(_naive(*_draw(1, effects)), axis=-1))
-    assert naive > 0.25, naive
+    naive_rate = np.mean(np.any(naive(*_draw(1, effects)), axis=-1))
+    assert naive_rate > 0.25, naive_rate
 
 
 def test_a_true_3_point_difference_is_decided_within_ten_orders_in_80_percent_of_experiments() -> None:
@@ -111,6 +94,9 @@ def test_bad_effect_or_max_orders_is_one_error_line(tmp_path) -> None:
         result = CliRunner().invoke(_app(), ["compare", str(tmp_path), "--sequential", *args])  # checked first
         assert result.exit_code == 2 and result.output.strip().startswith(named)
         assert len(result.output.strip().splitlines()) == 1
+    alone = CliRunner().invoke(_app(), ["compare", str(tmp_path), "--effect", "2"])
+    assert alone.exit_code == 2 and alone.output.strip() == ("error: --effect and --max-orders set the sequential "
+                                                             "rule; add --sequential")
 
 
 # ------------------------------------------------------------------------- on a run folder

@@ -464,11 +464,17 @@ def compare(
     """Paired comparison of each method with the baseline: ΔSR and ΔOutputTok with 95 % intervals, p-values
     (Holm-adjusted), a verdict, the minimum detectable effect and the gain over the stream; with several task
     orders, the difference in each order and over orders (docs/results.md)."""
+    from tokenworth_agent.results import sequential as rule
     from tokenworth_agent.results.compare import CompareError, RunError, render
 
     try:
-        typer.echo(render(runs, baseline, as_json=as_json, plan=plan, sequential=sequential, effect=effect,
-                          max_orders=max_orders), nl=False)
+        if sequential:
+            text = rule.render(runs, baseline, as_json=as_json, plan=plan, effect=effect, max_orders=max_orders)
+        elif effect is not None or max_orders is not None:
+            raise CompareError("--effect and --max-orders set the sequential rule; add --sequential")
+        else:
+            text = render(runs, baseline, as_json=as_json, plan=plan)
+        typer.echo(text, nl=False)
     except (CompareError, RunError) as exc:
         fail(str(exc))
 

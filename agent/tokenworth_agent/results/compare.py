@@ -20,6 +20,15 @@ with its interval: exploratory, untested); and a check of the serial dependence 
 Driscoll-Kraay/Newey-West standard error, statsmodels' ``cov_type="hac-groupsum"``, at as many lags as the
 memory bank holds memories, against the clustered one).
 
+**Task orders.** A run of several orders (``tokenworth run --orders``) pairs within each order (the same task ids
+in every order) and pools the orders in the main table, clustered by task over orders and seeds: a claim
+about *these orders*. Per arm it adds each order's ΔSR (:func:`per_order`), how many orders favour the arm,
+and ΔSR over orders of the benchmark (:func:`~.estimate.over_orders`: the per-order differences' mean, t
+interval and test, the between-order variance component), Holm-adjusted, with its verdict
+(:attr:`Comparison.orders_verdict`); :func:`orders_table` prints it, labelled as a claim about *orders of
+this benchmark*. A one-order run's tables are as before. ``--sequential`` (:mod:`~.sequential`, which
+imports this module) replays the sequential rule over the orders.
+
 **Interval and verdict.** The interval (Bonett-Price adjusted Wald, per comparison) and the test (McNemar's
 exact or the cluster t test, Holm-adjusted for the verdict) are different procedures and can disagree at the
 edge; a row where they do is marked (:meth:`Comparison.marks`: ``†`` the interval and the unadjusted test
@@ -779,66 +788,29 @@ def plan_json(comparison: Comparison, delta_pp: float, seeds: Sequence[int] = po
 
 
 def render(runs: Sequence[str | Path], baseline: str | None = None, *, as_json: bool = False,
-           plan: float | None = None, sequential: bool = False, effect: float | None = None,
-           max_orders: int | None = None) -> str:
-    """What ``tokenworth compare`` prints; ``sequential``: also the sequential rule replayed over the runs'
-    orders (:mod:`~.sequential`) at ``effect`` pp and ``max_orders`` looks (its defaults when None)."""
+           plan: float | None = None) -> str:
+    """What ``tokenworth compare`` prints (``--sequential`` adds :func:`~.sequential.render`'s part)."""
     import json
-
-    from tokenworth_agent.results import sequential as S
 
     if plan is not None and not plan > 0:
         raise CompareError(f"--plan {plan:g}: the difference to plan for must be a positive number of percentage points")
-    effect = S.DEFAULT_EFFECT_PP if effect is None else effect
-    max_orders = S.DEFAULT_MAX_ORDERS if max_orders is None else max_orders
-    try:
-        S.check(effect, max_orders)
-    except ValueError as exc:
-        raise CompareError(str(exc)) from None
-    found: list[Stream] = []
-    for run in runs:
-        found += read_streams(run)
-    comparisons = compare(found, baseline)
-    decided = S.decide_streams(found, baseline=comparisons[0].baseline if baseline is None else baseline,
-                               effect=effect, max_orders=max_orders) if sequential else {}
+    comparisons = compare_runs(runs, baseline)
     if as_json:
-        rows = [dict(c.to_json(), **({"plan": plan_json(c, plan)} if plan is not None else {}),
-                     **(_decision_json(decided.get(S.key(c.env, c.method, c.point))) if sequential else {}))
-                for c in comparisons]
-        return json.dumps(plain(rows), indent=2) + "\n"
+        return json.dumps(plain(json_rows(comparisons, plan)), indent=2) + "\n"
+    return text_of(comparisons, plan)
+
+
+def json_rows(comparisons: Sequence[Comparison], plan: float | None = None) -> list[dict[str, Any]]:
+    """``compare --json``'s objects (with the plan's when ``plan``)."""
+    return [dict(c.to_json(), **({"plan": plan_json(c, plan)} if plan is not None else {})) for c in comparisons]
+
+
+def text_of(comparisons: Sequence[Comparison], plan: float | None = None) -> str:
+    """``compare``'s tables (and the plan's when ``plan``)."""
     text = markdown(comparisons)
     if plan is not None:
         text += "\n" + plan_markdown(comparisons, plan)
-    if sequential:
-        text += "\n" + sequential_markdown(decided, effect, max_orders)
     return text
-
-
-def _decision_json(decision: Any) -> dict[str, Any]:
-    if decision is None:  # no finished order of this comparison
-        return {"decision": "undecided", "orders_used": 0, "sequential_interval": None}
-    return {"decision": decision.decision, "orders_used": decision.orders_used,
-            "sequential_interval": list(decision.interval), "sequential_difference": decision.difference}
-
-
-def sequential_markdown(decided: Mapping[str, Any], effect: float, max_orders: int) -> str:
-    """The sequential rule's table: per comparison the decision, after how many orders, the interval then."""
-    from tokenworth_agent.results import sequential as S
-
-    lines = [f"## Sequential decision over task orders (about orders of this benchmark; effect ±{effect:g} pp, at most "
-             f"{max_orders} orders, family-wise α {S.ALPHA:g} over {len(decided)} comparison"
-             f"{'s' if len(decided) != 1 else ''})", "",
-             "| Comparison | Decision | Orders used | ΔSR at stopping (pp) | Interval at stopping (pp) |",
-             "|---|---|---:|---:|---|"]
-    for name, d in decided.items():
-        lines.append(f"| {name} | {d.decision} | {d.orders_used} | {_num(d.difference, sign=True)} "
-                     f"| {_ci(*d.interval)} |")
-    lines += ["", f"Orders replayed in the order they ran (0, 1, 2, ...), one look per finished order; no decision "
-              f"before {S.first_look(max_orders)} orders. Better/worse: ΔSR over orders beyond a group-sequential "
-              "boundary (alpha spent as α t⁴ over the planned orders, calibrated for the t statistic, "
-              "Holm over the comparisons); smaller than the effect: the interval at stopping lies inside "
-              f"(−{effect:g}, {effect:g}) pp; undecided: neither yet. docs/results.md, \"Deciding over task orders\"."]
-    return "\n".join(lines) + "\n"
 
 
 def plain(value: Any) -> Any:
@@ -853,4 +825,4 @@ def plain(value: Any) -> Any:
 
 
 __all__ = ["CompareError", "RunError", "Matched", "Comparison", "match", "cells", "compare", "compare_runs", "holm",
-           "lifelong", "thirds", "serial_lags", "serial_threshold", "serial_se", "release_difference", "along_stream", "window_along_stream", "markdown", "plan_markdown", "plan_json", "render", "sequential_markdown", "per_order", "orders_table", "differences", "plain"]
+           "lifelong", "thirds", "serial_lags", "serial_threshold", "serial_se", "release_difference", "along_stream", "window_along_stream", "markdown", "plan_markdown", "plan_json", "render", "json_rows", "text_of", "per_order", "orders_table", "differences", "plain"]

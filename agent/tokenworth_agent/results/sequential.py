@@ -297,7 +297,13 @@ def decide_run(run_dir: str | Path, *, baseline: str = "standard", effect: float
         alpha: the family-wise error rate.
 
     Returns:
-        A :class:`Decision` per comparison, keyed ``"<env>/<method>"`` (``"db/tokenworth"``).
+        A :class:`Decision` per comparison, keyed ``"<env>/<method>"`` (``"db/tokenworth"``); a comparison
+        whose finished orders are fewer than :data:`MIN_ORDERS` is ``undecided`` (orders_used: those it has).
+
+    Raises:
+        ValueError: ``effect`` not positive or ``max_orders`` below 1 (one line naming it).
+        tokenworth_agent.results.compare.CompareError: no finished stream, or an env without ``baseline``.
+        tokenworth_agent.results.runs.RunError: not a run folder, or a stream that cannot be read.
     """
     from tokenworth_agent.results.runs import streams
 
@@ -319,6 +325,64 @@ def decide_streams(found: Sequence[Any], *, baseline: str | None = "standard", e
     return decide(data, effect=effect, max_orders=max_orders, alpha=alpha)
 
 
+# ------------------------------------------------------------------------- tokenworth compare --sequential
+def render(runs: Sequence[str | Path], baseline: str | None = None, *, as_json: bool = False,
+           plan: float | None = None, effect: float | None = None, max_orders: int | None = None) -> str:
+    """What ``tokenworth compare --sequential`` prints: compare's tables (:func:`~.compare.render`) and the rule
+    replayed over the runs' orders at ``effect`` pp and ``max_orders`` looks (defaults when None); with
+    ``as_json``, compare's objects with ``decision``, ``orders_used`` and the interval at stopping."""
+    import json
+
+    from tokenworth_agent.results import compare as C
+    from tokenworth_agent.results.runs import streams
+
+    effect = DEFAULT_EFFECT_PP if effect is None else effect
+    max_orders = DEFAULT_MAX_ORDERS if max_orders is None else max_orders
+    try:
+        check(effect, max_orders)
+    except ValueError as exc:
+        raise C.CompareError(str(exc)) from None
+    if plan is not None and not plan > 0:
+        raise C.CompareError(f"--plan {plan:g}: the difference to plan for must be a positive number of percentage "
+                             "points")
+    found = [s for run in runs for s in streams(run)]
+    comparisons = C.compare(found, baseline)
+    decided = decide_streams(found, baseline=comparisons[0].baseline if baseline is None else baseline,
+                             effect=effect, max_orders=max_orders)
+    if as_json:
+        rows = [dict(row, **_decision_json(decided.get(key(c.env, c.method, c.point))))
+                for c, row in zip(comparisons, C.json_rows(comparisons, plan))]
+        return json.dumps(C.plain(rows), indent=2) + "\n"
+    return C.text_of(comparisons, plan) + "\n" + markdown(decided, effect, max_orders)
+
+
+def _decision_json(decision: Decision | None) -> dict[str, Any]:
+    if decision is None:  # no finished order of this comparison
+        return {"decision": UNDECIDED, "orders_used": 0, "sequential_interval": None}
+    return {"decision": decision.decision, "orders_used": decision.orders_used,
+            "sequential_interval": list(decision.interval), "sequential_difference": decision.difference}
+
+
+def markdown(decided: Mapping[str, Decision], effect: float, max_orders: int) -> str:
+    """The rule's table: per comparison the decision, after how many orders, the interval then."""
+    from tokenworth_agent.results.compare import _ci, _num
+
+    lines = [f"## Sequential decision over task orders (about orders of this benchmark; effect ±{effect:g} pp, at most "
+             f"{max_orders} orders, family-wise α {ALPHA:g} over {len(decided)} comparison"
+             f"{'s' if len(decided) != 1 else ''})", "",
+             "| Comparison | Decision | Orders used | ΔSR at stopping (pp) | Interval at stopping (pp) |",
+             "|---|---|---:|---:|---|"]
+    for name, d in decided.items():
+        lines.append(f"| {name} | {d.decision} | {d.orders_used} | {_num(d.difference, sign=True)} "
+                     f"| {_ci(*d.interval)} |")
+    lines += ["", f"Orders replayed in the order they ran (0, 1, 2, ...), one look per finished order; no decision "
+              f"before {first_look(max_orders)} orders. Better/worse: ΔSR over orders beyond a group-sequential "
+              "boundary (alpha spent as α t⁴ over the planned orders, calibrated for the t statistic, Holm over the "
+              "comparisons); smaller than the effect: the interval at stopping lies inside "
+              f"(−{effect:g}, {effect:g}) pp; undecided: neither yet. docs/results.md, \"Deciding over task orders\"."]
+    return "\n".join(lines) + "\n"
+
+
 __all__ = ["ALPHA", "DEFAULT_EFFECT_PP", "DEFAULT_MAX_ORDERS", "MIN_ORDERS", "BETTER", "WORSE", "SMALLER", "UNDECIDED",
            "Decision", "Outcome", "check", "boundaries", "spent", "first_look", "sequential", "comparisons_of_streams",
-           "key", "decide", "decide_run", "decide_streams"]
+           "key", "decide", "decide_run", "decide_streams", "render", "markdown"]
