@@ -34,7 +34,10 @@ Where it is raised: called eagerly (concrete inputs), a checked function raises
 ``checkify.JaxRuntimeError`` at once. Inside the caller's own ``jax.jit``, ``jax.vmap`` or
 ``lax.scan`` (traced inputs) it works as written, with no ``checkify.checkify`` of theirs: the
 checks are staged into their program and a failed one raises ``jax.errors.JaxRuntimeError`` when
-the program runs, its message ending with the same line (:func:`_throw`; why and what it costs:
+the program runs, its message ending with the same line after where it failed (``at mapped index i``
+under vmap; ``task t (state.clock.t)`` for a function of one task, naming a scan's failing step),
+its first line XLA's (no JAX API puts the check's first: docs/api/sharp_bits.rst shows the exact
+output), and nothing on stderr (:class:`_Quiet`; :func:`_throw`; why and what it costs:
 docs/api/checked.rst).
 
 Usage: ``tw.checked.select(state, q, hp, spec)`` instead of ``tw.select(...)`` (same signature
