@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import chex
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -81,3 +82,29 @@ def test_nan_hyperparameter_leaf_is_named(setup):
     bad = hp._replace(gamma=jnp.asarray(jnp.nan, jnp.float32))
     with pytest.raises(JaxRuntimeError, match=r"select: input hp\.gamma has a non-finite entry"):
         tw.checked.select(state, q, bad, spec)
+
+
+def _stream(q, m, T):
+    return tw.Event(q[None].repeat(T, 0), jnp.ones(T, jnp.int32), m[None].repeat(T, 0), jnp.arange(T, dtype=jnp.int32))
+
+
+TWO_AT_TASK_3 = jax.tree_util.Partial(lambda e, s: jnp.where(e.memory_id == 3, 2, 1).astype(jnp.int32))
+
+
+def test_checked_run_names_the_task_of_a_bad_reward_as_tw_run_does(setup, capfd):
+    """A reward_fn's bad reward: tw.run's own words (the first bad task), eagerly and inside the user's jit; a
+    stream's non-finite input names its first task too."""
+    spec, hp, state, q, m = setup
+    events = _stream(q, m, 5)
+    with pytest.raises(ValueError, match=r"\(first at task 3\)$") as plain:
+        tw.run(state, events, hp, spec, TWO_AT_TASK_3)
+    with pytest.raises(JaxRuntimeError) as checked:
+        tw.checked.run(state, events, hp, spec, TWO_AT_TASK_3)
+    assert str(checked.value) == f"{plain.value} (`check` failed)"
+    with pytest.raises(jax.errors.JaxRuntimeError) as staged:
+        jax.block_until_ready(jax.jit(tw.checked.run)(state, events, hp, spec, TWO_AT_TASK_3))
+    assert str(staged.value).strip().splitlines()[-1] == f"JaxRuntimeError: {plain.value} (`check` failed)"
+    with pytest.raises(JaxRuntimeError) as nan:
+        tw.checked.run(state, events._replace(query=events.query.at[4, 1].set(jnp.nan)), hp, spec)
+    assert str(nan.value) == "run: input events.query has a non-finite entry (first at task 4) (`check` failed)"
+    assert capfd.readouterr().err == ""  # JAX's log of the failed callback is not repeated on stderr

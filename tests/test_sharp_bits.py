@@ -360,3 +360,24 @@ def test_the_page_says_what_your_own_jit_does_with_int64_ids(s):
     assert dtype_inside(np.int64(2**32)) == jnp.int32
     with jax.enable_x64(True):
         assert dtype_inside(np.int64(2**32)) == jnp.int64
+
+
+# ----- the page's example of a failed check inside a user's jit, against the real output --------------------------
+def test_the_page_shows_what_a_failed_check_inside_a_jit_raises(capfd):
+    """The block after ``.. staged-report`` is run as the doctest it is (ELLIPSIS for the frames, which depend on
+    the caller's stack): the first line is XLA's, the last the check's with its task; nothing reaches stderr."""
+    import doctest
+
+    text = PAGE.read_text()
+    block = text[text.index(".. staged-report"):]
+    block = block[:block.index("\n---")].rsplit("\n", 1)[0]  # up to the next section's title
+    spec, hp = small_setup(jnp.float32)
+    globs = dict(tw=tw, jax=jax, jnp=jnp, np=np, spec=spec, hp=hp,
+                 vec=lambda text: jnp.asarray(tw.featurize(text, spec.dim)))
+    test = doctest.DocTestParser().get_doctest(block, globs, "sharp_bits staged-report", str(PAGE), 0)
+    assert len(test.examples) == 3
+    out: list[str] = []
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    runner.run(test, out=out.append)
+    assert runner.failures == 0, "".join(out)
+    assert capfd.readouterr().err == ""

@@ -34,7 +34,10 @@ Where it is raised: called eagerly (concrete inputs), a checked function raises
 ``checkify.JaxRuntimeError`` at once. Inside the caller's own ``jax.jit``, ``jax.vmap`` or
 ``lax.scan`` (traced inputs) it works as written, with no ``checkify.checkify`` of theirs: the
 checks are staged into their program and a failed one raises ``jax.errors.JaxRuntimeError`` when
-the program runs, its message ending with the same line (:func:`_throw`; why and what it costs:
+the program runs, its message ending with the same line after where it failed (``at mapped index i``
+under vmap; ``task t (state.clock.t)`` for a function of one task, naming a scan's failing step),
+its first line XLA's (no JAX API puts the check's first: docs/api/sharp_bits.rst shows the exact
+output), and nothing on stderr (:class:`_Quiet`; :func:`_throw`; why and what it costs:
 docs/api/checked.rst).
 
 Usage: ``tw.checked.select(state, q, hp, spec)`` instead of ``tw.select(...)`` (same signature
@@ -58,6 +61,7 @@ checked twin).
 from __future__ import annotations
 
 import functools
+import logging
 from typing import TYPE_CHECKING, Any, Callable
 
 import jax
@@ -144,11 +148,18 @@ def _check_ids_on_host(name: str, raw: dict[str, Any]) -> None:
         raise checkify.JaxRuntimeError(f"{error} (`check` failed)") from None
 
 
-def _check_finite(tree: Any, what: str) -> None:
+def _check_finite(tree: Any, what: str, per_task: bool = False) -> None:
+    """Check that every inexact leaf of ``tree`` is finite. ``per_task``: the leaves are a stream's (axis 0 the
+    task), and the message names the first task with a non-finite entry."""
     for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
         leaf = jnp.asarray(leaf)
         if jnp.issubdtype(leaf.dtype, jnp.inexact):
-            checkify.check(jnp.all(jnp.isfinite(leaf)), f"{what}{jax.tree_util.keystr(path)} has a non-finite entry")
+            message = f"{what}{jax.tree_util.keystr(path)} has a non-finite entry"
+            if per_task and jnp.ndim(leaf):
+                bad = ~jnp.all(jnp.isfinite(leaf).reshape(leaf.shape[0], -1), axis=1)
+                checkify.check(~jnp.any(bad), message + " (first at task {i})", i=jnp.argmax(bad))
+            else:
+                checkify.check(jnp.all(jnp.isfinite(leaf)), message)
 
 
 @functools.lru_cache(maxsize=None)
@@ -173,7 +184,7 @@ def _compiled(name: str, statics: tuple[Any, ...]) -> Callable[..., Any]:
                 args[i] = _with_reward(args[i], _check_reward(args[i].reward, f"{name}: input {arg_name}.reward"))
         for arg_name, arg in zip(arrays, args):
             if arg_name not in STATE_ARGS:
-                _check_finite(arg, f"{name}: input {arg_name}")
+                _check_finite(arg, f"{name}: input {arg_name}", per_task=arg_name == "events")
         for arg_name, arg in zip(arrays, args):
             if arg_name in STATE_ARGS:
                 _check_finite(arg, f"{name}: incoming state")
@@ -187,37 +198,91 @@ def _compiled(name: str, statics: tuple[Any, ...]) -> Callable[..., Any]:
 
 
 # ----- reporting: at once, or (inside a user's own jit / vmap / scan) when the program runs ---------------------------
-def _throw(err: checkify.Error) -> None:
+class JaxRuntimeError(checkify.JaxRuntimeError):
+    """A failed check reported from inside a user's own transformation, by the host callback that raises it (a
+    ``checkify.JaxRuntimeError``, of the same name: XLA's message ends ``JaxRuntimeError: <the check's line>``;
+    JAX re-raises it as ``jax.errors.JaxRuntimeError``). Its own class, so that JAX's log record of the callback's
+    failure, a copy of the same traceback on stderr, is dropped (:class:`_Quiet`)."""
+
+
+class _Quiet(logging.Filter):
+    """Drops JAX's log record of a failed host callback ("jax.debug.callback failed" and its traceback) when what
+    failed is a check of this module: the error the program raises carries the same traceback and message, so the
+    record only repeated it on stderr. Any other callback's failure is logged as before."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], JaxRuntimeError))
+
+
+for _logger in ("jax._src.debugging", "jax._src.callback"):  # where jax 0.10 and 0.11 log a failed callback
+    if not any(isinstance(f, _Quiet) for f in logging.getLogger(_logger).filters):
+        logging.getLogger(_logger).addFilter(_Quiet())
+
+
+def _throw(err: checkify.Error, clock: Any = None, returned: Any = None, name: str = "") -> None:
     """Raise the first failed check of ``err``. A concrete ``err`` (the inputs were concrete) raises at once. A
     traced one (the call is inside the caller's own ``jax.jit``, ``jax.vmap`` or ``lax.scan``) cannot: its checks
     are staged into the caller's program as one ``lax.cond`` on "some check failed", whose taken branch hands the
     error's values to a host callback that raises. So the checks cost what they cost eagerly (one reduction per
     leaf) plus that condition (a predicate read by the host: a device-to-host sync on an accelerator, once per
-    call), and the callback runs only when a check failed."""
+    call), and the callback runs only when a check failed.
+
+    ``clock``: the incoming state's task index (``state.clock.t``) of a one-task function, named in a staged report
+    (inside a ``lax.scan`` it tells which step failed). ``returned``: the rewards a ``reward_fn`` returned (the
+    program's ``StepOutput.reward``) of ``name``, reported as :func:`tokenworth_jax.run` words them (naming the
+    first bad task) in place of the controller's own reward check."""
     leaves, tree = jax.tree_util.tree_flatten(err)
-    if not any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
-        err.throw()
+    if not any(isinstance(leaf, jax.core.Tracer) for leaf in leaves + jax.tree_util.tree_leaves((clock, returned))):
+        message = err.get()
+        if message is not None:
+            raise checkify.JaxRuntimeError(_reworded(message, returned, name))
         return
     preds = jax.tree_util.tree_leaves(err._pred)  # noqa: SLF001  (checkify's own field: whether each check failed)
     if not preds:  # no check in the program
         return
-    ndims = tuple(jnp.ndim(leaf) for leaf in leaves)
-    _reporter(tree, ndims, len(preds))(*(jax.lax.stop_gradient(x) for x in (*preds, *leaves)))
+    extra = tuple(x for x in (clock, returned) if x is not None)
+    ndims = tuple(jnp.ndim(leaf) for leaf in (*leaves, *extra))
+    _reporter(tree, ndims, len(preds), clock is not None, returned is not None, name)(
+        *(jax.lax.stop_gradient(x) for x in (*preds, *leaves, *extra)))
 
 
-def _reporter(tree: Any, ndims: tuple[int, ...], n_preds: int) -> Callable[..., Any]:
-    """``report(*preds, *leaves)``: a ``custom_vmap`` function, so that under ``jax.vmap`` the condition stays one
-    unbatched ``lax.cond`` (a batched predicate would make it a select: the callback on every call) and the callback
-    gets the whole batch at once, reporting its first failed element (as ``at mapped index i: ...``, checkify's
-    own words for a batch)."""
+REWARD_CHECK = f"observe(): {REWARD_RULE}, got "  # the controller's own reward check (protocol.reward_check)
 
-    def raise_first(*leaves: np.ndarray) -> None:
-        lead = np.shape(leaves[0])[:np.ndim(leaves[0]) - ndims[0]]  # the vmapped axes, outermost first
+
+def _reworded(message: str, returned: Any, name: str) -> str:
+    """``message``, or where it is the controller's reward check and ``returned`` holds the rewards a ``reward_fn``
+    returned, :func:`tokenworth_jax.run`'s words for them (the first bad task; the configuration too for
+    ``run_batched``)."""
+    if returned is None or not message.startswith(REWARD_CHECK):
+        return message
+    axes = {0: (), 1: ("task",), 2: ("configuration", "task")}[np.ndim(returned)]
+    try:
+        inputs.check_reward_values(np.asarray(returned), f"{name}: the reward that reward_fn returned", axes)
+    except ValueError as error:
+        return f"{error} (`check` failed)"
+    return message
+
+
+def _reporter(tree: Any, ndims: tuple[int, ...], n_preds: int, has_clock: bool, has_returned: bool,
+              name: str) -> Callable[..., Any]:
+    """``report(*preds, *leaves, [clock], [returned])``: a ``custom_vmap`` function, so that under ``jax.vmap`` the
+    condition stays one unbatched ``lax.cond`` (a batched predicate would make it a select: the callback on every
+    call) and the callback gets the whole batch at once, reporting its first failed element (as ``at mapped index
+    i: ...``, checkify's own words for a batch) and, for a one-task function, its task (``at task t
+    (state.clock.t): ...``)."""
+    n_err = len(ndims) - has_clock - has_returned
+
+    def raise_first(*values: np.ndarray) -> None:
+        lead = np.shape(values[0])[:np.ndim(values[0]) - ndims[0]]  # the vmapped axes, outermost first
         for index in np.ndindex(*lead):
-            message = jax.tree_util.tree_unflatten(tree, [np.asarray(x)[index] for x in leaves]).get()
+            at = [np.asarray(x)[index] for x in values]
+            message = jax.tree_util.tree_unflatten(tree, at[:n_err]).get()
             if message is not None:
-                where = f"at mapped index {', '.join(map(str, index))}: " if index else ""
-                raise checkify.JaxRuntimeError(where + message)
+                where = [f"at mapped index {', '.join(map(str, index))}"] if index else []
+                if has_clock:
+                    where.append(f"task {int(at[n_err])} (state.clock.t)")
+                message = _reworded(message, at[-1] if has_returned else None, name)
+                raise JaxRuntimeError((", ".join(where) + ": " if where else "") + message) from None
 
     def report(*args: Any) -> Any:
         failed = jnp.any(jnp.stack([jnp.any(p) for p in args[:n_preds]]))
@@ -265,7 +330,9 @@ def _derive(name: str) -> Callable[..., Any]:
                 values[key] = _with_reward(values[key], _raw_reward(raw[key].reward, spec))
         err, out = _compiled(name, tuple(values[s] for s in static_names))(
             *(v for k, v in values.items() if k not in static_names))
-        _throw(err)
+        one_task = "state" in values and "events" not in values  # run's tasks are named by its own checks
+        returned = out[1].reward if values.get("reward_fn") is not None else None
+        _throw(err, values["state"].clock.t if one_task else None, returned, name)
         return out
 
     checked.__name__ = checked.__qualname__ = name

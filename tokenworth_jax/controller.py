@@ -933,6 +933,17 @@ def _run_batched(p: Parts, states: State, events: Event, hps: HParams, spec: Spe
       (bench/results/strategy_agreement/). Where decisions must be ``tw.run``'s exactly, sweep with ``"loop"``
       (outside your own ``jax.jit``).
 
+      A near tie, in numbers: at a task where the two programs' values of a score differ by at most delta, only
+      alternatives less than 2 delta apart in ``tw.run`` can come out the other way. delta is float32 rounding
+      (eps = 1.19e-7 of the value, per operation) carried through the fits: on the 4 x 4 DB grid over 300
+      tasks it stayed below 2.5e-3 up to the first differing choice (scores up to 4 in magnitude), so a
+      choice differs only where tw.run's two candidates' scores are within 2 delta <= 5e-3 (absolute); the first
+      differing choices measured came at gaps of 2.4e-7 (12 topics), 1.2e-4 and 4.3e-4 (8 topics: some
+      2,000 and 3,600 eps of the score, where delta was 2.2e-4 and 4.5e-4). Recall is the same memories, but
+      two whose recall cosines are a few eps apart (near-duplicate memories) may be listed in the other
+      order (``Selection.candidates`` and ``chosen`` then differ, ``memory_id`` does not;
+      ``tests/test_grid_sweep.py`` checks each bound).
+
     Under your own ``jax.jit``: ``strategy`` is static (a string picks the program): mark it,
     ``jax.jit(tw.run_batched, static_argnames=("strategy",))``, or bind it with ``functools.partial``; and pass a
     ``reward_fn`` as a ``jax.tree_util.Partial`` (:data:`~tokenworth_jax.controller.RewardFn`).

@@ -55,18 +55,18 @@ OUT = RESULTS / "grid_sweep"
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
 
-def make_stream(spec: Any, tasks: int, stream: str, seed: int = 0) -> tuple[Any, Any]:
-    """The events of ``tasks`` DB-preset tasks from 12 topics (``seed`` draws them) and the ``reward_fn`` of
-    ``stream`` (the module docstring)."""
+def make_stream(spec: Any, tasks: int, stream: str, seed: int = 0, topics: int = 12) -> tuple[Any, Any]:
+    """The events of ``tasks`` DB-preset tasks from ``topics`` topics (``seed`` draws them) and the ``reward_fn``
+    of ``stream`` (the module docstring)."""
     import jax
     import jax.numpy as jnp
 
     import tokenworth_jax as tw
 
     rng = np.random.default_rng(seed)
-    topics = rng.normal(size=(12, spec.dim))  # tasks come from 12 topics: recall has something to find
-    topic = rng.integers(0, 12, tasks)
-    q = topics[topic] + 0.5 * rng.normal(size=(tasks, spec.dim))
+    centres = rng.normal(size=(topics, spec.dim))  # tasks come from a few topics: recall has something to find
+    topic = rng.integers(0, topics, tasks)
+    q = centres[topic] + 0.5 * rng.normal(size=(tasks, spec.dim))
     q = (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
     events = tw.Event(query=jnp.asarray(q), reward=jnp.asarray(rng.random(tasks) < 0.5, jnp.int32),
                       memory=jnp.asarray(q), memory_id=jnp.arange(tasks, dtype=jnp.int32))

@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", default="0-5", help="a range a-b or a comma-separated list")
     ap.add_argument("--tasks", type=int, default=300)
     ap.add_argument("--streams", default=",".join(STREAMS))
+    ap.add_argument("--topics", type=int, default=12, help="how many topics the stream's tasks come from")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     a, _, b = args.seeds.partition("-")
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     rows: list[dict[str, Any]] = []
     for stream in args.streams.split(","):
         for seed in seeds:
-            events, reward_fn = make_stream(spec, args.tasks, stream, seed)
+            events, reward_fn = make_stream(spec, args.tasks, stream, seed, args.topics)
             t0 = time.perf_counter()
             runs = [tw.run(tw.init(spec, h), events, h, spec, reward_fn) for h in cfgs]
             ref = jax.tree_util.tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *runs)
