@@ -277,7 +277,10 @@ def test_default_folder_names_the_limit(tmp_path, data_dir, monkeypatch) -> None
 
 
 def test_help_shows_bracketed_defaults() -> None:
-    result = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200", "TERMINAL_WIDTH": "200"})
+    # COLUMNS alone: typer reads TERMINAL_WIDTH once, when typer.rich_utils is first imported, so setting it here
+    # would fix every later help of this process at 200 columns (the 80-column tests of test_cli_user.py then fail
+    # when this file runs first on their worker)
+    result = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"})
     assert "e.g. runs/db-sim-seed0" in result.output and "$TOKENWORTH_DATA_DIR" in result.output
     assert "Output folder ." not in result.output and "Run directory ." not in result.output
 
