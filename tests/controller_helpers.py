@@ -13,6 +13,17 @@ import pytest
 import tokenworth_jax as tw
 
 SMALL_SPEC = dict(dim=24, capacity=6, base_window=24, fast_window=12, slow_window=20, k_candidates=4, n_probes=3)
+# The start of JAX's log record of a failed host callback (jax._src.debugging / jax._src.callback), which repeated a
+# failed check's traceback on stderr; tokenworth_jax.checked drops it.
+CALLBACK_LOG = ("jax.debug.callback failed", "jax.pure_callback failed", "jax.io_callback failed")
+
+
+def assert_no_callback_log(err: str) -> None:
+    """Nothing of JAX's log of a failed callback in ``err`` (a test's captured stderr). Other lines may be there:
+    jax 0.10.0's XLA warns on stderr when it loads a program from the tests' compilation cache."""
+    assert not any(line in err for line in CALLBACK_LOG) and "Traceback" not in err, err
+
+
 # Short intervals so that every refit kind happens many times in a short stream.
 FAST_SCHEDULE = dict(base_interval=5, krr_interval=3, agop_interval=7, warmup=2)
 
