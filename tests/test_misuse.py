@@ -69,7 +69,8 @@ def test_checked_reward_fn_rewards_are_checked_too(setup):
     events = tw.Event(jnp.stack([q] * 2), jnp.asarray([7, 7], jnp.int32), jnp.stack([m] * 2),
                       jnp.arange(2, dtype=jnp.int32))
     tw.checked.run(state, events, hp, spec, lambda e, s: jnp.int32(1))  # the events' 7s are ignored
-    with pytest.raises(JaxRuntimeError, match=r"observe\(\): reward must be 0 or 1 .*got 2"):
+    with pytest.raises(JaxRuntimeError, match=r"^run: the reward that reward_fn returned must be 0 or 1 .*got 2 "
+                                              r"\(first at task 0\)"):  # worded as tw.run words it, with the task
         tw.checked.run(state, events, hp, spec, lambda e, s: jnp.int32(2))
 
 
@@ -117,7 +118,8 @@ def test_checked_protocol_holds_under_vmap(setup):
     hps = tw.stack_hparams([hp, hp])
     observe = jax.vmap(lambda s, h: tw.checked.observe(s, 1, h, spec))
     with pytest.raises(jax.errors.JaxRuntimeError,
-                       match=r"at mapped index 0: observe\(\): observe\(\) needs an open task"):
+                       match=r"at mapped index 0, task \d+ \(state\.clock\.t\): observe\(\): observe\(\) needs an open "
+                             r"task"):
         observe(states, hps)
     opened2 = jax.tree_util.tree_map(lambda a: jnp.stack([a, a]), opened)
     out = observe(opened2, hps)
