@@ -438,8 +438,9 @@ def plot_experiment_sr(rows: Sequence[Mapping[str, Any]], path: str | Path, titl
     n_max = max((len(c) for r in rows for c in r["reward_curves"]), default=0)
     window, skip = rolling_window(n_max), _zoom_skip(n_max)
     seeds = max((len(r["reward_curves"]) for r in rows), default=0)
-    band = (f"Lines: the mean over {seeds} seeds; the top's band: 95 % interval, clustered by task." if seeds > 1
-            else "One seed; the top's band: 95 % interval.")
+    # a method's streams are its seeds and its task orders: position k is the k-th task each of them ran
+    band = (f"Lines: the mean over {seeds} streams (seeds × task orders) at each position; the top's band: 95 % "
+            "interval, clustered by task." if seeds > 1 else "One stream; the top's band: 95 % interval.")
     width = 3.6 * columns + 1.8
     # The rolling panel has no band: one per method would hide the lines, and the paired question it
     # invites is difference_along_stream.png's, which has its band.
