@@ -49,7 +49,8 @@ DOCS_OUT   ?= docs/api/_build
 DOCS_AFTER := $(if $(filter test-envs,$(MAKECMDGOALS)),$(VLLM_VENV)/.installed)
 
 .PHONY: setup system-deps wheels wheel-checks wheel-lanes test-quick coverage vllm-setup bcb-setup bcb-tf bcb-ci-setup alfworld-setup test-envs run test bench notebooks clean \
-	docs docs-setup typecheck agent-docs
+	docs docs-setup typecheck agent-docs wheel-venvs wheel-venv-new wheel-venv-lower wheel-venv-harness wheel-lane-new \
+	wheel-lane-lower wheel-lane-harness
 
 # The three distributions of this repository, installed editable: the library (pyproject.toml), the
 # harness (agent/pyproject.toml, which depends on the library at the same version) and the benchmark
@@ -138,22 +139,25 @@ $(RELEASE_VENV)/.installed: requirements/release.txt
 test-envs: setup vllm-setup bcb-ci-setup alfworld-setup docs-setup
 
 # make test, the gate (CI runs it: .ci/run), as measured in docs/performance.md ("The test suite's time").
-# After the set-up (every venv, built side by side), two lanes:
+# The set-up builds every venv side by side, the wheels and the wheel checks' fresh venvs among them. Then two
+# lanes, so that both cores stay busy to the end (the work, not the layout, sets the time on 2 cores):
 #   main    the main suite in .venv on $(TEST_WORKERS) pytest-xdist workers, each test file whole on one worker, the
 #           longest first (tests/conftest.py; the two files that start two-node Ray clusters run on one worker,
-#           one after the other)
-#   beside  the real-engine suite in .venv-vllm (vLLM's CPU engine binds one core), then the wheels built
-#           and checked (the library's wheel at both ends of its jax range, the harness's)
-# Both must pass. Each test's time goes to $(TEST_LOGS)/*-times.json (scripts/test_times.py reads it); make
+#           one after the other), then the harness wheel's checks
+#   beside  the real-engine suite in .venv-vllm (vLLM's CPU engine binds one core), then the library wheel's
+#           checks at both ends of its jax range
+# All must pass. Each test's time goes to $(TEST_LOGS)/*-times.json (scripts/test_times.py reads it); make
 # test prints the 25 slowest of each suite, each lane's time and every test over 60 s that lacks its mark.
 TEST_LOGS    := .test-logs
 TEST_WORKERS ?= 2
 # XLA's CPU backend without LLVM's optimisation passes: compiling is most of a JAX test's time, and this cuts
 # a JAX-heavy file's CPU time by about 28 % (docs/performance.md). The programs compute the same functions;
 # what the optimised code computes (the default a user runs) is checked by the library wheel's lane at the
-# newest jax, which runs the library's tests without this flag. A user's own XLA_FLAGS are kept.
+# newest jax, which runs the library's tests without this flag. A user's own XLA_FLAGS are kept. The real-engine
+# suite runs with it too (its controllers are XLA's; the engine is torch's, which XLA_FLAGS does not touch).
 FAST_XLA     := XLA_FLAGS="--xla_backend_optimization_level=0 $$XLA_FLAGS"
 REAL_LOG     := $(TEST_LOGS)/real-engines.log
+HARNESS_LOG  := $(TEST_LOGS)/wheel-harness.log
 # The API reference's build test (tests/test_api_docs.py) runs Sphinx in $(DOCS_VENV), the lean docs build.
 # The viewer's browser test needs Debian's Chromium (make system-deps): here it fails rather than skips without it.
 MAIN_ENV := TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_BCB_VENV=$(abspath $(BCB_CI_VENV)) \
@@ -163,28 +167,34 @@ MAIN_TESTS := $(MAIN_ENV) TOKENWORTH_TEST_LOG=$(abspath $(TEST_LOGS)/main-times.
 	-n $(TEST_WORKERS) --dist loadfile --durations=25
 REAL_TESTS := TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_VLLM_MODEL=$(abspath $(VLLM_MODEL)) TOKENWORTH_REAL_VLLM=required \
 	TOKENWORTH_BCB_VENV=$(abspath $(BCB_CI_VENV)) TOKENWORTH_ALFWORLD_VENV=$(abspath $(ALFWORLD_VENV)) \
-	TOKENWORTH_TEST_LOG=$(abspath $(TEST_LOGS)/real-times.json) \
+	TOKENWORTH_TEST_LOG=$(abspath $(TEST_LOGS)/real-times.json) $(FAST_XLA) \
 	$(VLLM_PY) -m pytest -q --durations=10 -m real_vllm tests/test_vllm_engine.py tests/test_alfworld_vllm.py
 # seconds since $$1, for the lanes' time lines
 SINCE := elapsed() { echo $$(( $$(date +%s) - $$1 )); }
 
 test:
-	@t0=$$(date +%s); $(MAKE) --no-print-directory -j4 --output-sync=target test-envs $(RELEASE_VENV)/.installed; rc=$$?; \
-	  echo "set-up: $$(( $$(date +%s) - t0 )) s"; exit $$rc
+	@t0=$$(date +%s); $(MAKE) --no-print-directory -j4 --output-sync=target test-envs $(RELEASE_VENV)/.installed \
+	  wheel-venvs; rc=$$?; echo "set-up: $$(( $$(date +%s) - t0 )) s"; exit $$rc
 	@mkdir -p $(TEST_LOGS)
-	@echo "real-engine tests (.venv-vllm), then the wheel checks, running beside the main suite; output in $(REAL_LOG) and $(WHEEL_LOG), printed at the end"
+	@echo "real-engine tests (.venv-vllm), then the library wheel's checks, running beside the main suite; output in $(REAL_LOG) and $(WHEEL_LOG), printed at the end"
 	@$(SINCE); t0=$$(date +%s); \
 	( $(REAL_TESTS) > $(REAL_LOG) 2>&1; echo $$? > $(REAL_LOG).rc; echo "real-engine suite: $$(elapsed $$t0) s" > $(REAL_LOG).time; \
-	  t1=$$(date +%s); $(MAKE) --no-print-directory wheel-checks > $(WHEEL_LOG) 2>&1; echo $$? > $(WHEEL_LOG).rc; \
-	  echo "wheel checks: $$(elapsed $$t1) s (after the real-engine suite)" > $(WHEEL_LOG).time ) & lane=$$!; \
+	  t1=$$(date +%s); $(MAKE) --no-print-directory wheel-lane-new wheel-lane-lower > $(WHEEL_LOG) 2>&1; \
+	  echo $$? > $(WHEEL_LOG).rc; echo "library wheel checks: $$(elapsed $$t1) s (after the real-engine suite)" > $(WHEEL_LOG).time; \
+	  echo "lane beside the main suite: $$(elapsed $$t0) s" >> $(WHEEL_LOG).time ) & lane=$$!; \
 	$(MAIN_TESTS); main=$$?; main_s=$$(elapsed $$t0); \
+	echo "main suite done; the harness wheel's checks now (output in $(HARNESS_LOG), printed at the end)"; \
+	t1=$$(date +%s); $(MAKE) --no-print-directory wheel-lane-harness > $(HARNESS_LOG) 2>&1; harness=$$?; \
+	harness_s=$$(elapsed $$t1); \
 	wait $$lane; real=$$(cat $(REAL_LOG).rc); wheels=$$(cat $(WHEEL_LOG).rc); \
 	echo "---- real-engine tests ($(REAL_LOG)) ----"; cat $(REAL_LOG); \
-	echo "---- wheel checks ($(WHEEL_LOG)) ----"; grep -v "^WARNING: Location" $(WHEEL_LOG); \
-	echo "---- times ----"; echo "main suite: $$main_s s"; cat $(REAL_LOG).time $(WHEEL_LOG).time; \
+	echo "---- library wheel checks ($(WHEEL_LOG)) ----"; grep -v "^WARNING: Location" $(WHEEL_LOG); \
+	echo "---- harness wheel checks ($(HARNESS_LOG)) ----"; grep -v "^WARNING: Location" $(HARNESS_LOG); \
+	echo "---- times ----"; echo "main suite: $$main_s s"; echo "harness wheel checks: $$harness_s s (after the main suite)"; \
+	echo "main lane: $$(elapsed $$t0) s"; cat $(REAL_LOG).time $(WHEEL_LOG).time; \
 	$(PY) scripts/test_times.py report --top 0 $(TEST_LOGS)/main-times.json $(TEST_LOGS)/real-times.json; \
-	echo "main suite exit $$main, real-engine suite exit $$real, wheel checks exit $$wheels"; \
-	test $$main -eq 0 && test $$real -eq 0 && test $$wheels -eq 0
+	echo "main suite exit $$main, harness wheel checks exit $$harness, real-engine suite exit $$real, library wheel checks exit $$wheels"; \
+	test $$main -eq 0 && test $$harness -eq 0 && test $$real -eq 0 && test $$wheels -eq 0
 
 # The main suite's line and branch coverage of both packages (pytest-cov), on $(TEST_WORKERS) pytest-xdist
 # workers (each test file whole on one worker, the longest files first: tests/conftest.py), failed when
@@ -206,16 +216,30 @@ test-quick: setup
 wheels: $(RELEASE_VENV)/.installed
 	bash scripts/wheels.sh build $(DIST) $(RELEASE_VENV)/bin/python
 
-wheel-checks: wheels
+# The wheel checks' fresh venvs, made from the wheels just built (make test makes them in its set-up, beside
+# the other builds, so its lanes only run the checks).
+WHEEL_VENVS := wheel-venv-new wheel-venv-lower wheel-venv-harness
+wheel-venvs: $(WHEEL_VENVS)
+wheel-venv-new: wheels
+	bash scripts/wheels.sh library-venv $(DIST) .venv-lib $(PYTHON_NEW)
+wheel-venv-lower: wheels
+	bash scripts/wheels.sh library-venv $(DIST) .venv-lib-lower $(PYTHON) $(LOWER_PINS)
+wheel-venv-harness: wheels
+	bash scripts/wheels.sh harness-venv $(DIST) .venv-wheel $(PYTHON)
+
+wheel-checks: wheel-venvs
 	$(MAKE) --no-print-directory wheel-lanes
 
-# The three wheel checks on wheels already built.
-wheel-lanes:
-	@$(SINCE); t=$$(date +%s); bash scripts/wheels.sh library $(DIST) .venv-lib $(PYTHON_NEW) && \
+# The three wheel checks, in venvs already made (make wheel-venvs).
+wheel-lanes: wheel-lane-new wheel-lane-lower wheel-lane-harness
+wheel-lane-new:
+	@$(SINCE); t=$$(date +%s); bash scripts/wheels.sh library-check .venv-lib && \
 	  echo "wheel lane, library at the newest jax: $$(elapsed $$t) s"
-	@$(SINCE); t=$$(date +%s); $(FAST_XLA) bash scripts/wheels.sh library $(DIST) .venv-lib-lower $(PYTHON) $(LOWER_PINS) && \
+wheel-lane-lower:
+	@$(SINCE); t=$$(date +%s); $(FAST_XLA) bash scripts/wheels.sh library-check .venv-lib-lower && \
 	  echo "wheel lane, library at the lower bound: $$(elapsed $$t) s"
-	@$(SINCE); t=$$(date +%s); bash scripts/wheels.sh harness $(DIST) .venv-wheel $(PYTHON) $(DATA) && \
+wheel-lane-harness:
+	@$(SINCE); t=$$(date +%s); bash scripts/wheels.sh harness-check .venv-wheel $(DATA) && \
 	  echo "wheel lane, harness: $$(elapsed $$t) s"
 
 bench: setup
@@ -245,6 +269,7 @@ typecheck: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(BCB_VENV) $(BCB_CI_VENV) $(ALFWORLD_VENV) .venv-lib .venv-lib-lower .venv-wheel $(DIST) \
+	rm -rf $(VENV) $(VLLM_VENV) $(BCB_VENV) $(BCB_CI_VENV) $(ALFWORLD_VENV) .venv-lib .venv-lib-lower .venv-wheel \
+	       .venv-wheel-bare $(DIST) \
 	       $(DOCS_VENV) $(RELEASE_VENV) \
 	       .pytest_cache .hypothesis
