@@ -1,12 +1,13 @@
 """Each test's time, from the logs a lane writes (docs/performance.md, "The test suite's time").
 
 A lane run with ``TOKENWORTH_TEST_LOG=FILE`` (tests/conftest.py) writes, per test, its seconds (set-up,
-call and teardown together), its outcome and whether it is marked ``slow``. A JUnit XML file
+call and teardown together), its CPU seconds (the test process's and its waited-for children's), its outcome
+and whether it is marked ``slow``. A JUnit XML file
 (``pytest --junitxml``) is read too, without the marks.
 
     python scripts/test_times.py report LOG [LOG ...] [--top N]
-        the count, the summed seconds, the N slowest tests, and every test over 60 s that carries no
-        ``slow`` mark (listed, never failed: time is a benchmark's business, not a test's)
+        the count, the summed seconds (and CPU seconds, per file), the N slowest tests, and every test over
+        60 s that carries no ``slow`` mark (listed, never failed: time is a benchmark's business, not a test's)
     python scripts/test_times.py update LOG [LOG ...] [--quick-log]
         rewrite tests/durations.json, each file's summed seconds: the order the suites run their files in
         (longest first, tests/conftest.py)
@@ -57,6 +58,13 @@ def report(tests: dict[str, dict], top: int) -> str:
     ran = {k: v for k, v in tests.items() if v["outcome"] != "skipped"}
     lines = [f"{len(ran)} tests ran ({len(tests) - len(ran)} skipped), {sum(v['seconds'] for v in ran.values()):.0f} s "
              f"summed over the processes"]
+    if all("cpu_seconds" in v for v in ran.values()):
+        cpu = defaultdict(float)
+        for k, v in ran.items():
+            cpu[file_of(k)] += v["cpu_seconds"]
+        lines.append(f"{sum(cpu.values()):.0f} CPU-seconds in the test processes and the children they waited for; "
+                     f"the files that took most: " + ", ".join(f"{name} {s:.0f}" for name, s in
+                                                              sorted(cpu.items(), key=lambda kv: -kv[1])[:8]))
     slowest = sorted(ran.items(), key=lambda kv: -kv[1]["seconds"])
     if top:
         lines.append(f"the {top} slowest (seconds, set-up and teardown included):")

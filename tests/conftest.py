@@ -174,13 +174,42 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 _TIMES: dict[str, dict] = {}
+_CPU_MARK: list[float] = []  # this process's CPU seconds when the test's last phase ended
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and of its children it has reaped (a CLI or engine subprocess a test ran and
+    waited for; not Ray's workers, which are the raylet's, nor a server a module fixture has not stopped yet)."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def pytest_runtest_logstart(nodeid, location) -> None:
+    if TEST_LOG:
+        _CPU_MARK[:] = [_cpu_seconds()]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each phase's CPU seconds on its report (a float attribute: pytest-xdist carries it to the controller).
+    Time on 2 saturated cores is set by the CPU the lanes need, so the log keeps both (docs/performance.md)."""
+    outcome = yield
+    if TEST_LOG and _CPU_MARK:
+        now = _cpu_seconds()
+        outcome.get_result().cpu_seconds = round(now - _CPU_MARK[0], 3)
+        _CPU_MARK[:] = [now]
 
 
 def pytest_runtest_logreport(report) -> None:
-    """Each test's set-up, call and teardown seconds (under xdist the controller sees every worker's)."""
+    """Each test's set-up, call and teardown seconds, wall and CPU (under xdist the controller sees every
+    worker's)."""
     if TEST_LOG:
-        entry = _TIMES.setdefault(report.nodeid, {"seconds": 0.0, "outcome": "passed", "slow": False})
+        entry = _TIMES.setdefault(report.nodeid, {"seconds": 0.0, "cpu_seconds": 0.0, "outcome": "passed",
+                                                  "slow": False})
         entry["seconds"] += report.duration
+        entry["cpu_seconds"] += getattr(report, "cpu_seconds", 0.0)
         entry["slow"] = entry["slow"] or "slow" in report.keywords
         if report.failed:
             entry["outcome"] = "failed"

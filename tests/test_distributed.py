@@ -211,6 +211,7 @@ def test_a_killed_driver_leaves_nothing_running_and_the_same_command_resumes(two
 
 
 # ------------------------------------------------------------------------- Ray: nodes that go away
+@pytest.mark.slow(reason="a third Ray node joins the cluster, takes streams of 30 tasks and is removed mid-run")
 def test_a_removed_nodes_streams_finish_on_the_other_nodes(two_nodes, references, data_dir, tmp_path) -> None:
     third = two_nodes.add(cpus=1)
     out = tmp_path / "ray"
