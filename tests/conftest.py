@@ -92,7 +92,7 @@ def _release_compiled_programs():
 # ``--quick`` (make test-quick) also leaves out every test that took over QUICK_S: the inner loop keeps
 # the many fast tests, the gate runs them all.
 DURATIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "durations.json")
-QUICK_S = 3.0
+QUICK_S = 2.0
 TEST_LOG = os.environ.get("TOKENWORTH_TEST_LOG")  # where this lane writes each test's time and marks
 
 
