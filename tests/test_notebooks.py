@@ -67,6 +67,7 @@ def test_quickstart(monkeypatch):
 
 
 @needs_data
+@pytest.mark.slow(reason="notebook 02 executed whole: a 22-configuration sweep (67 s in the gate's last run)")
 def test_sensitivity_sweep(monkeypatch):
     out = execute("02_sensitivity_sweep.py", monkeypatch)
     assert out["n_configs"] == 22 and len(out["sr"]) == 22
