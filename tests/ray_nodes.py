@@ -47,6 +47,7 @@ class RayNodes:
         if not self.address:
             info: dict[str, Any] = json.loads(_readline(self.proc, timeout_s))
             self.address, self.node_ids, self.started_s = info["address"], info["node_ids"], info["seconds"]
+            self.tmp = Path(info["tmp"])
         return self
 
     def _say(self, line: str) -> str:
@@ -63,6 +64,14 @@ class RayNodes:
 
     def remove(self, index: int) -> None:
         assert self._say(f"remove {index}") == "removed"
+
+    def driver_log(self, pid: int, chars: int = 3000) -> str:
+        """The end of the Ray core log of the driver process ``pid`` (where Ray's C++ core writes a crash's
+        stack), or "" if it has none: for a failed test's message, before ``close`` removes the folder."""
+        if not self.address:
+            return ""
+        found = sorted({path.resolve() for path in self.tmp.glob(f"ray/session_*/logs/python-core-driver-*_{pid}.log")})
+        return "".join(f"--- {path.name}\n{path.read_text(errors='replace')[-chars:]}" for path in found)
 
     def close(self) -> None:
         if self.proc.poll() is None:

@@ -165,6 +165,8 @@ def cli(out: Path, data_dir: str) -> list[str]:
             str(LIMIT), "--seed", "2", "--out", str(out), "--data-dir", data_dir, "--no-progress"]
 
 
+@pytest.mark.slow(reason="seven CLI processes, six of them sent SIGINT at chosen tasks, then a reference run of both "
+                         "methods (52 s on a quiet machine, 67 s in CI's loaded run)")
 def test_real_sigint_at_many_points_exits_130_and_resumes_to_identical_records(tmp_path, data_dir) -> None:
     from tokenworth_agent.backbones.registry import make_backbone
     from tokenworth_agent.tasks import load_tasks
