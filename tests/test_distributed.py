@@ -81,12 +81,15 @@ def run(cmd: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
 
 
 def failed(returncode: int, stderr: str, pid: int, nodes: RayNodes) -> str:
-    """A failed driver's message: its stderr's end and, when a signal ended it (a crash in Ray's C++ core
-    leaves no Python trace), the end of its Ray core log, which the nodes' folder loses at their close."""
-    text = stderr[-3000:]
-    if returncode < 0:
-        text += f"\n--- the driver died of signal {-returncode}; its Ray core log:\n{nodes.driver_log(pid)}"
-    return text
+    """A failed driver's message: its stderr's end; for a driver a signal ended, faulthandler's report (every
+    Python thread's stack) and the end of its Ray core log (where Ray's C++ core writes the crash's stack),
+    which the nodes' folder loses at their close."""
+    if returncode >= 0:
+        return stderr[-3000:]
+    start = stderr.rfind("Fatal Python error")
+    tail = stderr[start:] if start >= 0 else stderr[-3000:]
+    report = "\n".join(line for line in tail.splitlines() if not line.startswith("Extension modules:"))
+    return f"{report[-12000:]}\n--- the driver died of signal {-returncode}; its Ray core log:\n{nodes.driver_log(pid)}"
 
 
 def names_of(out: Path) -> list[str]:
