@@ -68,28 +68,27 @@ def environment() -> dict[str, str]:
 
 def run(cmd: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
     """The finished command, with its ``pid`` (a crashed driver's Ray core log is named by it)."""
-    with subprocess.Popen(cmd, cwd=REPO, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True) as proc:
-        try:
-            stdout, stderr = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
+    proc = start(cmd)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    finally:
+        proc.kill()
     done = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
     done.pid = proc.pid  # type: ignore[attr-defined]
     return done
 
 
-def failed(returncode: int, stderr: str, pid: int, nodes: RayNodes) -> str:
+def failed(driver: subprocess.Popen | subprocess.CompletedProcess, stderr: str, nodes: RayNodes) -> str:
     """A failed driver's message: its stderr's end; for a driver a signal ended, faulthandler's report (every
     Python thread's stack) and the end of its Ray core log (where Ray's C++ core writes the crash's stack),
     which the nodes' folder loses at their close."""
-    if returncode >= 0:
+    if driver.returncode >= 0:
         return stderr[-3000:]
     start = stderr.rfind("Fatal Python error")
     tail = stderr[start:] if start >= 0 else stderr[-3000:]
     report = "\n".join(line for line in tail.splitlines() if not line.startswith("Extension modules:"))
-    return f"{report[-12000:]}\n--- the driver died of signal {-returncode}; its Ray core log:\n{nodes.driver_log(pid)}"
+    return (f"{report[-12000:]}\n--- the driver died of signal {-driver.returncode}; its Ray core log:\n"
+            f"{nodes.driver_log(driver.pid)}")
 
 
 def names_of(out: Path) -> list[str]:
@@ -182,7 +181,7 @@ def running_stream(out: Path, node_id: str | None = None) -> tuple[str, dict] | 
 def test_records_equal_a_local_runs_and_both_nodes_ran_streams(two_nodes, references, data_dir, tmp_path) -> None:
     out = tmp_path / "ray"
     done = run(command(data_dir, EQUAL, out, "--executor", "ray", "--ray-address", two_nodes.address))
-    assert done.returncode == 0, failed(done.returncode, done.stderr, done.pid, two_nodes)
+    assert done.returncode == 0, failed(done, done.stderr, two_nodes)
     assert "2 workers" in done.stderr, done.stderr
     assert f"_{done.pid}.log\n" in two_nodes.driver_log(done.pid)  # where failed() finds a crashed driver's stack
     assert_same_run(out, references["equal"])
@@ -203,7 +202,7 @@ def test_a_killed_worker_is_restarted_and_its_streams_resume_exactly(two_nodes, 
         _, stderr = proc.communicate(timeout=600)
     finally:
         proc.kill()
-    assert proc.returncode == 0, failed(proc.returncode, stderr, proc.pid, two_nodes)
+    assert proc.returncode == 0, failed(proc, stderr, two_nodes)
     assert f"worker {note['worker']} died" in stderr
     assert_same_run(out, references["fault"])
     attempts = node_notes(out)[name]["attempts"]
@@ -229,7 +228,7 @@ def test_a_killed_driver_leaves_nothing_running_and_the_same_command_resumes(two
         time.sleep(0.2)
     assert not [pid for pid in workers if running(pid)]
     done = run(cmd)
-    assert done.returncode == 0, failed(done.returncode, done.stderr, done.pid, two_nodes)
+    assert done.returncode == 0, failed(done, done.stderr, two_nodes)
     assert "resuming:" in done.stderr
     assert_same_run(out, references["fault"])
 
@@ -246,7 +245,7 @@ def test_a_removed_nodes_streams_finish_on_the_other_nodes(two_nodes, references
         _, stderr = proc.communicate(timeout=600)
     finally:
         proc.kill()
-    assert proc.returncode == 0, failed(proc.returncode, stderr, proc.pid, two_nodes)
+    assert proc.returncode == 0, failed(proc, stderr, two_nodes)
     assert "3 workers" in stderr and "died" in stderr, stderr[-3000:]
     assert_same_run(out, references["long fault"])
     attempts = node_notes(out)[name]["attempts"]
@@ -275,7 +274,7 @@ def test_a_dead_head_stops_the_driver_in_one_line_and_another_cluster_resumes(tw
     [line] = error_lines(stderr)
     assert "lost the Ray cluster" in line and "rerun the same command" in line and "Traceback" not in stderr
     done = run(command(data_dir, FAULT, out, "--executor", "ray", "--ray-address", two_nodes.address))
-    assert done.returncode == 0, failed(done.returncode, done.stderr, done.pid, two_nodes)
+    assert done.returncode == 0, failed(done, done.stderr, two_nodes)
     assert "resuming:" in done.stderr
     assert_same_run(out, references["fault"])
 
