@@ -150,24 +150,29 @@ test-envs: setup vllm-setup bcb-ci-setup alfworld-setup docs-setup
 # test prints the 25 slowest of each suite, each lane's time and every test over 60 s that lacks its mark.
 TEST_LOGS    := .test-logs
 TEST_WORKERS ?= 2
-# XLA's CPU backend without LLVM's optimisation passes: compiling is most of a JAX test's time, and this cuts
-# a JAX-heavy file's CPU time by about 28 % (docs/performance.md). The programs compute the same functions;
-# what the optimised code computes (the default a user runs) is checked by the library wheel's lane at the
-# newest jax, which runs the library's tests without this flag. A user's own XLA_FLAGS are kept. The real-engine
-# suite runs with it too (its controllers are XLA's; the engine is torch's, which XLA_FLAGS does not touch).
-FAST_XLA     := XLA_FLAGS="--xla_backend_optimization_level=0 $$XLA_FLAGS"
+# XLA's CPU backend without LLVM's optimisation passes and, where the interpreter's jaxlib has them, with its
+# older elemental emitters (scripts/xla-test-flags.sh): compiling is most of a JAX test's time, and the two flags
+# halve a JAX-heavy file's CPU time (docs/performance.md). The programs compute the same functions. A user's
+# own XLA_FLAGS are kept. $(call FAST_XLA,python) is the environment assignment for that interpreter's lane.
+# The main suite, test-quick, coverage and the real-engine suite run with them (the real engine's controllers
+# are XLA's; the engine is torch's, which XLA_FLAGS does not touch). The library wheel's lower-bound lane keeps
+# XLA's default emitters (LOWER_XLA: the only lane that runs the library's tests with jax 0.10's fusion emitters,
+# what a user of jax 0.10 compiles with), and its newest-jax lane runs with XLA's defaults throughout (the
+# optimised programs a user runs).
+FAST_XLA      = XLA_FLAGS="$$(bash scripts/xla-test-flags.sh $(1)) $$XLA_FLAGS"
+LOWER_XLA    := XLA_FLAGS="--xla_backend_optimization_level=0 $$XLA_FLAGS"
 REAL_LOG     := $(TEST_LOGS)/real-engines.log
 HARNESS_LOG  := $(TEST_LOGS)/wheel-harness.log
 # The API reference's build test (tests/test_api_docs.py) runs Sphinx in $(DOCS_VENV), the lean docs build.
 # The viewer's browser test needs Debian's Chromium (make system-deps): here it fails rather than skips without it.
 MAIN_ENV := TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_BCB_VENV=$(abspath $(BCB_CI_VENV)) \
 	TOKENWORTH_ALFWORLD_VENV=$(abspath $(ALFWORLD_VENV)) TOKENWORTH_DOCS_PYTHON=$(abspath $(DOCS_PY)) \
-	TOKENWORTH_BROWSER=required $(FAST_XLA)
+	TOKENWORTH_BROWSER=required $(call FAST_XLA,$(PY))
 MAIN_TESTS := $(MAIN_ENV) TOKENWORTH_TEST_LOG=$(abspath $(TEST_LOGS)/main-times.json) $(PY) -m pytest -q \
 	-n $(TEST_WORKERS) --dist loadfile --durations=25
 REAL_TESTS := TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_VLLM_MODEL=$(abspath $(VLLM_MODEL)) TOKENWORTH_REAL_VLLM=required \
 	TOKENWORTH_BCB_VENV=$(abspath $(BCB_CI_VENV)) TOKENWORTH_ALFWORLD_VENV=$(abspath $(ALFWORLD_VENV)) \
-	TOKENWORTH_TEST_LOG=$(abspath $(TEST_LOGS)/real-times.json) $(FAST_XLA) \
+	TOKENWORTH_TEST_LOG=$(abspath $(TEST_LOGS)/real-times.json) $(call FAST_XLA,$(VLLM_PY)) \
 	$(VLLM_PY) -m pytest -q --durations=10 -m real_vllm tests/test_vllm_engine.py tests/test_alfworld_vllm.py
 # seconds since $$1, for the lanes' time lines
 SINCE := elapsed() { echo $$(( $$(date +%s) - $$1 )); }
@@ -177,6 +182,7 @@ test:
 	  wheel-venvs; rc=$$?; echo "set-up: $$(( $$(date +%s) - t0 )) s"; exit $$rc
 	@mkdir -p $(TEST_LOGS)
 	@echo "real-engine tests (.venv-vllm), then the library wheel's checks, running beside the main suite; output in $(REAL_LOG) and $(WHEEL_LOG), printed at the end"
+	@echo "XLA flags of the main suite (scripts/xla-test-flags.sh): $$(bash scripts/xla-test-flags.sh $(PY))"
 	@$(SINCE); t0=$$(date +%s); \
 	( $(REAL_TESTS) > $(REAL_LOG) 2>&1; echo $$? > $(REAL_LOG).rc; echo "real-engine suite: $$(elapsed $$t0) s" > $(REAL_LOG).time; \
 	  t1=$$(date +%s); $(MAKE) --no-print-directory wheel-lane-new wheel-lane-lower > $(WHEEL_LOG) 2>&1; \
@@ -210,7 +216,7 @@ coverage: test-envs
 # marked slow, on both cores; a few minutes after `make setup` (it prints its time). make test runs them too.
 QUICK := not (slow or real_vllm or engine or server or browser)
 test-quick: setup
-	@t0=$$(date +%s); TOKENWORTH_DATA_DIR=$(DATA) $(FAST_XLA) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "$(QUICK)" --quick \
+	@t0=$$(date +%s); TOKENWORTH_DATA_DIR=$(DATA) $(call FAST_XLA,$(PY)) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "$(QUICK)" --quick \
 	  --durations=10; rc=$$?; echo "make test-quick: $$(( $$(date +%s) - t0 )) s"; exit $$rc
 
 wheels: $(RELEASE_VENV)/.installed
@@ -236,7 +242,7 @@ wheel-lane-new:
 	@$(SINCE); t=$$(date +%s); bash scripts/wheels.sh library-check .venv-lib && \
 	  echo "wheel lane, library at the newest jax: $$(elapsed $$t) s"
 wheel-lane-lower:
-	@$(SINCE); t=$$(date +%s); $(FAST_XLA) bash scripts/wheels.sh library-check .venv-lib-lower && \
+	@$(SINCE); t=$$(date +%s); $(LOWER_XLA) bash scripts/wheels.sh library-check .venv-lib-lower && \
 	  echo "wheel lane, library at the lower bound: $$(elapsed $$t) s"
 wheel-lane-harness:
 	@$(SINCE); t=$$(date +%s); bash scripts/wheels.sh harness-check .venv-wheel $(DATA) && \

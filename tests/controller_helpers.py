@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Iterator
 
 import jax
@@ -22,6 +23,22 @@ def assert_no_callback_log(err: str) -> None:
     """Nothing of JAX's log of a failed callback in ``err`` (a test's captured stderr). Other lines may be there:
     jax 0.10.0's XLA warns on stderr when it loads a program from the tests' compilation cache."""
     assert not any(line in err for line in CALLBACK_LOG) and "Traceback" not in err, err
+
+
+# make test compiles with XLA:CPU's older elemental emitters where the jaxlib has them (scripts/xla-test-flags.sh:
+# a JAX test's compile takes about a fifth of the default time). A test whose claim is about the programs a user
+# compiles, bit for bit (the host Controller's program against the pure functions, "map" against tw.run), compiles
+# its programs with XLA's default fusion emitters again: this option undoes that flag, and nothing else.
+DEFAULT_EMITTERS = {"xla_cpu_use_fusion_emitters": True}
+
+
+def with_default_emitters(fn, **jit_options):
+    """``fn`` (a controller function, jitted or not) under a ``jax.jit`` of its own (``jit_options``: its static
+    arguments) that compiles with XLA's default CPU emitters where this process's XLA_FLAGS turned them off;
+    ``fn`` itself elsewhere. A jitted function inside it is inlined into that one program."""
+    if "--xla_cpu_use_fusion_emitters=false" not in os.environ.get("XLA_FLAGS", ""):
+        return fn
+    return jax.jit(fn, compiler_options=DEFAULT_EMITTERS, **jit_options)
 
 
 # Short intervals so that every refit kind happens many times in a short stream.

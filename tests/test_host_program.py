@@ -13,7 +13,7 @@ from jax import monitoring
 import tokenworth_jax as tw
 from tokenworth_jax import host_program, protocol
 
-from tests.controller_helpers import clustered_stream, precision, small_setup
+from tests.controller_helpers import clustered_stream, precision, small_setup, with_default_emitters
 
 pytestmark = pytest.mark.library
 
@@ -49,8 +49,11 @@ def _compare_with_the_pure_walk(spec, hp, f):
     T = 40
     q, m, _ = clustered_stream(seed=3, T=T, dim=spec.dim)
     ctl = tw.Controller(spec, hp)
-    fns = tw.controller(spec.scorer, spec.mode)
-    state = fns.init(spec, hp)  # compiled with XLA's defaults
+    pure = tw.controller(spec.scorer, spec.mode)
+    # the pure functions compiled with XLA's default emitters, as a user's are (the host's program is not)
+    fns = pure._replace(**{name: with_default_emitters(getattr(pure, name), static_argnames=("spec",))
+                           for name in ("init", "select", "advance", "finish_task")})
+    state = fns.init(spec, hp)
     pending = None  # the pure walk: the reward of a judged task not yet closed
     for t, (reward, offers, ends) in enumerate(script(T, seed=4)):
         host = ctl.select(q[t])
