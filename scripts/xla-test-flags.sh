@@ -7,9 +7,9 @@
 # The second flag is gone from jaxlib 0.11 (it has the fusion emitters only), and XLA aborts on a flag it does
 # not know, so it is kept only where that interpreter's jaxlib knows it: the library's own probe of the options
 # its host program compiles with (tokenworth_jax.host_program.fast_compile_options) says so. What a user compiles
-# is still tested: the library wheel's lane at the newest jax runs with XLA's defaults, the one at the lower bound
-# with the fusion emitters (Makefile, LOWER_XLA), and a test about the programs a user compiles, bit for bit,
-# compiles them with the default emitters (tests/controller_helpers.py, with_default_emitters).
+# is still tested: the library wheel's lane at the newest jax runs with XLA's defaults (the lane at the lower bound,
+# there for the oldest APIs the wheel admits, runs with these flags), and a test about the programs a user
+# compiles, bit for bit, compiles them with the default emitters (tests/controller_helpers.py, with_default_emitters).
 set -euo pipefail
 py=${1:?usage: xla-test-flags.sh PYTHON}
 flags="--xla_backend_optimization_level=0"

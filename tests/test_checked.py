@@ -11,7 +11,8 @@ from jax.experimental.checkify import JaxRuntimeError
 
 import tokenworth_jax as tw
 
-from tests.controller_helpers import assert_no_callback_log, clustered_stream, precision, small_setup
+from tests.controller_helpers import (assert_no_callback_log, clustered_stream, precision, small_setup,
+                                      with_default_emitters)
 
 pytestmark = pytest.mark.library  # imports nothing of the harness: runs in the library's own venvs too
 
@@ -71,8 +72,11 @@ def test_every_controller_function_has_a_checked_twin_with_its_signature():
 def test_checked_run_and_worth_equal_plain_ones(setup):
     spec, hp, state, q, m = setup
     events = tw.Event(q[None].repeat(3, 0), jnp.ones(3, jnp.int32), m[None].repeat(3, 0), jnp.arange(3, dtype=jnp.int32))
-    chex.assert_trees_all_equal(tw.checked.run(state, events, hp, spec), tw.run(state, events, hp, spec))
-    chex.assert_trees_all_equal(tw.checked.worth(state, m, hp, spec), tw.worth(state, m, hp, spec))
+    # bit for bit: a claim about the programs a user compiles, so with XLA's default emitters (controller_helpers)
+    run, checked_run, worth, checked_worth = (with_default_emitters(fn, static_argnames=("spec",)) for fn in
+                                              (tw.run, tw.checked.run, tw.worth, tw.checked.worth))
+    chex.assert_trees_all_equal(checked_run(state, events, hp, spec), run(state, events, hp, spec))
+    chex.assert_trees_all_equal(checked_worth(state, m, hp, spec), worth(state, m, hp, spec))
     with pytest.raises(JaxRuntimeError, match=r"init: input hp\.w0 has a non-finite entry"):
         tw.checked.init(spec, hp._replace(w0=hp.w0.at[0].set(jnp.nan)))
 

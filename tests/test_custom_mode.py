@@ -26,7 +26,7 @@ from tokenworth_jax.config import Range, Schema, check_shapes
 from tokenworth_jax.modes import Candidates, Choice, Feedback
 from tokenworth_jax.ring import Ring, ring_count, ring_init, ring_push
 
-from tests.controller_helpers import FAST_SCHEDULE, SMALL_SPEC, clustered_stream
+from tests.controller_helpers import FAST_SCHEDULE, SMALL_SPEC, clustered_stream, with_default_emitters
 
 pytestmark = pytest.mark.library  # imports nothing of the harness: runs in the library's own venvs too
 
@@ -182,8 +182,10 @@ def test_new_values_of_its_hyperparameter_compile_nothing_and_bad_ones_are_refus
 def test_checked_mode_runs_it():
     events, _ = stream(T=20)
     spec, hp = setup(nearest_min_cosine=0.2)
-    chex.assert_trees_all_equal(tw.checked.run(tw.init(spec, hp), events, hp, spec),
-                                tw.run(tw.init(spec, hp), events, hp, spec))
+    # bit for bit: a claim about the programs a user compiles, so with XLA's default emitters (controller_helpers)
+    run, checked_run = (with_default_emitters(fn, static_argnames=("spec",)) for fn in (tw.run, tw.checked.run))
+    chex.assert_trees_all_equal(checked_run(tw.init(spec, hp), events, hp, spec),
+                                run(tw.init(spec, hp), events, hp, spec))
 
 
 def test_the_host_controller_hashes_its_feature_and_checkpoints_it():
