@@ -177,8 +177,10 @@ HARNESS_LOG  := $(TEST_LOGS)/wheel-harness.log
 MAIN_ENV := TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_BCB_VENV=$(abspath $(BCB_CI_VENV)) \
 	TOKENWORTH_ALFWORLD_VENV=$(abspath $(ALFWORLD_VENV)) TOKENWORTH_DOCS_PYTHON=$(abspath $(DOCS_PY)) \
 	TOKENWORTH_BROWSER=required $(call FAST_XLA,$(PY))
+# The broken plugins' file runs in the harness wheel's lane, against the installed wheel (scripts/wheels.sh
+# harness-check): the main suite of the gate leaves it to that lane rather than run it twice (make coverage keeps it).
 MAIN_TESTS := $(MAIN_ENV) TOKENWORTH_TEST_LOG=$(abspath $(TEST_LOGS)/main-times.json) $(PY) -m pytest -q \
-	-n $(TEST_WORKERS) --dist loadfile --durations=25
+	-n $(TEST_WORKERS) --dist loadfile --durations=25 --ignore=tests/test_plugin_isolation.py
 REAL_TESTS := TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_VLLM_MODEL=$(abspath $(VLLM_MODEL)) TOKENWORTH_REAL_VLLM=required \
 	TOKENWORTH_BCB_VENV=$(abspath $(BCB_CI_VENV)) TOKENWORTH_ALFWORLD_VENV=$(abspath $(ALFWORLD_VENV)) \
 	TOKENWORTH_TEST_LOG=$(abspath $(TEST_LOGS)/real-times.json) $(call FAST_XLA,$(VLLM_PY)) \
