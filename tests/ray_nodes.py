@@ -7,7 +7,10 @@ id, object store and workers), prints the address and node ids, and then obeys l
 workers with it; the head is node 0). When stdin closes (``close()``, or the test process
 dying), it shuts the cluster down.
 The constructor returns at once; :meth:`RayNodes.ready` waits for the cluster (so a test can do
-other work while it starts).
+other work while it starts). ``node_args`` (optional) are further keyword arguments for every node
+(``ray._private.parameter.RayParams``), e.g. ``{"include_log_monitor": False, "no_monitor": True}``
+for a test that needs neither Ray's log monitor nor its autoscaler monitor; without it, the nodes
+are started exactly as before.
 
 Why a helper process: it makes itself a child subreaper, so the processes a removed node leaves
 behind (Ray's agents survive their raylet) are re-parented to it rather than to PID 1, and it
@@ -33,11 +36,13 @@ REPO = Path(__file__).resolve().parents[1]
 class RayNodes:
     """The test's handle on a helper-owned cluster (see the module docstring)."""
 
-    def __init__(self, cpus: Sequence[int] = (1, 1), env: dict[str, str] | None = None) -> None:
+    def __init__(self, cpus: Sequence[int] = (1, 1), env: dict[str, str] | None = None,
+                 node_args: dict[str, Any] | None = None) -> None:
         env = {**(os.environ if env is None else env), "RAY_USAGE_STATS_ENABLED": "0",
                "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
         # the nodes' workers inherit ``env`` (they import this checkout)
-        self.proc = subprocess.Popen([sys.executable, __file__, ",".join(map(str, cpus))], stdin=subprocess.PIPE,
+        argv = [sys.executable, __file__, ",".join(map(str, cpus)), *([json.dumps(node_args)] if node_args else [])]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env, text=True, cwd=REPO)
         self.address = ""
         self.node_ids: list[str] = []
@@ -136,7 +141,7 @@ def _end_descendants(grace_s: float = 5.0) -> None:
             time.sleep(0.1)
 
 
-def _serve(cpus: list[int]) -> None:
+def _serve(cpus: list[int], node_args: dict[str, Any]) -> None:
     import ctypes
     import shutil
     import tempfile
@@ -149,15 +154,15 @@ def _serve(cpus: list[int]) -> None:
 
         started = time.perf_counter()
         cluster = Cluster(initialize_head=True, connect=False,
-                          head_node_args={"num_cpus": cpus[0], "include_dashboard": False})
-        nodes = [cluster.head_node, *(cluster.add_node(num_cpus=n) for n in cpus[1:])]
+                          head_node_args={"num_cpus": cpus[0], "include_dashboard": False, **node_args})
+        nodes = [cluster.head_node, *(cluster.add_node(num_cpus=n, **node_args) for n in cpus[1:])]
         cluster.wait_for_nodes()
         print(json.dumps({"address": cluster.address, "node_ids": [n.node_id for n in nodes], "tmp": tmp,
                           "seconds": round(time.perf_counter() - started, 1)}), flush=True)
         for line in sys.stdin:
             command, _, argument = line.strip().partition(" ")
             if command == "add":
-                nodes.append(cluster.add_node(num_cpus=int(argument)))
+                nodes.append(cluster.add_node(num_cpus=int(argument), **node_args))
                 cluster.wait_for_nodes()
                 print(nodes[-1].node_id, flush=True)
             elif command == "remove":
@@ -180,4 +185,4 @@ def _serve(cpus: list[int]) -> None:
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    _serve([int(c) for c in sys.argv[1].split(",")])
+    _serve([int(c) for c in sys.argv[1].split(",")], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {})
