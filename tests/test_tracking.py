@@ -7,7 +7,11 @@ TensorBoard's event files are read back with TensorBoard's own ``EventAccumulato
 CLI processes: killed with SIGKILL and resumed, a server stopped under a run and started again for
 the replay, a two-node Ray cluster whose workers both log to the one server (one worker killed: the
 stream another worker takes over continues its MLflow run), and a Slurm array (submitit's local
-executor) whose preempted task, requeued, continues its streams' runs.
+executor) whose preempted task, requeued, continues its streams' runs. The runs no process boundary
+matters to (the uninterrupted reference run, a resume, the local run beside the stopped server's,
+``track send``/``replay``) run in this process through the CLI's own app (``run_here``), which saves
+a fresh interpreter's imports (~5 CPU-seconds) per run; every killed, signalled or distributed run,
+and every run whose imports are checked, is a real process.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -130,6 +135,33 @@ def run(cmd: list[str], env: dict[str, str], timeout: float = 600) -> subprocess
     return done
 
 
+def run_here(cmd: list[str], env: dict[str, str]) -> Any:
+    """``run``'s command in this process, through the CLI's own app (typer's ``CliRunner``: ``.stdout`` and
+    ``.stderr`` as ``run`` gives them), for the runs whose process boundary no test here checks (a reference run, a
+    resume, ``track send``/``replay``): a fresh interpreter pays ~5 CPU-seconds of imports per run, here ~1 after
+    the first. The run sees ``env`` as its whole environment and ``REPO`` as its folder, as ``run``'s subprocess
+    does (the trackers' children inherit both); this process's are restored after."""
+    from typer.testing import CliRunner
+
+    from tokenworth_agent.cli import app
+
+    assert cmd[:3] == [sys.executable, "-m", "tokenworth_agent.cli"], cmd
+    saved, cwd = dict(os.environ), os.getcwd()
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(REPO)
+    try:
+        done = CliRunner().invoke(app, cmd[3:])
+    finally:
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(saved)
+    if done.exception is not None and not isinstance(done.exception, SystemExit):
+        raise done.exception
+    assert done.exit_code == 0, done.output[-3000:]
+    return done
+
+
 # ------------------------------------------------------------------------- reading back
 def expected(out: Path, name: str) -> dict[str, list[tuple[int, float]]]:
     """Every scalar's (step, value) history, from the stream's records."""
@@ -186,8 +218,8 @@ def tracked_run(server, data_dir, tmp_path_factory) -> Path:
     """One uninterrupted run, logged to the server and to TensorBoard."""
     out = tmp_path_factory.mktemp("tracked") / "run"
     server.ready()
-    done = run(command(data_dir, out, "--track", "mlflow", "--track", "tensorboard"),
-               environment(MLFLOW_TRACKING_URI=server.uri))
+    done = run_here(command(data_dir, out, "--track", "mlflow", "--track", "tensorboard"),
+                    environment(MLFLOW_TRACKING_URI=server.uri))
     assert "could not send" not in done.stderr
     return out
 
@@ -311,7 +343,7 @@ def test_a_killed_run_resumed_logs_every_step_once(server, tracked_run, data_dir
     env = environment(MLFLOW_TRACKING_URI=server.uri)
     cmd = command(data_dir, out, "--track", "mlflow", "--track", "tensorboard")
     kill_once_logged(cmd, env, server.uri, out / "tokenworth", steps=2)
-    run(cmd, env)
+    run_here(cmd, env)  # the resume (the kill above is the real process's)
     runs, reference = experiment_runs(server.uri, out), experiment_runs(server.uri, tracked_run)
     assert sorted(runs) == sorted([*STREAMS, "killed (all streams)"])
     for name in STREAMS:
@@ -347,14 +379,12 @@ def test_a_server_down_mid_run_stops_nothing_and_the_replay_sends_the_rest(serve
     finally:
         server.start()  # the same store and port; it comes up while the local run below runs
     local = tmp_path / "local"
-    run(command(data_dir, local, what=DOWN), environment())
+    run_here(command(data_dir, local, what=DOWN), environment())
     for name in ("standard", "tokenworth"):
         assert comparable(read_records(out / name / "records.jsonl")) == \
             comparable(read_records(local / name / "records.jsonl"))
     server.ready()
-    done = subprocess.run([sys.executable, "-m", "tokenworth_agent.cli", "track", "replay", str(out)], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_here([sys.executable, "-m", "tokenworth_agent.cli", "track", "replay", str(out)], env)
     assert not (out / "tracking-undelivered.jsonl").exists()
     runs = experiment_runs(server.uri, out)
     for name in ("standard", "tokenworth"):
@@ -366,13 +396,13 @@ def test_a_server_down_mid_run_stops_nothing_and_the_replay_sends_the_rest(serve
 
 def test_send_after_the_fact_is_idempotent(server, data_dir, tmp_path) -> None:
     out = tmp_path / "plain"
-    run(command(data_dir, out, what=["--methods", "standard,rag", "--limit", "6"]), environment())
+    run_here(command(data_dir, out, what=["--methods", "standard,rag", "--limit", "6"]), environment())
     server.ready()
     env = environment()
     cmd = [sys.executable, "-m", "tokenworth_agent.cli", "track", "send", str(out), "--to", server.uri]
-    first = run(cmd, env)
+    first = run_here(cmd, env)
     assert "sent: 12 task steps of 2 streams" in first.stdout, first.stdout
-    again = run(cmd, env)
+    again = run_here(cmd, env)
     assert "sent: 0 task steps of 2 streams" in again.stdout, again.stdout
     runs = experiment_runs(server.uri, out)
     for name in ("standard", "rag"):
