@@ -41,9 +41,8 @@ class RayNodes:
         env = {**(os.environ if env is None else env), "RAY_USAGE_STATS_ENABLED": "0",
                "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
         # the nodes' workers inherit ``env`` (they import this checkout)
-        argv = [sys.executable, __file__, ",".join(map(str, cpus)), *([json.dumps(node_args)] if node_args else [])]
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, env=env, text=True, cwd=REPO)
+        argv = [sys.executable, __file__, ",".join(map(str, cpus)), json.dumps(node_args or {})]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, cwd=REPO)
         self.address = ""
         self.node_ids: list[str] = []
 
@@ -185,4 +184,4 @@ def _serve(cpus: list[int], node_args: dict[str, Any]) -> None:
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    _serve([int(c) for c in sys.argv[1].split(",")], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {})
+    _serve([int(c) for c in sys.argv[1].split(",")], json.loads(sys.argv[2]))
