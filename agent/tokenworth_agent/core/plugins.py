@@ -135,12 +135,27 @@ class Found:
     shadows: dict[Plugin, str] = dataclasses.field(default_factory=dict)
 
 
+@functools.lru_cache(maxsize=None)
+def _registered() -> tuple[tuple[metadata.Distribution, tuple[metadata.EntryPoint, ...]], ...]:
+    """Every installed distribution that registers an entry of the harness's groups, with those entries: one pass
+    over the installed distributions for all kinds, reading each one's entry_points.txt; only these few have their
+    METADATA parsed (for the name and version), which in a venv of some 300 distributions would otherwise be most
+    of a CLI process's start (cached: :func:`refresh` forgets it)."""
+    groups = set(GROUPS.values())
+    found = []
+    for dist in metadata.distributions():
+        entries = tuple(entry for entry in dist.entry_points if entry.group in groups)
+        if entries:
+            found.append((dist, entries))
+    return tuple(found)
+
+
 def _entry_points(group: str) -> list[Plugin]:
     kind = next(k for k, g in GROUPS.items() if g == group)
     plugins = []
-    for dist in metadata.distributions():
+    for dist, entries in _registered():
         name = dist.metadata["Name"] or "?"
-        for entry in dist.entry_points:
+        for entry in entries:
             if entry.group == group:
                 plugins.append(Plugin(kind, entry.name, entry.value, name, dist.version, dist))
     if not any(p.builtin for p in plugins):  # the harness's source tree, not installed: its pyproject.toml
@@ -199,6 +214,7 @@ def _shadow_line(plugin: Plugin, builtin: Plugin) -> str:
 def refresh() -> None:
     """Forget what :func:`installed` found and every load (after a distribution was installed or removed in this
     process)."""
+    _registered.cache_clear()
     installed.cache_clear()
     _LOADED.clear()
     _WARNED.clear()
