@@ -127,6 +127,7 @@ def test_simulated_db_reward_matches_the_simulator(data_dir):
     """The JAX reward model in tokenworth_bench.controller.simdb gives the simulator's own outcome."""
     if not (Path(data_dir) / "db_bench").exists():
         pytest.skip(f"DB task data not found under {data_dir}")
+    import jax
     import jax.numpy as jnp
 
     from tokenworth_agent.sim import decide
@@ -135,10 +136,12 @@ def test_simulated_db_reward_matches_the_simulator(data_dir):
 
     stream = simdb.load_stream(40, seed=3, directory=data_dir)
     tasks = load_tasks("db", data_dir)[:40]
+    # compiled once, as tw.run's reward_fn runs it, instead of ~20 eager ops per call
+    success_probability = jax.jit(lambda i, j: simdb.success_probability(stream, i, j))
     for i in range(40):
         for j in (-1, 0, 5, i):
             ep = decide(stream.params, 3, tasks[i], None if j < 0 else tasks[j].skill_list)
-            p = float(simdb.success_probability(stream, jnp.int32(i), jnp.int32(j)))
+            p = float(success_probability(jnp.int32(i), jnp.int32(j)))
             assert p == pytest.approx(ep.p, abs=1e-6)
             assert bool(stream.outcome_u[i] < p) == ep.success
 
