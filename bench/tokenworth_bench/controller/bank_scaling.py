@@ -91,12 +91,12 @@ def child(capacity: int, chunk: int, repeats: int, spec_overrides: dict[str, int
         fast_ring = state.residual.fast._replace(data=(z, delta), is_full=jnp.ones((), bool))
         predictor = krr.fit(z, ring_valid(fast_ring), delta, state.residual.metric, jnp.float32(1.0),
                             jnp.float32(0.01))
+        progress = tw.protocol.on_device(tw.protocol.Progress(tw.protocol.JUDGED, 1, False))
         return state._replace(
             bank=bank, probes=probe_ring, residual=state.residual._replace(fast=fast_ring, predictor=predictor,
                                                                            n_fits=jnp.int32(3)),
             clock=state.clock._replace(t=jnp.int32(t)),
-            task=state.task._replace(query=tw.Query(task_query), retrieved=jnp.ones((), bool),
-                                     progress=tw.protocol.on_device(tw.protocol.Progress(tw.protocol.JUDGED, 1, False))))
+            task=state.task._replace(query=tw.Query(task_query), retrieved=jnp.ones((), bool), progress=progress))
 
     state = build(tw.init(spec, hp), emb, stats, probe_queries, z, delta, task_query)
     e_new = jnp.asarray(unit(1)[0])
