@@ -25,7 +25,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -33,6 +32,7 @@ pytestmark = pytest.mark.server  # a real MLflow server for the module, and two 
 
 from tokenworth_agent.results.record import comparable, read_records
 from tokenworth_agent.tracking.metrics import Scalars
+from tests.cli_here import run_here  # the runs no process boundary matters to, in this process (REPO as the folder)
 from tests.killing import checkpointed_tasks
 
 if importlib.util.find_spec("mlflow") is None or importlib.util.find_spec("tensorboard") is None:
@@ -132,33 +132,6 @@ def command(data_dir: str, out: Path, *extra: str, what: list[str] = RUN) -> lis
 def run(cmd: list[str], env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
-    return done
-
-
-def run_here(cmd: list[str], env: dict[str, str]) -> Any:
-    """``run``'s command in this process, through the CLI's own app (typer's ``CliRunner``: ``.stdout`` and
-    ``.stderr`` as ``run`` gives them), for the runs whose process boundary no test here checks (a reference run, a
-    resume, ``track send``/``replay``): a fresh interpreter pays ~5 CPU-seconds of imports per run, here ~1 after
-    the first. The run sees ``env`` as its whole environment and ``REPO`` as its folder, as ``run``'s subprocess
-    does (the trackers' children inherit both); this process's are restored after."""
-    from typer.testing import CliRunner
-
-    from tokenworth_agent.cli import app
-
-    assert cmd[:3] == [sys.executable, "-m", "tokenworth_agent.cli"], cmd
-    saved, cwd = dict(os.environ), os.getcwd()
-    os.environ.clear()
-    os.environ.update(env)
-    os.chdir(REPO)
-    try:
-        done = CliRunner().invoke(app, cmd[3:])
-    finally:
-        os.chdir(cwd)
-        os.environ.clear()
-        os.environ.update(saved)
-    if done.exception is not None and not isinstance(done.exception, SystemExit):
-        raise done.exception
-    assert done.exit_code == 0, done.output[-3000:]
     return done
 
 
