@@ -20,13 +20,15 @@ def run_here(cmd: list[str], env: Mapping[str, str], cwd: Path | str = REPO) -> 
     """``cmd`` (``[sys.executable, "-m", "tokenworth_agent.cli", ...]``, as a subprocess would be given it) in this
     process, through typer's ``CliRunner`` (``.stdout`` and ``.stderr`` as a subprocess gives them). The run sees
     ``env`` as its whole environment and ``cwd`` as its folder, as the subprocess would (children it starts
-    inherit both); this process's are restored after. An exception the app raised is raised here; any exit
+    inherit both); this process's are restored after. A variable a library reads once per process (``XLA_FLAGS``,
+    when JAX's backend starts) keeps what it was at that first read: a run here is no place to test one. An exception the app raised is raised here; any exit
     status but 0 fails with the output's end."""
     from typer.testing import CliRunner
 
     from tokenworth_agent.cli import app
 
     assert list(cmd[:3]) == [sys.executable, "-m", "tokenworth_agent.cli"], cmd
+    env = dict(env)  # a copy first: ``env`` may be os.environ itself, which is cleared below
     saved, here = dict(os.environ), os.getcwd()
     os.environ.clear()
     os.environ.update(env)
