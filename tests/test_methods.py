@@ -314,12 +314,15 @@ def test_state_round_trip_and_stopped_stream_resume_exactly(method, tmp_path, da
 
 
 def test_sigkill_then_resume_matches_uninterrupted(tmp_path, data_dir) -> None:
-    import subprocess
+    """The killed runs are real CLI processes; the resume that finishes the folder runs in this process through
+    the CLI's own app (``run_here``), which saves a fresh interpreter's imports."""
+    import os
 
     from tokenworth_agent.results.record import read_records
     from tokenworth_agent.experiment.runner import comparable, run_stream
     from tokenworth_agent.sim import SimBackbone
     from tests.test_resume import run_and_kill
+    from tests.test_tracking import run_here
 
     limit = 30
     cmd = [__import__("sys").executable, "-m", "tokenworth_agent.cli", "run", "--env", "db", "--methods", ",".join(NEW_METHODS),
@@ -327,8 +330,7 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path, data_dir) -> None:
            "--no-progress"]
     for method, at in (("mem0", 11), ("memskill", 5), ("reflexion", 17), ("evosc", 23), ("evoskill", 8)):
         run_and_kill(cmd, tmp_path / "killed" / method / "records.jsonl", at)
-    finished = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert finished.returncode == 0, finished.stderr[-3000:]
+    run_here(cmd, dict(os.environ))  # the resume no kill lands in, in this process (it asserts exit status 0)
     tasks = _tasks(data_dir, limit)
     for method in NEW_METHODS:
         reference = run_stream(method, "db", tasks, SimBackbone(seed=3), Budget.for_env("db"), 3, tmp_path / "ref")
