@@ -140,11 +140,14 @@ def test_sweep_interrupt_commits_nothing_of_the_task_in_flight(tmp_path) -> None
 
 
 def test_sweep_sigkill_at_several_points_then_resume_matches_uninterrupted(tmp_path, data_dir) -> None:
-    import subprocess
+    """The killed sweeps are real CLI processes; the resume that finishes the folder runs in this process through
+    the CLI's own app (``run_here``), which saves a fresh interpreter's imports."""
+    import os
     import sys
 
     from tokenworth_agent.backbones.registry import make_backbone
     from tokenworth_agent.tasks import load_tasks
+    from tests.test_tracking import run_here
 
     limit = 14
     out = tmp_path / "killed"
@@ -152,8 +155,7 @@ def test_sweep_sigkill_at_several_points_then_resume_matches_uninterrupted(tmp_p
            str(out), "--data-dir", data_dir, "--no-progress"]
 
     kill_at(cmd, out / "tokenworth@eta_max=0.3" / "checkpoint.pkl", (2, 6, 11))
-    finished = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert finished.returncode == 0, finished.stderr[-3000:]
+    run_here(cmd, dict(os.environ))  # the resume no kill lands in, in this process (it asserts exit status 0)
     tasks = load_tasks("db", data_dir, limit=limit)
     reference = run_sweep(tasks, make_backbone("sim", seed=0), configs_from_grid(["eta=0.1,0.3"]), tmp_path / "reference")
     data = json.loads((out / "sweep.json").read_text())
