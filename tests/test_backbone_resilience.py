@@ -174,11 +174,26 @@ def test_max_retries_bounds_the_count(stubs):
 
 
 # ------------------------------------------------------------------------- the whole CLI
+# A run that fails is a real CLI process (what it prints on the way out, no traceback, is the claim); a run that
+# succeeds runs in this process through the CLI's own app (``cli_here``: tests/test_tracking.py's ``run_here``,
+# the same command, environment and folder), which saves a fresh interpreter's imports (~5 CPU-seconds). The
+# servers, killed and restarted under it, are real processes either way.
+def cli_command(out: Path, url: str, *extra: str, limit: int = 4) -> list[str]:
+    return [sys.executable, "-m", "tokenworth_agent.cli", "run", "--env", "db", "--methods", "standard", "--backbone",
+            "openai", "--model", "served", "--base-url", url, "--limit", str(limit), "--out", str(out),
+            "--no-progress", *extra]
+
+
 def cli(out: Path, url: str, *extra: str, limit: int = 4, timeout: float = 240) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "tokenworth_agent.cli", "run", "--env", "db", "--methods", "standard", "--backbone",
-               "openai", "--model", "served", "--base-url", url, "--limit", str(limit), "--out", str(out),
-               "--no-progress", *extra]
-    return subprocess.run(command, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cli_command(out, url, *extra, limit=limit), cwd=REPO, env=ENV, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def cli_here(out: Path, url: str, *extra: str, limit: int = 4):
+    """The run of ``cli`` in this process; it asserts exit status 0 (``.stderr`` as ``cli`` gives it)."""
+    from tests.test_tracking import run_here
+
+    return run_here(cli_command(out, url, *extra, limit=limit), ENV)
 
 
 def records(out: Path) -> list[dict]:
@@ -194,8 +209,7 @@ def test_cli_dead_server_one_line_then_the_right_url_resumes_the_same_folder(tmp
     assert last.startswith("error:") and dead in last and "cannot connect" in last
     assert records(tmp_path) == []
     stub = stubs().start()  # the server, on another port: base_url is not part of the run's identity
-    done = cli(tmp_path, stub.url)
-    assert done.returncode == 0, done.stderr
+    cli_here(tmp_path, stub.url)  # asserts exit status 0
     assert [r["index"] for r in records(tmp_path)] == [0, 1, 2, 3]
     assert json.loads((tmp_path / "config.json").read_text())["connection"]["base_url"] == stub.url
 
@@ -211,9 +225,8 @@ def test_cli_server_killed_mid_run_and_restarted_within_the_window(tmp_path, stu
 
     watcher = threading.Thread(target=restart, daemon=True)
     watcher.start()
-    done = cli(tmp_path, stub.url, "--retry-for", "60")
+    done = cli_here(tmp_path, stub.url, "--retry-for", "60")  # asserts exit status 0
     watcher.join(timeout=10)
-    assert done.returncode == 0, done.stderr
     assert [r["index"] for r in records(tmp_path)] == [0, 1, 2, 3]
     assert "retry 1 in" in done.stderr and stub.url in done.stderr
 
@@ -228,8 +241,7 @@ def test_cli_server_gone_beyond_the_window_ends_in_one_line_and_resumes(tmp_path
     assert [r["index"] for r in partial] == [0, 1]
     stub.args = ()
     stub.start()
-    done = cli(tmp_path, stub.url, "--retry-for", "1")  # the same command
-    assert done.returncode == 0, done.stderr
+    cli_here(tmp_path, stub.url, "--retry-for", "1")  # the same command; asserts exit status 0
     again = records(tmp_path)
     assert [r["index"] for r in again] == [0, 1, 2, 3]
     strip = lambda r: {k: v for k, v in r.items() if k != "time_s"}  # noqa: E731
@@ -241,8 +253,7 @@ def test_cli_over_two_replicas_one_dying_mid_run_keeps_every_task_once(tmp_path,
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
     dying = stubs(None, "--exit-after", "2", "--log", str(logs[0])).start()
     alive = stubs(None, "--log", str(logs[1])).start()
-    done = cli(tmp_path / "run", f"{dying.url},{alive.url}", "--retry-for", "30", limit=6)
-    assert done.returncode == 0, done.stderr
+    cli_here(tmp_path / "run", f"{dying.url},{alive.url}", "--retry-for", "30", limit=6)  # asserts exit status 0
     assert [r["index"] for r in records(tmp_path / "run")] == [0, 1, 2, 3, 4, 5]
     served = [line for log in logs for line in log.read_text().splitlines()]
     assert len(served) == len(set(served)) == 6  # one answer per task's single round, none repeated
