@@ -5,6 +5,12 @@ killed with SIGKILL, hp-recency 0.3.2 (k = 1) is installed, and the same command
 both releases, every record kept; ``--overwrite --methods recency`` starts that stream anew under 0.3.2 while the
 other stream resumes. The checkpoint refuses it too where config.json cannot (a worker on a machine with another
 install), and a folder made before releases were recorded resumes once and records them.
+
+The killed runs and the refused ones (their exit status and stderr line are the claim) are real CLI processes
+that find the plugin's folder on their path; a run that must succeed (a reference, a resume, a stream started
+anew) runs in this process through the CLI's own app (``cli_here``: tests/test_tracking.py's ``run_here``, with
+the folder put on this process's path and the plugins read again first), which saves a fresh interpreter's
+imports (~5 CPU-seconds) per run.
 """
 
 from __future__ import annotations
@@ -19,8 +25,14 @@ from tokenworth_agent.results.record import comparable, read_records
 from tokenworth_agent.storage.checkpoint import load_checkpoint, save_checkpoint
 from tests.killing import kill_at
 from tests.plugin_fixtures import command, errors, install_recency, tokenworth
+from tests.test_tracking import run_here
 
 RUN = ("run", "--methods", "recency,rag", "--limit", "40", "--out", "run", "--no-progress")
+
+
+def run_in(folder) -> tuple[str, ...]:
+    """RUN with ``folder`` (absolute) for its --out: RUN's folder where the command runs in this process."""
+    return (*RUN[:-3], "--out", str(folder), "--no-progress")
 
 
 @pytest.fixture
@@ -29,6 +41,34 @@ def site(tmp_path):
     folder.mkdir()
     install_recency(folder, "0.3.1", k=2)
     return folder
+
+
+@pytest.fixture
+def cli_here(site, monkeypatch):
+    """``tokenworth(site, *args)`` for a run that must succeed, in this process (``run_here``: it asserts exit status
+    0): ``site`` first on the path as ``command`` puts it for a child; before each run the plugin module, the import
+    and metadata caches, the plugins found and the method registry are read again, so the run sees the release
+    installed now, as a new process does; all of it is forgotten after the test."""
+    import importlib
+
+    from tokenworth_agent.core import plugins
+    from tokenworth_agent.policies import registry
+
+    monkeypatch.syspath_prepend(str(site))
+    order = registry.POLICIES.names
+
+    def run(*args: str, data_dir: str):
+        sys.modules.pop("recency_plugin", None)
+        importlib.invalidate_caches()
+        plugins.refresh()
+        monkeypatch.setattr(registry.POLICIES, "_entries", registry.Registry.from_plugins("method", order)._entries)
+        return run_here([sys.executable, "-m", "tokenworth_agent.cli", *args], {**os.environ,
+                                                                               "TOKENWORTH_DATA_DIR": data_dir})
+
+    yield run
+    monkeypatch.undo()
+    sys.modules.pop("recency_plugin", None)
+    plugins.refresh()
 
 
 def _killed(site, tmp_path, data_dir, at: int = 12) -> None:
@@ -42,8 +82,8 @@ def _killed(site, tmp_path, data_dir, at: int = 12) -> None:
         os.chdir(old)
 
 
-def test_a_plugin_upgraded_between_kill_9_and_resume_is_refused_and_the_stream_starts_anew(site, tmp_path,
-                                                                                           data_dir) -> None:
+def test_a_plugin_upgraded_between_kill_9_and_resume_is_refused_and_the_stream_starts_anew(site, tmp_path, data_dir,
+                                                                                           cli_here) -> None:
     _killed(site, tmp_path, data_dir)
     run = tmp_path / "run"
     kept = {m: (run / m / "records.jsonl").read_bytes() for m in ("recency", "rag")}
@@ -59,9 +99,8 @@ def test_a_plugin_upgraded_between_kill_9_and_resume_is_refused_and_the_stream_s
     assert {m: (run / m / "records.jsonl").read_bytes() for m in kept} == kept  # nothing lost, nothing mixed
     assert json.loads((run / "config.json").read_text())["releases"]["recency"]["method"] == "hp-recency 0.3.1"
 
-    anew = tokenworth(site, "run", "--methods", "recency", "--overwrite", "--limit", "40", "--out", "run",
-                      "--no-progress", cwd=tmp_path, data_dir=data_dir)
-    assert anew.returncode == 0, anew.stderr[-2000:]
+    cli_here("run", "--methods", "recency", "--overwrite", "--limit", "40", "--out", str(run), "--no-progress",
+             data_dir=data_dir)  # asserts exit status 0
     records = read_records(run / "recency" / "records.jsonl")
     assert len(records) == 40 and {r.decision["k"] for r in records} == {1}  # all of it under 0.3.2
     releases = json.loads((run / "config.json").read_text())["releases"]
@@ -104,10 +143,9 @@ def test_the_checkpoint_names_the_release_where_the_config_does_not(site, tmp_pa
     assert "this run has tokenworth-agent 9.9" in line and "--overwrite --methods rag" in line
 
 
-def test_a_folder_made_before_releases_were_recorded_resumes_once_and_then_records_them(site, tmp_path,
-                                                                                        data_dir) -> None:
-    reference = tokenworth(site, *RUN[:-3], "--out", "reference", "--no-progress", cwd=tmp_path, data_dir=data_dir)
-    assert reference.returncode == 0, reference.stderr[-2000:]
+def test_a_folder_made_before_releases_were_recorded_resumes_once_and_then_records_them(site, tmp_path, data_dir,
+                                                                                        cli_here) -> None:
+    cli_here(*run_in(tmp_path / "reference"), data_dir=data_dir)  # asserts exit status 0
     _killed(site, tmp_path, data_dir)
     run = tmp_path / "run"
     config = json.loads((run / "config.json").read_text())
@@ -120,8 +158,7 @@ def test_a_folder_made_before_releases_were_recorded_resumes_once_and_then_recor
             del state["identity"]["releases"]
             state["identity"].pop("parameters", None)
             save_checkpoint(path, state)
-    resumed = tokenworth(site, *RUN, cwd=tmp_path, data_dir=data_dir)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    cli_here(*run_in(run), data_dir=data_dir)  # the resume; asserts exit status 0
     for name in ("recency", "rag"):
         assert comparable(read_records(run / name / "records.jsonl")) == comparable(
             read_records(tmp_path / "reference" / name / "records.jsonl")), name
