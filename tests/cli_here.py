@@ -21,8 +21,8 @@ def run_here(cmd: list[str], env: Mapping[str, str], cwd: Path | str = REPO) -> 
     process, through typer's ``CliRunner`` (``.stdout`` and ``.stderr`` as a subprocess gives them). The run sees
     ``env`` as its whole environment and ``cwd`` as its folder, as the subprocess would (children it starts
     inherit both); this process's are restored after. A variable a library reads once per process (``XLA_FLAGS``,
-    when JAX's backend starts) keeps what it was at that first read: a run here is no place to test one. An exception the app raised is raised here; any exit
-    status but 0 fails with the output's end."""
+    when JAX's backend starts) keeps what it was at that first read: a run here is no place to test one. An
+    exception the app raised is raised here; any exit status but 0 fails with the output's end."""
     from typer.testing import CliRunner
 
     from tokenworth_agent.cli import app

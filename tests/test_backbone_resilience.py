@@ -175,7 +175,7 @@ def test_max_retries_bounds_the_count(stubs):
 
 # ------------------------------------------------------------------------- the whole CLI
 # A run that fails is a real CLI process (what it prints on the way out, no traceback, is the claim); a run that
-# succeeds runs in this process through the CLI's own app (``cli_here``: tests/test_tracking.py's ``run_here``,
+# succeeds runs in this process through the CLI's own app (``cli_here``: tests/cli_here.py's ``run_here``,
 # the same command, environment and folder), which saves a fresh interpreter's imports (~5 CPU-seconds). The
 # servers, killed and restarted under it, are real processes either way.
 def cli_command(out: Path, url: str, *extra: str, limit: int = 4) -> list[str]:
@@ -191,7 +191,7 @@ def cli(out: Path, url: str, *extra: str, limit: int = 4, timeout: float = 240) 
 
 def cli_here(out: Path, url: str, *extra: str, limit: int = 4):
     """The run of ``cli`` in this process; it asserts exit status 0 (``.stderr`` as ``cli`` gives it)."""
-    from tests.test_tracking import run_here
+    from tests.cli_here import run_here
 
     return run_here(cli_command(out, url, *extra, limit=limit), ENV)
 

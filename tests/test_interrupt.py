@@ -5,7 +5,7 @@ Unit tests inject SIGINT into every phase of a task, including inside a SQLite c
 real SIGINT to a real run at many points and checks exit status 130, intact files, and
 records equal to an uninterrupted run after resuming. The signalled runs are real CLI processes; the resume that
 finishes the folder, which no signal lands in, runs in this process through the CLI's own app (``run_here`` of
-tests/test_tracking.py), saving a fresh interpreter's imports (~5 CPU-seconds).
+tests/cli_here.py), saving a fresh interpreter's imports (~5 CPU-seconds).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tokenworth_agent.core.interrupt import InterruptGuard
 from tokenworth_agent.experiment.runner import comparable, run_stream
 from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks
 from tests.test_resume import lines
-from tests.test_tracking import run_here
+from tests.cli_here import run_here
 
 DB = Budget.for_env("db")
 AT_TASK = 3

@@ -322,7 +322,7 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path, data_dir) -> None:
     from tokenworth_agent.experiment.runner import comparable, run_stream
     from tokenworth_agent.sim import SimBackbone
     from tests.test_resume import run_and_kill
-    from tests.test_tracking import run_here
+    from tests.cli_here import run_here
 
     limit = 30
     cmd = [__import__("sys").executable, "-m", "tokenworth_agent.cli", "run", "--env", "db", "--methods", ",".join(NEW_METHODS),

@@ -8,7 +8,7 @@ install), and a folder made before releases were recorded resumes once and recor
 
 The killed runs and the refused ones (their exit status and stderr line are the claim) are real CLI processes
 that find the plugin's folder on their path; a run that must succeed (a reference, a resume, a stream started
-anew) runs in this process through the CLI's own app (``cli_here``: tests/test_tracking.py's ``run_here``, with
+anew) runs in this process through the CLI's own app (``cli_here``: tests/cli_here.py's ``run_here``, with
 the folder put on this process's path and the plugins read again first), which saves a fresh interpreter's
 imports (~5 CPU-seconds) per run.
 """
@@ -25,7 +25,7 @@ from tokenworth_agent.results.record import comparable, read_records
 from tokenworth_agent.storage.checkpoint import load_checkpoint, save_checkpoint
 from tests.killing import kill_at
 from tests.plugin_fixtures import command, errors, install_recency, tokenworth
-from tests.test_tracking import run_here
+from tests.cli_here import run_here
 
 RUN = ("run", "--methods", "recency,rag", "--limit", "40", "--out", "run", "--no-progress")
 

@@ -2,7 +2,7 @@
 an uninterrupted run record by record (wall-clock fields aside).
 
 The killed runs are real CLI processes; the resume that finishes the folder, which no kill lands in, runs in
-this process through the CLI's own app (``run_here`` of tests/test_tracking.py: the same command, environment
+this process through the CLI's own app (``run_here`` of tests/cli_here.py: the same command, environment
 and folder), saving a fresh interpreter's imports (~5 CPU-seconds); the reference is ``run_stream`` here."""
 
 import os
@@ -18,7 +18,7 @@ from tokenworth_agent.core.budget import Budget
 from tokenworth_agent.storage.checkpoint import RecordLog, load_checkpoint, read_records
 from tokenworth_agent.experiment.runner import comparable, run_stream
 from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks
-from tests.test_tracking import run_here
+from tests.cli_here import run_here
 
 LIMIT = 30
 METHODS = ("memrl", "tokenworth")

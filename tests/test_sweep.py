@@ -147,7 +147,7 @@ def test_sweep_sigkill_at_several_points_then_resume_matches_uninterrupted(tmp_p
 
     from tokenworth_agent.backbones.registry import make_backbone
     from tokenworth_agent.tasks import load_tasks
-    from tests.test_tracking import run_here
+    from tests.cli_here import run_here
 
     limit = 14
     out = tmp_path / "killed"

@@ -24,7 +24,8 @@ if importlib.util.find_spec("mlflow") is None:
     pytest.skip("mlflow comes with the [track] extra (make setup installs it)", allow_module_level=True)
 
 from tests.killing import checkpointed_tasks
-from tests.test_tracking import REPO, command, environment, run_here
+from tests.cli_here import run_here
+from tests.test_tracking import REPO, command, environment
 from tests.test_tracking import server  # noqa: F401 - a real mlflow server for the module, started first
 
 SWEEP = ["sweep", "--grid", "eta_max=0.05,0.1", "--limit", "40", "--no-progress", "--track", "mlflow"]
