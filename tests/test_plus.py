@@ -26,6 +26,10 @@ from tokenworth_jax.ring import ring_init, ring_push
 from tests.controller_helpers import FAST_SCHEDULE, SMALL_SPEC, clustered_stream, precision
 
 WORDS, ACTIONS = 16, 8
+# The streams that tw.run runs at setup()'s spec: one length, so that every test of this module running the plain
+# program (no reward_fn) at that spec and dtype reuses its one compile (a new length is a new program). 70 tasks:
+# the bank (capacity 6) is full for most of the stream, and every refit interval of FAST_SCHEDULE recurs often.
+T_RUN = 70
 
 
 def setup(plus: bool = True, incremental: bool = False, dtype: str = "float32", **overrides):
@@ -241,8 +245,9 @@ def test_choose_prefers_the_predicted_procedure_and_abstains_only_on_evidence_of
 def test_fifo_lifecycle_admits_every_offer_and_evicts_the_oldest():
     spec, hp = setup()
     assert int(hp.mode.worth) == 2  # the default bank is FIFO (docs/ranking-research.md)
-    ev = events(1, T=60)
-    _, out = tw.run(tw.init(spec, hp), ev, hp, spec, lambda e, s: jnp.int32(1))
+    ev = events(1, T=T_RUN)
+    ev = ev._replace(reward=jnp.ones_like(ev.reward))  # every task succeeds, so every task offers its memory
+    _, out = tw.run(tw.init(spec, hp), ev, hp, spec)
     codes = np.asarray(out.decision.code)
     admitted = {tw.Admission.ADMITTED_ROOM, tw.Admission.ADMITTED_NOVEL, tw.Admission.ADMITTED_WORTH}
     assert set(codes.tolist()) <= {int(a) for a in admitted}  # never rejected, self-evicted or a replacement
@@ -253,7 +258,7 @@ def test_fifo_lifecycle_admits_every_offer_and_evicts_the_oldest():
 
 def test_each_lifecycle_worth_runs_and_only_recency_skips_the_paper_probe_scores():
     spec, hp = setup()
-    ev = events(2, T=70)
+    ev = events(2, T=T_RUN)
     outs = {}
     for worth in (0, 1, 2):
         h = with_plus(hp, worth=worth)
@@ -276,7 +281,7 @@ def test_each_lifecycle_worth_runs_and_only_recency_skips_the_paper_probe_scores
 
 @pytest.mark.parametrize("strategy", ["vmap", "map"])
 def test_batched_equals_loop(strategy):
-    ev = events(2, T=50)
+    ev = events(2, T=T_RUN)
     spec, _ = setup()
     hps = [setup(plus_margin=m, plus_optimism=o, plus_seed=k)[1] for m, o, k in [(0.0, 1.0, 0), (0.05, 0.0, 1),
                                                                                   (-0.02, 2.0, 2)]]
@@ -292,7 +297,7 @@ def test_batched_equals_loop(strategy):
 
 
 def test_new_values_do_not_recompile():
-    ev = events(3, T=20)
+    ev = events(3, T=T_RUN)
     spec, hp = setup()
     tw.run(tw.init(spec, hp), ev, hp, spec)
     run = tw.controller(spec.scorer, spec.mode).run
