@@ -30,6 +30,10 @@ WORDS, ACTIONS = 16, 8
 # program (no reward_fn) at that spec and dtype reuses its one compile (a new length is a new program). 70 tasks:
 # the bank (capacity 6) is full for most of the stream, and every refit interval of FAST_SCHEDULE recurs often.
 T_RUN = 70
+# The lift model's fits and the choice, compiled once each (per shape) as the controller runs them inside its programs;
+# called eagerly, every call traced the fits' loops and vmaps anew (a fresh closure each time), and the choice ran as
+# a hundred one-op programs.
+fit_jit, newton_jit, thompson_jit, choose_jit = map(jax.jit, (fit_by_evidence, newton_fit, thompson, choose))
 
 
 def setup(plus: bool = True, incremental: bool = False, dtype: str = "float32", **overrides):
@@ -160,8 +164,8 @@ def test_evidence_frees_a_feature_only_when_the_rewards_support_it(signal: bool)
     lam, zeros = jnp.ones(F), jnp.zeros(F)
     adaptive = jnp.asarray([0, 0, 0, 1, 1, 1, 1], jnp.float32)
     grid = jnp.asarray([1.0, 3.0, 10.0, 30.0, 100.0])
-    theta, chol = fit_by_evidence(*_window(psi, y), zeros, zeros, lam, adaptive, grid)
-    free, _ = newton_fit(*_window(psi, y), zeros, zeros, lam)
+    theta, chol = fit_jit(*_window(psi, y), zeros, zeros, lam, adaptive, grid)
+    free, _ = newton_jit(*_window(psi, y), zeros, zeros, lam)
     assert np.all(np.isfinite(np.asarray(chol)))
     if signal:  # a strong effect: the smallest ridge wins and the weight is learned
         assert float(theta[3]) < -1.0 and abs(float(theta[3]) - float(free[3])) < 1e-3
@@ -200,11 +204,11 @@ def test_posterior_stays_finite(seed, n, lam, scale, separable):
     offset = rng.normal(size=30) * 4
     valid = np.arange(30) < n
     zeros = jnp.zeros(F)
-    theta, chol = fit_by_evidence(jnp.asarray(psi, jnp.float32), jnp.asarray(y, jnp.float32),
-                                  jnp.asarray(offset, jnp.float32), jnp.asarray(valid), zeros, zeros,
-                                  jnp.full((F,), lam, jnp.float32), jnp.asarray([0, 0, 0, 1, 1, 1, 1.0]),
-                                  jnp.asarray([1.0, 3.0, 10.0, 30.0, 100.0]))
-    draw = thompson(jax.random.PRNGKey(seed), theta, chol, scale)
+    theta, chol = fit_jit(jnp.asarray(psi, jnp.float32), jnp.asarray(y, jnp.float32),
+                          jnp.asarray(offset, jnp.float32), jnp.asarray(valid), zeros, zeros,
+                          jnp.full((F,), lam, jnp.float32), jnp.asarray([0, 0, 0, 1, 1, 1, 1.0]),
+                          jnp.asarray([1.0, 3.0, 10.0, 30.0, 100.0]))
+    draw = thompson_jit(jax.random.PRNGKey(seed), theta, chol, scale)
     for arr in (theta, chol, draw):
         assert np.all(np.isfinite(np.asarray(arr)))
 
@@ -225,20 +229,20 @@ def test_choose_prefers_the_predicted_procedure_and_abstains_only_on_evidence_of
                            slot_actions=state.slot_actions.at[1, 0].set(1.0).at[0, 1].set(1.0))
     cands = _candidates(jnp.zeros(WORDS).at[0].set(1.0))
     # by default nothing is injected before "no memory" has been measured (plus_null_first outcomes)
-    assert int(choose(state, cands, defaults)[1].index) == -1
+    assert int(choose_jit(state, cands, defaults)[1].index) == -1
     # the first rule (no floor, no guard): posterior means ranked, an upper bound on the gain decides, no floor, no guard
     hp = with_plus(defaults, null_first=0.0, explore=0.0, null_explore=0.0, optimism=1.0, margin=-0.05, guard=0.0)
-    _, choice = choose(state, cands, hp)
+    _, choice = choose_jit(state, cands, hp)
     assert int(choice.index) == 1 and np.isnan(float(choice.scores["gain"][2]))  # affinity beats cosine; invalid never chosen
     harmful = state._replace(theta=jnp.asarray([-6.0, 1.0, 2.0, 0, 0, 0, 0]), chol=jnp.eye(F) * 0.01)
-    _, choice = choose(harmful, cands, hp)
+    _, choice = choose_jit(harmful, cands, hp)
     assert int(choice.index) == -1 and bool(choice.abstained) and float(choice.advantage) < 0
     no_abstain = with_plus(hp, abstain=0.0)
-    assert int(choose(harmful, cands, no_abstain)[1].index) == 1
+    assert int(choose_jit(harmful, cands, no_abstain)[1].index) == 1
     unsure = harmful._replace(chol=jnp.eye(F) * 10.0)  # the same mean, little evidence: optimism injects
-    assert int(choose(unsure, cands, hp)[1].index) == 1
+    assert int(choose_jit(unsure, cands, hp)[1].index) == 1
     greedy = with_plus(hp, optimism=0.0)
-    assert int(choose(unsure, cands, greedy)[1].index) == -1
+    assert int(choose_jit(unsure, cands, greedy)[1].index) == -1
 
 
 # ------------------------------------------------------------------ the mode in the controller
