@@ -153,13 +153,17 @@ def _toy(effect: float, T: int = 400, seed: int = 0):
                   memory_id=jnp.arange(T, dtype=jnp.int32))
     p0 = jnp.asarray(rng.uniform(0.3, 0.9, size=T), jnp.float32)  # easy tasks: a prior of 0.5 is wrong
     v = jnp.asarray(rng.uniform(size=T), jnp.float32)
-
-    def reward(event, selection):
-        p = p0[event.memory_id] + jnp.where(selection.memory_id >= 0, effect, 0.0)
-        return (v[event.memory_id] < p).astype(jnp.int32)
-
+    # a Partial: its arrays are traced, so every toy stream of one length runs one compiled program (a closure made
+    # here per stream was a new reward_fn, so a new program, for each)
+    reward = jax.tree_util.Partial(_toy_reward, p0, v, jnp.float32(effect))
     no_memory = float(np.mean(np.asarray(v) < np.asarray(p0)))
     return ev, reward, no_memory
+
+
+def _toy_reward(p0, v, effect, event, selection):
+    """A toy task's reward: success when its coin ``v`` falls under ``p0``, moved by ``effect`` if a memory was injected."""
+    p = p0[event.memory_id] + jnp.where(selection.memory_id >= 0, effect, 0.0)
+    return (v[event.memory_id] < p).astype(jnp.int32)
 
 
 def _run(effect: float, seed: int = 0, **overrides):
