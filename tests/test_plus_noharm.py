@@ -161,7 +161,7 @@ def _toy(effect: float, T: int = 400, seed: int = 0):
 
 
 def _toy_reward(p0, v, effect, event, selection):
-    """A toy task's reward: success when its coin ``v`` falls under ``p0``, moved by ``effect`` if a memory was injected."""
+    """A toy task's reward: its coin ``v`` under ``p0``, moved by ``effect`` where a memory was injected."""
     p = p0[event.memory_id] + jnp.where(selection.memory_id >= 0, effect, 0.0)
     return (v[event.memory_id] < p).astype(jnp.int32)
 
