@@ -346,6 +346,8 @@ def test_the_cast_is_a_convert_op_inside_a_users_own_jit_and_vmap(setup):
     qs = jnp.stack([q, -q]).astype(jnp.bfloat16)
     _, sels = jax.vmap(lambda x: tw.select(state, x, hp, spec))(qs)
     assert sels.scores.dtype == jnp.float32 and sels.scores.shape == (2, spec.k_candidates)
-    events = tw.Event(qs, jnp.asarray([True, False]), jnp.stack([m, m]).astype(jnp.bfloat16), np.arange(2))
+    # eight tasks, as the setup fixture's stream: its tw.run program (cast before the jit boundary) runs these too
+    events = tw.Event(jnp.concatenate([qs] * 4), jnp.asarray([True, False] * 4),
+                      jnp.stack([m] * 8).astype(jnp.bfloat16), np.arange(8))
     _, out = tw.run(state, events, hp, spec)
     assert out.selection.scores.dtype == jnp.float32 and out.reward.dtype == jnp.int32
