@@ -68,10 +68,15 @@ def test_checked_reward_fn_rewards_are_checked_too(setup):
     spec, hp, state, q, m = setup
     events = tw.Event(jnp.stack([q] * 2), jnp.asarray([7, 7], jnp.int32), jnp.stack([m] * 2),
                       jnp.arange(2, dtype=jnp.int32))
-    tw.checked.run(state, events, hp, spec, lambda e, s: jnp.int32(1))  # the events' 7s are ignored
+    # a reward_fn that returns a constant, as a Partial (its constant traced): both calls run one checked program
+    tw.checked.run(state, events, hp, spec, jax.tree_util.Partial(_constant_reward, jnp.int32(1)))  # the 7s are ignored
     with pytest.raises(JaxRuntimeError, match=r"^run: the reward that reward_fn returned must be 0 or 1 .*got 2 "
                                               r"\(first at task 0\)"):  # worded as tw.run words it, with the task
-        tw.checked.run(state, events, hp, spec, lambda e, s: jnp.int32(2))
+        tw.checked.run(state, events, hp, spec, jax.tree_util.Partial(_constant_reward, jnp.int32(2)))
+
+
+def _constant_reward(reward, event, selection):
+    return reward
 
 
 def test_checked_refuses_each_call_out_of_the_protocols_order(setup):
