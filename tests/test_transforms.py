@@ -105,7 +105,7 @@ def test_worth_chunk_gives_identical_results():
     Not bit-equal: XLA blocks a matmul over fewer columns differently (seen: 1 ulp)."""
     with precision("float64") as f:
         spec, hp = small_setup(f)
-        events = _events(spec, f, T=40)
+        events = _events(spec, f, T=60)  # test_vmapped_step_equals_separate_runs's stream: its tw.run program
         full, out = tw.run(tw.init(spec, hp), events, hp, spec)
         for chunk in (1, 4, spec.capacity + 1):
             spec_c = spec._replace(worth_chunk=chunk)
