@@ -249,7 +249,8 @@ def _pure_decisions(path, spec, hp, q, m, rewards, f, ids=None):
         others = [small_setup(f, eta_max=0.3)[1], small_setup(f, gamma=2.0, tau_nov=0.9)[1]]
         hps = tw.stack_hparams([hp] + others)
         states, outs = tw.run_batched(jax.vmap(functools.partial(tw.init, spec))(hps), events, hps, spec, strategy=path.split("-")[1])
-        state, out = jax.tree_util.tree_map(lambda x: x[0], (states, outs))
+        # read on the host: NumPy indexing compiles nothing (a jax.Array's x[0] compiles a program per leaf shape)
+        state, out = jax.tree_util.tree_map(lambda x: np.asarray(x)[0], (states, outs))
     return np.asarray(out.selection.slot), np.asarray(out.decision.code), np.asarray(out.decision.slot), state
 
 
@@ -308,7 +309,8 @@ def test_inadmissible_memories_are_invalid_memory_on_every_path_as_in_the_refere
     fused step (alone, vmapped, mapped) and in the reference; every other decision and the final state agree."""
     with precision("float64") as f:
         spec, hp = small_setup(f)
-        q, m, rewards = clustered_stream(seed=13, T=120, dim=spec.dim)
+        # PATH_T tasks: the programs of test_every_path_makes_the_reference_decisions_float64 (full), compiled once
+        q, m, rewards = clustered_stream(seed=13, T=PATH_T, dim=spec.dim)
         ids = np.arange(len(rewards))
         success = np.flatnonzero(rewards == 1)
         m[success[1::6], 3] = np.nan
@@ -333,7 +335,7 @@ def test_the_app_c_warm_up_rule_matches_the_reference():
     the jitted controller and the reference make the same decisions and the same fits."""
     with precision("float64") as f:
         spec, hp = small_setup(f, fit_at_warmup=0, warmup=4, krr_interval=3)
-        q, m, rewards = clustered_stream(seed=12, T=90, dim=spec.dim)
+        q, m, rewards = clustered_stream(seed=12, T=PATH_T, dim=spec.dim)  # PATH_T: the "single" program again
         want_chosen, _, want_codes, want_slots, reference = _reference_decisions(spec, hp, q, m, rewards)
         chosen, codes, slots, state = _pure_decisions("single", spec, hp, q, m, rewards, f)
         np.testing.assert_array_equal(chosen, want_chosen)
@@ -345,18 +347,20 @@ def test_the_app_c_warm_up_rule_matches_the_reference():
 
 
 def test_incremental_equals_full_over_a_long_stream_and_the_cache_stays_exact():
-    """600 tasks, float64: incremental worth makes the full path's decisions; at every checkpoint the
-    maintained cache equals one recomputed from scratch (rows, columns and probe-ring copies)."""
+    """4 x PATH_T = 1040 tasks, float64: incremental worth makes the full path's decisions; at every checkpoint (each
+    PATH_T tasks: tw.run's programs of test_every_path_makes_the_reference_decisions_float64[single-*], compiled
+    once) the maintained cache equals one recomputed from scratch (rows, columns and probe-ring copies)."""
     from tokenworth_jax import probes, worth_cache
 
     with precision("float64") as f:
         spec, hp = small_setup(f)
         inc = spec._replace(scorer=tw.scorers.incremental())
-        q, m, rewards = clustered_stream(seed=21, T=600, dim=spec.dim, n_clusters=9)
-        events = tw.Event(jnp.asarray(q), jnp.asarray(rewards, jnp.int32), jnp.asarray(m), jnp.arange(600, dtype=jnp.int32))
+        T = 4 * PATH_T
+        q, m, rewards = clustered_stream(seed=21, T=T, dim=spec.dim, n_clusters=9)
+        events = tw.Event(jnp.asarray(q), jnp.asarray(rewards, jnp.int32), jnp.asarray(m), jnp.arange(T, dtype=jnp.int32))
         full_state, inc_state = tw.init(spec, hp), tw.init(inc, hp)
-        for start in range(0, 600, 150):
-            chunk = jax.tree_util.tree_map(lambda x: x[start:start + 150], events)
+        for start in range(0, T, PATH_T):
+            chunk = jax.tree_util.tree_map(lambda x: x[start:start + PATH_T], events)
             full_state, a = tw.run(full_state, chunk, hp, spec)
             inc_state, b = tw.run(inc_state, chunk, hp, inc)
             np.testing.assert_array_equal(np.asarray(a.selection.slot), np.asarray(b.selection.slot))
