@@ -17,12 +17,17 @@ from tests.controller_helpers import (assert_no_callback_log, clustered_stream, 
 pytestmark = pytest.mark.library  # imports nothing of the harness: runs in the library's own venvs too
 
 
+# Every stream in this file has T tasks: tw.run's program (and tw.checked.run's) for it is compiled once here (6: as
+# in the other library tests' set-ups, whose tw.run program the session's compilation cache then holds).
+T = 6
+
+
 @pytest.fixture(scope="module")
 def setup():
     with precision("float32") as f:
         spec, hp = small_setup(f)
-        q, m, r = clustered_stream(seed=2, T=12, dim=spec.dim)
-        events = tw.Event(jnp.asarray(q, f), jnp.ones(12, jnp.int32), jnp.asarray(m, f), jnp.arange(12, dtype=jnp.int32))
+        q, m, r = clustered_stream(seed=2, T=T, dim=spec.dim)
+        events = tw.Event(jnp.asarray(q, f), jnp.ones(T, jnp.int32), jnp.asarray(m, f), jnp.arange(T, dtype=jnp.int32))
         state, _ = tw.run(tw.init(spec, hp), events, hp, spec)
         yield spec, hp, state, jnp.asarray(q[0], f), jnp.asarray(m[0], f)
 
@@ -71,7 +76,7 @@ def test_every_controller_function_has_a_checked_twin_with_its_signature():
 
 def test_checked_run_and_worth_equal_plain_ones(setup):
     spec, hp, state, q, m = setup
-    events = tw.Event(q[None].repeat(3, 0), jnp.ones(3, jnp.int32), m[None].repeat(3, 0), jnp.arange(3, dtype=jnp.int32))
+    events = _stream(q, m, T)
     # bit for bit: a claim about the programs a user compiles, so with XLA's default emitters (controller_helpers)
     run, checked_run, worth, checked_worth = (with_default_emitters(fn, static_argnames=("spec",)) for fn in
                                               (tw.run, tw.checked.run, tw.worth, tw.checked.worth))
@@ -99,7 +104,7 @@ def test_checked_run_names_the_task_of_a_bad_reward_as_tw_run_does(setup, capfd)
     """A reward_fn's bad reward: tw.run's own words (the first bad task), eagerly and inside the user's jit; a
     stream's non-finite input names its first task too."""
     spec, hp, state, q, m = setup
-    events = _stream(q, m, 5)
+    events = _stream(q, m, T)
     with pytest.raises(ValueError, match=r"\(first at task 3\)$") as plain:
         tw.run(state, events, hp, spec, TWO_AT_TASK_3)
     with pytest.raises(JaxRuntimeError) as checked:
