@@ -7,7 +7,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 
 def running(pid: int) -> bool:
@@ -30,24 +30,26 @@ def checkpointed_tasks(checkpoint: Path) -> int:
     return state["next_index"] if state else 0
 
 
-class _Seen:
-    """:func:`checkpointed_tasks`, read again only when the checkpoint's file changed (another inode, size or time):
-    unpickling a checkpoint takes a few milliseconds, about as long as :func:`kill_at`'s poll interval, and the file
-    changes once per task. Its replacement is atomic (a new file renamed over it), so every write is seen."""
+class Watched:
+    """A value read from a file (``read(path)``), read again only when the file changed (another inode, size or
+    time; a missing file always reads again), or when ``valid`` refused the last value (caught mid-write). For
+    polls every few milliseconds: a stat takes microseconds, reading a records file or unpickling a checkpoint
+    about as long as the poll interval, and the file changes once per task (an append, or a new file renamed
+    over it), so every change is seen."""
 
-    def __init__(self, checkpoint: Path) -> None:
-        self.checkpoint, self.stamp, self.count = checkpoint, None, 0
+    def __init__(self, path: Path, read: Callable[[Path], Any], valid: Callable[[Any], bool] = lambda _: True):
+        self.path, self.read, self.valid, self.stamp, self.value = path, read, valid, None, None
 
-    def tasks(self) -> int:
+    def get(self) -> Any:
         try:
-            st = os.stat(self.checkpoint)
+            st = os.stat(self.path)
             stamp: tuple[int, ...] | None = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         except FileNotFoundError:
             stamp = None
         if stamp is None or stamp != self.stamp:
-            self.count = checkpointed_tasks(self.checkpoint)
-            self.stamp = stamp if self.count >= 0 else None  # caught mid-replacement: read again next time
-        return self.count
+            self.value = self.read(self.path)
+            self.stamp = stamp if self.valid(self.value) else None
+        return self.value
 
 
 def kill_at(cmd: Sequence[str], checkpoint: Path, points: Sequence[int], deadline_s: float = 240) -> None:
@@ -55,8 +57,8 @@ def kill_at(cmd: Sequence[str], checkpoint: Path, points: Sequence[int], deadlin
     for at in points:
         proc = subprocess.Popen(list(cmd), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + deadline_s
-        seen = _Seen(checkpoint)
-        while seen.tasks() < at:
+        seen = Watched(checkpoint, checkpointed_tasks, valid=lambda tasks: tasks >= 0)
+        while seen.get() < at:
             assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
             assert time.monotonic() < deadline, "kill point not reached in time"
             time.sleep(0.005)

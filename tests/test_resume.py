@@ -19,6 +19,7 @@ from tokenworth_agent.storage.checkpoint import RecordLog, load_checkpoint, read
 from tokenworth_agent.experiment.runner import comparable, run_stream
 from tests.fakes import FakeBackbone, FakeDBEnv, make_tasks
 from tests.cli_here import run_here
+from tests.killing import Watched
 
 LIMIT = 30
 METHODS = ("memrl", "tokenworth")
@@ -29,25 +30,20 @@ def cli(out: Path, data_dir: str) -> list[str]:
             str(LIMIT), "--seed", "3", "--out", str(out), "--data-dir", data_dir, "--no-progress"]
 
 
-_LOOKED: dict[Path, tuple[tuple[int, ...], int]] = {}  # a records file's stat and lines when last read
+_WATCHED: dict[Path, Watched] = {}
+
+
+def _count_lines(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
 
 
 def lines(path: Path) -> int:
     """The lines of ``path`` (0 while it does not exist). Polled every few milliseconds while a run goes: the file
-    (100 kB by the end, ~0.3 ms to read) is read again only when its inode, size or times changed since the last
-    look (a stat, ~10 us), which a record's append or a resume's cut always does, so the count is always the
-    file's own."""
-    try:
-        stat = os.stat(path)
-        key = (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
-        looked = _LOOKED.get(path)
-        if looked is not None and looked[0] == key:
-            return looked[1]
-        count = path.read_bytes().count(b"\n")
-    except FileNotFoundError:
-        return 0
-    _LOOKED[path] = (key, count)  # a change between the stat and the read: the next stat differs, read again
-    return count
+    (100 kB by the end) is read again only when it changed (:class:`tests.killing.Watched`)."""
+    return _WATCHED.setdefault(path, Watched(path, _count_lines)).get()
 
 
 def run_and_kill(cmd: list[str], watch: Path, at_lines: int, timeout: float = 120.0) -> None:
