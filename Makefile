@@ -94,7 +94,7 @@ $(BCB_VENV)/.installed: scripts/bigcodebench-venv.sh requirements/bigcodebench-j
 
 # TensorFlow for the 4 tasks that import it (1.1 GB), added to the full set.
 $(BCB_VENV)/.tf-installed: $(BCB_VENV)/.installed requirements/bigcodebench-tf.txt
-	$(BCB_VENV)/bin/python -m pip install -q -r requirements/bigcodebench-tf.txt
+	$(BCB_VENV)/bin/python -m pip install -q --compile -r requirements/bigcodebench-tf.txt
 	touch $@
 
 $(BCB_CI_VENV)/.installed: scripts/bigcodebench-venv.sh requirements/bigcodebench-judge.txt requirements/bigcodebench-ci.txt
@@ -187,14 +187,22 @@ REAL_TESTS := TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_VLLM_MODEL=$(abspath $(VLLM
 	$(VLLM_PY) -m pytest -q --durations=10 -m real_vllm tests/test_vllm_engine.py tests/test_alfworld_vllm.py
 # seconds since $$1, for the lanes' time lines
 SINCE := elapsed() { echo $$(( $$(date +%s) - $$1 )); }
+# Bytecode, once per module. make test's set-up installs without compiling (PIP_COMPILE=0): pip compiles every
+# module of every package it installs, one after the other, and that was 186 of the set-up's 458 CPU-seconds
+# (docs/performance.md). The tests then run with PYTHONDONTWRITEBYTECODE unset (this machine, and CI's, set it), so
+# the first process that imports a module writes its bytecode and every later one reads it: only the modules
+# the tests import are compiled, once, the checkout's own among them (set, every one of the suite's few hundred
+# subprocesses compiled those from source). The BigCodeBench judge's venv is compiled at install all the same:
+# the sandbox shows it read-only (scripts/bigcodebench-venv.sh).
+WRITE_BYTECODE := unset PYTHONDONTWRITEBYTECODE
 
 test:
-	@t0=$$(date +%s); $(MAKE) --no-print-directory -j4 --output-sync=target test-envs $(RELEASE_VENV)/.installed \
+	@t0=$$(date +%s); PIP_COMPILE=0 $(MAKE) --no-print-directory -j4 --output-sync=target test-envs $(RELEASE_VENV)/.installed \
 	  wheel-venvs; rc=$$?; echo "set-up: $$(( $$(date +%s) - t0 )) s"; exit $$rc
 	@mkdir -p $(TEST_LOGS)
 	@echo "real-engine tests (.venv-vllm), then the library wheel's checks, running beside the main suite; output in $(REAL_LOG) and $(WHEEL_LOG), printed at the end"
 	@echo "XLA flags of the main suite (scripts/xla-test-flags.sh): $$(bash scripts/xla-test-flags.sh $(PY))"
-	@$(SINCE); t0=$$(date +%s); \
+	@$(SINCE); $(WRITE_BYTECODE); t0=$$(date +%s); \
 	( $(REAL_TESTS) > $(REAL_LOG) 2>&1; echo $$? > $(REAL_LOG).rc; echo "real-engine suite: $$(elapsed $$t0) s" > $(REAL_LOG).time; \
 	  t1=$$(date +%s); $(MAKE) --no-print-directory wheel-lane-new wheel-lane-lower > $(WHEEL_LOG) 2>&1; \
 	  echo $$? > $(WHEEL_LOG).rc; echo "library wheel checks: $$(elapsed $$t1) s (after the real-engine suite)" > $(WHEEL_LOG).time; \
@@ -218,7 +226,7 @@ test:
 # either figure falls below tests/coverage-floor.json. Needs make test-envs first (every venv the suite uses).
 coverage: test-envs
 	@mkdir -p $(TEST_LOGS)
-	$(MAIN_ENV) TOKENWORTH_TEST_LOG=$(abspath $(TEST_LOGS)/coverage-times.json) $(PY) -m pytest -q -n $(TEST_WORKERS) \
+	$(WRITE_BYTECODE); $(MAIN_ENV) TOKENWORTH_TEST_LOG=$(abspath $(TEST_LOGS)/coverage-times.json) $(PY) -m pytest -q -n $(TEST_WORKERS) \
 	  --dist loadfile --durations=25 --cov=tokenworth_jax --cov=tokenworth_agent --cov-branch --cov-report= \
 	  --cov-report=json:$(TEST_LOGS)/coverage.json; rc=$$?; \
 	$(PY) scripts/test_times.py coverage $(TEST_LOGS)/coverage.json && exit $$rc
@@ -227,7 +235,7 @@ coverage: test-envs
 # marked slow, on both cores; a few minutes after `make setup` (it prints its time). make test runs them too.
 QUICK := not (slow or real_vllm or engine or server or browser)
 test-quick: setup
-	@t0=$$(date +%s); TOKENWORTH_DATA_DIR=$(DATA) $(call FAST_XLA,$(PY)) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "$(QUICK)" --quick \
+	@$(WRITE_BYTECODE); t0=$$(date +%s); TOKENWORTH_DATA_DIR=$(DATA) $(call FAST_XLA,$(PY)) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "$(QUICK)" --quick \
 	  --durations=10; rc=$$?; echo "make test-quick: $$(( $$(date +%s) - t0 )) s"; exit $$rc
 
 wheels: $(RELEASE_VENV)/.installed

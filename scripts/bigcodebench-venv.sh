@@ -12,10 +12,12 @@ shift
 "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "the BigCodeBench evaluation venv needs CPython 3.11 (its pins are cp311 wheels): set PYTHON=python3.11")'
 "$PYTHON" -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip
+# --compile whatever the caller's pip settings (make test's set-up turns compiling off): the judge runs this venv
+# read-only inside the sandbox, where no process can write the bytecode it did not find.
 for requirements in "$@"; do
-  "$venv/bin/python" -m pip install -q -r "$requirements"
+  "$venv/bin/python" -m pip install -q --compile -r "$requirements"
 done
-"$venv/bin/python" -m pip install -q --no-deps "$EVALUATOR"
+"$venv/bin/python" -m pip install -q --compile --no-deps "$EVALUATOR"
 mkdir -p "$venv/share/bigcodebench-mplconfig"
 MPLCONFIGDIR="$venv/share/bigcodebench-mplconfig" MPLBACKEND=Agg "$venv/bin/python" -c "import matplotlib.pyplot"
 "$venv/bin/python" -c "import bigcodebench.eval, tree_sitter_python; print('BigCodeBench evaluator', bigcodebench.__version__)"
