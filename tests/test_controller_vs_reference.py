@@ -19,6 +19,9 @@ pytestmark = pytest.mark.library  # imports nothing of the harness: runs in the 
 
 DTYPES = ["float32", "float64"]
 
+# The pure parts (kernels, KRR, AGOP, Newton, features) run as they do in the controller: inside one jitted program per
+# check, compiled once. Called op by op, each of their jnp operations was a program of its own (some 60-80 a check).
+
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_kernel_matrix_matches_reference(dtype):
@@ -26,7 +29,8 @@ def test_kernel_matrix_matches_reference(dtype):
         rng = np.random.default_rng(0)
         A, B = rng.normal(size=(7, 9)), rng.normal(size=(5, 9))
         m = rng.uniform(0.1, 3, size=9)
-        got = kernels.kernel_matrix(jnp.asarray(A, f), jnp.asarray(B, f), jnp.asarray(m, f), jnp.asarray(0.7, f))
+        got = jax.jit(kernels.kernel_matrix)(jnp.asarray(A, f), jnp.asarray(B, f), jnp.asarray(m, f),
+                                             jnp.asarray(0.7, f))
         np.testing.assert_allclose(np.asarray(got), ref.laplacian_kernel(A, B, m, 0.7), rtol=tolerance(f), atol=tolerance(f))
 
 
@@ -39,17 +43,21 @@ def test_krr_fit_predict_grad_match_reference(dtype):
         delta = rng.normal(size=n)
         m = rng.uniform(0.2, 2, size=F)
         valid = np.ones(n, bool)
-        pred = krr.fit(jnp.asarray(Z, f), jnp.asarray(valid), jnp.asarray(delta, f), jnp.asarray(m, f),
-                       jnp.asarray(1.0, f), jnp.asarray(0.01, f))
+        Zq = rng.normal(size=(6, F))
+        Zg = np.concatenate([Zq, Z[:2]])  # includes coincident points
+
+        @jax.jit
+        def fit_predict_grad(Z, valid, delta, m, Zq, Zg):
+            pred = krr.fit(Z, valid, delta, m, jnp.asarray(1.0, f), jnp.asarray(0.01, f))
+            return pred, krr.predict(Zq, pred, m, jnp.asarray(1.0, f)), krr.grad(Zg, pred, m, jnp.asarray(1.0, f))
+
+        pred, predicted, grads = fit_predict_grad(jnp.asarray(Z, f), jnp.asarray(valid), jnp.asarray(delta, f),
+                                                  jnp.asarray(m, f), jnp.asarray(Zq, f), jnp.asarray(Zg, f))
         alpha_ref = ref.krr_fit(Z, delta, m, 1.0, 0.01)
         tol = tolerance(f) * 50  # alpha amplifies rounding by the condition number
         np.testing.assert_allclose(np.asarray(pred.alpha), alpha_ref, rtol=tol, atol=tol)
-        Zq = rng.normal(size=(6, F))
-        np.testing.assert_allclose(np.asarray(krr.predict(jnp.asarray(Zq, f), pred, jnp.asarray(m, f), jnp.asarray(1.0, f))),
-                                   ref.krr_predict(Zq, Z, alpha_ref, m, 1.0), rtol=tol, atol=tol)
-        Zg = np.concatenate([Zq, Z[:2]])  # includes coincident points
-        np.testing.assert_allclose(np.asarray(krr.grad(jnp.asarray(Zg, f), pred, jnp.asarray(m, f), jnp.asarray(1.0, f))),
-                                   ref.krr_grad(Zg, Z, alpha_ref, m, 1.0), rtol=tol, atol=tol)
+        np.testing.assert_allclose(np.asarray(predicted), ref.krr_predict(Zq, Z, alpha_ref, m, 1.0), rtol=tol, atol=tol)
+        np.testing.assert_allclose(np.asarray(grads), ref.krr_grad(Zg, Z, alpha_ref, m, 1.0), rtol=tol, atol=tol)
 
 
 def test_masked_solve_equals_restricted_solve():
@@ -60,8 +68,8 @@ def test_masked_solve_equals_restricted_solve():
         valid = rng.random(12) < 0.6
         m = np.ones(6)
         garbage = np.where(valid[:, None], Z, 1e3 * rng.normal(size=Z.shape))  # invalid rows must not matter
-        pred = krr.fit(jnp.asarray(garbage), jnp.asarray(valid), jnp.asarray(np.where(valid, delta, 77.0)),
-                       jnp.asarray(m), jnp.asarray(1.0, f), jnp.asarray(0.01, f))
+        pred = jax.jit(krr.fit)(jnp.asarray(garbage), jnp.asarray(valid), jnp.asarray(np.where(valid, delta, 77.0)),
+                                jnp.asarray(m), jnp.asarray(1.0, f), jnp.asarray(0.01, f))
         restricted = ref.krr_fit(Z[valid], delta[valid], m, 1.0, 0.01)
         np.testing.assert_allclose(np.asarray(pred.alpha)[valid], restricted, rtol=1e-10, atol=1e-12)
         assert np.all(np.asarray(pred.alpha)[~valid] == 0)
@@ -73,8 +81,8 @@ def test_agop_update_matches_reference(dtype):
         rng = np.random.default_rng(3)
         grads = rng.normal(size=(9, 7)) * rng.uniform(0, 3, size=7)
         m = rng.uniform(0.5, 2, size=7)
-        G = agop.agop_diagonal(jnp.asarray(grads, f), jnp.ones(9, bool))
-        got = agop.update_metric(jnp.asarray(m, f), G, jnp.asarray(0.25, f), jnp.asarray(0.05, f), jnp.asarray(8.0, f))
+        got = jax.jit(lambda grads, m: agop.update_metric(m, agop.agop_diagonal(grads, jnp.ones(9, bool)), jnp.asarray(
+            0.25, f), jnp.asarray(0.05, f), jnp.asarray(8.0, f)))(jnp.asarray(grads, f), jnp.asarray(m, f))
         want = ref.agop_update(m, grads, 0.25, 0.05, 8.0)
         np.testing.assert_allclose(np.asarray(got), want, rtol=tolerance(f), atol=tolerance(f))
         assert abs(float(jnp.mean(got)) - 1) < 10 * tolerance(f)
@@ -90,13 +98,18 @@ def test_newton_solution_and_decreasing_loss(dtype):
         valid = np.arange(80) < 70
         w_ref, losses = ref.newton_fit(Phi[valid], y[valid], w0, w0, 0.1)
         assert all(b <= a + 1e-12 for a, b in zip(losses, losses[1:])), "reference loss must decrease"
-        w, iters = base_scorer.newton_fit(jnp.asarray(Phi, f), jnp.asarray(y, f), jnp.asarray(valid),
-                                          jnp.asarray(w0, f), jnp.asarray(w0, f), jnp.asarray(0.1, f))
+
+        @jax.jit
+        def fit_and_losses(Phi, y, valid, w0):
+            w, iters = base_scorer.newton_fit(Phi, y, valid, w0, w0, jnp.asarray(0.1, f))
+            loss = lambda v: base_scorer.logistic_loss(v, Phi, y, valid, w0, jnp.asarray(0.1, f))
+            return w, iters, loss(w), loss(w0)
+
+        w, iters, loss_w, loss_w0 = fit_and_losses(jnp.asarray(Phi, f), jnp.asarray(y, f), jnp.asarray(valid),
+                                                   jnp.asarray(w0, f))
         np.testing.assert_allclose(np.asarray(w), w_ref, rtol=0, atol=1e-3 if f == jnp.float32 else 1e-6)  # the reference stops at decrement 1e-12
-        loss = lambda v: float(base_scorer.logistic_loss(jnp.asarray(v, f), jnp.asarray(Phi, f), jnp.asarray(y, f),
-                                                          jnp.asarray(valid), jnp.asarray(w0, f), jnp.asarray(0.1, f)))
-        assert loss(w) < loss(w0)
-        assert loss(w) <= ref.logistic_loss(w_ref, Phi[valid], y[valid], w0, 0.1) + 1e-4
+        assert float(loss_w) < float(loss_w0)
+        assert float(loss_w) <= ref.logistic_loss(w_ref, Phi[valid], y[valid], w0, 0.1) + 1e-4
         assert 1 <= int(iters) < base_scorer.MAX_NEWTON_ITERS
 
 
@@ -110,14 +123,20 @@ def test_features_match_reference(dtype):
         emb = unit(rng, B, D)
         u, h, d, c = rng.uniform(-2, 5, B), rng.integers(0, 5, B), rng.integers(0, 5, B), rng.integers(0, 9, B)
         last, tau = rng.integers(0, 10, B), rng.integers(0, 10, B)
-        bank = state.bank._replace(emb=jnp.asarray(emb, f), valid=jnp.ones(B, bool), u=jnp.asarray(u, f),
-                                   h=jnp.asarray(h, f), d=jnp.asarray(d, f), c=jnp.asarray(c, f),
-                                   last=jnp.asarray(last, jnp.int32), tau=jnp.asarray(tau, jnp.int32))
         from tokenworth_jax.bank import stats
         from tokenworth_jax.scoring import ScoreModel, score_pairs
         q = unit(rng, 1, D)
-        model = ScoreModel(state.base.w, state.residual.predictor, state.residual.metric, hp.gamma, jnp.asarray(0.0, f))
-        ps = score_pairs(jnp.asarray(q, f), bank.emb, stats(bank, jnp.int32(12), hp.kappa), model)
+
+        @jax.jit
+        def pair_scores(state, hp, q, emb, u, h, d, c, last, tau):
+            bank = state.bank._replace(emb=emb, valid=jnp.ones(B, bool), u=u, h=h, d=d, c=c, last=last, tau=tau)
+            model = ScoreModel(state.base.w, state.residual.predictor, state.residual.metric, hp.gamma,
+                               jnp.asarray(0.0, f))
+            return score_pairs(q, bank.emb, stats(bank, jnp.int32(12), hp.kappa), model)
+
+        ps = pair_scores(state, hp, jnp.asarray(q, f), jnp.asarray(emb, f), jnp.asarray(u, f), jnp.asarray(h, f),
+                         jnp.asarray(d, f), jnp.asarray(c, f), jnp.asarray(last, jnp.int32),
+                         jnp.asarray(tau, jnp.int32))
         phi_ref, z_ref = ref.features(q[0], emb, u, h, d, c, last, tau, 12, 0.02)
         np.testing.assert_allclose(np.asarray(ps.phi[0]), phi_ref, rtol=tolerance(f), atol=tolerance(f))
         np.testing.assert_allclose(np.asarray(ps.z[0]), z_ref, rtol=tolerance(f), atol=tolerance(f))
@@ -275,6 +294,15 @@ def _host_decisions(spec, hp, q, m, rewards):
 
 
 PATHS = ["single", "batched-vmap", "batched-map", "host"]
+_PATH_REFERENCE: dict = {}  # spec -> the reference's decisions on the stream of test_every_path_makes_the_...
+
+
+def _path_reference(spec, hp, q, m, rewards):
+    """_reference_decisions of test_every_path_makes_the_reference_decisions_float64's stream (one stream, one hp) for
+    ``spec``: the same for each of its paths, so the NumPy reference runs it once per spec (it only reads the result)."""
+    if spec not in _PATH_REFERENCE:
+        _PATH_REFERENCE[spec] = _reference_decisions(spec, hp, q, m, rewards)
+    return _PATH_REFERENCE[spec]
 
 
 @pytest.mark.parametrize("incremental", [False, True], ids=["full", "incremental"])
@@ -285,7 +313,7 @@ def test_every_path_makes_the_reference_decisions_float64(path, incremental):
         spec, hp = small_setup(f)
         spec = spec._replace(scorer=tw.scorers.incremental() if incremental else tw.scorers.full())
         q, m, rewards = clustered_stream(seed=11, T=PATH_T, dim=spec.dim)
-        want_chosen, want_ids, want_codes, want_slots, reference = _reference_decisions(spec, hp, q, m, rewards)
+        want_chosen, want_ids, want_codes, want_slots, reference = _path_reference(spec, hp, q, m, rewards)
         if path == "host":  # the host reports memory ids (here: source task indices), not slots
             chosen, codes, slots, state = _host_decisions(spec, hp, q, m, rewards)
             want_chosen = want_ids
@@ -359,6 +387,8 @@ def test_incremental_equals_full_over_a_long_stream_and_the_cache_stays_exact():
         q, m, rewards = clustered_stream(seed=21, T=T, dim=spec.dim, n_clusters=9)
         events = tw.Event(jnp.asarray(q), jnp.asarray(rewards, jnp.int32), jnp.asarray(m), jnp.arange(T, dtype=jnp.int32))
         full_state, inc_state = tw.init(spec, hp), tw.init(inc, hp)
+        recomputed = jax.jit(lambda s: worth_cache.refresh(probes.queries(s.probes, s.task.query)[0].key, s.bank.emb,
+                                                           s.residual.predictor, s.residual.metric))
         for start in range(0, T, PATH_T):
             chunk = jax.tree_util.tree_map(lambda x: x[start:start + PATH_T], events)
             full_state, a = tw.run(full_state, chunk, hp, spec)
@@ -366,8 +396,7 @@ def test_incremental_equals_full_over_a_long_stream_and_the_cache_stays_exact():
             np.testing.assert_array_equal(np.asarray(a.selection.slot), np.asarray(b.selection.slot))
             np.testing.assert_array_equal(np.asarray(a.decision.code), np.asarray(b.decision.code))
             np.testing.assert_array_equal(np.asarray(a.decision.evicted_id), np.asarray(b.decision.evicted_id))
-            fresh = worth_cache.refresh(probes.queries(inc_state.probes, inc_state.task.query)[0].key,
-                                        inc_state.bank.emb, inc_state.residual.predictor, inc_state.residual.metric)
+            fresh = recomputed(inc_state)
             valid_rows = np.r_[False, np.asarray(ring_valid(inc_state.probes))]  # row 0 is stale after end_task
             valid = np.asarray(inc_state.bank.valid)
             got, want = np.asarray(inc_state.scorer.dpart), np.asarray(fresh.dpart)
