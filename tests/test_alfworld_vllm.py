@@ -46,7 +46,7 @@ def test_smollm2_plays_an_alfworld_game_through_prompt_parse_repair_and_judge(tm
     command = [sys.executable, "-c", "from tokenworth_agent.cli import app; app()", "run", "--env", "alfworld",
                "--backbone", "vllm", "--model", str(MODEL), "--methods", "standard,tokenworth", "--limit", "1",
                "--grid", "j_max=3", "--max-model-len", "4096", *CPU_FLAGS, "--out", str(out), "--no-progress"]
-    done = subprocess.run(command, cwd=REPO, env={**cli_env(), "TOKENWORTH_DATA_DIR": data_dir},
+    done = subprocess.run(command, cwd=REPO, env={**cli_env(in_process_engine=True), "TOKENWORTH_DATA_DIR": data_dir},
                           capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stderr[-4000:]
     assert len((out / "alfworld_manifest.jsonl").read_text().splitlines()) == 574

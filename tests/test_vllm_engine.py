@@ -42,6 +42,13 @@ MODEL = Path(os.environ.get("TOKENWORTH_VLLM_MODEL") or REPO / ".venv-vllm" / "m
 REQUIRED = os.environ.get("TOKENWORTH_REAL_VLLM") == "required"
 # The CPU engine's memory for the KV cache (GiB) and its address; nothing else is set by hand.
 CPU_ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1"}
+# The engine core and its worker in the caller's process (vLLM's own switch). By default the CPU build spawns
+# two processes, an engine core and its worker, each importing torch and vLLM again: an engine start took 40
+# CPU-seconds here, and 20.5 in process (docs/performance.md). The tests whose claim is about the API, the
+# prompts, the token counts, the parse and the judge start their engine so; every test that starts a run as a
+# user does (its imports, the kill -9 and its reaper, the Ray worker, the README's recipe) keeps vLLM's own
+# layout, the layout a GPU run has too.
+IN_PROCESS_ENGINE = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 # vLLM's CPU build runs float32 here; no CUDA graphs on a CPU.
 CPU_FLAGS = ["--dtype", "float32", "--enforce-eager"]
 METHODS = ("standard", "tokenworth", "mem0", "reflexion")
@@ -77,8 +84,8 @@ def assert_real(llm) -> None:
 def backbone():
     from tokenworth_agent.backbones.vllm_backbone import VLLMBackbone, close_engines
 
-    saved = {k: os.environ.get(k) for k in CPU_ENGINE_ENV}
-    os.environ.update(CPU_ENGINE_ENV)
+    saved = {k: os.environ.get(k) for k in {**CPU_ENGINE_ENV, **IN_PROCESS_ENGINE}}
+    os.environ.update(CPU_ENGINE_ENV, **IN_PROCESS_ENGINE)
     backbone = VLLMBackbone(str(MODEL), dtype="float32", max_model_len=2048, enforce_eager=True).open()
     assert_real(backbone.llm)
     seen: list = []
@@ -154,9 +161,11 @@ def test_prompt_and_cached_tokens_are_recorded(backbone):
 
 
 # ------------------------------------------------------------------ `tokenworth run --backbone vllm`
-def cli_env(spy_log: Path | None = None) -> dict[str, str]:
+def cli_env(spy_log: Path | None = None, *, in_process_engine: bool = False) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "VLLM_"))}
     env.update(CPU_ENGINE_ENV, PYTHONUNBUFFERED="1")
+    if in_process_engine:
+        env.update(IN_PROCESS_ENGINE)
     # A shell with the deprecated JAX variable and batch invariance exported: neither may reach the run.
     env.update(XLA_PYTHON_CLIENT_MEM_FRACTION="0.5", VLLM_BATCH_INVARIANT="1")
     if spy_log is not None:
@@ -373,7 +382,7 @@ def test_bigcodebench_through_the_real_engine_prompt_parse_and_judge(tmp_path, d
     log, out, limit, methods = tmp_path / "spy.jsonl", tmp_path / "run", 1, ("standard", "tokenworth")
     command = [*run_command(out, limit, methods), "--bcb-venv", str(venv.root)]
     command[command.index("db")] = "bigcodebench"
-    done = subprocess.run(command, cwd=REPO, env={**cli_env(log), "TOKENWORTH_DATA_DIR": data_dir},
+    done = subprocess.run(command, cwd=REPO, env={**cli_env(log, in_process_engine=True), "TOKENWORTH_DATA_DIR": data_dir},
                           capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stderr[-4000:]
 
