@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from tokenworth_agent.tasks.base import DataFolder, DataError, Task, benchmark_dir, data_error
+from tokenworth_agent.tasks.base import DataFolder, DataError, Task, benchmark_dir, data_error, parquet_rows
 
 HUB_ID = "csyq/LifelongAgentBench"
 ENV_SUBDIR: dict[str, str] = {"db": "db_bench", "os": "os_interaction", "kg": "knowledge_graph"}
@@ -52,8 +52,6 @@ class LabSource:
         string "None"), a wrongly shaped literal (naming its row and column), or a
         ``sample_index`` that is not a permutation of 0..N-1.
         """
-        import pyarrow.parquet as pq  # heavy import kept out of module import time
-
         folder = benchmark_dir(LAB, data_dir, benchmarks)
         path = self.path(folder)
 
@@ -63,9 +61,9 @@ class LabSource:
         if not path.is_file():
             raise error(f"no {self.env} task data at {path}")
         try:
-            rows = pq.read_table(path).to_pylist()
-        except Exception as exc:  # pyarrow raises several types for truncated/garbled files
-            raise error(f"{path} is not a readable parquet file ({exc})") from exc
+            rows = parquet_rows(path)
+        except DataError as exc:
+            raise error(str(exc)) from exc
         try:
             records = [self.decode(row, path) for row in rows]
         except KeyError as exc:

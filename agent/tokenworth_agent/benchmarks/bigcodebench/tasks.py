@@ -31,7 +31,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
 
-from tokenworth_agent.tasks.base import DataFolder, DataError, Task, benchmark_dir, corrupt, data_error, literal, text
+from tokenworth_agent.tasks.base import (DataFolder, DataError, Task, benchmark_dir, corrupt, data_error, literal,
+                                         parquet_rows, text)
 from tokenworth_agent.benchmarks.bigcodebench.patches import BASE_RELEASE, PAPER_RELEASE, ReleaseError, to_release
 
 ENV = "bigcodebench"
@@ -118,19 +119,9 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def read_parquet_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of a hub parquet file, in file order; DataError if it is not one."""
-    import pyarrow.parquet as pq  # heavy import kept out of module import time
-
-    try:
-        return pq.read_table(path).to_pylist()
-    except Exception as exc:  # pyarrow raises several types for truncated/garbled files
-        raise DataError(f"{path} is not a readable parquet file ({exc}); the file looks corrupt") from exc
-
-
 def load_release_split(path: Path) -> list[BCBTask]:
     """The stream from the hub's split v0.1.4 file (no edits applied: it is v0.1.4 already)."""
-    rows = read_parquet_rows(path)
+    rows = parquet_rows(path)
     if len(rows) != EXPECTED_TASKS:
         raise DataError(f"{path} holds {len(rows)} tasks, but BigCodeBench has {EXPECTED_TASKS}; the file is "
                         "incomplete or not the public release")
@@ -145,7 +136,7 @@ def load_release_split(path: Path) -> list[BCBTask]:
 def hard_split_numbers(path: Path) -> tuple[int, ...]:
     """The task numbers of a Hard split file (the hub's ``bigcode/bigcodebench-hard``), ascending."""
     numbers = []
-    for index, row in enumerate(read_parquet_rows(path)):
+    for index, row in enumerate(parquet_rows(path)):
         head, _, tail = str(row.get("task_id", "")).rpartition("/")
         if head != "BigCodeBench" or not tail.isdigit():
             raise corrupt(path, index, "task_id", f"is {row.get('task_id')!r}, expected BigCodeBench/<n>")
@@ -215,5 +206,5 @@ class BigCodeBenchSource:
 SOURCE = BigCodeBenchSource()
 
 __all__ = ["BCBTask", "BCB", "ENV", "FILE", "SPLIT_FILE", "HARD_SPLIT_FILE", "EXPECTED_TASKS", "EXPECTED_HARD",
-           "SOURCE", "hard_numbers", "hard_split_numbers", "read_rows", "read_parquet_rows", "load_release_split",
+           "SOURCE", "hard_numbers", "hard_split_numbers", "read_rows", "load_release_split",
            "stream", "decode"]
