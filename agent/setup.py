@@ -23,7 +23,7 @@ DEPENDENCIES = [
     # JAX's extra dtypes, below 0.7: 0.7.0 registers its NumPy loops so slowly with a NumPy below 2.5 (every
     # Python 3.11 install, and the GPU set's NumPy 2.3) that `import jax` took 2.5 CPU-seconds with it and 1.25
     # with 0.6.0, and every `tokenworth` command, Ray or Slurm worker and notebook kernel imports jax. 0.6.0 has
-    # every dtype JAX 0.10-0.11 names (0.7.0 adds float8_e5m3fnu alone); docs/performance.md, "ml_dtypes".
+    # every dtype JAX 0.10-0.11 names (0.7.0 adds float8_e5m3fnu alone); docs/performance.md, "A lighter start".
     "ml-dtypes>=0.5,<0.7",
     "pyarrow>=15",
     "sqlglot>=25,<31",

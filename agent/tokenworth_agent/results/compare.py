@@ -434,7 +434,7 @@ def serial_se(d: np.ndarray, position: np.ndarray, lags: int | None = None) -> f
     order = np.argsort(position, kind="stable")
     lags = serial_lags(places) if lags is None else lags
     fit = OLS(d[order], np.ones(len(d))).fit(cov_type="hac-groupsum",
-                                                 cov_kwds={"time": position[order].astype(int), "maxlags": lags})
+                                              cov_kwds={"time": position[order].astype(int), "maxlags": lags})
     return float(fit.bse[0])
 
 
