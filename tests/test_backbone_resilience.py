@@ -153,7 +153,8 @@ def test_a_replica_killed_mid_batch_loses_nothing_and_serves_nothing_twice(stubs
     # A stub logs each answer just after sending it, so on a loaded machine the last line ("after") can land
     # after the client has its answer (a fresh clone read the logs first once): wait for the lines, then compare.
     deadline = time.monotonic() + 10
-    while sum(len(log.read_text().splitlines()) for log in logs) < len(items) + 1 and time.monotonic() < deadline:
+    while (sum(len(log.read_text().splitlines()) for log in logs if log.exists()) < len(items) + 1
+           and time.monotonic() < deadline):  # a stub's log file appears with its first line
         time.sleep(0.05)
     served = [json.loads(line) for log in logs for line in log.read_text().splitlines()]
     assert sorted(served) == sorted(items + ["after"])  # every item answered, none twice
