@@ -33,7 +33,6 @@ ALFWORLD_VENV ?= .venv-alfworld
 DIST        ?= dist
 PYTHON_NEW  ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12) $(PYTHON))
 LOWER_PINS  := jax==0.10.0 jaxlib==0.10.0 optax==0.2.4 numpy==2.0.2
-WHEEL_LOG   := .test-logs/wheels.log
 # The release tools (build, twine; pinned in requirements/release.txt) in a venv of their own: `make wheels`
 # builds both sdists and wheels with them and runs `twine check --strict`, as the release workflow does
 # (.github/workflows/release.yml runs `make wheels`).
@@ -151,9 +150,13 @@ test-envs: setup vllm-setup bcb-ci-setup alfworld-setup docs-setup
 # lanes, so that both cores stay busy to the end (the work, not the layout, sets the time on 2 cores):
 #   main    the main suite in .venv on $(TEST_WORKERS) pytest-xdist workers, each test file whole on one worker, the
 #           longest first (tests/conftest.py; the two files that start two-node Ray clusters run on one worker,
-#           one after the other), then the harness wheel's checks
-#   beside  the real-engine suite in .venv-vllm (vLLM's CPU engine binds one core), then the library wheel's
-#           checks at both ends of its jax range
+#           one after the other), then wheel checks
+#   beside  the real-engine suite in .venv-vllm (vLLM's CPU engine binds one core), then wheel checks
+# The three wheel checks (the library's at the newest jax and at the lower bound, the harness's) are shared out:
+# a lane whose suite is done takes the next check no lane has taken, the longest first (a claim is a mkdir, which
+# one lane alone can make), so that neither lane idles at the end while the other has a check still to start
+# (with the checks fixed to lanes, the lane beside ran its last one alone for 2 minutes). The harness wheel's check
+# starts only once the main suite is done: its two-node Ray run beside the main suite's would starve both.
 # All must pass. Each test's time goes to $(TEST_LOGS)/*-times.json (scripts/test_times.py reads it); make
 # test prints the 25 slowest of each suite, each lane's time and every test over 60 s that lacks its mark.
 TEST_LOGS    := .test-logs
@@ -171,7 +174,6 @@ TEST_WORKERS ?= 2
 # (tests/controller_helpers.py, with_default_emitters).
 FAST_XLA      = XLA_FLAGS="$$(bash scripts/xla-test-flags.sh $(1)) $$XLA_FLAGS"
 REAL_LOG     := $(TEST_LOGS)/real-engines.log
-HARNESS_LOG  := $(TEST_LOGS)/wheel-harness.log
 # The API reference's build test (tests/test_api_docs.py) runs Sphinx in $(DOCS_VENV), the lean docs build.
 # The viewer's browser test needs Debian's Chromium (make system-deps): here it fails rather than skips without it.
 MAIN_ENV := TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_BCB_VENV=$(abspath $(BCB_CI_VENV)) \
@@ -187,6 +189,16 @@ REAL_TESTS := TOKENWORTH_DATA_DIR=$(DATA) TOKENWORTH_VLLM_MODEL=$(abspath $(VLLM
 	$(VLLM_PY) -m pytest -q --durations=10 -m real_vllm tests/test_vllm_engine.py tests/test_alfworld_vllm.py
 # seconds since $$1, for the lanes' time lines
 SINCE := elapsed() { echo $$(( $$(date +%s) - $$1 )); }
+# take_checks LANE: the wheel checks still free, in that lane (above); each writes $(TEST_LOGS)/wheel-NAME.log and
+# its exit status and time beside it. Needs $(SINCE).
+WHEEL_CHECKS := new lower harness
+CLAIMS       := $(TEST_LOGS)/claims
+TAKE_CHECKS  := take_checks() { for c in $(WHEEL_CHECKS); do \
+	  if [ $$c = harness ] && [ ! -e $(CLAIMS)/main-suite-done ]; then continue; fi; \
+	  mkdir $(CLAIMS)/$$c 2>/dev/null || continue; \
+	  t=$$(date +%s); $(MAKE) --no-print-directory wheel-lane-$$c > $(TEST_LOGS)/wheel-$$c.log 2>&1; \
+	  echo $$? > $(TEST_LOGS)/wheel-$$c.log.rc; echo "wheel check $$c: $$(elapsed $$t) s (in the $$1)" > $(TEST_LOGS)/wheel-$$c.log.time; \
+	done; }
 # Bytecode, once per module. make test's set-up installs without compiling (PIP_COMPILE=0): pip compiles every
 # module of every package it installs, one after the other, and that was 186 of the set-up's 458 CPU-seconds
 # (docs/performance.md). The tests then run with PYTHONDONTWRITEBYTECODE unset (this machine, and CI's, set it), so
@@ -200,26 +212,25 @@ test:
 	@t0=$$(date +%s); PIP_COMPILE=0 $(MAKE) --no-print-directory -j4 --output-sync=target test-envs $(RELEASE_VENV)/.installed \
 	  wheel-venvs; rc=$$?; echo "set-up: $$(( $$(date +%s) - t0 )) s"; exit $$rc
 	@mkdir -p $(TEST_LOGS)
-	@echo "real-engine tests (.venv-vllm), then the library wheel's checks, running beside the main suite; output in $(REAL_LOG) and $(WHEEL_LOG), printed at the end"
+	@echo "real-engine tests (.venv-vllm) beside the main suite, then the wheel checks in whichever lane is free; output in $(REAL_LOG) and $(TEST_LOGS)/wheel-*.log, printed at the end"
 	@echo "XLA flags of the main suite (scripts/xla-test-flags.sh): $$(bash scripts/xla-test-flags.sh $(PY))"
-	@$(SINCE); $(WRITE_BYTECODE); t0=$$(date +%s); \
+	@$(SINCE); $(TAKE_CHECKS); $(WRITE_BYTECODE); rm -rf $(CLAIMS) $(TEST_LOGS)/wheel-*.log*; mkdir -p $(CLAIMS); \
+	t0=$$(date +%s); \
 	( $(REAL_TESTS) > $(REAL_LOG) 2>&1; echo $$? > $(REAL_LOG).rc; echo "real-engine suite: $$(elapsed $$t0) s" > $(REAL_LOG).time; \
-	  t1=$$(date +%s); $(MAKE) --no-print-directory wheel-lane-new wheel-lane-lower > $(WHEEL_LOG) 2>&1; \
-	  echo $$? > $(WHEEL_LOG).rc; echo "library wheel checks: $$(elapsed $$t1) s (after the real-engine suite)" > $(WHEEL_LOG).time; \
-	  echo "lane beside the main suite: $$(elapsed $$t0) s" >> $(WHEEL_LOG).time ) & lane=$$!; \
-	$(MAIN_TESTS); main=$$?; main_s=$$(elapsed $$t0); \
-	echo "main suite done; the harness wheel's checks now (output in $(HARNESS_LOG), printed at the end)"; \
-	t1=$$(date +%s); $(MAKE) --no-print-directory wheel-lane-harness > $(HARNESS_LOG) 2>&1; harness=$$?; \
-	harness_s=$$(elapsed $$t1); \
-	wait $$lane; real=$$(cat $(REAL_LOG).rc); wheels=$$(cat $(WHEEL_LOG).rc); \
+	  take_checks "lane beside the main suite"; echo "lane beside the main suite: $$(elapsed $$t0) s" >> $(REAL_LOG).time ) & lane=$$!; \
+	$(MAIN_TESTS); main=$$?; main_s=$$(elapsed $$t0); touch $(CLAIMS)/main-suite-done; \
+	echo "main suite done; now the wheel checks the lane beside has not taken (output in $(TEST_LOGS)/wheel-*.log, printed at the end)"; \
+	take_checks "main lane"; main_lane_s=$$(elapsed $$t0); \
+	wait $$lane; real=$$(cat $(REAL_LOG).rc); checks=0; \
 	echo "---- real-engine tests ($(REAL_LOG)) ----"; cat $(REAL_LOG); \
-	echo "---- library wheel checks ($(WHEEL_LOG)) ----"; grep -v "^WARNING: Location" $(WHEEL_LOG); \
-	echo "---- harness wheel checks ($(HARNESS_LOG)) ----"; grep -v "^WARNING: Location" $(HARNESS_LOG); \
-	echo "---- times ----"; echo "main suite: $$main_s s"; echo "harness wheel checks: $$harness_s s (after the main suite)"; \
-	echo "main lane: $$(elapsed $$t0) s"; cat $(REAL_LOG).time $(WHEEL_LOG).time; \
+	for c in $(WHEEL_CHECKS); do echo "---- wheel check $$c ($(TEST_LOGS)/wheel-$$c.log) ----"; \
+	  grep -v "^WARNING: Location" $(TEST_LOGS)/wheel-$$c.log; test "$$(cat $(TEST_LOGS)/wheel-$$c.log.rc)" = 0 || checks=1; done; \
+	echo "---- times ----"; echo "main suite: $$main_s s"; echo "main lane: $$main_lane_s s"; cat $(REAL_LOG).time; \
+	for c in $(WHEEL_CHECKS); do cat $(TEST_LOGS)/wheel-$$c.log.time; done; \
 	$(PY) scripts/test_times.py report --top 0 $(TEST_LOGS)/main-times.json $(TEST_LOGS)/real-times.json; \
-	echo "main suite exit $$main, harness wheel checks exit $$harness, real-engine suite exit $$real, library wheel checks exit $$wheels"; \
-	test $$main -eq 0 && test $$harness -eq 0 && test $$real -eq 0 && test $$wheels -eq 0
+	echo "main suite exit $$main, real-engine suite exit $$real, wheel checks exit" \
+	  $$(for c in $(WHEEL_CHECKS); do echo "$$c $$(cat $(TEST_LOGS)/wheel-$$c.log.rc)"; done); \
+	test $$main -eq 0 && test $$real -eq 0 && test $$checks -eq 0
 
 # The main suite's line and branch coverage of both packages (pytest-cov), on $(TEST_WORKERS) pytest-xdist
 # workers (each test file whole on one worker, the longest files first: tests/conftest.py), failed when
