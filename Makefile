@@ -227,15 +227,15 @@ test:
 	$(MAIN_TESTS); main=$$?; main_s=$$(elapsed $$t0); touch $(CLAIMS)/main-suite-done; \
 	echo "main suite done; now the wheel checks the lane beside has not taken (output in $(TEST_LOGS)/wheel-*.log, printed at the end)"; \
 	take_checks "main lane"; main_lane_s=$$(elapsed $$t0); \
-	wait $$lane; real=$$(cat $(REAL_LOG).rc); checks=0; \
+	wait $$lane; real=$$(cat $(REAL_LOG).rc); checks=0; exits=; \
 	echo "---- real-engine tests ($(REAL_LOG)) ----"; cat $(REAL_LOG); \
 	for c in $(WHEEL_CHECKS); do echo "---- wheel check $$c ($(TEST_LOGS)/wheel-$$c.log) ----"; \
-	  grep -v "^WARNING: Location" $(TEST_LOGS)/wheel-$$c.log; test "$$(cat $(TEST_LOGS)/wheel-$$c.log.rc)" = 0 || checks=1; done; \
+	  grep -v "^WARNING: Location" $(TEST_LOGS)/wheel-$$c.log; rc=$$(cat $(TEST_LOGS)/wheel-$$c.log.rc); \
+	  exits="$$exits $$c $$rc"; test "$$rc" = 0 || checks=1; done; \
 	echo "---- times ----"; echo "main suite: $$main_s s"; echo "main lane: $$main_lane_s s"; cat $(REAL_LOG).time; \
 	for c in $(WHEEL_CHECKS); do cat $(TEST_LOGS)/wheel-$$c.log.time; done; \
 	$(PY) scripts/test_times.py report --top 0 $(TEST_LOGS)/main-times.json $(TEST_LOGS)/real-times.json; \
-	echo "main suite exit $$main, real-engine suite exit $$real, wheel checks exit" \
-	  $$(for c in $(WHEEL_CHECKS); do echo "$$c $$(cat $(TEST_LOGS)/wheel-$$c.log.rc)"; done); \
+	echo "main suite exit $$main, real-engine suite exit $$real, wheel checks exit$$exits"; \
 	test $$main -eq 0 && test $$real -eq 0 && test $$checks -eq 0
 
 # The main suite's line and branch coverage of both packages (pytest-cov), on $(TEST_WORKERS) pytest-xdist
